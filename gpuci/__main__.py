@@ -1,0 +1,9 @@
+"""`python -m gpuci`."""
+
+from __future__ import annotations
+
+import sys
+
+from gpuci.cli import main
+
+sys.exit(main())
