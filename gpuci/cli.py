@@ -1,0 +1,297 @@
+"""The command line: `gpuci run | merge | diff | report | publish | check`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from gpuci import __version__
+from gpuci.model import GpuciError, Mode, Outcome, UsageError
+
+if TYPE_CHECKING:
+    from gpuci.discover import Discovery
+    from gpuci.model import ModeRun
+
+DEFAULT_REPORT_HTML = "report.html"
+DEFAULT_COMMENT_MD = "comment.md"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError, so every mistake is one `gpuci: error:` line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog.removeprefix('gpuci ')}: {message}")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _run_options() -> _Parser:
+    """Options shared by `run` and `check`."""
+    parent = _Parser(add_help=False)
+    parent.add_argument("paths", nargs="+", metavar="PATH", help="test files or directories")
+    parent.add_argument("--out", required=True, type=Path, help="results directory")
+    parent.add_argument("--workers", default="auto", help="parallel interpreters: N or auto")
+    parent.add_argument("--timeout", type=_positive_float, help="most seconds one test may run")
+    parent.add_argument(
+        "--reruns", type=_count, default=2, help="alone-reruns per non-passing test"
+    )
+    parent.add_argument("--shard", help="run shard I of N (default: CI_NODE_INDEX/CI_NODE_TOTAL)")
+    parent.add_argument("--gpus", help="GPU indices to spread slots over, e.g. 0,1")
+    parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
+    parent.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    return parent
+
+
+def _diff_options() -> _Parser:
+    """Options shared by `diff` and `check`."""
+    parent = _Parser(add_help=False)
+    parent.add_argument("--baseline", type=Path, help="the target branch's verdict.json")
+    parent.add_argument("--fail-on", help="categories that fail the verdict (comma list)")
+    parent.add_argument("--allow", help="categories (or 'known') that never fail it")
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with one subcommand per stage."""
+    parser = _Parser(prog="gpuci", description="Catch GPU test-isolation regressions in CI.")
+    parser.add_argument("--version", action="version", version=f"gpuci {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run_parent, diff_parent = _run_options(), _diff_options()
+
+    run = sub.add_parser(
+        "run",
+        parents=[run_parent],
+        help="run a suite in one mode",
+        usage="gpuci run PATHS... --mode MODE --out OUT [options] [-- PYTEST_ARGS...]",
+    )
+    run.add_argument("--mode", required=True, choices=[m.value for m in Mode])
+
+    merge = sub.add_parser("merge", help="merge JUnit XML of files, shards and modes")
+    merge.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
+    merge.add_argument("-o", "--output", required=True, type=Path)
+
+    diff = sub.add_parser("diff", parents=[diff_parent], help="classify every test: verdict.json")
+    diff.add_argument("out", type=Path, metavar="OUT")
+    diff.add_argument("-o", "--output", type=Path, help="default: OUT/verdict.json")
+
+    report = sub.add_parser("report", help="render the HTML report and the MR comment")
+    report.add_argument("verdict", type=Path, metavar="VERDICT.json")
+    report.add_argument("--html", type=Path, help=f"default: {DEFAULT_REPORT_HTML} beside it")
+    report.add_argument("--markdown", type=Path, help=f"default: {DEFAULT_COMMENT_MD} beside it")
+
+    publish = sub.add_parser("publish", help="create or update the merge-request note")
+    publish.add_argument("comment", type=Path, metavar="COMMENT.md")
+    publish.add_argument("--dry-run", action="store_true", help="say what would be posted")
+
+    check = sub.add_parser(
+        "check",
+        parents=[run_parent, diff_parent],
+        help="all modes, diff and report in one",
+        usage="gpuci check PATHS... --out OUT [options] [-- PYTEST_ARGS...]",
+    )
+    check.add_argument(
+        "--modes",
+        default="isolated,parallel,suite",
+        help="which modes to run, in order (comma list)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run gpuci; return its exit code (0 clean, 1 verdict failed, 2 usage, 3 infrastructure)."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first `--` belongs to pytest, untouched by argparse.
+    pytest_args: list[str] = []
+    if "--" in args_in:
+        split = args_in.index("--")
+        args_in, pytest_args = args_in[:split], args_in[split + 1 :]
+    try:
+        args = build_parser().parse_args(args_in)
+        args.pytest_args = tuple(pytest_args)
+        handler = {
+            "run": _cmd_run,
+            "merge": _cmd_merge,
+            "diff": _cmd_diff,
+            "report": _cmd_report,
+            "publish": _cmd_publish,
+            "check": _cmd_check,
+        }[args.command]
+        return handler(args)
+    except GpuciError as exc:
+        print(f"gpuci: {'error: ' if exc.exit_code != 130 else ''}{exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gpuci: interrupted", file=sys.stderr)
+        return 130
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    run = _run_one_mode(args, Mode(args.mode))
+    bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
+    return 1 if bad else 0
+
+
+def _run_one_mode(args: argparse.Namespace, mode: Mode) -> ModeRun:
+    """Discover, plan and run one mode; the shared body of `run` and `check`."""
+    from gpuci.discover import discover_tests
+    from gpuci.plan import (
+        choose_workers,
+        cpu_count,
+        parse_shard,
+        parse_workers,
+        plan_schedule,
+        read_durations,
+        shard_files,
+        shard_from_env,
+    )
+    from gpuci.run import RunOptions, detect_gpus, prepare_out, run_mode
+
+    requested_workers = parse_workers(args.workers)
+    shard = parse_shard(args.shard) if args.shard else shard_from_env(os.environ)
+    out: Path = args.out
+    mode_dir = out / mode.value
+    if shard:
+        mode_dir = mode_dir / f"shard-{shard[0]}-of-{shard[1]}"
+    durations_path = args.durations
+    if durations_path is None and (out / Mode.ISOLATED.value).is_dir():
+        isolated = out / Mode.ISOLATED.value
+        if (isolated / "run.json").exists() or any(isolated.glob("shard-*/run.json")):
+            durations_path = isolated
+    durations = read_durations(durations_path) if durations_path else {}
+    gpus = detect_gpus(args.gpus, os.environ)
+    discovery = discover_tests(
+        args.paths, args.pytest_args, python=args.python, timeout=max(args.timeout or 0, 600)
+    )
+    files = list(discovery.files)
+    if shard:
+        files = shard_files(files, durations, *shard)
+    if mode is Mode.PARALLEL:
+        workers, why = choose_workers(
+            requested_workers, cpus=cpu_count(), gpus=len(gpus), files=len(files)
+        )
+    else:
+        workers, why = 1, "one at a time"
+    schedule = plan_schedule(
+        files, mode=mode, durations=durations, serial=discovery.serial, workers=workers, gpus=gpus
+    )
+    prepare_out(mode_dir)
+    if mode is Mode.SUITE:
+        discovery = _restrict(discovery, files)
+    tests = sum(len(discovery.tests.get(f, ())) for f in files)
+    where = f"shard {shard[0]}/{shard[1]}, " if shard else ""
+    gpu_text = f"GPUs {','.join(gpus)}" if gpus else "no GPU pinning"
+    print(
+        f"gpuci: {mode.value}: {where}{len(files)} files, {tests} tests, workers {why},"
+        f" {gpu_text} -> {mode_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
+    options = RunOptions(
+        mode=mode,
+        out=mode_dir,
+        pytest_args=args.pytest_args,
+        timeout=args.timeout,
+        reruns=args.reruns,
+        python=args.python,
+        command=("gpuci", *sys.argv[1:]) if sys.argv[1:] else ("gpuci",),
+        shard=shard,
+        gpus=gpus,
+    )
+    return run_mode(discovery, schedule, options, estimates=durations)
+
+
+def _restrict(discovery: Discovery, files: list[str]) -> Discovery:
+    """The discovery of a shard: suite mode runs only the shard's files."""
+    from dataclasses import replace
+
+    keep = set(files)
+    return replace(discovery, files=tuple(f for f in discovery.files if f in keep))
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from gpuci.merge import merge_junit
+
+    summary = merge_junit(args.inputs, args.output)
+    print(f"gpuci: merged {summary} -> {args.output}")
+    return 0
+
+
+def _diff_and_report(args: argparse.Namespace, out: Path, output: Path | None) -> int:
+    """Diff a results directory, write verdict.json and the reports, print the summary."""
+    from gpuci.diff import diff_results, format_summary, parse_policy, read_baseline, write_verdict
+    from gpuci.report import write_reports
+
+    policy = parse_policy(args.fail_on, args.allow)
+    baseline = read_baseline(args.baseline) if args.baseline else None
+    verdict = diff_results(out, baseline=baseline, policy=policy)
+    verdict_path = output or out / "verdict.json"
+    write_verdict(verdict, verdict_path)
+    html, markdown = write_reports(verdict_path, html=None, markdown=None, environ=os.environ)
+    print(format_summary(verdict))
+    print(f"gpuci: verdict {verdict_path}, report {html}, comment {markdown}")
+    return 1 if verdict.verdict == "fail" else 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from gpuci.diff import diff_results, format_summary, parse_policy, read_baseline, write_verdict
+
+    policy = parse_policy(args.fail_on, args.allow)
+    baseline = read_baseline(args.baseline) if args.baseline else None
+    verdict = diff_results(args.out, baseline=baseline, policy=policy)
+    path = args.output or args.out / "verdict.json"
+    write_verdict(verdict, path)
+    print(format_summary(verdict))
+    print(f"gpuci: wrote {path}")
+    return 1 if verdict.verdict == "fail" else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from gpuci.report import write_reports
+
+    html, markdown = write_reports(
+        args.verdict, html=args.html, markdown=args.markdown, environ=os.environ
+    )
+    print(f"gpuci: report {html}, comment {markdown}")
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from gpuci.publish import publish_comment
+
+    return publish_comment(args.comment, dry_run=args.dry_run, environ=os.environ)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    names = [m.strip() for m in args.modes.split(",") if m.strip()]
+    valid = [m.value for m in Mode]
+    unknown = [m for m in names if m not in valid]
+    if unknown or not names:
+        raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(valid)}")
+    for name in names:
+        _run_one_mode(args, Mode(name))
+    code = _diff_and_report(args, args.out, None)
+    print(f"gpuci: reproduce this check: {shlex.join(['gpuci', *sys.argv[1:]])}")
+    return code

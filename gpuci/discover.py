@@ -1,0 +1,164 @@
+"""Discover: the test files and test ids, from pytest's own collection.
+
+Collection runs in a child interpreter with the journal plugin, so the suite's
+`pytest.ini`, `pyproject.toml` and `conftest.py` decide exactly as they would for a plain
+`pytest` run, and nothing the suite imports is loaded into gpuci itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuci.model import GpuciError, UsageError
+
+PLUGIN = "gpuci.pytest_plugin"
+# pytest's exit code for a command-line usage error
+PYTEST_USAGE_ERROR = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Discovery:
+    """What pytest collected: files in collection order, their ids, and errors."""
+
+    rootdir: Path
+    files: tuple[str, ...]  # relative to rootdir, in collection order
+    tests: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> ids
+    serial: frozenset[str] = frozenset()  # files holding a gpu_serial test
+    errors: dict[str, str] = field(default_factory=dict)  # file -> collection error
+
+    @property
+    def test_count(self) -> int:
+        """How many test ids were collected."""
+        return sum(len(ids) for ids in self.tests.values())
+
+
+def file_of(test_id: str) -> str:
+    """The file part of a pytest node id."""
+    return test_id.split("::", 1)[0]
+
+
+def child_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a child interpreter: the plugin importable, output unbuffered."""
+    env = dict(base)
+    # Append, not prepend: where gpuci is installed, this changes nothing; run from a
+    # checkout, it lets the child import the plugin without shadowing the suite's modules.
+    here = str(Path(__file__).resolve().parent.parent)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in parts:
+        parts.append(here)
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def discover_tests(
+    paths: Sequence[str],
+    pytest_args: Sequence[str],
+    *,
+    python: str = sys.executable,
+    timeout: float | None = None,
+) -> Discovery:
+    """Collect PATHS with pytest; every path must exist and yield tests or an error."""
+    for path in paths:
+        if not Path(path).exists():
+            raise UsageError(f"{path}: no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="gpuci-discover-") as tmp:
+        journal = Path(tmp) / "collect.jsonl"
+        env = child_env(os.environ)
+        env["GPUCI_JOURNAL"] = str(journal)
+        env.pop("GPUCI_ONLY", None)
+        command = [
+            python,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            PLUGIN,
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+            *pytest_args,
+            *paths,
+        ]
+        try:
+            proc = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env=env,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise GpuciError(
+                f"collecting {' '.join(paths)} took longer than {timeout:g}s"
+                " (an import that hangs?)"
+            ) from None
+        except OSError as exc:
+            raise GpuciError(f"could not start pytest with {python}: {exc}") from None
+        events = _read_events(journal)
+    output = (proc.stdout + proc.stderr).decode("utf-8", "replace").strip()
+    collected = [e for e in events if e.get("e") == "collected"]
+    if proc.returncode == PYTEST_USAGE_ERROR or not collected:
+        tail = " | ".join(output.splitlines()[-3:]) or f"exit code {proc.returncode}"
+        raise (UsageError if proc.returncode == PYTEST_USAGE_ERROR else GpuciError)(
+            f"pytest could not collect {' '.join(paths)}: {tail}"
+        )
+    return _build(paths, collected[-1], events)
+
+
+def _read_events(journal: Path) -> list[dict[str, object]]:
+    """The journal's events; a missing journal means pytest never got going."""
+    try:
+        lines = journal.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _build(
+    paths: Sequence[str], collected: dict[str, object], events: list[dict[str, object]]
+) -> Discovery:
+    """Group the collected ids by file, keeping collection order."""
+    rootdir = Path(str(collected["rootdir"]))
+    tests: dict[str, list[str]] = {}
+    ids = collected["ids"]
+    assert isinstance(ids, list)
+    for test_id in ids:
+        tests.setdefault(file_of(test_id), []).append(test_id)
+    errors = {
+        str(e["id"]): str(e.get("message", "")) for e in events if e.get("e") == "collect-error"
+    }
+    order = list(tests)
+    order += [f for f in errors if f not in tests]
+    serial_ids = collected.get("serial", [])
+    assert isinstance(serial_ids, list)
+    discovery = Discovery(
+        rootdir=rootdir,
+        files=tuple(order),
+        tests={f: tuple(v) for f, v in tests.items()},
+        serial=frozenset(file_of(i) for i in serial_ids),
+        errors=errors,
+    )
+    _check_every_path_has_tests(paths, discovery)
+    return discovery
+
+
+def _check_every_path_has_tests(paths: Sequence[str], discovery: Discovery) -> None:
+    """A path that yields neither a test nor an error is a mistake worth stopping for."""
+    found = [(discovery.rootdir / f).resolve() for f in discovery.files]
+    for path in paths:
+        target = Path(path).resolve()
+        if not any(f == target or target in f.parents for f in found):
+            raise UsageError(
+                f"{path}: no tests collected (is it a test file that pytest's"
+                " python_files / python_functions settings match?)"
+            )

@@ -1,0 +1,150 @@
+"""Plan: which files run, in which order, in how many slots, on which GPUs.
+
+Pure functions of the discovered files and the durations of an earlier run: the same
+inputs give every CI shard the same plan, so shards never overlap or miss a file.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuci.model import InputError, Mode, UsageError, read_mode_run
+
+# A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
+# without every process fighting for the same memory.
+WORKERS_PER_GPU = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """The ordered work of one mode: a pool of files, then the files that run alone."""
+
+    pool: tuple[str, ...]  # run up to `workers` at once, longest first
+    serial: tuple[str, ...]  # gpu_serial files: one at a time, after the pool
+    workers: int
+    slot_gpus: tuple[str | None, ...]  # CUDA_VISIBLE_DEVICES per slot, None: leave it alone
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file of the schedule, in the order they start."""
+        return self.pool + self.serial
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N` with 1 <= I <= N, as GitLab's CI_NODE_INDEX / CI_NODE_TOTAL count."""
+    try:
+        index_text, total_text = text.split("/")
+        index, total = int(index_text), int(total_text)
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected I/N, e.g. 2/4") from None
+    if not 1 <= index <= total:
+        raise UsageError(f"--shard {text!r}: I must be between 1 and N (got {index} of {total})")
+    return index, total
+
+
+def shard_from_env(environ: Mapping[str, str]) -> tuple[int, int] | None:
+    """The shard of a GitLab `parallel:` job, or None outside one."""
+    index, total = environ.get("CI_NODE_INDEX"), environ.get("CI_NODE_TOTAL")
+    if not index or not total or total == "1":
+        return None
+    return parse_shard(f"{index}/{total}")
+
+
+def parse_workers(text: str) -> int | None:
+    """`auto` (None) or a positive number of parallel interpreters."""
+    if text == "auto":
+        return None
+    try:
+        workers = int(text)
+    except ValueError:
+        raise UsageError(f"--workers {text!r}: expected a positive number or 'auto'") from None
+    if workers < 1:
+        raise UsageError(f"--workers {workers}: at least one interpreter must run")
+    return workers
+
+
+def choose_workers(requested: int | None, *, cpus: int, gpus: int, files: int) -> tuple[int, str]:
+    """The number of slots, and why (for `--workers auto`)."""
+    if requested is not None:
+        return max(1, min(requested, max(files, 1))), f"{requested} requested"
+    limit = WORKERS_PER_GPU * gpus if gpus else cpus
+    workers = max(1, min(cpus, limit, max(files, 1)))
+    why = f"{cpus} CPUs, {gpus} GPU{'s' if gpus != 1 else ''}, {files} files"
+    return workers, f"auto: {workers} ({why})"
+
+
+def read_durations(path: Path) -> dict[str, float]:
+    """Per-file wall times from an earlier run: a run.json or a results directory."""
+    candidates = (
+        [path]
+        if path.is_file()
+        else sorted(path.glob("run.json")) + sorted(path.glob("shard-*/run.json"))
+    )
+    durations: dict[str, float] = {}
+    for candidate in candidates:
+        run = read_mode_run(candidate)
+        if run.mode is Mode.SUITE:
+            raise InputError(f"{candidate}: a suite-mode run has no per-file durations")
+        for file_run in run.files:
+            durations[file_run.file] = file_run.duration
+    return durations
+
+
+def order_files(files: Sequence[str], durations: Mapping[str, float]) -> list[str]:
+    """Longest first by earlier durations (LPT); path order when none are known."""
+    known = [durations[f] for f in files if f in durations]
+    if not known:
+        return list(files)
+    guess = sum(known) / len(known)
+    position = {f: i for i, f in enumerate(files)}
+    return sorted(files, key=lambda f: (-durations.get(f, guess), position[f]))
+
+
+def shard_files(
+    files: Sequence[str], durations: Mapping[str, float], index: int, total: int
+) -> list[str]:
+    """The files of shard `index` of `total`, balanced by total duration (greedy LPT)."""
+    known = [durations[f] for f in files if f in durations]
+    guess = sum(known) / len(known) if known else 1.0
+    bins: list[tuple[float, int]] = [(0.0, i) for i in range(total)]
+    owner: dict[str, int] = {}
+    for f in order_files(files, {f: durations.get(f, guess) for f in files}):
+        load, which = heapq.heappop(bins)
+        owner[f] = which
+        heapq.heappush(bins, (load + durations.get(f, guess), which))
+    return [f for f in files if owner[f] == index - 1]
+
+
+def plan_schedule(
+    files: Sequence[str],
+    *,
+    mode: Mode,
+    durations: Mapping[str, float],
+    serial: frozenset[str],
+    workers: int,
+    gpus: Sequence[str],
+) -> Schedule:
+    """Order the files of one mode and give each slot its GPU."""
+    if mode is Mode.PARALLEL:
+        ordered = order_files(files, durations)
+        pool = tuple(f for f in ordered if f not in serial)
+        late = tuple(f for f in ordered if f in serial)
+        slot_gpus: tuple[str | None, ...] = (
+            tuple(gpus[i % len(gpus)] for i in range(workers)) if gpus else (None,) * workers
+        )
+        return Schedule(pool=pool, serial=late, workers=workers, slot_gpus=slot_gpus)
+    # isolated and suite keep collection order: it is the order a plain pytest run uses
+    every = ",".join(gpus) if gpus else None
+    return Schedule(pool=tuple(files), serial=(), workers=1, slot_gpus=(every,))
+
+
+def cpu_count() -> int:
+    """CPUs this process may use (respects affinity and cgroup pinning where visible)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,130 @@
+"""Sessions: gpuci's own checks, the GPU suite in each mode, the verdict, demos, benchmarks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_venv = "yes"
+
+ROOT = Path(__file__).parent
+GPU_OUT = "out/gpu"
+# CuPy's wheel is per CUDA major version; a GPU runner picks its own.
+CUPY = os.environ.get("GPUCI_CUPY_PACKAGE", "cupy-cuda12x")
+TEST_DEPS = ["pytest>=7.4", "check-jsonschema>=0.29", "playwright>=1.45"]
+
+
+def has_gpu() -> bool:
+    """Whether nvidia-smi sees a GPU here (decides what the GPU sessions install)."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, check=False)
+    return probe.returncode == 0 and b"GPU" in probe.stdout
+
+
+def install_gpuci(session: nox.Session, *, gpu: bool = False) -> None:
+    """gpuci itself, and CuPy where there is a GPU to use it (a --no-venv run keeps its own)."""
+    if isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv):
+        return
+    session.install("-e", ".")
+    if gpu and has_gpu():
+        session.install(CUPY, "numpy")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format) and mypy --strict."""
+    session.install("ruff>=0.6", "mypy>=1.10", "-e", ".", "types-requests")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """gpuci's own tests: unit, end-to-end, publisher, browser, pipeline (no GPU needed)."""
+    session.install("-e", ".", *TEST_DEPS)
+    session.run("pytest", *session.posargs)
+
+
+def _gpu_mode(session: nox.Session, mode: str) -> None:
+    install_gpuci(session, gpu=True)
+    session.run("gpuci", "run", "tests/gpu", "--mode", mode, "--out", GPU_OUT, *session.posargs)
+
+
+@nox.session
+def gpu_isolated(session: nox.Session) -> None:
+    """The GPU suite, one fresh interpreter per file, one at a time."""
+    _gpu_mode(session, "isolated")
+
+
+@nox.session
+def gpu_parallel(session: nox.Session) -> None:
+    """The GPU suite, one fresh interpreter per file, several at once on the GPU(s)."""
+    _gpu_mode(session, "parallel")
+
+
+@nox.session
+def gpu_suite(session: nox.Session) -> None:
+    """The GPU suite in one interpreter, as a plain pytest run would."""
+    _gpu_mode(session, "suite")
+
+
+@nox.session
+def gpu_verdict(session: nox.Session) -> None:
+    """Merge, diff and report the GPU modes' results; publish inside an MR pipeline."""
+    install_gpuci(session)
+    session.run("gpuci", "merge", GPU_OUT, "-o", f"{GPU_OUT}/junit.xml")
+    diff = ["gpuci", "diff", GPU_OUT, *session.posargs]
+    session.run(*diff, success_codes=[0, 1])
+    session.run("gpuci", "report", f"{GPU_OUT}/verdict.json")
+    if os.environ.get("CI_MERGE_REQUEST_IID"):
+        session.run("gpuci", "publish", f"{GPU_OUT}/comment.md")
+    session.run(*diff, "-o", f"{GPU_OUT}/verdict.json", silent=True)  # the verdict's exit code
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """`gpuci check` on the bundled polluted suite (its CuPy twin where a GPU is present)."""
+    gpu = has_gpu()
+    install_gpuci(session, gpu=gpu)
+    suite = "examples/gpu_polluted" if gpu else "examples/polluted_suite"
+    out = ROOT / "out" / "demo"
+    state = out / "state"
+    shutil.rmtree(out, ignore_errors=True)
+    state.mkdir(parents=True)
+    env = {"FAKEGPU_DIR": str(state), "GPU_POLLUTED_STATE": str(state)}
+    # The planted bugs fail the verdict on purpose: exit code 1 is the expected answer.
+    session.run(
+        "gpuci",
+        "check",
+        suite,
+        "--out",
+        str(out),
+        "--timeout",
+        "5",
+        *session.posargs,
+        env=env,
+        success_codes=[0, 1],
+    )
+    session.log(f"report: {out / 'report.html'}")
+    session.log(f"MR comment: {out / 'comment.md'}")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """gpuci's overhead against bare pytest loops and pytest-xdist, on a generated suite."""
+    session.install("-e", ".", "pytest-xdist")
+    session.run("python", "benchmarks/bench_runner.py", *session.posargs)
+
+
+@nox.session
+def bench_kernels(session: nox.Session) -> None:
+    """The CuPy kernels against the obvious CuPy compositions (needs a GPU)."""
+    install_gpuci(session, gpu=True)
+    session.run("python", "benchmarks/bench_kernels.py", *session.posargs)
