@@ -25,7 +25,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError, so every mistake is one `gpuci: error:` line."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog.removeprefix('gpuci ')}: {message}")
+        where = self.prog.removeprefix("gpuci").strip()
+        raise UsageError(f"{where}: {message}" if where else message)
 
 
 def _positive_float(text: str) -> float:
@@ -176,7 +177,9 @@ def _run_one_mode(args: argparse.Namespace, mode: Mode) -> ModeRun:
     if shard:
         mode_dir = mode_dir / f"shard-{shard[0]}-of-{shard[1]}"
     durations_path = args.durations
-    if durations_path is None and (out / Mode.ISOLATED.value).is_dir():
+    # Only later modes order by the isolated run's durations: a sharded isolated run that
+    # read its sibling shards' results would plan differently from them.
+    if durations_path is None and mode is not Mode.ISOLATED and (out / "isolated").is_dir():
         isolated = out / Mode.ISOLATED.value
         if (isolated / "run.json").exists() or any(isolated.glob("shard-*/run.json")):
             durations_path = isolated

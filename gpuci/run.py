@@ -58,6 +58,9 @@ GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
 LOG_HEAD_BYTES = 2 << 20  # keep the first 2 MiB of each interpreter's output...
 LOG_TAIL_BYTES = 1 << 20  # ...and the last 1 MiB; a flood in between is counted, not kept
 LOG_EXCERPT_CHARS = 3000  # of a crashed or hung interpreter's output, kept in run.json
+EXCERPT_SEARCH_BYTES = 32 << 10  # where to look for the fatal-error banner
+EXCERPT_MAX_CHARS = 8000  # a faulthandler dump of many threads can run long
+FATAL_BANNER = "Fatal Python error"
 NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
 OUTCOME_WORDS = (
     Outcome.PASSED,
@@ -182,14 +185,18 @@ class _CappedLog:
                 self._dropped += excess
 
     def excerpt(self) -> str:
-        """The last few thousand characters, for a crash or timeout message."""
-        data = bytes(self._tail) if self._tail else self._last_head()
-        return data[-LOG_EXCERPT_CHARS:].decode("utf-8", "replace")
+        """The end of the output, from Python's fatal-error banner when there is one."""
+        data = bytes(self._tail[-EXCERPT_SEARCH_BYTES:]) if self._tail else self._last_head()
+        text = data.decode("utf-8", "replace")
+        banner = text.rfind(FATAL_BANNER)
+        if banner >= 0:
+            return text[banner:][:EXCERPT_MAX_CHARS]
+        return text[-LOG_EXCERPT_CHARS:]
 
     def _last_head(self) -> bytes:
         self._file.flush()
         with Path(self._file.name).open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_EXCERPT_CHARS))
+            f.seek(max(0, f.seek(0, os.SEEK_END) - EXCERPT_SEARCH_BYTES))
             return f.read()
 
     def close(self) -> None:
