@@ -125,7 +125,7 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
     longrepr = report.longrepr
     text = ""
     if isinstance(longrepr, tuple):  # a skip: (path, lineno, reason)
-        text = str(longrepr[2])
+        text = str(longrepr[2]).removeprefix("Skipped: ")
     elif longrepr is not None:
         crash = getattr(longrepr, "reprcrash", None)
         text = crash.message if crash is not None else str(longrepr).strip()

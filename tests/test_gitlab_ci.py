@@ -1,0 +1,755 @@
+"""The GitLab pipeline: `.gitlab-ci.yml` against GitLab's CI schema, `.ci/verdict.sh`'s
+exit codes and baseline download, and the verdict job run for real by gitlab-ci-local
+(shell executor, no Docker) on the results fixture in tests/data/ci/.
+
+A test whose tool (check-jsonschema, gitlab-ci-local, rsync, curl, git) is missing skips
+on a workstation but fails under CI=true, so a pipeline never passes by skipping it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from gitlab_server import FakeGitLab, Received
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = ROOT / ".gitlab-ci.yml"
+VERDICT_SH = ROOT / ".ci" / "verdict.sh"
+FIXTURE = ROOT / "tests" / "data" / "ci" / "out" / "gpu"
+IN_CI = os.environ.get("CI", "").strip().lower() == "true"
+JOB_TOKEN = "jobtok-Sekr3t-0123456789abcdef"  # noqa: S105 (a test token)
+NOTE_TOKEN = "glpat-Sekr3t-0123456789abcdef"  # noqa: S105 (a test token)
+STEPS = ("merge", "diff", "report", "publish")
+GPU_JOB = re.compile(r"gpu:(?P<mode>\w+)(?:: \[(?P<index>\d+)/(?P<total>\d+)\])?")
+# What a child inherits of ours: never a real pipeline's CI, GitLab or proxy variables
+# (a test run inside GitLab CI must not talk to the real GitLab), nor gitlab-ci-local's
+# GCL_ defaults of whoever runs the tests.
+UNINHERITED = re.compile(r"CI|CI_\w*|GITLAB_\w*|GPUCI_\w*|GCL_\w*|\w*_proxy|\w*_PROXY")
+
+
+def missing(what: str, why: str) -> NoReturn:
+    """Skip for want of `what`, but fail under CI=true: a pipeline must not pass by skipping."""
+    message = f"{what} is not installed, and {why}"
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: a missing tool is an error, not a skip)")
+    pytest.skip(message)
+
+
+def need(tool: str, why: str, *, path: str | None = None) -> str:
+    """Where `tool` is on PATH (or `path`); `missing` without it."""
+    found = shutil.which(tool, path=path)
+    if found is None:
+        missing(tool, why)
+    return found
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Our environment without CI, GitLab, gpuci or proxy variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not UNINHERITED.fullmatch(k)}
+    return {**env, **extra}
+
+
+# --- the schema ----------------------------------------------------------------------
+
+
+def check_jsonschema(pipeline: Path) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema's GitLab schema (vendored in the package: no network) on `pipeline`."""
+    tool = shutil.which("check-jsonschema")
+    if tool is None:
+        try:
+            import check_jsonschema  # noqa: F401
+        except ImportError:
+            missing("check-jsonschema", "it validates the pipeline against GitLab's CI schema")
+        command = [sys.executable, "-m", "check_jsonschema"]
+    else:
+        command = [tool]
+    return subprocess.run(
+        [*command, "--builtin-schema", "vendor.gitlab-ci", str(pipeline)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_pipeline_matches_gitlab_ci_schema() -> None:
+    result = check_jsonschema(PIPELINE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok -- validation done" in result.stdout
+
+
+def test_schema_check_catches_a_broken_pipeline(tmp_path: Path) -> None:
+    broken = tmp_path / ".gitlab-ci.yml"
+    text = PIPELINE.read_text(encoding="utf-8")
+    assert "\n  when: always\n" in text
+    broken.write_text(text.replace("\n  when: always\n", "\n  when: sometimes\n"), "utf-8")
+    result = check_jsonschema(broken)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "sometimes" in result.stdout
+
+
+# --- .ci/verdict.sh on its own, with a stand-in gpuci ---------------------------------
+
+FAKE_GPUCI = """\
+#!/bin/sh
+# Records its arguments and exits as the test asks: FAKE_<STEP>_RC, FAKE_DIFF_BASELINE_RC.
+printf '%s\\n' "$*" >> "$FAKE_GPUCI_LOG"
+case $1 in
+    merge) exit "${FAKE_MERGE_RC:-0}" ;;
+    diff)
+        case " $* " in
+            *" --baseline "*) exit "${FAKE_DIFF_BASELINE_RC:-${FAKE_DIFF_RC:-0}}" ;;
+        esac
+        exit "${FAKE_DIFF_RC:-0}" ;;
+    report) exit "${FAKE_REPORT_RC:-0}" ;;
+    publish) exit "${FAKE_PUBLISH_RC:-0}" ;;
+esac
+exit 99
+"""
+
+
+class Job:
+    """A directory to run .ci/verdict.sh in, with a stand-in `gpuci` on PATH."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path / "job"
+        (self.dir / "out" / "gpu").mkdir(parents=True)
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        fake = bin_dir / "gpuci"
+        fake.write_text(FAKE_GPUCI, encoding="utf-8")
+        fake.chmod(0o755)
+        self.log = tmp_path / "gpuci-calls.log"
+        self.path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+    def run(self, *args: str, **env: str) -> tuple[int, str]:
+        """Run the script with `args` and CI variables `env`; its exit code and output."""
+        result = subprocess.run(
+            [str(VERDICT_SH), *args],
+            cwd=self.dir,
+            env=child_env(PATH=self.path, FAKE_GPUCI_LOG=str(self.log), **env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        for token in (JOB_TOKEN, NOTE_TOKEN):
+            assert token not in result.stdout
+        return result.returncode, result.stdout
+
+    def calls(self) -> list[str]:
+        """The gpuci command lines the script ran, in order."""
+        if not self.log.exists():
+            return []
+        return self.log.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Job:
+    return Job(tmp_path)
+
+
+def test_verdict_sh_is_executable() -> None:
+    # The pipeline runs it as `.ci/verdict.sh`: git keeps the bit, an editor may drop it.
+    assert os.access(VERDICT_SH, os.X_OK)
+    assert VERDICT_SH.read_text(encoding="utf-8").startswith("#!/bin/sh\n")
+
+
+def test_verdict_sh_runs_every_step_on_the_results_dir(job: Job) -> None:
+    code, output = job.run("out/gpu/", "--allow", "known")
+    assert code == 0, output
+    assert job.calls() == [
+        "merge out/gpu -o out/gpu/junit.xml",
+        "diff out/gpu -o out/gpu/verdict.json --allow known",
+        "report out/gpu/verdict.json --html out/gpu/report.html --markdown out/gpu/comment.md",
+        "publish out/gpu/comment.md",
+    ]
+    assert "no baseline" in output
+    assert output.rstrip().endswith("verdict.sh: exit 0")
+
+
+@pytest.mark.parametrize(
+    ("codes", "ran", "status"),
+    [
+        pytest.param({"diff": 1}, STEPS, 1, id="verdict-failed-still-reports-and-publishes"),
+        pytest.param({"diff": 1, "publish": 3}, STEPS, 1, id="verdict-failure-wins"),
+        pytest.param({"diff": 1, "merge": 3}, STEPS, 1, id="verdict-failure-wins-over-merge"),
+        pytest.param({"merge": 3}, STEPS, 3, id="merge-failed"),
+        pytest.param({"publish": 3}, STEPS, 3, id="publish-failed"),
+        pytest.param({"diff": 3}, ("merge", "diff"), 3, id="no-verdict-no-report"),
+        pytest.param({"diff": 2}, ("merge", "diff"), 2, id="diff-usage-error"),
+        pytest.param({"report": 3}, ("merge", "diff", "report"), 3, id="report-failed"),
+        pytest.param({"diff": 1, "report": 3}, ("merge", "diff", "report"), 1, id="both"),
+    ],
+)
+def test_verdict_sh_exit_codes(
+    job: Job, codes: dict[str, int], ran: tuple[str, ...], status: int
+) -> None:
+    env = {f"FAKE_{step.upper()}_RC": str(code) for step, code in codes.items()}
+    code, output = job.run("out/gpu", **env)
+    assert code == status, output
+    assert [call.split()[0] for call in job.calls()] == list(ran)
+
+
+def test_verdict_sh_usage(job: Job) -> None:
+    code, output = job.run()
+    assert code == 2
+    assert "usage: .ci/verdict.sh RESULTS_DIR" in output
+    assert job.calls() == []
+
+
+def test_verdict_sh_without_results(job: Job) -> None:
+    code, output = job.run("out/nothing")
+    assert code == 3
+    assert "no results directory out/nothing" in output
+    assert job.calls() == []
+
+
+class ArtifactServer:
+    """A loopback HTTP server with fixed answers per raw request path; records requests.
+    A path in `tokens` answers 401 unless the request has that (header, value)."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.tokens: dict[str, tuple[str, str]] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                server.requests.append((self.path, headers))
+                status, headers, body = server.answers.get(self.path, (404, {}, b"{}"))
+                header, token = server.tokens.get(self.path, ("", ""))
+                if header and self.headers.get(header) != token:
+                    status, headers, body = 401, {}, b'{"message": "401 Unauthorized"}'
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def __enter__(self) -> ArtifactServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def server() -> Iterator[ArtifactServer]:
+    need("curl", "verdict.sh downloads the baseline with it")
+    with ArtifactServer() as artifacts:
+        yield artifacts
+
+
+def dead_url() -> str:
+    """A loopback URL where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/api/v4"
+
+
+BASELINE = b'{"schema": "gpuci.verdict/1", "verdict": "pass"}\n'
+# The target branch "release/1.2" is one path segment, percent-encoded.
+ARTIFACT = "/api/v4/projects/42/jobs/artifacts/release%2F1.2/raw/out/gpu/verdict.json?job=verdict"
+
+
+def mr_env(server: ArtifactServer) -> dict[str, str]:
+    return {
+        "CI_API_V4_URL": f"{server.url}/api/v4/",
+        "CI_PROJECT_ID": "42",
+        "CI_JOB_TOKEN": JOB_TOKEN,
+        "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "release/1.2",
+        "CI_DEFAULT_BRANCH": "main",
+    }
+
+
+def test_verdict_sh_diffs_against_the_target_branch_verdict(
+    job: Job, server: ArtifactServer
+) -> None:
+    server.answers[ARTIFACT] = (200, {}, BASELINE)
+    code, output = job.run("out/gpu", **mr_env(server), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
+    assert code == 0, output
+    assert [path for path, _ in server.requests] == [ARTIFACT]
+    assert server.requests[0][1]["job-token"] == JOB_TOKEN
+    assert "private-token" not in server.requests[0][1]
+    assert "diff out/gpu --baseline out/gpu/baseline.json -o out/gpu/verdict.json" in job.calls()
+    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == BASELINE
+
+
+def test_verdict_sh_falls_back_to_the_api_token(job: Job, server: ArtifactServer) -> None:
+    # GitLab Free refuses the job token on the artifacts API: GPUCI_GITLAB_TOKEN may read.
+    server.answers[ARTIFACT] = (200, {}, BASELINE)
+    server.tokens[ARTIFACT] = ("PRIVATE-TOKEN", NOTE_TOKEN)
+    code, output = job.run("out/gpu", **mr_env(server), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
+    assert code == 0, output
+    assert [path for path, _ in server.requests] == [ARTIFACT, ARTIFACT]
+    first, second = (headers for _, headers in server.requests)
+    assert first.get("job-token") == JOB_TOKEN
+    assert "private-token" not in first
+    assert second.get("private-token") == NOTE_TOKEN
+    assert "job-token" not in second
+    assert "the job token got HTTP 401" in output
+    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == BASELINE
+
+
+def test_verdict_sh_follows_a_redirect_without_the_token(job: Job, server: ArtifactServer) -> None:
+    # GitLab answers with a redirect to object storage: the job token must not go there.
+    storage = "/storage/bucket/verdict.json?X-Amz-Signature=abc"
+    server.answers[ARTIFACT] = (302, {"Location": f"{server.url}{storage}"}, b"")
+    server.answers[storage] = (200, {}, BASELINE)
+    code, output = job.run("out/gpu", **mr_env(server))
+    assert code == 0, output
+    assert [path for path, _ in server.requests] == [ARTIFACT, storage]
+    assert server.requests[0][1]["job-token"] == JOB_TOKEN
+    assert "job-token" not in server.requests[1][1]
+    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == BASELINE
+
+
+def test_verdict_sh_uses_the_default_branch_outside_a_merge_request(
+    job: Job, server: ArtifactServer
+) -> None:
+    env = mr_env(server)
+    del env["CI_MERGE_REQUEST_TARGET_BRANCH_NAME"]
+    code, output = job.run("out/gpu", **env)
+    assert code == 0, output
+    assert [path for path, _ in server.requests] == [
+        "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpu/verdict.json?job=verdict"
+    ]
+
+
+@pytest.mark.parametrize("answer", [404, 401, "unreachable", "no-token"])
+def test_verdict_sh_goes_on_without_a_baseline(
+    job: Job, server: ArtifactServer, answer: int | str
+) -> None:
+    env = mr_env(server)
+    if isinstance(answer, int):
+        server.answers[ARTIFACT] = (answer, {}, b'{"message": "no"}')
+    elif answer == "unreachable":
+        env["CI_API_V4_URL"] = dead_url()
+    else:
+        del env["CI_JOB_TOKEN"]
+    code, output = job.run("out/gpu", **env, FAKE_DIFF_RC="1")
+    assert code == 1, output
+    assert "no baseline" in output
+    assert [call.split()[0] for call in job.calls()] == list(STEPS)
+    assert "--baseline" not in job.calls()[1]
+    assert not (job.dir / "out" / "gpu" / "baseline.json").exists()
+    assert not (job.dir / "out" / "gpu" / "baseline.json.part").exists()
+    if isinstance(answer, int):
+        assert f"HTTP {answer}" in output
+    elif answer == "unreachable":
+        assert "the download failed" in output
+
+
+def test_verdict_sh_drops_a_baseline_that_diff_cannot_read(
+    job: Job, server: ArtifactServer
+) -> None:
+    server.answers[ARTIFACT] = (200, {}, b"not json")
+    code, output = job.run("out/gpu", **mr_env(server), FAKE_DIFF_BASELINE_RC="3", FAKE_DIFF_RC="1")
+    assert code == 1, output
+    diffs = [call for call in job.calls() if call.startswith("diff ")]
+    assert diffs == [
+        "diff out/gpu --baseline out/gpu/baseline.json -o out/gpu/verdict.json",
+        "diff out/gpu -o out/gpu/verdict.json",
+    ]
+
+
+# --- the verdict job, run by gitlab-ci-local ------------------------------------------
+
+
+def gitlab_ci_local() -> str:
+    """gitlab-ci-local from PATH or a project-local `npm install` (node_modules/.bin)."""
+    search = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    tool = need("gitlab-ci-local", "it runs the pipeline's jobs locally", path=search)
+    need("rsync", "gitlab-ci-local's shell isolation copies with it")
+    need("git", "gitlab-ci-local reads the project's git data")
+    return tool
+
+
+def safe_job_name(name: str) -> str:
+    """gitlab-ci-local's folder name for a job (Utils.safeDockerString)."""
+    return re.sub(
+        r"[^\w-]+",
+        lambda m: base64.urlsafe_b64encode(m[0].encode()).decode().rstrip("="),
+        name,
+        flags=re.ASCII,
+    )
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=gpuci", "-c", "user.email=gpuci@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def copy_project(dest: Path) -> None:
+    """The checkout's files (tracked and not ignored) as a fresh git repo at `dest`."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if name.startswith(".gitlab-ci-local/") or not source.is_file():
+            continue
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest / name)
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "config", "user.name", "gpuci")  # gitlab-ci-local reads them
+    git(dest, "config", "user.email", "gpuci@example.com")
+    git(dest, "add", "-A")
+    git(dest, "-c", "commit.gpgsign=false", "commit", "-q", "-m", "pipeline under test")
+    # A GitLab-like origin whose default branch is main, as gitlab-ci-local expects.
+    git(dest, "remote", "add", "origin", "https://gitlab.example.com/team/gpuci.git")
+    git(dest, "update-ref", "refs/remotes/origin/main", "HEAD")
+    git(dest, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
+
+
+class Pipeline:
+    """A copy of the project in which gitlab-ci-local runs jobs with the shell executor."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tool = gitlab_ci_local()
+        self.dir = tmp_path / "project"
+        self.dir.mkdir()
+        copy_project(self.dir)
+        self.home = tmp_path / "home"
+        self.home.mkdir()
+        # `gpuci` in the job is this checkout's, run by this interpreter.
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        shim = bin_dir / "gpuci"
+        shim.write_text(
+            f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m gpuci "$@"\n', "utf-8"
+        )
+        shim.chmod(0o755)
+        self.path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+    def gcl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run gitlab-ci-local in the project."""
+        return subprocess.run(
+            [self.tool, *args],
+            cwd=self.dir,
+            env=child_env(PATH=self.path, HOME=str(self.home), NO_COLOR="1"),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """The pipeline's jobs as gitlab-ci-local lists them (extends and parallel applied)."""
+        result = self.gcl("--list-json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+    def artifacts(self, job: str) -> Path:
+        """Where gitlab-ci-local keeps `job`'s artifacts."""
+        return self.dir / ".gitlab-ci-local" / "artifacts" / safe_job_name(job)
+
+    def seed_gpu_artifacts(self) -> dict[str, Path]:
+        """Each GPU job's out/gpu/ from the fixture, as if it had run and uploaded it."""
+        jobs = self.jobs()
+        verdict = next(j for j in jobs if j["name"] == "verdict")
+        needed = {n["job"] for n in verdict["needs"] if n["artifacts"]}
+        seeded = {}
+        for job in jobs:
+            base = job["name"].split(": [")[0]
+            if base not in needed:
+                continue
+            match = GPU_JOB.fullmatch(job["name"])
+            assert match, f"{job['name']}: not a gpu:<mode> job"
+            part = Path(match["mode"])
+            if match["index"]:
+                part /= f"shard-{match['index']}-of-{match['total']}"
+            assert (FIXTURE / part).is_dir(), (
+                f"the fixture has no {part} for job {job['name']}: run"
+                " tests/data/ci/make_results.py with the shards that `parallel:` gives"
+            )
+            shutil.copytree(FIXTURE / part, self.artifacts(job["name"]) / "out" / "gpu" / part)
+            seeded[job["name"]] = part
+        return seeded
+
+    def run_verdict(self, variables: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+        """Run the verdict job alone, with the GPU jobs' artifacts seeded."""
+        args = ["verdict", "--shell-isolation", "--force-shell-executor", "--no-color"]
+        args += ["--no-artifacts-to-source"]
+        args += ["--ignore-predefined-vars", ",".join(variables)]
+        for name, value in {"GPUCI_INSTALL": "true", **variables}.items():
+            args += ["--variable", f"{name}={value}"]
+        return self.gcl(*args)
+
+
+def verdict_outputs(pipeline: Pipeline) -> dict[str, Path]:
+    """The verdict job's artifacts, where gitlab-ci-local exported them."""
+    out = pipeline.artifacts("verdict") / "out" / "gpu"
+    names = ("verdict.json", "report.html", "comment.md", "junit.xml")
+    return {name: out / name for name in names}
+
+
+def assert_no_token(result: subprocess.CompletedProcess[str], pipeline: Pipeline) -> None:
+    log = (pipeline.dir / ".gitlab-ci-local" / "output" / "verdict.log").read_text("utf-8")
+    for token in (JOB_TOKEN, NOTE_TOKEN):
+        assert token not in result.stdout + result.stderr + log
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    """One project copy for the tests that only read the pipeline."""
+    return Pipeline(tmp_path_factory.mktemp("pipeline"))
+
+
+def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
+    jobs = {j["name"]: j for j in project.jobs()}
+    gpu = sorted(name for name in jobs if name.startswith("gpu:"))
+    assert [name for name in gpu if not name.startswith("gpu:isolated: [")] == [
+        "gpu:parallel",
+        "gpu:suite",
+    ]
+    shards = [name for name in gpu if name.startswith("gpu:isolated: [")]
+    assert len(shards) >= 2  # sharded with `parallel:`
+    assert all(jobs[name]["allow_failure"] for name in gpu)
+    verdict = jobs["verdict"]
+    assert verdict["when"] == "always"
+    assert sorted((n["job"], n["artifacts"]) for n in verdict["needs"]) == [
+        ("gpu:isolated", True),
+        ("gpu:parallel", True),
+        ("gpu:suite", True),
+    ]
+    assert jobs["check"]["when"] == "on_success"
+
+
+def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
+    try:
+        from ruamel.yaml import YAML  # check-jsonschema's YAML parser
+    except ImportError:
+        missing("ruamel.yaml (check-jsonschema's)", "it reads gitlab-ci-local's preview")
+    result = project.gcl("--preview")  # extends, anchors and defaults applied
+    assert result.returncode == 0, result.stderr
+    config = YAML(typ="safe").load(result.stdout)
+
+    rules = " ".join(rule["if"] for rule in config["workflow"]["rules"])
+    assert '$CI_PIPELINE_SOURCE == "merge_request_event"' in rules
+    assert "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH" in rules
+    assert "nox -s lint tests" in config["check"]["script"]
+    assert "gpu" not in config["check"].get("tags", [])
+
+    assert config["gpu:isolated"]["parallel"] >= 2
+    for mode in ("isolated", "parallel", "suite"):
+        job = config[f"gpu:{mode}"]
+        assert job["tags"] == ["gpu"]
+        assert job["script"] == [f"nox -s gpu_{mode}"]
+        assert job["artifacts"]["when"] == "always"
+        assert "out/gpu/" in job["artifacts"]["paths"]
+        kernels = job["variables"]["CUPY_CACHE_DIR"]
+        assert kernels.startswith("$CI_PROJECT_DIR/")
+        cached = [
+            c for c in job["cache"] if f"{kernels.removeprefix('$CI_PROJECT_DIR/')}/" in c["paths"]
+        ]
+        assert len(cached) == 1
+        assert cached[0]["when"] == "always"
+
+    verdict = config["verdict"]
+    assert verdict["script"][-1].startswith(".ci/verdict.sh out/gpu ")
+    artifacts = verdict["artifacts"]
+    assert artifacts["when"] == "always"
+    assert artifacts["expose_as"]
+    assert artifacts["reports"]["junit"] == "out/gpu/junit.xml"
+    # out/gpu/verdict.json is also the path .ci/verdict.sh fetches the baseline from.
+    for name in ("verdict.json", "report.html", "comment.md", "junit.xml"):
+        assert f"out/gpu/{name}" in artifacts["paths"]
+
+
+REGRESSIONS = {
+    "tests/gpu/test_softmax.py::test_rows[fp16]": "order-dependent",
+    "tests/gpu/test_pool.py::test_reuse": "concurrency",
+}
+
+
+@pytest.mark.slow
+def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) -> None:
+    need("curl", "verdict.sh downloads the baseline with it")
+    pipeline = Pipeline(tmp_path)
+    seeded = pipeline.seed_gpu_artifacts()
+    assert sorted(map(str, seeded.values())) == [
+        "isolated/shard-1-of-2",
+        "isolated/shard-2-of-2",
+        "parallel",
+        "suite",
+    ]
+    # A pipeline of the default branch, which has no verdict yet: GitLab answers 404.
+    with ArtifactServer() as server:
+        result = pipeline.run_verdict(
+            {
+                "CI_API_V4_URL": f"{server.url}/api/v4",
+                "CI_PROJECT_ID": "42",
+                "CI_JOB_TOKEN": JOB_TOKEN,
+            }
+        )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output  # the job failed: gitlab-ci-local says so
+    assert_no_token(result, pipeline)
+    assert [path for path, _ in server.requests] == [
+        "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpu/verdict.json?job=verdict"
+    ]
+    assert server.requests[0][1]["job-token"] == JOB_TOKEN
+    assert "HTTP 404" in output
+    assert "no baseline" in output
+
+    outputs = verdict_outputs(pipeline)
+    verdict = json.loads(outputs["verdict.json"].read_text(encoding="utf-8"))
+    assert verdict["schema"] == "gpuci.verdict/1"
+    assert verdict["verdict"] == "fail"
+    assert {t["id"]: t["category"] for t in verdict["tests"]} == {
+        **REGRESSIONS,
+        "tests/gpu/test_scan.py::test_empty": "failed",
+        "tests/gpu/test_pool.py::test_limit": "skipped",
+        "tests/gpu/test_softmax.py::test_rows[fp32]": "passed",
+        "tests/gpu/test_scan.py::test_scan": "passed",
+    }
+    assert all(t["new"] is None for t in verdict["tests"])  # no baseline, no "known"
+    assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite"]
+    assert verdict["modes"]["isolated"]["shards"] == 2
+    assert verdict["modes"]["isolated"]["missing_shards"] == []
+
+    # The report and the comment were written, and publish ran, before the job failed.
+    html = outputs["report.html"].read_text(encoding="utf-8")
+    comment = outputs["comment.md"].read_text(encoding="utf-8")
+    for test_id in REGRESSIONS:
+        assert test_id.split("::")[1] in html
+        assert test_id.split("::")[1] in comment
+    assert "not in a merge request pipeline" in output
+    assert "verdict.sh: exit 1" in output
+
+    junit = outputs["junit.xml"].read_text(encoding="utf-8")
+    assert junit.count("<testcase ") == 18  # 6 tests, 3 modes, shards merged
+    for mode in ("isolated", "parallel", "suite"):
+        assert junit.count(f'name="[{mode}] ') == 6
+
+
+class GitLabWithArtifacts(FakeGitLab):
+    """FakeGitLab that also serves the default branch's verdict artifact, as GitLab does
+    with object storage: a redirect from the API to a signed storage URL."""
+
+    STORAGE = "/storage/artifacts/verdict.json"
+
+    def __init__(self, *, baseline: bytes, job_token: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.baseline = json.loads(baseline)
+        self.job_token = job_token
+
+    def answer(self, request: Received) -> tuple[int, dict[str, str], Any]:
+        """The artifact API and storage, else the notes API."""
+        artifact = (
+            f"/api/v4/projects/{self.project_id}/jobs/artifacts/main/raw/out/gpu/verdict.json"
+        )
+        if request.path == artifact and request.query == {"job": "verdict"}:
+            if request.headers.get("job-token") != self.job_token:
+                return 404, {}, {"message": "404 Not Found"}
+            server = self.api_url.removesuffix("/api/v4")
+            return 302, {"Location": f"{server}{self.STORAGE}?X-Amz-Signature=abc"}, None
+        if request.path == self.STORAGE:
+            return 200, {}, self.baseline
+        return super().answer(request)
+
+
+@pytest.mark.slow
+def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: Path) -> None:
+    need("curl", "verdict.sh downloads the baseline with it")
+    pipeline = Pipeline(tmp_path)
+    pipeline.seed_gpu_artifacts()
+    # The target branch's verdict already had both regressions and the failure.
+    results = tmp_path / "target-branch" / "gpu"
+    shutil.copytree(FIXTURE, results)
+    baseline = tmp_path / "baseline.json"
+    diff = subprocess.run(
+        [sys.executable, "-m", "gpuci", "diff", str(results), "-o", str(baseline)],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert diff.returncode == 1, diff.stdout + diff.stderr
+
+    with GitLabWithArtifacts(
+        baseline=baseline.read_bytes(), job_token=JOB_TOKEN, token=NOTE_TOKEN
+    ) as gitlab:
+        result = pipeline.run_verdict(
+            {
+                "CI_PIPELINE_SOURCE": "merge_request_event",
+                "CI_MERGE_REQUEST_IID": gitlab.mr_iid,
+                "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "main",
+                "CI_API_V4_URL": gitlab.api_url,
+                "CI_PROJECT_ID": gitlab.project_id,
+                "CI_JOB_TOKEN": JOB_TOKEN,
+                "GPUCI_GITLAB_TOKEN": NOTE_TOKEN,
+                "GPUCI_DIFF_ARGS": "--allow known,failed",
+            }
+        )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert_no_token(result, pipeline)
+
+    verdict = json.loads(verdict_outputs(pipeline)["verdict.json"].read_text(encoding="utf-8"))
+    assert verdict["verdict"] == "pass"
+    assert {t["id"]: t["new"] for t in verdict["tests"] if t["id"] in REGRESSIONS} == dict.fromkeys(
+        REGRESSIONS, False
+    )
+
+    # The baseline came with the job token, which did not follow the redirect; the
+    # note went with the API token, which never went to the artifact endpoints.
+    artifact, storage, *api = gitlab.received
+    assert "/jobs/artifacts/main/raw/" in artifact.path
+    assert artifact.headers.get("job-token") == JOB_TOKEN
+    assert "private-token" not in artifact.headers
+    assert storage.path == gitlab.STORAGE
+    assert "job-token" not in storage.headers
+    assert "private-token" not in storage.headers
+    assert api
+    assert all(r.headers.get("private-token") == NOTE_TOKEN for r in api)
+    assert all("job-token" not in r.headers for r in api)
+    comment = verdict_outputs(pipeline)["comment.md"].read_text(encoding="utf-8")
+    assert len(gitlab.notes) == 1
+    assert gitlab.notes[0]["author"]["id"] == gitlab.user_id
+    assert comment.strip() in gitlab.notes[0]["body"]

@@ -1,0 +1,111 @@
+"""Planning: LPT order, balanced shards, GPU slots, workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuci.model import Mode, UsageError
+from gpuci.plan import (
+    choose_workers,
+    order_files,
+    parse_shard,
+    parse_workers,
+    plan_schedule,
+    shard_files,
+    shard_from_env,
+)
+
+FILES = ["a.py", "b.py", "c.py", "d.py", "e.py", "f.py"]
+DURATIONS = {"a.py": 1.0, "b.py": 9.0, "c.py": 4.0, "d.py": 4.0, "e.py": 2.0, "f.py": 7.0}
+
+
+def test_longest_file_first_ties_keep_path_order() -> None:
+    assert order_files(FILES, DURATIONS) == ["b.py", "f.py", "c.py", "d.py", "e.py", "a.py"]
+
+
+def test_without_durations_path_order_is_kept() -> None:
+    assert order_files(FILES, {}) == FILES
+
+
+def test_a_file_without_a_duration_is_placed_by_the_mean() -> None:
+    durations = {"a.py": 1.0, "b.py": 9.0}  # mean 5: c.py goes between them
+    assert order_files(["a.py", "b.py", "c.py"], durations) == ["b.py", "c.py", "a.py"]
+
+
+@pytest.mark.parametrize("total", [1, 2, 3, 4, 7])
+def test_shards_cover_every_file_exactly_once(total: int) -> None:
+    shards = [shard_files(FILES, DURATIONS, i, total) for i in range(1, total + 1)]
+    flat = [f for shard in shards for f in shard]
+    assert sorted(flat) == sorted(FILES)
+    for shard in shards:  # each shard keeps collection order for its suite run
+        assert shard == [f for f in FILES if f in shard]
+
+
+def test_shards_are_balanced_by_duration() -> None:
+    loads = [sum(DURATIONS[f] for f in shard_files(FILES, DURATIONS, i, 3)) for i in (1, 2, 3)]
+    assert max(loads) - min(loads) <= 2.0  # 27 s of work: 9 | 7+2 | 4+4+1
+    assert sorted(loads) == [9.0, 9.0, 9.0]
+
+
+def test_shard_planning_is_deterministic() -> None:
+    assert shard_files(FILES, DURATIONS, 2, 3) == shard_files(list(FILES), dict(DURATIONS), 2, 3)
+
+
+@pytest.mark.parametrize(("text", "shard"), [("1/1", (1, 1)), ("2/4", (2, 4))])
+def test_parse_shard(text: str, shard: tuple[int, int]) -> None:
+    assert parse_shard(text) == shard
+
+
+@pytest.mark.parametrize("text", ["3/2", "0/2", "a/b", "1", "1/2/3", "-1/2"])
+def test_bad_shards_are_usage_errors(text: str) -> None:
+    with pytest.raises(UsageError, match="--shard"):
+        parse_shard(text)
+
+
+def test_shard_from_gitlab_variables() -> None:
+    assert shard_from_env({"CI_NODE_INDEX": "2", "CI_NODE_TOTAL": "5"}) == (2, 5)
+    assert shard_from_env({"CI_NODE_INDEX": "1", "CI_NODE_TOTAL": "1"}) is None
+    assert shard_from_env({}) is None
+
+
+def test_workers() -> None:
+    assert parse_workers("auto") is None
+    assert parse_workers("3") == 3
+    for bad in ("0", "-2", "x"):
+        with pytest.raises(UsageError, match="--workers"):
+            parse_workers(bad)
+
+
+def test_auto_workers_follow_cpus_gpus_and_files() -> None:
+    assert choose_workers(None, cpus=16, gpus=1, files=40)[0] == 4
+    assert choose_workers(None, cpus=16, gpus=2, files=40)[0] == 8
+    assert choose_workers(None, cpus=2, gpus=2, files=40)[0] == 2
+    assert choose_workers(None, cpus=8, gpus=0, files=3)[0] == 3
+    workers, why = choose_workers(None, cpus=16, gpus=1, files=40)
+    assert why.startswith("auto: 4") and "16 CPUs" in why
+    assert choose_workers(6, cpus=2, gpus=0, files=40) == (6, "6 requested")
+
+
+def test_parallel_slots_get_gpus_round_robin() -> None:
+    schedule = plan_schedule(FILES, mode=Mode.PARALLEL, durations=DURATIONS,
+                             serial=frozenset(), workers=5, gpus=["0", "1"])  # fmt: skip
+    assert schedule.slot_gpus == ("0", "1", "0", "1", "0")
+    assert schedule.pool[0] == "b.py"
+
+
+def test_serial_files_run_after_the_pool() -> None:
+    schedule = plan_schedule(FILES, mode=Mode.PARALLEL, durations=DURATIONS,
+                             serial=frozenset({"b.py"}), workers=2, gpus=[])  # fmt: skip
+    assert "b.py" not in schedule.pool
+    assert schedule.serial == ("b.py",)
+    assert schedule.files[-1] == "b.py"
+    assert schedule.slot_gpus == (None, None)
+
+
+@pytest.mark.parametrize("mode", [Mode.ISOLATED, Mode.SUITE])
+def test_serial_modes_keep_collection_order_in_one_slot(mode: Mode) -> None:
+    schedule = plan_schedule(FILES, mode=mode, durations=DURATIONS, serial=frozenset(),
+                             workers=4, gpus=["0", "1"])  # fmt: skip
+    assert schedule.pool == tuple(FILES)
+    assert schedule.workers == 1
+    assert schedule.slot_gpus == ("0,1",)
