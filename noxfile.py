@@ -16,7 +16,9 @@ ROOT = Path(__file__).parent
 GPU_OUT = "out/gpu"
 # CuPy's wheel is per CUDA major version; a GPU runner picks its own.
 CUPY = os.environ.get("GPUCI_CUPY_PACKAGE", "cupy-cuda12x")
-TEST_DEPS = ["pytest>=7.4", "check-jsonschema>=0.29", "playwright>=1.45"]
+# playwright drives Debian's Chromium (never its own download); comrak is GitLab's own
+# Markdown engine, to check the MR comment renders with no links, images or mentions.
+TEST_DEPS = ["pytest>=7.4", "check-jsonschema>=0.29", "playwright>=1.45", "comrak==0.0.16"]
 
 
 def has_gpu() -> bool:

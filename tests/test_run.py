@@ -282,9 +282,13 @@ def test_shards_split_the_files_and_write_side_by_side(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", GPU_SUITE)
     ran: list[str] = []
     for index in (1, 2):
-        proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", "--shard", f"{index}/2", cwd=root)
+        proc = gpuci(
+            "run", ".", "--mode", "isolated", "--out", "out", "--shard", f"{index}/2", cwd=root
+        )
         assert proc.returncode == 0, proc.stderr
-        run = json.loads((root / "out" / "isolated" / f"shard-{index}-of-2" / "run.json").read_text())
+        run = json.loads(
+            (root / "out" / "isolated" / f"shard-{index}-of-2" / "run.json").read_text()
+        )
         assert run["shard"] == [index, 2]
         ran += [f["file"] for f in run["files"]]
     assert sorted(ran) == sorted(f for f in GPU_SUITE if f.startswith("test_"))

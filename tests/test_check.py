@@ -1,0 +1,98 @@
+"""End-to-end: `gpuci check` on the bundled polluted suite, every category as written down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "examples" / "polluted_suite"
+
+
+def gpuci(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a real subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuci", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="module")
+def checked(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str], dict[str, str]]:
+    """One `gpuci check` of the polluted suite, shared by the assertions below."""
+    tmp = tmp_path_factory.mktemp("check")
+    env = dict(os.environ, FAKEGPU_DIR=str(tmp / "state"))
+    env.pop("CI_JOB_URL", None)
+    out = tmp / "out"
+    proc = gpuci("check", str(SUITE), "--out", str(out), "--timeout", "3", cwd=ROOT, env=env)
+    return out, proc, env
+
+
+@pytest.mark.slow
+def test_every_test_gets_its_expected_category(
+    checked: tuple[Path, subprocess.CompletedProcess[str], dict[str, str]],
+) -> None:
+    out, proc, _ = checked
+    assert proc.returncode == 1, proc.stderr[-3000:]  # planted failures fail the verdict
+    expected = json.loads((SUITE / "expected.json").read_text(encoding="utf-8"))
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    got = {t["id"]: t["category"] for t in verdict["tests"]}
+    assert got == expected
+    assert verdict["verdict"] == "fail"
+    every = {"passed", "skipped", "failed", "flaky", "order-dependent", "depends-on-others",
+             "concurrency", "crashed", "timed-out", "not-run"}  # fmt: skip
+    assert {c for c, n in verdict["summary"].items() if n} == every
+    assert set(verdict["modes"]) == {"isolated", "parallel", "suite"}
+
+
+@pytest.mark.slow
+def test_check_writes_every_artifact_and_a_summary(
+    checked: tuple[Path, subprocess.CompletedProcess[str], dict[str, str]],
+) -> None:
+    out, proc, _ = checked
+    for name in ("verdict.json", "report.html", "comment.md"):
+        assert (out / name).stat().st_size > 0
+    for mode in ("isolated", "parallel", "suite"):
+        assert (out / mode / "run.json").exists()
+        assert (out / mode / "junit.xml").exists()
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("order-dependent") for line in lines)
+    assert any(line.strip().startswith("reproduce: cd ") for line in lines)
+    assert any(line.startswith("verdict: fail") for line in lines)
+
+
+@pytest.mark.slow
+def test_a_baseline_makes_regressions_known_and_allow_known_passes(
+    checked: tuple[Path, subprocess.CompletedProcess[str], dict[str, str]], tmp_path: Path
+) -> None:
+    out, _, env = checked
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text((out / "verdict.json").read_text(encoding="utf-8"), encoding="utf-8")
+    again = tmp_path / "again.json"
+    proc = gpuci("diff", str(out), "--baseline", str(baseline), "-o", str(again), cwd=ROOT, env=env)
+    assert proc.returncode == 1
+    verdict = json.loads(again.read_text(encoding="utf-8"))
+    isolation = [t for t in verdict["tests"]
+                 if t["category"] in ("order-dependent", "depends-on-others", "concurrency")]  # fmt: skip
+    assert isolation and all(t["new"] is False for t in isolation)
+    # only known regressions and the planted real failures remain: allowed, it passes
+    allowed = "known,failed,crashed,timed-out"
+    proc = gpuci("diff", str(out), "--baseline", str(baseline), "-o", str(again),
+                 "--allow", allowed, cwd=ROOT, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    # without the baseline the same regressions are not known, and the verdict fails
+    proc = gpuci("diff", str(out), "-o", str(again), "--allow", allowed, cwd=ROOT, env=env)
+    assert proc.returncode == 1
