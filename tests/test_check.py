@@ -52,8 +52,18 @@ def test_every_test_gets_its_expected_category(
     got = {t["id"]: t["category"] for t in verdict["tests"]}
     assert got == expected
     assert verdict["verdict"] == "fail"
-    every = {"passed", "skipped", "failed", "flaky", "order-dependent", "depends-on-others",
-             "concurrency", "crashed", "timed-out", "not-run"}  # fmt: skip
+    every = {
+        "passed",
+        "skipped",
+        "failed",
+        "flaky",
+        "order-dependent",
+        "depends-on-others",
+        "concurrency",
+        "crashed",
+        "timed-out",
+        "not-run",
+    }
     assert {c for c, n in verdict["summary"].items() if n} == every
     assert set(verdict["modes"]) == {"isolated", "parallel", "suite"}
 
@@ -85,13 +95,26 @@ def test_a_baseline_makes_regressions_known_and_allow_known_passes(
     proc = gpuci("diff", str(out), "--baseline", str(baseline), "-o", str(again), cwd=ROOT, env=env)
     assert proc.returncode == 1
     verdict = json.loads(again.read_text(encoding="utf-8"))
-    isolation = [t for t in verdict["tests"]
-                 if t["category"] in ("order-dependent", "depends-on-others", "concurrency")]  # fmt: skip
+    isolation = [
+        t
+        for t in verdict["tests"]
+        if t["category"] in ("order-dependent", "depends-on-others", "concurrency")
+    ]
     assert isolation and all(t["new"] is False for t in isolation)
     # only known regressions and the planted real failures remain: allowed, it passes
     allowed = "known,failed,crashed,timed-out"
-    proc = gpuci("diff", str(out), "--baseline", str(baseline), "-o", str(again),
-                 "--allow", allowed, cwd=ROOT, env=env)  # fmt: skip
+    proc = gpuci(
+        "diff",
+        str(out),
+        "--baseline",
+        str(baseline),
+        "-o",
+        str(again),
+        "--allow",
+        allowed,
+        cwd=ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:]
     # without the baseline the same regressions are not known, and the verdict fails
     proc = gpuci("diff", str(out), "-o", str(again), "--allow", allowed, cwd=ROOT, env=env)

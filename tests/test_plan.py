@@ -81,21 +81,33 @@ def test_auto_workers_follow_cpus_gpus_and_files() -> None:
     assert choose_workers(None, cpus=16, gpus=2, files=40)[0] == 8
     assert choose_workers(None, cpus=2, gpus=2, files=40)[0] == 2
     assert choose_workers(None, cpus=8, gpus=0, files=3)[0] == 3
-    workers, why = choose_workers(None, cpus=16, gpus=1, files=40)
+    _, why = choose_workers(None, cpus=16, gpus=1, files=40)
     assert why.startswith("auto: 4") and "16 CPUs" in why
     assert choose_workers(6, cpus=2, gpus=0, files=40) == (6, "6 requested")
 
 
 def test_parallel_slots_get_gpus_round_robin() -> None:
-    schedule = plan_schedule(FILES, mode=Mode.PARALLEL, durations=DURATIONS,
-                             serial=frozenset(), workers=5, gpus=["0", "1"])  # fmt: skip
+    schedule = plan_schedule(
+        FILES,
+        mode=Mode.PARALLEL,
+        durations=DURATIONS,
+        serial=frozenset(),
+        workers=5,
+        gpus=["0", "1"],
+    )
     assert schedule.slot_gpus == ("0", "1", "0", "1", "0")
     assert schedule.pool[0] == "b.py"
 
 
 def test_serial_files_run_after_the_pool() -> None:
-    schedule = plan_schedule(FILES, mode=Mode.PARALLEL, durations=DURATIONS,
-                             serial=frozenset({"b.py"}), workers=2, gpus=[])  # fmt: skip
+    schedule = plan_schedule(
+        FILES,
+        mode=Mode.PARALLEL,
+        durations=DURATIONS,
+        serial=frozenset({"b.py"}),
+        workers=2,
+        gpus=[],
+    )
     assert "b.py" not in schedule.pool
     assert schedule.serial == ("b.py",)
     assert schedule.files[-1] == "b.py"
@@ -104,8 +116,9 @@ def test_serial_files_run_after_the_pool() -> None:
 
 @pytest.mark.parametrize("mode", [Mode.ISOLATED, Mode.SUITE])
 def test_serial_modes_keep_collection_order_in_one_slot(mode: Mode) -> None:
-    schedule = plan_schedule(FILES, mode=mode, durations=DURATIONS, serial=frozenset(),
-                             workers=4, gpus=["0", "1"])  # fmt: skip
+    schedule = plan_schedule(
+        FILES, mode=mode, durations=DURATIONS, serial=frozenset(), workers=4, gpus=["0", "1"]
+    )
     assert schedule.pool == tuple(FILES)
     assert schedule.workers == 1
     assert schedule.slot_gpus == ("0,1",)

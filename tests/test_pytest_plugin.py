@@ -54,10 +54,24 @@ def run_pytest(tmp_path: Path, only: list[str] | None = None) -> list[dict[str, 
         (tmp_path / "only.txt").write_text("\n".join(only) + "\n", encoding="utf-8")
         env["GPUCI_ONLY"] = str(tmp_path / "only.txt")
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "gpuci.pytest_plugin", "-p", "no:cacheprovider",
-         "--continue-on-collection-errors", "--strict-markers", "."],
-        cwd=tmp_path, env=env, capture_output=True, check=False, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "gpuci.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+            "--strict-markers",
+            ".",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
     return [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines()]
 
 
@@ -79,9 +93,12 @@ def test_every_event_is_journaled(tmp_path: Path) -> None:
     assert finished["test_x.py::test_fail"]["outcome"] == "failed"
     assert "one is not two" in finished["test_x.py::test_fail"]["message"]
     assert finished["test_x.py::test_skip"] == {
-        "e": "finish", "id": "test_x.py::test_skip", "outcome": "skipped",
-        "duration": finished["test_x.py::test_skip"]["duration"], "message": "not today",
-    }  # fmt: skip
+        "e": "finish",
+        "id": "test_x.py::test_skip",
+        "outcome": "skipped",
+        "duration": finished["test_x.py::test_skip"]["duration"],
+        "message": "not today",
+    }
     assert finished["test_x.py::test_xfail"]["outcome"] == "skipped"
     error = finished["test_x.py::test_setup_error"]
     assert error["outcome"] == "failed"

@@ -126,9 +126,20 @@ def troubled(
     mode = request.param
     root = write_suite(tmp_path_factory.mktemp(mode) / "suite", TROUBLED_SUITE)
     proc = gpuci(
-        "run", ".", "--mode", mode, "--out", "out", "--timeout", "2", "--reruns", "1", "--workers", "2",
+        "run",
+        ".",
+        "--mode",
+        mode,
+        "--out",
+        "out",
+        "--timeout",
+        "2",
+        "--reruns",
+        "1",
+        "--workers",
+        "2",
         cwd=root,
-    )  # fmt: skip
+    )
     return mode, root / "out" / mode, proc
 
 
@@ -196,7 +207,7 @@ def test_a_collection_error_is_reported_against_its_file(troubled: tuple[str, Pa
 
 
 def test_a_test_that_passes_only_alone(troubled: tuple[str, Path, Any]) -> None:
-    mode, out, _ = troubled
+    _, out, _ = troubled
     tests = outcomes(out / "run.json")
     victim = tests["test_order.py::test_victim"]
     assert victim["outcome"] == "failed"
@@ -265,8 +276,19 @@ GPU_SUITE = {
 
 def test_parallel_slots_get_gpus_round_robin_and_serial_files_run_last(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", GPU_SUITE)
-    proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", "--workers", "2", "--gpus", "0,1",
-                 cwd=root)  # fmt: skip
+    proc = gpuci(
+        "run",
+        ".",
+        "--mode",
+        "parallel",
+        "--out",
+        "out",
+        "--workers",
+        "2",
+        "--gpus",
+        "0,1",
+        cwd=root,
+    )
     assert proc.returncode == 0, proc.stderr
     seen = [json.loads((root / f"seen-{i}.json").read_text()) for i in range(4)]
     assert {s["gpu"] for s in seen} == {"0", "1"}
@@ -297,9 +319,27 @@ def test_shards_split_the_files_and_write_side_by_side(tmp_path: Path) -> None:
 def test_shard_defaults_from_gitlab_variables(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", GPU_SUITE)
     env = dict(os.environ, CI_NODE_INDEX="2", CI_NODE_TOTAL="3")
-    proc = subprocess.run([sys.executable, "-m", "gpuci", "run", ".", "--mode", "isolated",
-                           "--out", "out", "--reruns", "0"], cwd=root, env=env,
-                          capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuci",
+            "run",
+            ".",
+            "--mode",
+            "isolated",
+            "--out",
+            "out",
+            "--reruns",
+            "0",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (root / "out" / "isolated" / "shard-2-of-3" / "run.json").exists()
 
@@ -315,9 +355,12 @@ def test_sigterm_ends_children_and_writes_what_finished(tmp_path: Path) -> None:
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", "run", ".", "--mode", "isolated", "--out", "out"],
-        cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
     journal = root / "out" / "isolated" / "journal" / "test_slow.py.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and b'"test_slow.py::test_slow"' not in (
@@ -333,8 +376,12 @@ def test_sigterm_ends_children_and_writes_what_finished(tmp_path: Path) -> None:
     tests = {t["id"]: t["outcome"] for t in run["tests"]}
     assert tests["test_fast.py::test_fast"] == "passed"
     assert tests["test_slow.py::test_slow"] == "not-run"
-    assert "sleep(60)" not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
-                                             text=True, check=False).stdout  # fmt: skip
+    assert (
+        "sleep(60)"
+        not in subprocess.run(
+            ["ps", "-eo", "args"], capture_output=True, text=True, check=False
+        ).stdout
+    )
 
 
 # --- bad input -----------------------------------------------------------------------
@@ -358,9 +405,12 @@ def test_sigterm_ends_children_and_writes_what_finished(tmp_path: Path) -> None:
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], says: str) -> None:
     root = write_suite(
         tmp_path / "suite",
-        {"pytest.ini": "[pytest]\n", "test_ok.py": "def test_ok():\n    pass\n",
-         "empty_test.py": "x = 1\n"},
-    )  # fmt: skip
+        {
+            "pytest.ini": "[pytest]\n",
+            "test_ok.py": "def test_ok():\n    pass\n",
+            "empty_test.py": "x = 1\n",
+        },
+    )
     full = ["run", *args]
     if "--mode" not in args:
         full += ["--mode", "isolated"]
