@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ LOG_EXCERPT_CHARS = 3000  # of a crashed or hung interpreter's output, kept in r
 EXCERPT_SEARCH_BYTES = 32 << 10  # where to look for the fatal-error banner
 EXCERPT_MAX_CHARS = 8000  # a faulthandler dump of many threads can run long
 FATAL_BANNER = "Fatal Python error"
+SKIP_REASONS_SHOWN = 3
 NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
 OUTCOME_WORDS = (
     Outcome.PASSED,
@@ -1013,6 +1015,14 @@ class _Progress:
             counts[test.outcome] += 1
         said = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "no tests"
         print(f"gpuci: {run.mode.value}: {said} in {run.wall_s:.1f}s", file=self.out, flush=True)
+        # the most common skip reasons: a suite that skipped for want of a GPU says so
+        reasons = Counter(t.message for t in run.tests if t.outcome is Outcome.SKIPPED)
+        for reason, n in reasons.most_common(SKIP_REASONS_SHOWN):
+            print(
+                f"gpuci:   {n} skipped: {_printable(reason) or '(no reason given)'}",
+                file=self.out,
+                flush=True,
+            )
 
 
 # --- environment ---------------------------------------------------------------------

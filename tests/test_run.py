@@ -455,3 +455,22 @@ def test_capped_log_keeps_head_and_tail(tmp_path: Path) -> None:
     assert data.endswith(b"THE END")
     assert len(data) < LOG_HEAD_BYTES + LOG_TAIL_BYTES + 200
     assert b"bytes of output omitted" in data
+
+
+def test_skip_reasons_are_summed_up(tmp_path: Path) -> None:
+    root = write_suite(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\n",
+            "test_skips.py": """
+                import pytest
+
+                @pytest.mark.parametrize("n", range(3))
+                def test_needs_gpu(n):
+                    pytest.skip("no CUDA GPU: cudaErrorNoDevice")
+            """,
+        },
+    )
+    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert "gpuci:   3 skipped: no CUDA GPU: cudaErrorNoDevice" in proc.stderr.splitlines()
