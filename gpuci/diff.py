@@ -39,6 +39,7 @@ SUITE_UNIT = "(suite)"  # the one scheduled unit of suite mode, not a test file
 PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
 MAX_LISTED = 25  # tests format_summary lists, two lines each
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
+MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
 # Alone-rerun outcomes that say "it does not pass alone"; skipped and not-run say nothing.
 NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
 RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
@@ -562,11 +563,37 @@ def _reproduce(
     target = _selectable(test_id)
     if not target:
         return ""
+    if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        beside = _ran_beside(results[Mode.PARALLEL], target.partition("::")[0])
+        if beside:
+            return _run_together(results[Mode.PARALLEL].run, [target, *beside])
     command = shlex.join([*PYTEST, *run.pytest_args, *before, target])
     if run.rootdir:
         command = f"{shlex.join(['cd', run.rootdir])} && {command}"
     if omitted:
         command += f"  # {omitted} earlier in the {mode.value} order left out, see its run.json"
+    return command
+
+
+def _ran_beside(results: ModeResults, file: str) -> list[str]:
+    """The files whose interpreters overlapped this file's in the parallel run."""
+    for part in results.parts:
+        mine = next((f for f in part.files if f.file == file), None)
+        if mine is not None:
+            return [
+                f.file
+                for f in part.files
+                if f.file != file and f.start < mine.end and mine.start < f.end
+            ][:MAX_BESIDE]
+    return []
+
+
+def _run_together(run: ModeRun, targets: Sequence[str]) -> str:
+    """A command that runs each target in its own interpreter, all at once, as gpuci did."""
+    each = " & ".join(shlex.join([*PYTEST, *run.pytest_args, target]) for target in targets)
+    command = f"({each} & wait)"
+    if run.rootdir:
+        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
     return command
 
 

@@ -478,7 +478,11 @@ def test_reproduce_commands(scenario: Path) -> None:
     assert reproduce[f"{B}::test_softmax[fp16]"] == f"{PYTEST} {A} '{B}::test_softmax[fp16]'"
     # Everything else: the test alone.
     assert reproduce[f"{B}::test_needs_warmup"] == f"{PYTEST} {B}::test_needs_warmup"
-    assert reproduce[f"{CF}::test_kernel_cache"] == f"{PYTEST} {CF}::test_kernel_cache"
+    # Concurrency: the test and the files whose interpreters overlapped it, all at once.
+    each = "python -m pytest -p no:randomly -m 'not slow'"
+    assert reproduce[f"{CF}::test_kernel_cache"] == (
+        f"cd {ROOT} && ({each} {CF}::test_kernel_cache & {each} {A} & wait)"
+    )
     assert reproduce[E] == f"{PYTEST} {E}"
     # Crashed only in suite, in the interpreter that took over after test_hangs timed out.
     assert reproduce[f"{CF}::test_illegal_address"] == (
