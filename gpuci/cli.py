@@ -155,9 +155,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-def _run_one_mode(args: argparse.Namespace, mode: Mode) -> ModeRun:
+def _run_one_mode(
+    args: argparse.Namespace, mode: Mode, discovery: Discovery | None = None
+) -> ModeRun:
     """Discover, plan and run one mode; the shared body of `run` and `check`."""
-    from gpuci.discover import discover_tests
     from gpuci.plan import (
         choose_workers,
         cpu_count,
@@ -185,9 +186,8 @@ def _run_one_mode(args: argparse.Namespace, mode: Mode) -> ModeRun:
             durations_path = isolated
     durations = read_durations(durations_path) if durations_path else {}
     gpus = detect_gpus(args.gpus, os.environ)
-    discovery = discover_tests(
-        args.paths, args.pytest_args, python=args.python, timeout=max(args.timeout or 0, 600)
-    )
+    if discovery is None:
+        discovery = _discover(args)
     files = list(discovery.files)
     if shard:
         files = shard_files(files, durations, *shard)
@@ -224,6 +224,15 @@ def _run_one_mode(args: argparse.Namespace, mode: Mode) -> ModeRun:
         gpus=gpus,
     )
     return run_mode(discovery, schedule, options, estimates=durations)
+
+
+def _discover(args: argparse.Namespace) -> Discovery:
+    """pytest's collection of PATHS, with the suite's own configuration."""
+    from gpuci.discover import discover_tests
+
+    return discover_tests(
+        args.paths, args.pytest_args, python=args.python, timeout=max(args.timeout or 0, 600)
+    )
 
 
 def _restrict(discovery: Discovery, files: list[str]) -> Discovery:
@@ -293,8 +302,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     unknown = [m for m in names if m not in valid]
     if unknown or not names:
         raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(valid)}")
+    discovery = _discover(args)  # once: every mode runs the same collected tests
     for name in names:
-        _run_one_mode(args, Mode(name))
+        _run_one_mode(args, Mode(name), discovery)
     code = _diff_and_report(args, args.out, None)
     print(f"gpuci: reproduce this check: {shlex.join(['gpuci', *sys.argv[1:]])}")
     return code

@@ -544,10 +544,11 @@ class _Runner:
                 )
             remaining: list[str] = []
         else:
+            collected = set(journal.collected)
             attempt.results += [
                 _not_run(i, "not collected in this interpreter")
                 for i in launch.ids
-                if i not in set(journal.collected)
+                if i not in collected
             ]
             remaining = journal.remaining()
         if ending.status is not None:
@@ -702,7 +703,7 @@ def _write_file_junit(
                 for e in attempt.finished
             ]
         for case in cases:
-            suite.add_testcase(case)
+            suite.append(case)
             written.add(_case_key(case))
         if attempt.junit_part is not None:
             attempt.junit_part.unlink(missing_ok=True)
@@ -710,9 +711,9 @@ def _write_file_junit(
         if result.outcome in (Outcome.CRASHED, Outcome.TIMED_OUT, Outcome.NOT_RUN):
             case = _case(result.id, result.outcome.value, result.duration, result.message)
             if _case_key(case) not in written:
-                suite.add_testcase(case)
+                suite.append(case)
     xml = JUnitXml()
-    xml.add_testsuite(suite)
+    xml.append(suite)  # counts once below: add_testcase would recount per case
     xml.update_statistics()
     path.parent.mkdir(parents=True, exist_ok=True)
     xml.write(str(path))
@@ -754,7 +755,7 @@ def write_mode_junit(out: Path, keys: Sequence[str]) -> None:
         path = out / "junit" / f"{SUITE_STEM if key == SUITE_KEY else key}.xml"
         if path.exists():
             for suite in JUnitXml.fromfile(str(path)):
-                merged.add_testsuite(suite)
+                merged.append(suite)  # names are unique per file: no merging search
     merged.update_statistics()
     merged.write(str(out / "junit.xml"))
 
