@@ -474,3 +474,63 @@ def test_skip_reasons_are_summed_up(tmp_path: Path) -> None:
     proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root)
     assert proc.returncode == 0, proc.stderr
     assert "gpuci:   3 skipped: no CUDA GPU: cudaErrorNoDevice" in proc.stderr.splitlines()
+
+
+def test_a_death_at_interpreter_exit_is_a_crash_of_the_file(tmp_path: Path) -> None:
+    # like a CUDA error in the context's teardown: every test passed, then the process died
+    root = write_suite(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\n",
+            "test_teardown.py": """
+                import atexit, os
+
+                atexit.register(lambda: os.abort())
+
+                def test_fine():
+                    pass
+            """,
+        },
+    )
+    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", "--reruns", "0", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    run = json.loads((root / "out" / "isolated" / "run.json").read_text())
+    assert run["files"][0]["status"] == "crashed"
+    assert run["files"][0]["interpreters"][0]["signal"] == signal.SIGABRT
+    tests = {t["id"]: t for t in run["tests"]}
+    assert tests["test_teardown.py::test_fine"]["outcome"] == "passed"
+    exit_crash = tests["test_teardown.py::[interpreter exit]"]
+    assert exit_crash["outcome"] == "crashed"
+    assert "at exit after pytest finished" in exit_crash["message"]
+    assert "SIGABRT" in exit_crash["message"]
+
+
+def test_a_malformed_junit_file_is_rebuilt_from_the_journal(tmp_path: Path) -> None:
+    root = write_suite(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\n",
+            "conftest.py": """
+                import pytest
+
+                @pytest.hookimpl(trylast=True)
+                def pytest_sessionfinish(session):
+                    # pytest has written its JUnit by now: leave it truncated
+                    path = session.config.option.xmlpath
+                    if path:
+                        with open(path, "w") as f:
+                            f.write("<testsuites><testsuite name=")
+            """,
+            "test_two.py": "def test_a():\n    pass\n\ndef test_b():\n    assert 0\n",
+        },
+    )
+    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", "--reruns", "0", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    from junitparser import JUnitXml
+
+    xml = JUnitXml.fromfile(str(root / "out" / "isolated" / "junit.xml"))
+    cases = {case.name: case for suite in xml for case in suite}
+    assert set(cases) == {"test_a", "test_b"}
+    assert cases["test_a"].is_passed
+    assert not cases["test_b"].is_passed
+    assert xml.tests == 2
