@@ -251,33 +251,23 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _diff_and_report(args: argparse.Namespace, out: Path, output: Path | None) -> int:
-    """Diff a results directory, write verdict.json and the reports, print the summary."""
+def _write_verdict(args: argparse.Namespace, out: Path, path: Path) -> int:
+    """Diff a results directory into `path`, print the summary, return the verdict's code."""
     from gpuci.diff import diff_results, format_summary, parse_policy, read_baseline, write_verdict
-    from gpuci.report import write_reports
 
     policy = parse_policy(args.fail_on, args.allow)
     baseline = read_baseline(args.baseline) if args.baseline else None
     verdict = diff_results(out, baseline=baseline, policy=policy)
-    verdict_path = output or out / "verdict.json"
-    write_verdict(verdict, verdict_path)
-    html, markdown = write_reports(verdict_path, html=None, markdown=None, environ=os.environ)
+    write_verdict(verdict, path)
     print(format_summary(verdict))
-    print(f"gpuci: verdict {verdict_path}, report {html}, comment {markdown}")
     return 1 if verdict.verdict == "fail" else 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from gpuci.diff import diff_results, format_summary, parse_policy, read_baseline, write_verdict
-
-    policy = parse_policy(args.fail_on, args.allow)
-    baseline = read_baseline(args.baseline) if args.baseline else None
-    verdict = diff_results(args.out, baseline=baseline, policy=policy)
     path = args.output or args.out / "verdict.json"
-    write_verdict(verdict, path)
-    print(format_summary(verdict))
+    code = _write_verdict(args, args.out, path)
     print(f"gpuci: wrote {path}")
-    return 1 if verdict.verdict == "fail" else 0
+    return code
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -297,6 +287,8 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from gpuci.report import write_reports
+
     names = [m.strip() for m in args.modes.split(",") if m.strip()]
     valid = [m.value for m in Mode]
     unknown = [m for m in names if m not in valid]
@@ -305,6 +297,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     discovery = _discover(args)  # once: every mode runs the same collected tests
     for name in names:
         _run_one_mode(args, Mode(name), discovery)
-    code = _diff_and_report(args, args.out, None)
+    verdict_path = args.out / "verdict.json"
+    code = _write_verdict(args, args.out, verdict_path)
+    html, markdown = write_reports(verdict_path, html=None, markdown=None, environ=os.environ)
+    print(f"gpuci: verdict {verdict_path}, report {html}, comment {markdown}")
     print(f"gpuci: reproduce this check: {shlex.join(['gpuci', *sys.argv[1:]])}")
     return code

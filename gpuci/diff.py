@@ -17,6 +17,8 @@ from typing import Any
 
 from gpuci.model import (
     ISOLATION_CATEGORIES,
+    NOT_PASSING,
+    SUITE_UNIT,
     Category,
     GpuciError,
     InputError,
@@ -27,6 +29,7 @@ from gpuci.model import (
     TestVerdict,
     UsageError,
     Verdict,
+    printable,
     read_mode_run,
     read_verdict,
     verdict_to_json,
@@ -35,13 +38,10 @@ from gpuci.model import (
 
 RUN_NAME = "run.json"
 SHARD_DIR = re.compile(r"shard-(\d+)-of-(\d+)")
-SUITE_UNIT = "(suite)"  # the one scheduled unit of suite mode, not a test file
 PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
 MAX_LISTED = 25  # tests format_summary lists, two lines each
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
-# Alone-rerun outcomes that say "it does not pass alone"; skipped and not-run say nothing.
-NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
 RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
 # When one mode holds one id twice (overlapping shards), the worse outcome is kept.
 OUTCOME_RANK = {
@@ -76,10 +76,6 @@ LISTED = ISOLATION_CATEGORIES | {
     Category.TIMED_OUT,
     Category.FLAKY,
 }
-# Escape sequences (CSI, OSC, two-character) and other control characters, including
-# the bidirectional overrides that reorder what a terminal shows.
-ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])")
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 # --- reading a results directory ------------------------------------------------------
@@ -715,11 +711,6 @@ def _describe_mode(results: ModeResults) -> dict[str, Any]:
 # --- the terminal ---------------------------------------------------------------------
 
 
-def sanitize(text: str) -> str:
-    """`text` with escape sequences removed and control characters shown as `?`."""
-    return CONTROL.sub("?", ANSI_ESCAPE.sub("", text))
-
-
 def format_summary(verdict: Verdict) -> str:
     """The terminal summary: counts, each finding with its evidence, then the verdict."""
     counts = [f"{n} {c.value}" for c in Category if (n := verdict.summary.get(c.value, 0))]
@@ -730,11 +721,11 @@ def format_summary(verdict: Verdict) -> str:
         evidence = " ".join(f"{mode}={outcome}" for mode, outcome in test.outcomes.items())
         if test.reruns:
             evidence += f" reruns={','.join(test.reruns)}"
-        lines.append(sanitize(f"{test.category.value:<17} {tag:<5} {test.id}  {evidence}"))
+        lines.append(printable(f"{test.category.value:<17} {tag:<5} {test.id}  {evidence}"))
         if test.reproduce:
-            lines.append(sanitize(f"    reproduce: {test.reproduce}"))
+            lines.append(printable(f"    reproduce: {test.reproduce}"))
     if len(listed) > MAX_LISTED:
         lines.append(f"... and {len(listed) - MAX_LISTED} more (see verdict.json)")
     why = f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""
-    lines.append(sanitize(f"verdict: {verdict.verdict}{why}"))
+    lines.append(printable(f"verdict: {verdict.verdict}{why}"))
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from enum import Enum
@@ -69,6 +70,20 @@ class Category(str, Enum):
     CRASHED = "crashed"
     TIMED_OUT = "timed-out"
     NOT_RUN = "not-run"
+
+
+NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
+SUITE_UNIT = "(suite)"  # the one scheduled unit of suite mode, in place of a test file
+
+# Escape sequences (CSI, OSC, two-character) and other control characters, including
+# the bidirectional overrides that reorder what a terminal shows.
+_ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """Untrusted text (test ids, messages) for a terminal: escapes removed, controls as `?`."""
+    return _CONTROL.sub("?", _ANSI_ESCAPE.sub("", text))
 
 
 ISOLATION_CATEGORIES = frozenset(

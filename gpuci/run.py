@@ -18,6 +18,7 @@ import platform
 import queue
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,8 @@ from junitparser.junitparser import JUnitXmlError
 
 from gpuci.discover import PLUGIN, Discovery, child_env, file_of
 from gpuci.model import (
+    NOT_PASSING,
+    SUITE_UNIT,
     FileRun,
     FileStatus,
     GpuciError,
@@ -48,11 +51,11 @@ from gpuci.model import (
     TestResult,
     UsageError,
     mode_run_to_json,
+    printable,
     write_json_atomic,
 )
 from gpuci.plan import Schedule
 
-SUITE_KEY = "(suite)"  # the one scheduled unit of suite mode
 SUITE_STEM = "suite"  # its journal, log and JUnit file names
 EXIT_ID = "[interpreter exit]"  # pseudo test: the interpreter died after its last test
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
@@ -63,7 +66,6 @@ EXCERPT_SEARCH_BYTES = 32 << 10  # where to look for the fatal-error banner
 EXCERPT_MAX_CHARS = 8000  # a faulthandler dump of many threads can run long
 FATAL_BANNER = "Fatal Python error"
 SKIP_REASONS_SHOWN = 3
-NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
 OUTCOME_WORDS = (
     Outcome.PASSED,
     Outcome.FAILED,
@@ -322,7 +324,7 @@ def _not_run(test_id: str, message: str) -> TestResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Launch:
-    key: str  # the scheduled unit: a file, or SUITE_KEY
+    key: str  # the scheduled unit: a file, or SUITE_UNIT
     ids: tuple[str, ...]
     targets: tuple[str, ...]  # the paths handed to pytest
     slot: int
@@ -348,7 +350,7 @@ class _Runner:
         return time.monotonic() - self.zero
 
     def stem(self, key: str) -> str:
-        return SUITE_STEM if key == SUITE_KEY else key
+        return SUITE_STEM if key == SUITE_UNIT else key
 
     def target(self, file: str) -> str:
         """A path pytest finds from our working directory (ids are rootdir-relative)."""
@@ -390,7 +392,7 @@ class _Runner:
             env["CUDA_VISIBLE_DEVICES"] = launch.gpu
         log_rel = f"logs/{stem}.log"
         cmd = self.command(launch)
-        log = _CappedLog(out / log_rel, f"=== gpuci: {launch.label}: {_shell(cmd)}\n")
+        log = _CappedLog(out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         reader = _JournalReader(journal)
         start = self.now()
         try:
@@ -568,7 +570,7 @@ class _Runner:
         self, launch: _Launch, outcome: Outcome, message: str, log: str
     ) -> TestResult:
         """A pseudo test for what went wrong outside any test, so no report can miss it."""
-        file = launch.key if launch.key != SUITE_KEY else (launch.ids or (SUITE_KEY,))[-1]
+        file = launch.key if launch.key != SUITE_UNIT else (launch.ids or (SUITE_UNIT,))[-1]
         return TestResult(
             id=f"{file_of(file)}::{EXIT_ID}",
             file=file_of(file),
@@ -587,7 +589,7 @@ class _Runner:
         stem = self.stem(key)
         targets = (
             tuple(self.target(f) for f in self.discovery.files)
-            if key == SUITE_KEY
+            if key == SUITE_UNIT
             else (self.target(key),)
         )
         results: dict[str, TestResult] = {}
@@ -602,7 +604,7 @@ class _Runner:
                     key=key,
                     ids=todo,
                     targets=targets
-                    if number == 1 or key != SUITE_KEY
+                    if number == 1 or key != SUITE_UNIT
                     else self._suite_targets(todo, targets),
                     slot=slot,
                     gpu=gpu,
@@ -673,12 +675,6 @@ class _Runner:
 def _worst(statuses: Iterator[FileStatus] | Sequence[FileStatus]) -> FileStatus:
     order = list(FileStatus)
     return min(statuses, key=order.index)
-
-
-def _shell(cmd: Sequence[str]) -> str:
-    import shlex
-
-    return shlex.join(cmd)
 
 
 # --- JUnit ---------------------------------------------------------------------------
@@ -752,7 +748,7 @@ def write_mode_junit(out: Path, keys: Sequence[str]) -> None:
     """The mode's `junit.xml`: every unit's suite, counts recomputed once."""
     merged = JUnitXml()
     for key in keys:
-        path = out / "junit" / f"{SUITE_STEM if key == SUITE_KEY else key}.xml"
+        path = out / "junit" / f"{SUITE_STEM if key == SUITE_UNIT else key}.xml"
         if path.exists():
             for suite in JUnitXml.fromfile(str(path)):
                 merged.append(suite)  # names are unique per file: no merging search
@@ -815,7 +811,7 @@ def run_mode(
     try:
         with runner.supervisor.handling_signals():
             if options.mode is Mode.SUITE:
-                run_one(SUITE_KEY, 0)
+                run_one(SUITE_UNIT, 0)
             else:
                 _run_pool(schedule.pool, schedule.workers, run_one, runner.supervisor)
                 _run_pool(schedule.serial, 1, run_one, runner.supervisor)
@@ -872,13 +868,13 @@ def run_mode(
 
 def discovery_ids(discovery: Discovery, key: str) -> tuple[str, ...]:
     """The test ids of a scheduled unit."""
-    if key == SUITE_KEY:
+    if key == SUITE_UNIT:
         return tuple(i for f in discovery.files for i in discovery.tests.get(f, ()))
     return discovery.tests.get(key, ())
 
 
 def _keys(mode: Mode, schedule: Schedule) -> list[str]:
-    return [SUITE_KEY] if mode is Mode.SUITE else list(schedule.files)
+    return [SUITE_UNIT] if mode is Mode.SUITE else list(schedule.files)
 
 
 def _run_pool(
@@ -937,7 +933,7 @@ def _rerun_suspects(
             outcomes.append(runner.rerun_alone(suspect, gpu))
         reruns[suspect.id] = tuple(outcomes)
         print(
-            f"gpuci:   {_printable(suspect.id)}: {suspect.outcome.value},"
+            f"gpuci:   {printable(suspect.id)}: {suspect.outcome.value},"
             f" alone: {', '.join(o.value for o in outcomes) or '-'}",
             file=progress,
             flush=True,
@@ -956,14 +952,6 @@ def _rerun_suspects(
         else t
         for t in tests
     ]
-
-
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _printable(text: str) -> str:
-    """Untrusted text (test ids, messages) without control characters or escapes."""
-    return _UNPRINTABLE.sub("?", text)
 
 
 class _Progress:
@@ -1004,7 +992,7 @@ class _Progress:
             flag = "" if file_run.status in (FileStatus.PASSED,) else f" [{file_run.status.value}]"
             width = len(str(self.total))
             print(
-                f"gpuci: [{self.done:>{width}}/{self.total}] {_printable(file_run.file)}: {said}"
+                f"gpuci: [{self.done:>{width}}/{self.total}] {printable(file_run.file)}: {said}"
                 f" ({file_run.duration:.1f}s){flag}  elapsed {elapsed:.0f}s, ~{eta:.0f}s left",
                 file=self.out,
                 flush=True,
@@ -1020,7 +1008,7 @@ class _Progress:
         reasons = Counter(t.message for t in run.tests if t.outcome is Outcome.SKIPPED)
         for reason, n in reasons.most_common(SKIP_REASONS_SHOWN):
             print(
-                f"gpuci:   {n} skipped: {_printable(reason) or '(no reason given)'}",
+                f"gpuci:   {n} skipped: {printable(reason) or '(no reason given)'}",
                 file=self.out,
                 flush=True,
             )

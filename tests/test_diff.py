@@ -30,7 +30,6 @@ from gpuci.diff import (
     load_results,
     parse_policy,
     read_baseline,
-    sanitize,
     write_verdict,
 )
 from gpuci.model import (
@@ -47,6 +46,7 @@ from gpuci.model import (
     UsageError,
     Verdict,
     mode_run_to_json,
+    printable,
     read_json,
     verdict_to_json,
     write_json_atomic,
@@ -808,7 +808,7 @@ def test_untrusted_ids_cannot_rewrite_the_terminal() -> None:
     assert "\x9b" not in text
     assert len(text.splitlines()) == 4  # the id's newline did not add a line
     assert "test_a[red??fake??]" in text
-    assert sanitize("plain text [ok]") == "plain text [ok]"
+    assert printable("plain text [ok]") == "plain text [ok]"
 
 
 # --- the committed fixtures ---------------------------------------------------------------
