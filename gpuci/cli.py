@@ -159,6 +159,8 @@ def _run_one_mode(
     args: argparse.Namespace, mode: Mode, discovery: Discovery | None = None
 ) -> ModeRun:
     """Discover, plan and run one mode; the shared body of `run` and `check`."""
+    from gpuci.evidence import rerun_mode_suspects
+    from gpuci.gpus import detect_gpus
     from gpuci.plan import (
         choose_workers,
         cpu_count,
@@ -169,7 +171,7 @@ def _run_one_mode(
         shard_files,
         shard_from_env,
     )
-    from gpuci.run import RunOptions, detect_gpus, prepare_out, run_mode
+    from gpuci.run import RunOptions, prepare_out, run_mode
 
     requested_workers = parse_workers(args.workers)
     shard = parse_shard(args.shard) if args.shard else shard_from_env(os.environ)
@@ -223,7 +225,8 @@ def _run_one_mode(
         shard=shard,
         gpus=gpus,
     )
-    return run_mode(discovery, schedule, options, estimates=durations)
+    run = run_mode(discovery, schedule, options, estimates=durations)
+    return rerun_mode_suspects(run, options, gpu=schedule.slot_gpus[0])
 
 
 def _discover(args: argparse.Namespace) -> Discovery:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from gpuci.run import LOG_HEAD_BYTES, LOG_TAIL_BYTES, _CappedLog, _JournalReader
+from gpuci.journal import JournalReader
+from gpuci.logs import LOG_HEAD_BYTES, LOG_TAIL_BYTES, CappedLog
 
 TROUBLED_SUITE = {
     "pytest.ini": """
@@ -431,7 +432,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], 
 def test_journal_reader_returns_only_complete_lines(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     path.write_text('{"e": "start", "id": "a"}\n{"e": "fin', encoding="utf-8")
-    reader = _JournalReader(tmp_path / "j.jsonl")
+    reader = JournalReader(tmp_path / "j.jsonl")
     reader._offset = 0  # read from the start, as for a journal created after the reader
     assert reader.read() == [{"e": "start", "id": "a"}]
     with path.open("a", encoding="utf-8") as f:
@@ -441,7 +442,7 @@ def test_journal_reader_returns_only_complete_lines(tmp_path: Path) -> None:
 
 
 def test_capped_log_keeps_head_and_tail(tmp_path: Path) -> None:
-    log = _CappedLog(tmp_path / "x.log", "header\n")
+    log = CappedLog(tmp_path / "x.log", "header\n")
     chunk = b"0123456789abcdef" * 4096  # 64 KiB
     total = 0
     while total < LOG_HEAD_BYTES + 3 * LOG_TAIL_BYTES:

@@ -1,0 +1,103 @@
+"""GPUs: which ones a check uses, and the facts about them (and the rest) for the report.
+
+`detect_gpus` answers once per check; every interpreter of that check then sees the same
+set, so that what differs between modes is only what the mode is about.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import platform
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+
+from gpuci.model import UsageError
+
+
+def detect_gpus(requested: str | None, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """GPUs to spread slots over: --gpus, else CUDA_VISIBLE_DEVICES, else NVML or nvidia-smi."""
+    if requested is not None:
+        gpus = tuple(g.strip() for g in requested.split(","))
+        if not all(re.fullmatch(r"\d+|(GPU|MIG)-[\w-]+", g) for g in gpus):
+            raise UsageError(f"--gpus {requested!r}: expected GPU indices or UUIDs, e.g. 0,1")
+        return gpus
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return tuple(g.strip() for g in visible.split(",") if g.strip())
+    with contextlib.suppress(Exception):  # no NVML library or no driver: ask nvidia-smi
+        import pynvml  # type: ignore[import-not-found,unused-ignore]
+
+        pynvml.nvmlInit()
+        try:
+            return tuple(str(i) for i in range(pynvml.nvmlDeviceGetCount()))
+        finally:
+            pynvml.nvmlShutdown()
+    lines = _nvidia_smi(["--query-gpu=index", "--format=csv,noheader"])
+    return tuple(line.strip() for line in lines if line.strip().isdigit())
+
+
+def _nvidia_smi(args: list[str]) -> list[str]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
+
+
+def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, str]:
+    """GPU, driver, CUDA, CuPy, Python and CI facts for the report."""
+    env: dict[str, str] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "host": platform.node(),
+    }
+    for name in ("pytest", "cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            env["cupy" if name.startswith("cupy") else name] = importlib.metadata.version(name)
+    gpu = _nvidia_smi(["--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if gpu:
+        names = [line.split(",")[0].strip() for line in gpu]
+        env["gpu"] = (
+            f"{len(names)} x {names[0]}"
+            if len(set(names)) == 1 and len(names) > 1
+            else ", ".join(names)
+        )
+        env["driver"] = gpu[0].split(",")[-1].strip()
+        header = "\n".join(_nvidia_smi([]))
+        match = re.search(r"CUDA Version:\s*([\d.]+)", header)
+        if match:
+            env["cuda"] = match.group(1)
+    for key, var in (
+        ("commit", "CI_COMMIT_SHA"),
+        ("branch", "CI_COMMIT_REF_NAME"),
+        ("pipeline_url", "CI_PIPELINE_URL"),
+        ("job_url", "CI_JOB_URL"),
+        ("merge_request", "CI_MERGE_REQUEST_IID"),
+    ):
+        if environ.get(var):
+            env[key] = environ[var]
+    if "commit" not in env:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            sha = subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            ).stdout.strip()
+            if sha:
+                env["commit"] = sha
+    return env

@@ -1,0 +1,104 @@
+"""The journal: the events a child interpreter's plugin appends, read and folded.
+
+The child writes one JSON line per event (see `gpuci.pytest_plugin`) and flushes at once;
+the parent reads complete lines while the child runs, so it knows which test was running
+when the child died or hung.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci.discover import file_of
+from gpuci.model import Outcome, TestResult
+
+
+class JournalReader:
+    """Reads the events a child appends, complete lines only, from where it left off."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = path.stat().st_size if path.exists() else 0
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        """The events written since the last call."""
+        try:
+            with self._path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        events = []
+        for line in lines:
+            with contextlib.suppress(ValueError):  # a line torn by a kill is not an event
+                events.append(json.loads(line))
+        return events
+
+
+@dataclass(slots=True)
+class JournalState:
+    """The journal of one interpreter, folded: what was collected, started, finished."""
+
+    collected: list[str] | None = None
+    started: str | None = None
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    ended: dict[str, Any] | None = None
+
+    @classmethod
+    def from_events(cls, events: list[dict[str, Any]]) -> JournalState:
+        """Fold the events in the order they were written."""
+        state = cls()
+        for event in events:
+            kind, test_id = event.get("e"), str(event.get("id"))
+            if kind == "collected":
+                state.collected = [str(i) for i in event.get("ids", [])]
+            elif kind == "collect-error":
+                state.errors[test_id] = str(event.get("message", ""))
+            elif kind == "start":
+                state.started = test_id
+            elif kind == "finish":
+                state.finished[test_id] = event
+                state.started = None
+            elif kind == "end":
+                state.ended = event
+        return state
+
+    def results(self) -> list[TestResult]:
+        """Collection errors and finished tests; the unfinished one is the caller's call."""
+        errors = [
+            TestResult(
+                id=i,
+                file=file_of(i),
+                outcome=Outcome.FAILED,
+                message=f"collection error: {message}",
+            )
+            for i, message in self.errors.items()
+        ]
+        return errors + [
+            TestResult(
+                id=i,
+                file=file_of(i),
+                outcome=Outcome(e.get("outcome", "failed")),
+                duration=float(e.get("duration", 0.0)),
+                message=str(e.get("message", "")),
+            )
+            for i, e in self.finished.items()
+        ]
+
+    def remaining(self) -> list[str]:
+        """Collected tests that neither finished nor were running, in order."""
+        done = set(self.finished) | {self.started}
+        return [i for i in self.collected or () if i not in done]
+
+
+def not_run(test_id: str, message: str) -> TestResult:
+    return TestResult(id=test_id, file=file_of(test_id), outcome=Outcome.NOT_RUN, message=message)

@@ -1,0 +1,66 @@
+"""Process control: the live child interpreters, Ctrl-C and SIGTERM, and their process groups.
+
+One Supervisor per gpuci command: the slots of a mode and the evidence runs register
+their children with it, and a stop (a signal, or an error) reaches every one of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+
+class Supervisor:
+    """Live children and the stop flag, shared by the slots and the signal handler."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._live: set[subprocess.Popen[bytes]] = set()
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        """Track a child so a stop can reach it."""
+        with self._lock:
+            self._live.add(proc)
+            if self.stopping.is_set():
+                signal_group(proc, signal.SIGKILL)
+
+    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+        """Forget a child that is gone."""
+        with self._lock:
+            self._live.discard(proc)
+
+    def stop(self) -> None:
+        """End every child's process group, now."""
+        self.stopping.set()
+        with self._lock:
+            for proc in self._live:
+                signal_group(proc, signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def handling_signals(self) -> Iterator[None]:
+        """Turn Ctrl-C and SIGTERM into an orderly stop while the mode runs."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self.stop()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal the child's whole process group: a test's own children die with it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
