@@ -43,18 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.model import (
-    FileRun,
-    FileStatus,
-    Interpreter,
-    Mode,
-    ModeRun,
-    Outcome,
-    TestResult,
-    mode_run_to_json,
-    read_mode_run,
-    write_json_atomic,
-)
+from gpuci.formats import mode_run_to_json, read_mode_run, write_json_atomic
+from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun, Outcome, TestResult
 
 TARGET_ISOLATED = 1.05  # gpuci isolated / bare loop
 TARGET_PARALLEL = 1.15  # gpuci parallel / max(longest file, sum / W)

@@ -256,7 +256,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 def _write_verdict(args: argparse.Namespace, out: Path, path: Path) -> int:
     """Diff a results directory into `path`, print the summary, return the verdict's code."""
-    from gpuci.diff import diff_results, format_summary, parse_policy, read_baseline, write_verdict
+    from gpuci.diff import diff_results, parse_policy, read_baseline, write_verdict
+    from gpuci.summary import format_summary
 
     policy = parse_policy(args.fail_on, args.allow)
     baseline = read_baseline(args.baseline) if args.baseline else None

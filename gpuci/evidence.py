@@ -12,16 +12,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.interpreter import EXIT_ID, Interpreters, Launch, pytest_target
-from gpuci.model import (
-    NOT_PASSING,
-    ModeRun,
-    Outcome,
-    TestResult,
-    mode_run_to_json,
-    printable,
-    write_json_atomic,
-)
+from gpuci.model import NOT_PASSING, ModeRun, Outcome, TestResult, printable
 from gpuci.run import Interrupted, RunOptions, start_interpreters
 from gpuci.supervisor import Supervisor
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuci.model import InputError, Mode, UsageError, read_mode_run
+from gpuci.formats import read_mode_run
+from gpuci.model import InputError, Mode, UsageError
 
 # A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
 # without every process fighting for the same memory.

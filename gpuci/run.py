@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuci.discover import Discovery, child_env, file_of
+from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.gpus import describe_environment
 from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch, pytest_target
 from gpuci.junit import write_file_junit, write_mode_junit
@@ -34,8 +35,6 @@ from gpuci.model import (
     Outcome,
     TestResult,
     UsageError,
-    mode_run_to_json,
-    write_json_atomic,
 )
 from gpuci.plan import Schedule
 from gpuci.progress import Progress
@@ -230,25 +229,9 @@ def run_mode(
         interrupted = supervisor.stopping.is_set()
         keys = _keys(options.mode, schedule)
         for key in keys:
-            if key not in file_runs:
-                file_runs[key] = FileRun(
-                    file=key,
-                    status=FileStatus.NOT_RUN,
-                    slot=0,
-                    gpu=None,
-                    start=0.0,
-                    end=0.0,
-                    tests=len(discovery_ids(discovery, key)),
-                )
-                tests += [
-                    TestResult(
-                        id=i,
-                        file=file_of(i),
-                        outcome=Outcome.NOT_RUN,
-                        message="gpuci was interrupted before this file ran",
-                    )
-                    for i in discovery_ids(discovery, key)
-                ]
+            if key not in file_runs:  # interrupted before it started
+                file_runs[key], left = _never_started(discovery, key)
+                tests += left
         run = ModeRun(
             mode=options.mode,
             command=options.command,
@@ -274,6 +257,18 @@ def run_mode(
     if interrupted:
         raise Interrupted(f"interrupted; what finished is in {out}")
     return run
+
+
+def _never_started(discovery: Discovery, key: str) -> tuple[FileRun, list[TestResult]]:
+    """A unit that gpuci was interrupted before, and its tests: all not-run."""
+    ids = discovery_ids(discovery, key)
+    file_run = FileRun(
+        file=key, status=FileStatus.NOT_RUN, slot=0, gpu=None, start=0.0, end=0.0, tests=len(ids)
+    )
+    message = "gpuci was interrupted before this file ran"
+    return file_run, [
+        TestResult(id=i, file=file_of(i), outcome=Outcome.NOT_RUN, message=message) for i in ids
+    ]
 
 
 def discovery_ids(discovery: Discovery, key: str) -> tuple[str, ...]:

@@ -18,20 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from gpuci.classify import classify_test
 from gpuci.diff import (
     DEFAULT_FAIL_ON,
-    MAX_LISTED,
-    MAX_PRECEDING,
     Policy,
-    classify_test,
     diff_results,
-    format_summary,
-    load_mode_results,
-    load_results,
     parse_policy,
     read_baseline,
     write_verdict,
 )
+from gpuci.formats import mode_run_to_json, read_json, verdict_to_json, write_json_atomic
 from gpuci.model import (
     Category,
     FileRun,
@@ -45,12 +41,11 @@ from gpuci.model import (
     TestVerdict,
     UsageError,
     Verdict,
-    mode_run_to_json,
     printable,
-    read_json,
-    verdict_to_json,
-    write_json_atomic,
 )
+from gpuci.reproduce import MAX_PRECEDING
+from gpuci.results import load_mode_results, load_results
+from gpuci.summary import MAX_LISTED, format_summary
 
 DATA = Path(__file__).parent / "data" / "diff"
 REPO = Path(__file__).parent.parent

@@ -26,16 +26,9 @@ import jinja2
 import pytest
 
 from gpuci import report
-from gpuci.model import (
-    ISOLATION_CATEGORIES,
-    Category,
-    InputError,
-    TestVerdict,
-    Verdict,
-    read_verdict,
-    verdict_to_json,
-    write_json_atomic,
-)
+from gpuci.escape import flatten
+from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
+from gpuci.model import ISOLATION_CATEGORIES, Category, InputError, TestVerdict, Verdict
 from gpuci.report import (
     MARKDOWN_MAX_CHARS,
     MARKER,
@@ -210,7 +203,7 @@ def test_md_cell_renders_as_literal_code_in_one_table_cell(text: str) -> None:
     assert_inert(tree)
     assert tree.rows == [["a", "b", "c"], ["x", tree.rows[1][1], "y"]]
     shown = tree.rows[1][1]
-    expected = report._flatten(text).strip()
+    expected = flatten(text).strip()
     if "\\|" in text:
         # GFM unescapes `\|` inside a cell; a backslash written before a pipe may show doubled.
         shown = shown.replace("\\\\|", "\\|")
@@ -221,7 +214,7 @@ def test_md_cell_renders_as_literal_code_in_one_table_cell(text: str) -> None:
 def test_md_code_renders_as_literal_code_in_a_paragraph(text: str) -> None:
     tree = parse_html(gitlab_html(f"- before {md_code(text)} after\n"))
     assert_inert(tree)
-    assert "".join(tree.code).strip() == report._flatten(text).strip()
+    assert "".join(tree.code).strip() == flatten(text).strip()
 
 
 def test_md_code_details() -> None:

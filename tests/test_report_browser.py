@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from gpuci.model import Category, TestVerdict, read_verdict
+from gpuci.formats import read_verdict
+from gpuci.model import Category, TestVerdict
 from gpuci.report import render_html
 
 pytestmark = pytest.mark.browser

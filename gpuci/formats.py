@@ -1,0 +1,239 @@
+"""File formats: `run.json` (schema ``gpuci.run/1``) and `verdict.json` (``gpuci.verdict/1``).
+
+Written and read here, so their shape lives in one place; a file of another schema or a
+malformed one is an InputError that names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuci.model import (
+    Category,
+    FileRun,
+    FileStatus,
+    InputError,
+    Interpreter,
+    Mode,
+    ModeRun,
+    Outcome,
+    TestResult,
+    TestVerdict,
+    Verdict,
+)
+
+RUN_SCHEMA = "gpuci.run/1"
+VERDICT_SCHEMA = "gpuci.verdict/1"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader never sees half a file, even if we are killed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path, schema: str) -> dict[str, Any]:
+    """Read a gpuci JSON file, checking that it is one of ours and of this version."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not readable as JSON ({exc})") from None
+    found = data.get("schema") if isinstance(data, dict) else None
+    if found != schema:
+        raise InputError(
+            f"{path}: schema is {found!r}, expected {schema!r}"
+            " (written by another gpuci version, or not a gpuci file)"
+        )
+    return data  # type: ignore[no-any-return]
+
+
+def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
+    """The `run.json` form of a mode's run."""
+    return {
+        "schema": RUN_SCHEMA,
+        "mode": run.mode.value,
+        "command": list(run.command),
+        "pytest_args": list(run.pytest_args),
+        "rootdir": run.rootdir,
+        "workers": run.workers,
+        "gpus": list(run.gpus),
+        "shard": list(run.shard) if run.shard else None,
+        "timeout": run.timeout,
+        "reruns": run.reruns,
+        "wall_s": round(run.wall_s, 3),
+        "started_at": run.started_at,
+        "interrupted": run.interrupted,
+        "environment": run.environment,
+        "files": [
+            {
+                "file": f.file,
+                "status": f.status.value,
+                "slot": f.slot,
+                "gpu": f.gpu,
+                "start": round(f.start, 3),
+                "end": round(f.end, 3),
+                "duration": round(f.duration, 3),
+                "tests": f.tests,
+                "interpreters": [
+                    {
+                        "exit_code": i.exit_code,
+                        "signal": i.signal,
+                        "start": round(i.start, 3),
+                        "end": round(i.end, 3),
+                        "log": i.log,
+                    }
+                    for i in f.interpreters
+                ],
+            }
+            for f in run.files
+        ],
+        "tests": [
+            {
+                "id": t.id,
+                "file": t.file,
+                "outcome": t.outcome.value,
+                "duration": round(t.duration, 4),
+                "message": t.message,
+                "reruns": [r.value for r in t.reruns],
+                **({"log": t.log} if t.log else {}),
+            }
+            for t in run.tests
+        ],
+    }
+
+
+def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
+    """Parse `run.json` content; a missing or mistyped field is an InputError naming `source`."""
+    try:
+        shard = data.get("shard")
+        return ModeRun(
+            mode=Mode(data["mode"]),
+            command=tuple(data["command"]),
+            pytest_args=tuple(data.get("pytest_args", ())),
+            rootdir=data["rootdir"],
+            workers=int(data["workers"]),
+            gpus=tuple(data.get("gpus", ())),
+            shard=(int(shard[0]), int(shard[1])) if shard else None,
+            timeout=data.get("timeout"),
+            reruns=int(data.get("reruns", 0)),
+            wall_s=float(data.get("wall_s", 0.0)),
+            started_at=data.get("started_at", ""),
+            interrupted=bool(data.get("interrupted", False)),
+            environment=dict(data.get("environment", {})),
+            files=tuple(
+                FileRun(
+                    file=f["file"],
+                    status=FileStatus(f["status"]),
+                    slot=int(f["slot"]),
+                    gpu=f.get("gpu"),
+                    start=float(f["start"]),
+                    end=float(f["end"]),
+                    tests=int(f.get("tests", 0)),
+                    interpreters=tuple(
+                        Interpreter(
+                            exit_code=i.get("exit_code"),
+                            signal=i.get("signal"),
+                            start=float(i["start"]),
+                            end=float(i["end"]),
+                            log=i["log"],
+                        )
+                        for i in f.get("interpreters", ())
+                    ),
+                )
+                for f in data["files"]
+            ),
+            tests=tuple(
+                TestResult(
+                    id=t["id"],
+                    file=t["file"],
+                    outcome=Outcome(t["outcome"]),
+                    duration=float(t.get("duration", 0.0)),
+                    message=t.get("message", ""),
+                    reruns=tuple(Outcome(r) for r in t.get("reruns", ())),
+                    log=t.get("log", ""),
+                )
+                for t in data["tests"]
+            ),
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise InputError(f"{source}: malformed run.json ({type(exc).__name__}: {exc})") from None
+
+
+def read_mode_run(path: Path) -> ModeRun:
+    """Read one `run.json`."""
+    return mode_run_from_json(read_json(path, RUN_SCHEMA), path)
+
+
+def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
+    """The `verdict.json` form of a verdict."""
+    return {
+        "schema": VERDICT_SCHEMA,
+        "verdict": verdict.verdict,
+        "reasons": list(verdict.reasons),
+        "summary": {c.value: verdict.summary.get(c.value, 0) for c in Category},
+        "modes": verdict.modes,
+        "environment": verdict.environment,
+        "tests": [
+            {
+                "id": t.id,
+                "file": t.file,
+                "category": t.category.value,
+                "outcomes": t.outcomes,
+                "reruns": list(t.reruns),
+                "new": t.new,
+                "message": t.message,
+                "reproduce": t.reproduce,
+                **({"log": t.log} if t.log else {}),
+            }
+            for t in verdict.tests
+        ],
+    }
+
+
+def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
+    """Parse `verdict.json` content; malformed content is an InputError naming `source`."""
+    try:
+        return Verdict(
+            verdict=str(data["verdict"]),
+            reasons=tuple(data.get("reasons", ())),
+            summary={str(k): int(v) for k, v in data["summary"].items()},
+            modes=dict(data.get("modes", {})),
+            environment=dict(data.get("environment", {})),
+            tests=tuple(
+                TestVerdict(
+                    id=t["id"],
+                    file=t["file"],
+                    category=Category(t["category"]),
+                    outcomes=dict(t["outcomes"]),
+                    reruns=tuple(t.get("reruns", ())),
+                    new=t.get("new"),
+                    message=t.get("message", ""),
+                    log=t.get("log", ""),
+                    reproduce=t.get("reproduce", ""),
+                )
+                for t in data["tests"]
+            ),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(
+            f"{source}: malformed verdict.json ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def read_verdict(path: Path) -> Verdict:
+    """Read one `verdict.json`."""
+    return verdict_from_json(read_json(path, VERDICT_SCHEMA), path)

@@ -1,0 +1,386 @@
+"""The report's data: a verdict shaped into plain rows and sections for the two templates."""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci.escape import Md, clean_log, cut, safe_url
+from gpuci.model import ISOLATION_CATEGORIES, Category, Mode, Outcome, TestVerdict, Verdict
+from gpuci.timeline import durations, file_runs, mode_notes, timeline
+
+MARKER = "<!-- gpuci-report -->"
+
+# GitLab refuses notes over 1,000,000 characters; stay far below so that a comment
+# never fails to post and never makes the merge-request page slow to load.
+MARKDOWN_MAX_CHARS = 400_000
+MAIN_ROWS = 30  # findings in the comment's first table
+DETAIL_ROWS = 100  # rows in each collapsed table of the comment
+MD_ID_CHARS = 240  # a test id longer than this is cut in the comment
+MD_MESSAGE_CHARS = 160
+MD_COMMAND_CHARS = 2_000  # a longer reproduce command is left to the HTML report
+
+HTML_MESSAGE_CHARS = 2_000
+HTML_LOG_CHARS = 12_000  # the tail of a crash's log shown in the report
+HTML_OPEN_LOGS = 10  # crash logs shown unfolded; the rest sit in a closed <details>
+HTML_LAZY_ROWS = 1_000  # with more finding rows, sections are laid out only when seen
+VERDICT_EMOJI = {"pass": "✅", "warn": "⚠️", "fail": "❌"}
+MAIN_CATEGORIES = (Category.FAILED, Category.CRASHED, Category.TIMED_OUT)
+OUTCOME_VALUES = frozenset(o.value for o in Outcome)
+FINDING_ORDER = (
+    Category.ORDER_DEPENDENT,
+    Category.DEPENDS_ON_OTHERS,
+    Category.CONCURRENCY,
+    Category.FAILED,
+    Category.CRASHED,
+    Category.TIMED_OUT,
+    Category.FLAKY,
+    Category.NOT_RUN,
+)
+
+# The HTML report's sections after the isolation regressions: category, title, intro, logs.
+HTML_SECTIONS = (
+    (
+        Category.FAILED,
+        "Failures",
+        "Fail alone in a fresh interpreter too: real failures, not isolation.",
+        False,
+    ),
+    (
+        Category.CRASHED,
+        "Crashes",
+        "The interpreter died while the test ran; the run resumed after it.",
+        True,
+    ),
+    (
+        Category.TIMED_OUT,
+        "Timeouts",
+        "Still running when the time limit struck; the run resumed after it.",
+        True,
+    ),
+    (Category.FLAKY, "Flaky tests", "Both passed and failed under identical conditions.", False),
+    (Category.NOT_RUN, "Not run", "Collected, but no mode ran them.", False),
+)
+_SIGNAL = re.compile(r"\b(?:signal\s+(\d+)|(SIG[A-Z0-9]+))")
+_EXIT = re.compile(r"\bexit(?:ed)?(?:\s+with)?\s+(?:code|status)\s+(-?\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportLinks:
+    """Where the comment points: the HTML report, the pipeline and the job (all optional)."""
+
+    report_url: str | None = None
+    pipeline_url: str | None = None
+    job_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Row:
+    """One test as both templates show it."""
+
+    id: str
+    file: str
+    category: str
+    badge: str  # "new", "known" or ""
+    outcomes: tuple[tuple[str, str], ...]  # (text, CSS class) per column mode
+    reruns: str
+    message: str
+    reproduce: str
+    cause: str = ""  # signal or exit status of a crash
+    log: str = ""
+    log_open: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Section:
+    key: str
+    title: str
+    intro: str
+    rows: Sequence[_Row]
+    categories: tuple[str, ...] = ()
+    more: int = 0  # rows left out (the comment only)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Group:
+    """Passed or skipped tests of one file, shown as a compact list."""
+
+    file: str
+    category: str
+    names: list[str] = field(default_factory=list)
+
+
+def _mode_columns(verdict: Verdict) -> list[str]:
+    """The modes to show, in pipeline order, then any unknown ones by name."""
+    seen = set(verdict.modes)
+    for test in verdict.tests:
+        seen.update(test.outcomes)
+    known = [m.value for m in Mode if m.value in seen]
+    return known + sorted(seen - set(known))
+
+
+def _badge(test: TestVerdict) -> str:
+    if test.category not in ISOLATION_CATEGORIES or test.new is None:
+        return ""
+    return "new" if test.new else "known"
+
+
+def _reruns(reruns: Iterable[str]) -> str:
+    """`passed \u00d72, failed` from `[passed, passed, failed]`."""
+    parts: list[tuple[str, int]] = []
+    for outcome in reruns:
+        if parts and parts[-1][0] == outcome:
+            parts[-1] = (outcome, parts[-1][1] + 1)
+        else:
+            parts.append((outcome, 1))
+    return ", ".join(f"{o} \u00d7{n}" if n > 1 else o for o, n in parts)
+
+
+def _crash_cause(test: TestVerdict, modes: Mapping[str, Any]) -> str:
+    """The signal or exit status that ended a crashed test's interpreter, if known."""
+    match = _SIGNAL.search(test.message)
+    if match:
+        return _signal_text(match.group(1) or match.group(2))
+    match = _EXIT.search(test.message)
+    if match:
+        return f"exit code {match.group(1)}"
+    for mode, outcome in test.outcomes.items():
+        if outcome != Outcome.CRASHED.value:
+            continue
+        for run in file_runs(modes.get(mode)):
+            if run.get("file") != test.file:
+                continue
+            signals = [s for s in run.get("signals") or () if isinstance(s, int)]
+            if signals:
+                return _signal_text(str(signals[-1]))
+            codes = [c for c in run.get("exit_codes") or () if isinstance(c, int) and c]
+            if codes:
+                return f"exit code {codes[-1]}"
+    return ""
+
+
+def _signal_text(value: str) -> str:
+    """`signal 11 (SIGSEGV)` from `11` or `SIGSEGV`."""
+    try:
+        sig = signal.Signals(int(value)) if value.isdigit() else signal.Signals[value]
+    except (KeyError, ValueError):
+        return f"signal {value}" if value.isdigit() else value
+    return f"signal {sig.value} ({sig.name})"
+
+
+def _row(
+    test: TestVerdict,
+    columns: Sequence[str],
+    modes: Mapping[str, Any],
+    *,
+    message_chars: int,
+    log_chars: int = 0,
+    log_open: bool = False,
+) -> _Row:
+    message = cut(test.message, message_chars)
+    crashed = test.category in (Category.CRASHED, Category.TIMED_OUT)
+    return _Row(
+        id=test.id,
+        file=test.file,
+        category=test.category.value,
+        badge=_badge(test),
+        outcomes=tuple(_outcome(test.outcomes.get(mode, "")) for mode in columns),
+        reruns=_reruns(test.reruns),
+        message=message,
+        reproduce=test.reproduce,
+        cause=_crash_cause(test, modes) if test.category is Category.CRASHED else "",
+        log=clean_log(test.log, log_chars) if crashed and log_chars and test.log else "",
+        log_open=log_open,
+    )
+
+
+def _outcome(value: str) -> tuple[str, str]:
+    """An outcome's text and CSS class; one we do not know gets a neutral class."""
+    if not value:
+        return ("", "none")
+    return (value, value if value in OUTCOME_VALUES else "unknown")
+
+
+def _by_category(verdict: Verdict) -> dict[Category, list[TestVerdict]]:
+    groups: dict[Category, list[TestVerdict]] = {c: [] for c in Category}
+    for test in verdict.tests:
+        groups[test.category].append(test)
+    for category in ISOLATION_CATEGORIES:
+        # New findings first: they are what this merge request introduced.
+        groups[category].sort(key=lambda t: t.new is False)
+    return groups
+
+
+def _regressions(groups: Mapping[Category, list[TestVerdict]]) -> list[TestVerdict]:
+    found = [t for c in FINDING_ORDER if c in ISOLATION_CATEGORIES for t in groups[c]]
+    return sorted(found, key=lambda t: t.new is False)
+
+
+def _counts(verdict: Verdict) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": c.value,
+            "count": int(verdict.summary.get(c.value, 0)),
+            "finding": c not in (Category.PASSED, Category.SKIPPED),
+        }
+        for c in Category
+    ]
+
+
+def _environment_rows(verdict: Verdict) -> list[dict[str, Any]]:
+    labels = {
+        "gpu": "GPU",
+        "driver": "driver",
+        "cuda": "CUDA",
+        "cupy": "CuPy",
+        "python": "Python",
+        "pytest": "pytest",
+        "commit": "commit",
+        "pipeline_url": "pipeline",
+        "job_url": "job",
+    }
+    env = verdict.environment
+    keys = [k for k in labels if k in env] + sorted(k for k in env if k not in labels)
+    return [
+        {
+            "label": labels.get(k, k),
+            "value": str(env[k]),
+            "url": safe_url(str(env[k])) if k.endswith("_url") else None,
+        }
+        for k in keys
+    ]
+
+
+def _compact(tests: Iterable[TestVerdict], category: str) -> list[_Group]:
+    groups: dict[str, _Group] = {}
+    for test in tests:
+        group = groups.setdefault(test.file, _Group(file=test.file, category=category))
+        prefix = f"{test.file}::"
+        group.names.append(test.id[len(prefix) :] if test.id.startswith(prefix) else test.id)
+    return sorted(groups.values(), key=lambda g: g.file)
+
+
+def html_data(verdict: Verdict) -> dict[str, Any]:
+    columns = _mode_columns(verdict)
+    groups = _by_category(verdict)
+
+    def rows(tests: Iterable[TestVerdict], logs: bool = False) -> list[_Row]:
+        return [
+            _row(
+                t,
+                columns,
+                verdict.modes,
+                message_chars=HTML_MESSAGE_CHARS,
+                log_chars=HTML_LOG_CHARS if logs else 0,
+                log_open=logs and i < HTML_OPEN_LOGS,
+            )
+            for i, t in enumerate(tests)
+        ]
+
+    sections = [
+        _Section(
+            key="regressions",
+            title="Isolation regressions",
+            intro="Pass alone in a fresh interpreter, fail only together with other tests"
+            " (order-dependent, depends-on-others) or beside other processes (concurrency).",
+            rows=rows(_regressions(groups)),
+            categories=tuple(sorted(c.value for c in ISOLATION_CATEGORIES)),
+        ),
+        *(
+            _Section(
+                key=category.value,
+                title=title,
+                intro=intro,
+                rows=rows(groups[category], logs=logs),
+                categories=(category.value,),
+            )
+            for category, title, intro, logs in HTML_SECTIONS
+        ),
+    ]
+    return {
+        "lazy": sum(len(s.rows) for s in sections) > HTML_LAZY_ROWS,
+        "verdict": verdict.verdict,
+        "verdict_class": verdict.verdict if verdict.verdict in VERDICT_EMOJI else "unknown",
+        "reasons": list(verdict.reasons),
+        "all_clear": verdict.verdict == "pass" and not verdict.reasons,
+        "counts": _counts(verdict),
+        "total": len(verdict.tests),
+        "categories": [c.value for c in Category],
+        "columns": columns,
+        "sections": [s for s in sections if s.rows],
+        "empty_sections": [s.title for s in sections if not s.rows],
+        "compact": _compact(groups[Category.PASSED], Category.PASSED.value)
+        + _compact(groups[Category.SKIPPED], Category.SKIPPED.value),
+        "passed": len(groups[Category.PASSED]),
+        "skipped": len(groups[Category.SKIPPED]),
+        "timeline": timeline(verdict),
+        "durations": durations(verdict, columns),
+        "notes": mode_notes(verdict),
+        "environment": _environment_rows(verdict),
+        "title": verdict.environment.get("commit", ""),
+    }
+
+
+def markdown_data(
+    verdict: Verdict,
+    links: ReportLinks,
+    *,
+    main_rows: int,
+    detail_rows: int,
+    id_chars: int,
+) -> dict[str, Any]:
+    columns = _mode_columns(verdict)
+    groups = _by_category(verdict)
+    regressions = _regressions(groups)
+    main = [t for t in regressions if t.new is not False]
+    main += [t for c in MAIN_CATEGORIES for t in groups[c]]
+    known = [t for t in regressions if t.new is False]
+
+    def section(key: str, title: str, tests: Sequence[TestVerdict], cap: int) -> _Section:
+        shown = [
+            _row(t, columns, verdict.modes, message_chars=MD_MESSAGE_CHARS) for t in tests[:cap]
+        ]
+        return _Section(key=key, title=title, intro="", rows=shown, more=len(tests) - len(shown))
+
+    first = section("main", "Needs attention", main, main_rows)
+    reproduce = [
+        line
+        for r in first.rows
+        if r.reproduce
+        for line in (
+            f"# {cut(r.id, id_chars)}",
+            r.reproduce if len(r.reproduce) <= MD_COMMAND_CHARS else "# (too long: see the report)",
+        )
+    ]
+    details = [
+        section("known", "Known isolation regressions", known, detail_rows),
+        section("flaky", "Flaky tests", groups[Category.FLAKY], detail_rows),
+        section("not-run", "Not run", groups[Category.NOT_RUN], detail_rows),
+    ]
+    return {
+        "marker": Md(MARKER),
+        "emoji": Md(VERDICT_EMOJI.get(verdict.verdict, "❔")),
+        "verdict": verdict.verdict,
+        "reasons": list(verdict.reasons),
+        "all_clear": verdict.verdict == "pass" and not verdict.reasons,
+        "columns": columns,
+        "main": first,
+        "reproduce": reproduce,
+        "details": [d for d in details if d.rows or d.more],
+        "counts": _counts(verdict),
+        "total": len(verdict.tests),
+        "notes": mode_notes(verdict),
+        "links": ReportLinks(
+            report_url=safe_url(links.report_url),
+            pipeline_url=safe_url(links.pipeline_url),
+            job_url=safe_url(links.job_url),
+        ),
+        "id_chars": id_chars,
+        "message_chars": MD_MESSAGE_CHARS,
+    }
+
+
+# --- files ------------------------------------------------------------------------------

@@ -1,0 +1,176 @@
+"""Reproduce: who ran before whom, and the shell command that shows a finding again.
+
+Shared by the diff (a command for every finding), the evidence engine (which replays
+orders to find culprits) and the report. Commands are ready to paste: `shlex`-quoted,
+run from the suite's rootdir.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
+from gpuci.results import ModeResults
+
+PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
+MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
+MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
+RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Order:
+    """Who ran before whom in one mode's interpreters."""
+
+    segments: list[list[TestResult]]  # one per interpreter, in the order they ran
+    blocks: list[list[tuple[str, int]]]  # per segment: (file, position of its first test)
+    mid_file: list[bool]  # per segment: it began in the middle of a file, after a crash
+    where: dict[str, tuple[int, int, int]]  # test id -> (segment, position, block)
+
+
+def interpreter_order(results: ModeResults) -> Order:
+    """Split a mode's tests into interpreters: per file (but in suite), and at crashes."""
+    order = Order(segments=[], blocks=[], mid_file=[], where={})
+    per_file = results.run.mode is not Mode.SUITE
+    for part in results.parts:
+        current: list[TestResult] = []
+        blocks: list[tuple[str, int]] = []
+        previous: TestResult | None = None
+        for test in part.tests:
+            if test.outcome is Outcome.NOT_RUN:
+                continue  # it did not run, so it ran before nothing
+            # The runner resumes in a fresh interpreter after a crash or a timeout.
+            after_crash = previous is not None and previous.outcome in RESTARTING
+            same_file = previous is not None and previous.file == test.file
+            if previous is None or after_crash or (per_file and not same_file):
+                current, blocks = [], []
+                order.segments.append(current)
+                order.blocks.append(blocks)
+                order.mid_file.append(after_crash and same_file)
+            if not blocks or blocks[-1][0] != test.file:
+                blocks.append((test.file, len(current)))
+            order.where.setdefault(
+                test.id, (len(order.segments) - 1, len(current), len(blocks) - 1)
+            )
+            current.append(test)
+            previous = test
+    return order
+
+
+def first_in_interpreter(order: Order, test_id: str) -> bool:
+    place = order.where.get(test_id)
+    return place is not None and place[1] == 0
+
+
+def _selectable(test_id: str) -> str:
+    """What pytest is given to run the test: its id, or its file for a pseudo test."""
+    file, _, name = test_id.partition("::")
+    # No real test's name starts with "[": such an id is the runner's stand-in for an
+    # interpreter that died between tests, and only its file can be run.
+    if name.startswith("["):
+        return "" if file == SUITE_UNIT else file
+    return test_id
+
+
+def _ran_before(order: Order, test_id: str, *, by_file: bool) -> tuple[list[str], int]:
+    """What ran before the test in its interpreter, nearest last, and how many were cut.
+
+    Test ids, or in suite mode the files before the test's own (shorter, and what a plain
+    `pytest` run does); the nearest MAX_PRECEDING are kept, the likeliest polluters.
+    """
+    place = order.where.get(test_id)
+    if place is None:
+        return [], 0
+    segment, position, block = place
+    tests = order.segments[segment]
+    if not by_file or block == 0:
+        start = max(0, position - MAX_PRECEDING)
+        return [t.id for t in tests[start:position]], start
+    blocks = order.blocks[segment]
+    start = max(0, block - MAX_PRECEDING)
+    args = [file for file, _ in blocks[start:block]]
+    if start == 0 and order.mid_file[segment]:
+        # The interpreter began in the middle of the first file (after a crash there):
+        # only that file's later tests ran in it, so name them instead of the file.
+        end = blocks[1][1]
+        head = max(0, end - MAX_PRECEDING)
+        return [t.id for t in tests[head:end]] + args[1:], head
+    return args, start
+
+
+def reproduce_command(
+    test_id: str,
+    category: Category,
+    *,
+    outcomes: Mapping[Mode, Outcome],
+    reruns: Sequence[Outcome],
+    results: Mapping[Mode, ModeResults],
+    orders: Mapping[Mode, Order],
+) -> str:
+    """A shell command that shows the finding: the failing order, or the test alone."""
+    if category in (Category.PASSED, Category.SKIPPED):
+        return ""
+    mode = Mode.ISOLATED if Mode.ISOLATED in results else next(iter(results))
+    before: list[str] = []
+    omitted = 0
+    wanted = _shown_only_in_order(category, outcomes, reruns)
+    for failing in (Mode.ISOLATED, Mode.SUITE):
+        if wanted is not None and outcomes.get(failing) is wanted:
+            by_file = failing is Mode.SUITE
+            before, omitted = _ran_before(orders[failing], test_id, by_file=by_file)
+            if before:
+                mode = failing
+                break
+    run = results[mode].run
+    target = _selectable(test_id)
+    if not target:
+        return ""
+    if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        beside = _ran_beside(results[Mode.PARALLEL], target.partition("::")[0])
+        if beside:
+            return _run_together(results[Mode.PARALLEL].run, [target, *beside])
+    command = shlex.join([*PYTEST, *run.pytest_args, *before, target])
+    if run.rootdir:
+        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+    if omitted:
+        command += f"  # {omitted} earlier in the {mode.value} order left out, see its run.json"
+    return command
+
+
+def _ran_beside(results: ModeResults, file: str) -> list[str]:
+    """The files whose interpreters overlapped this file's in the parallel run."""
+    for part in results.parts:
+        mine = next((f for f in part.files if f.file == file), None)
+        if mine is not None:
+            return [
+                f.file
+                for f in part.files
+                if f.file != file and f.start < mine.end and mine.start < f.end
+            ][:MAX_BESIDE]
+    return []
+
+
+def _run_together(run: ModeRun, targets: Sequence[str]) -> str:
+    """A command that runs each target in its own interpreter, all at once, as gpuci did."""
+    each = " & ".join(shlex.join([*PYTEST, *run.pytest_args, target]) for target in targets)
+    command = f"({each} & wait)"
+    if run.rootdir:
+        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+    return command
+
+
+def _shown_only_in_order(
+    category: Category, outcomes: Mapping[Mode, Outcome], reruns: Sequence[Outcome]
+) -> Outcome | None:
+    """The outcome that only the failing order shows, when running it alone would not."""
+    if category is Category.ORDER_DEPENDENT:
+        return Outcome.FAILED
+    if category in (Category.CRASHED, Category.TIMED_OUT):
+        # A crash that alone-reruns and isolated mode did not repeat happened after
+        # other tests: the test alone would just pass.
+        outcome = Outcome(category.value)
+        if outcome not in reruns and outcomes.get(Mode.ISOLATED) is not outcome:
+            return outcome
+    return None
