@@ -14,8 +14,7 @@ from gpuci import __version__
 from gpuci.model import GpuciError, Mode, Outcome, UsageError
 
 if TYPE_CHECKING:
-    from gpuci.discover import Discovery
-    from gpuci.model import ModeRun
+    pass
 
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
@@ -39,6 +38,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, got {text}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -60,7 +76,17 @@ def _run_options() -> _Parser:
         "--reruns", type=_count, default=2, help="alone-reruns per non-passing test"
     )
     parent.add_argument("--shard", help="run shard I of N (default: CI_NODE_INDEX/CI_NODE_TOTAL)")
-    parent.add_argument("--gpus", help="GPU indices to spread slots over, e.g. 0,1")
+    parent.add_argument("--gpus", help="GPUs every interpreter sees, e.g. 0,1 (default: all)")
+    parent.add_argument(
+        "--gpus-per-slot",
+        type=_whole,
+        help="give each parallel slot its own N GPUs (default: every slot sees all, rotated)",
+    )
+    parent.add_argument(
+        "--evidence-budget",
+        type=_seconds,
+        help="most seconds of alone-runs after the main passes (default: their wall time)",
+    )
     parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
     parent.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     return parent
@@ -115,8 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--modes",
-        default="isolated,parallel,suite",
-        help="which modes to run, in order (comma list)",
+        default="parallel,suite,isolated",
+        help="modes to run, in order (comma list); isolated after parallel runs only the"
+        " files that did not pass there, isolated first runs them all",
     )
     return parser
 
@@ -150,100 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    run = _run_one_mode(args, Mode(args.mode))
+    from gpuci.check import run_mode_with_reruns
+
+    run = run_mode_with_reruns(args, Mode(args.mode))
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
     return 1 if bad else 0
-
-
-def _run_one_mode(
-    args: argparse.Namespace, mode: Mode, discovery: Discovery | None = None
-) -> ModeRun:
-    """Discover, plan and run one mode; the shared body of `run` and `check`."""
-    from gpuci.evidence import rerun_mode_suspects
-    from gpuci.gpus import detect_gpus
-    from gpuci.plan import (
-        choose_workers,
-        cpu_count,
-        parse_shard,
-        parse_workers,
-        plan_schedule,
-        read_durations,
-        shard_files,
-        shard_from_env,
-    )
-    from gpuci.run import RunOptions, prepare_out, run_mode
-
-    requested_workers = parse_workers(args.workers)
-    shard = parse_shard(args.shard) if args.shard else shard_from_env(os.environ)
-    out: Path = args.out
-    mode_dir = out / mode.value
-    if shard:
-        mode_dir = mode_dir / f"shard-{shard[0]}-of-{shard[1]}"
-    durations_path = args.durations
-    # Only later modes order by the isolated run's durations: a sharded isolated run that
-    # read its sibling shards' results would plan differently from them.
-    if durations_path is None and mode is not Mode.ISOLATED and (out / "isolated").is_dir():
-        isolated = out / Mode.ISOLATED.value
-        if (isolated / "run.json").exists() or any(isolated.glob("shard-*/run.json")):
-            durations_path = isolated
-    durations = read_durations(durations_path) if durations_path else {}
-    gpus = detect_gpus(args.gpus, os.environ)
-    if discovery is None:
-        discovery = _discover(args)
-    files = list(discovery.files)
-    if shard:
-        files = shard_files(files, durations, *shard)
-    if mode is Mode.PARALLEL:
-        workers, why = choose_workers(
-            requested_workers, cpus=cpu_count(), gpus=len(gpus), files=len(files)
-        )
-    else:
-        workers, why = 1, "one at a time"
-    schedule = plan_schedule(
-        files, mode=mode, durations=durations, serial=discovery.serial, workers=workers, gpus=gpus
-    )
-    prepare_out(mode_dir)
-    if mode is Mode.SUITE:
-        discovery = _restrict(discovery, files)
-    tests = sum(len(discovery.tests.get(f, ())) for f in files)
-    where = f"shard {shard[0]}/{shard[1]}, " if shard else ""
-    gpu_text = f"GPUs {','.join(gpus)}" if gpus else "no GPU pinning"
-    print(
-        f"gpuci: {mode.value}: {where}{len(files)} files, {tests} tests, workers {why},"
-        f" {gpu_text} -> {mode_dir}",
-        file=sys.stderr,
-        flush=True,
-    )
-    options = RunOptions(
-        mode=mode,
-        out=mode_dir,
-        pytest_args=args.pytest_args,
-        timeout=args.timeout,
-        reruns=args.reruns,
-        python=args.python,
-        command=("gpuci", *sys.argv[1:]) if sys.argv[1:] else ("gpuci",),
-        shard=shard,
-        gpus=gpus,
-    )
-    run = run_mode(discovery, schedule, options, estimates=durations)
-    return rerun_mode_suspects(run, options, gpu=schedule.slot_gpus[0])
-
-
-def _discover(args: argparse.Namespace) -> Discovery:
-    """pytest's collection of PATHS, with the suite's own configuration."""
-    from gpuci.discover import discover_tests
-
-    return discover_tests(
-        args.paths, args.pytest_args, python=args.python, timeout=max(args.timeout or 0, 600)
-    )
-
-
-def _restrict(discovery: Discovery, files: list[str]) -> Discovery:
-    """The discovery of a shard: suite mode runs only the shard's files."""
-    from dataclasses import replace
-
-    keep = set(files)
-    return replace(discovery, files=tuple(f for f in discovery.files if f in keep))
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -291,16 +229,10 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from gpuci.check import run_check
     from gpuci.report import write_reports
 
-    names = [m.strip() for m in args.modes.split(",") if m.strip()]
-    valid = [m.value for m in Mode]
-    unknown = [m for m in names if m not in valid]
-    if unknown or not names:
-        raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(valid)}")
-    discovery = _discover(args)  # once: every mode runs the same collected tests
-    for name in names:
-        _run_one_mode(args, Mode(name), discovery)
+    run_check(args)
     verdict_path = args.out / "verdict.json"
     code = _write_verdict(args, args.out, verdict_path)
     html, markdown = write_reports(verdict_path, html=None, markdown=None, environ=os.environ)

@@ -14,12 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.classify import classify_test
-from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
+from gpuci.formats import (
+    EVIDENCE_DIR,
+    EVIDENCE_FILE,
+    read_evidence,
+    read_verdict,
+    verdict_to_json,
+    write_json_atomic,
+)
 from gpuci.model import (
     ISOLATION_CATEGORIES,
     NOT_PASSING,
     SUITE_UNIT,
     Category,
+    Evidence,
     GpuciError,
     InputError,
     Mode,
@@ -127,6 +135,8 @@ def write_verdict(verdict: Verdict, path: Path) -> None:
 def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verdict:
     """Classify every test under `out` and decide the verdict."""
     results = load_mode_results(out)
+    evidence = _read_evidence(out)
+    alone = {t.id: t for t in evidence.tests} if evidence is not None else {}
     modes = [m for m in Mode if m in results]
     by_id: dict[Mode, dict[str, TestResult]] = {}
     for mode in modes:
@@ -149,7 +159,9 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
         outcomes = {
             m: by_id[m][test_id].outcome if test_id in by_id[m] else Outcome.NOT_RUN for m in modes
         }
-        reruns = tuple(r for t in seen for r in t.reruns)
+        found = alone.get(test_id)
+        reruns = tuple(r for t in seen for r in t.reruns) + (found.alone if found else ())
+        cut = found.cut if found else next((t.cut for t in seen if t.cut), "")
         first = reference is not None and first_in_interpreter(reference, test_id)
         category = classify_test(outcomes, reruns, first_in_file=first)
         new = None
@@ -173,6 +185,10 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                     results=results,
                     orders=orders,
                 ),
+                inferred=tuple(
+                    m.value for m in modes if test_id in by_id[m] and by_id[m][test_id].inferred
+                ),
+                cut=cut,
             )
         )
     verdicts.sort(key=_sort_key)
@@ -187,8 +203,29 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
         summary=summary,
         modes={m.value: _describe_mode(results[m]) for m in modes},
         environment=dict(environment_from.run.environment),
+        evidence=_describe_evidence(evidence, verdicts),
         tests=tuple(verdicts),
     )
+
+
+def _read_evidence(out: Path) -> Evidence | None:
+    """The check's evidence runs, if `gpuci check` or `gpuci explain` gathered any."""
+    path = out / EVIDENCE_DIR / EVIDENCE_FILE
+    return read_evidence(path) if path.is_file() else None
+
+
+def _describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -> dict[str, Any]:
+    """verdict.json's account of the evidence runs: their cost and what the budget cut."""
+    cut = sum(1 for t in tests if t.cut)
+    if evidence is None:
+        return {"cut": cut} if cut else {}
+    return {
+        "gpu": evidence.gpu,
+        "budget_s": evidence.budget_s,
+        "spent_s": round(evidence.spent_s, 3),
+        "runs": evidence.runs,
+        "cut": cut,
+    }
 
 
 def _first_failure(seen: Iterable[TestResult]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuci.model import (
     Category,
+    Evidence,
     FileRun,
     FileStatus,
     InputError,
@@ -21,6 +22,7 @@ from gpuci.model import (
     Mode,
     ModeRun,
     Outcome,
+    TestEvidence,
     TestResult,
     TestVerdict,
     Verdict,
@@ -28,6 +30,9 @@ from gpuci.model import (
 
 RUN_SCHEMA = "gpuci.run/1"
 VERDICT_SCHEMA = "gpuci.verdict/1"
+EVIDENCE_SCHEMA = "gpuci.evidence/1"
+EVIDENCE_DIR = "evidence"  # OUT/evidence/: the runs after the main passes
+EVIDENCE_FILE = "evidence.json"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -71,6 +76,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         "rootdir": run.rootdir,
         "workers": run.workers,
         "gpus": list(run.gpus),
+        "gpus_per_slot": run.gpus_per_slot,
         "shard": list(run.shard) if run.shard else None,
         "timeout": run.timeout,
         "reruns": run.reruns,
@@ -88,6 +94,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 "end": round(f.end, 3),
                 "duration": round(f.duration, 3),
                 "tests": f.tests,
+                **({"inferred": True} if f.inferred else {}),
                 "interpreters": [
                     {
                         "exit_code": i.exit_code,
@@ -110,6 +117,8 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 "message": t.message,
                 "reruns": [r.value for r in t.reruns],
                 **({"log": t.log} if t.log else {}),
+                **({"inferred": True} if t.inferred else {}),
+                **({"cut": t.cut} if t.cut else {}),
             }
             for t in run.tests
         ],
@@ -127,6 +136,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             rootdir=data["rootdir"],
             workers=int(data["workers"]),
             gpus=tuple(data.get("gpus", ())),
+            gpus_per_slot=data.get("gpus_per_slot"),
             shard=(int(shard[0]), int(shard[1])) if shard else None,
             timeout=data.get("timeout"),
             reruns=int(data.get("reruns", 0)),
@@ -143,6 +153,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     start=float(f["start"]),
                     end=float(f["end"]),
                     tests=int(f.get("tests", 0)),
+                    inferred=bool(f.get("inferred", False)),
                     interpreters=tuple(
                         Interpreter(
                             exit_code=i.get("exit_code"),
@@ -165,6 +176,8 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     message=t.get("message", ""),
                     reruns=tuple(Outcome(r) for r in t.get("reruns", ())),
                     log=t.get("log", ""),
+                    inferred=bool(t.get("inferred", False)),
+                    cut=str(t.get("cut", "")),
                 )
                 for t in data["tests"]
             ),
@@ -187,6 +200,7 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "summary": {c.value: verdict.summary.get(c.value, 0) for c in Category},
         "modes": verdict.modes,
         "environment": verdict.environment,
+        "evidence": verdict.evidence,
         "tests": [
             {
                 "id": t.id,
@@ -197,6 +211,8 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 "new": t.new,
                 "message": t.message,
                 "reproduce": t.reproduce,
+                **({"inferred": list(t.inferred)} if t.inferred else {}),
+                **({"cut": t.cut} if t.cut else {}),
                 **({"log": t.log} if t.log else {}),
             }
             for t in verdict.tests
@@ -213,6 +229,7 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
             summary={str(k): int(v) for k, v in data["summary"].items()},
             modes=dict(data.get("modes", {})),
             environment=dict(data.get("environment", {})),
+            evidence=dict(data.get("evidence", {})),
             tests=tuple(
                 TestVerdict(
                     id=t["id"],
@@ -224,6 +241,8 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     message=t.get("message", ""),
                     log=t.get("log", ""),
                     reproduce=t.get("reproduce", ""),
+                    inferred=tuple(t.get("inferred", ())),
+                    cut=t.get("cut", ""),
                 )
                 for t in data["tests"]
             ),
@@ -237,3 +256,41 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
 def read_verdict(path: Path) -> Verdict:
     """Read one `verdict.json`."""
     return verdict_from_json(read_json(path, VERDICT_SCHEMA), path)
+
+
+def evidence_to_json(evidence: Evidence) -> dict[str, Any]:
+    """The `evidence.json` form of a check's evidence."""
+    return {
+        "schema": EVIDENCE_SCHEMA,
+        "gpu": evidence.gpu,
+        "budget_s": evidence.budget_s,
+        "spent_s": round(evidence.spent_s, 3),
+        "runs": evidence.runs,
+        "tests": [
+            {"id": t.id, "alone": [o.value for o in t.alone], **({"cut": t.cut} if t.cut else {})}
+            for t in evidence.tests
+        ],
+    }
+
+
+def read_evidence(path: Path) -> Evidence:
+    """Read one `evidence.json`; malformed content is an InputError naming it."""
+    data = read_json(path, EVIDENCE_SCHEMA)
+    try:
+        budget = data.get("budget_s")
+        return Evidence(
+            gpu=data.get("gpu"),
+            budget_s=None if budget is None else float(budget),
+            spent_s=float(data.get("spent_s", 0.0)),
+            runs=int(data.get("runs", 0)),
+            tests=tuple(
+                TestEvidence(
+                    id=str(t["id"]),
+                    alone=tuple(Outcome(o) for o in t.get("alone", ())),
+                    cut=str(t.get("cut", "")),
+                )
+                for t in data["tests"]
+            ),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: malformed evidence.json ({type(exc).__name__}: {exc})") from None

@@ -108,6 +108,8 @@ class TestResult:
     message: str = ""
     reruns: tuple[Outcome, ...] = ()
     log: str = ""  # the interpreter's log tail, kept for crashes and timeouts
+    inferred: bool = False  # not run: concluded from another mode (a lazy isolated pass)
+    cut: str = ""  # reruns the evidence budget left out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +135,7 @@ class FileRun:
     end: float
     interpreters: tuple[Interpreter, ...] = ()
     tests: int = 0
+    inferred: bool = False  # not run: its outcomes were concluded from another mode
 
     @property
     def duration(self) -> float:
@@ -150,6 +153,7 @@ class ModeRun:
     rootdir: str
     workers: int
     gpus: tuple[str, ...] = ()
+    gpus_per_slot: int | None = None  # None: every slot sees every GPU, rotated
     shard: tuple[int, int] | None = None  # (index, total), 1-based
     timeout: float | None = None
     reruns: int = 2
@@ -176,6 +180,8 @@ class TestVerdict:
     message: str = ""
     log: str = ""
     reproduce: str = ""  # a ready-to-paste shell command that reproduces the finding
+    inferred: tuple[str, ...] = ()  # modes whose outcome was concluded, not run
+    cut: str = ""  # evidence the budget left out, e.g. "not rerun: budget"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,4 +193,27 @@ class Verdict:
     summary: dict[str, int] = field(default_factory=dict)
     modes: dict[str, dict[str, Any]] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)  # what the evidence runs cost
     tests: tuple[TestVerdict, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestEvidence:
+    """What the evidence runs found out about one test."""
+
+    __test__ = False
+
+    id: str
+    alone: tuple[Outcome, ...] = ()  # each run alone in a fresh interpreter
+    cut: str = ""  # what the budget left undone, e.g. "not rerun: budget"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evidence:
+    """Everything gpuci ran after a check's main passes: `OUT/evidence/evidence.json`."""
+
+    gpu: str | None  # the CUDA_VISIBLE_DEVICES of every evidence run
+    budget_s: float | None  # None: no limit
+    spent_s: float = 0.0
+    runs: int = 0  # interpreters started
+    tests: tuple[TestEvidence, ...] = ()

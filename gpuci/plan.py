@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuci.formats import read_mode_run
-from gpuci.model import InputError, Mode, UsageError
+from gpuci.model import InputError, Mode, ModeRun, Outcome, UsageError
 
 # A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
 # without every process fighting for the same memory.
@@ -128,19 +128,55 @@ def plan_schedule(
     serial: frozenset[str],
     workers: int,
     gpus: Sequence[str],
+    gpus_per_slot: int | None = None,
 ) -> Schedule:
-    """Order the files of one mode and give each slot its GPU."""
+    """Order the files of one mode and give each slot its GPUs."""
     if mode is Mode.PARALLEL:
         ordered = order_files(files, durations)
         pool = tuple(f for f in ordered if f not in serial)
         late = tuple(f for f in ordered if f in serial)
-        slot_gpus: tuple[str | None, ...] = (
-            tuple(gpus[i % len(gpus)] for i in range(workers)) if gpus else (None,) * workers
+        return Schedule(
+            pool=pool,
+            serial=late,
+            workers=workers,
+            slot_gpus=visible_gpus(gpus, workers, gpus_per_slot),
         )
-        return Schedule(pool=pool, serial=late, workers=workers, slot_gpus=slot_gpus)
     # isolated and suite keep collection order: it is the order a plain pytest run uses
-    every = ",".join(gpus) if gpus else None
-    return Schedule(pool=tuple(files), serial=(), workers=1, slot_gpus=(every,))
+    return Schedule(
+        pool=tuple(files), serial=(), workers=1, slot_gpus=visible_gpus(gpus, 1, gpus_per_slot)
+    )
+
+
+def parse_gpus_per_slot(value: int | None, gpus: Sequence[str]) -> int | None:
+    """`--gpus-per-slot N`: between 1 and the number of GPUs gpuci uses."""
+    if value is None:
+        return None
+    if value < 1:
+        raise UsageError(f"--gpus-per-slot {value}: a slot needs at least one GPU")
+    if value > len(gpus):
+        have = f"only {len(gpus)} ({','.join(gpus)})" if gpus else "none (give --gpus 0,1)"
+        raise UsageError(f"--gpus-per-slot {value}: more GPUs than gpuci uses: {have}")
+    return value
+
+
+def visible_gpus(
+    gpus: Sequence[str], slots: int, per_slot: int | None = None
+) -> tuple[str | None, ...]:
+    """CUDA_VISIBLE_DEVICES of each slot: every GPU, or a partition of `per_slot` GPUs.
+
+    Every GPU: slot k sees the same set rotated to start at GPU k (k, k+1, ... wrapped),
+    as CuPy's CI spreads xdist workers, so a multi-GPU test sees as many GPUs in every
+    mode and a single-GPU test runs on a different device per slot. A partition: slot k
+    gets the (k mod G/N)-th block of N GPUs. Slot 0 is what every serial interpreter sees
+    (isolated, suite, evidence), so all modes of a check see the same number of GPUs.
+    """
+    if not gpus:
+        return (None,) * slots
+    if per_slot is None:
+        n = len(gpus)
+        return tuple(",".join(gpus[(k + i) % n] for i in range(n)) for k in range(slots))
+    blocks = [gpus[j * per_slot : (j + 1) * per_slot] for j in range(len(gpus) // per_slot)]
+    return tuple(",".join(blocks[k % len(blocks)]) for k in range(slots))
 
 
 def cpu_count() -> int:
@@ -149,3 +185,13 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def files_to_confirm(parallel: ModeRun) -> set[str]:
+    """Files a lazy isolated pass must run: some test did not pass in `parallel`.
+
+    A file that passed entirely in parallel ran in a fresh interpreter in its own order,
+    with others beside it: isolated would only take the neighbours away.
+    """
+    ok = (Outcome.PASSED, Outcome.SKIPPED)
+    return {t.file for t in parallel.tests if t.outcome not in ok}

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
+from gpuci.plan import visible_gpus
 from gpuci.results import ModeResults
 
 PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
@@ -109,34 +110,66 @@ def reproduce_command(
     results: Mapping[Mode, ModeResults],
     orders: Mapping[Mode, Order],
 ) -> str:
-    """A shell command that shows the finding: the failing order, or the test alone."""
+    """A shell command that shows the finding: the failing order, or the test alone.
+
+    Each carries the GPUs the interpreter it replays had (`CUDA_VISIBLE_DEVICES=...`).
+    """
     if category in (Category.PASSED, Category.SKIPPED):
         return ""
+    target = _selectable(test_id)
+    if not target:
+        return ""
+    file = target.partition("::")[0]
+    if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        beside = _ran_beside(results[Mode.PARALLEL], file)
+        if beside:
+            return _run_together(results[Mode.PARALLEL], [target, *beside])
     mode = Mode.ISOLATED if Mode.ISOLATED in results else next(iter(results))
     before: list[str] = []
     omitted = 0
     wanted = _shown_only_in_order(category, outcomes, reruns)
     for failing in (Mode.ISOLATED, Mode.SUITE):
         if wanted is not None and outcomes.get(failing) is wanted:
-            by_file = failing is Mode.SUITE
-            before, omitted = _ran_before(orders[failing], test_id, by_file=by_file)
+            before, omitted = _ran_before(orders[failing], test_id, by_file=failing is Mode.SUITE)
             if before:
                 mode = failing
                 break
     run = results[mode].run
-    target = _selectable(test_id)
-    if not target:
-        return ""
-    if category is Category.CONCURRENCY and Mode.PARALLEL in results:
-        beside = _ran_beside(results[Mode.PARALLEL], target.partition("::")[0])
-        if beside:
-            return _run_together(results[Mode.PARALLEL].run, [target, *beside])
-    command = shlex.join([*PYTEST, *run.pytest_args, *before, target])
-    if run.rootdir:
-        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+    # alone, a test sees what every serial interpreter of the check sees
+    gpu = gpu_of(results[mode], SUITE_UNIT if mode is Mode.SUITE else file) if before else None
+    if gpu is None:
+        gpu = serial_gpu(run)
+    command = pytest_command(run, [*before, target], gpu)
     if omitted:
         command += f"  # {omitted} earlier in the {mode.value} order left out, see its run.json"
     return command
+
+
+def serial_gpu(run: ModeRun) -> str | None:
+    """The CUDA_VISIBLE_DEVICES of a check's serial interpreters (slot 0 of the plan)."""
+    return visible_gpus(run.gpus, 1, run.gpus_per_slot)[0]
+
+
+def gpu_of(results: ModeResults, unit: str) -> str | None:
+    """The CUDA_VISIBLE_DEVICES a unit (a file, or the suite) ran with in this mode."""
+    for part in results.parts:
+        for file_run in part.files:
+            if file_run.file == unit:
+                return file_run.gpu
+    return serial_gpu(results.run)
+
+
+def pytest_command(run: ModeRun, targets: Sequence[str], gpu: str | None) -> str:
+    """`cd ROOT && CUDA_VISIBLE_DEVICES=G python -m pytest ARGS TARGETS`, quoted for a shell."""
+    command = _pytest(run, targets, gpu)
+    if run.rootdir:
+        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+    return command
+
+
+def _pytest(run: ModeRun, targets: Sequence[str], gpu: str | None) -> str:
+    env = f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu)} " if gpu is not None else ""
+    return env + shlex.join([*PYTEST, *run.pytest_args, *targets])
 
 
 def _ran_beside(results: ModeResults, file: str) -> list[str]:
@@ -152,9 +185,12 @@ def _ran_beside(results: ModeResults, file: str) -> list[str]:
     return []
 
 
-def _run_together(run: ModeRun, targets: Sequence[str]) -> str:
+def _run_together(results: ModeResults, targets: Sequence[str]) -> str:
     """A command that runs each target in its own interpreter, all at once, as gpuci did."""
-    each = " & ".join(shlex.join([*PYTEST, *run.pytest_args, target]) for target in targets)
+    run = results.run
+    each = " & ".join(
+        _pytest(run, [target], gpu_of(results, target.partition("::")[0])) for target in targets
+    )
     command = f"({each} & wait)"
     if run.rootdir:
         command = f"{shlex.join(['cd', run.rootdir])} && {command}"

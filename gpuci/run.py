@@ -8,6 +8,7 @@ the tests after it. The mode's `run.json`, JUnit and logs are written to its dir
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import queue
@@ -60,6 +61,7 @@ class RunOptions:
     command: tuple[str, ...] = ()
     shard: tuple[int, int] | None = None
     gpus: tuple[str, ...] = ()
+    gpus_per_slot: int | None = None
 
 
 def start_interpreters(
@@ -198,8 +200,13 @@ def run_mode(
     *,
     estimates: Mapping[str, float] | None = None,
     progress: TextIO = sys.stderr,
+    inferred_from: ModeRun | None = None,
 ) -> ModeRun:
-    """Run one mode of the schedule, rerun what did not pass, and write its directory."""
+    """Run one mode of the schedule and write its directory.
+
+    With `inferred_from` (a lazy isolated pass), the discovered files that the schedule
+    leaves out take that run's outcomes, marked inferred.
+    """
     out = options.out
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     zero = time.monotonic()
@@ -232,6 +239,13 @@ def run_mode(
             if key not in file_runs:  # interrupted before it started
                 file_runs[key], left = _never_started(discovery, key)
                 tests += left
+        if inferred_from is not None:
+            inferred_runs, inferred_tests = _inferred(
+                inferred_from, discovery, set(keys), schedule.slot_gpus[0]
+            )
+            file_runs.update((f.file, f) for f in inferred_runs)
+            keys += [f.file for f in inferred_runs]
+            tests += inferred_tests
         run = ModeRun(
             mode=options.mode,
             command=options.command,
@@ -239,6 +253,7 @@ def run_mode(
             rootdir=str(discovery.rootdir),
             workers=schedule.workers,
             gpus=options.gpus,
+            gpus_per_slot=options.gpus_per_slot,
             shard=options.shard,
             timeout=options.timeout,
             reruns=options.reruns,
@@ -257,6 +272,35 @@ def run_mode(
     if interrupted:
         raise Interrupted(f"interrupted; what finished is in {out}")
     return run
+
+
+def _inferred(
+    source: ModeRun, discovery: Discovery, ran: set[str], gpu: str | None
+) -> tuple[list[FileRun], list[TestResult]]:
+    """The files this mode did not run, with `source`'s outcomes, marked inferred."""
+    wanted = [f for f in discovery.files if f not in ran]
+    by_file = {f.file: f for f in source.files}
+    runs = [
+        FileRun(
+            file=f,
+            status=by_file[f].status,
+            slot=0,
+            gpu=gpu,
+            start=0.0,
+            end=by_file[f].duration,  # its duration in `source`: what later plans order by
+            tests=by_file[f].tests,
+            inferred=True,
+        )
+        for f in wanted
+        if f in by_file
+    ]
+    files = {f.file for f in runs}
+    tests = [
+        dataclasses.replace(t, inferred=True, reruns=(), cut="")
+        for t in source.tests
+        if t.file in files
+    ]
+    return runs, tests
 
 
 def _never_started(discovery: Discovery, key: str) -> tuple[FileRun, list[TestResult]]:

@@ -473,8 +473,9 @@ def test_reproduce_commands(scenario: Path) -> None:
     assert reproduce[f"{B}::test_softmax[fp16]"] == f"{PYTEST} {A} '{B}::test_softmax[fp16]'"
     # Everything else: the test alone.
     assert reproduce[f"{B}::test_needs_warmup"] == f"{PYTEST} {B}::test_needs_warmup"
-    # Concurrency: the test and the files whose interpreters overlapped it, all at once.
-    each = "python -m pytest -p no:randomly -m 'not slow'"
+    # Concurrency: the test and the files whose interpreters overlapped it, all at once,
+    # each with the GPUs its interpreter had.
+    each = "CUDA_VISIBLE_DEVICES=0 python -m pytest -p no:randomly -m 'not slow'"
     assert reproduce[f"{CF}::test_kernel_cache"] == (
         f"cd {ROOT} && ({each} {CF}::test_kernel_cache & {each} {A} & wait)"
     )

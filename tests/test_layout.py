@@ -30,6 +30,7 @@ STAGES = (
     "results",
     "reproduce",
     "evidence",
+    "check",
     "merge",
     "classify",
     "diff",

@@ -8,11 +8,13 @@ from gpuci.model import Mode, UsageError
 from gpuci.plan import (
     choose_workers,
     order_files,
+    parse_gpus_per_slot,
     parse_shard,
     parse_workers,
     plan_schedule,
     shard_files,
     shard_from_env,
+    visible_gpus,
 )
 
 FILES = ["a.py", "b.py", "c.py", "d.py", "e.py", "f.py"]
@@ -86,7 +88,7 @@ def test_auto_workers_follow_cpus_gpus_and_files() -> None:
     assert choose_workers(6, cpus=2, gpus=0, files=40) == (6, "6 requested")
 
 
-def test_parallel_slots_get_gpus_round_robin() -> None:
+def test_parallel_slots_see_every_gpu_rotated() -> None:
     schedule = plan_schedule(
         FILES,
         mode=Mode.PARALLEL,
@@ -95,7 +97,8 @@ def test_parallel_slots_get_gpus_round_robin() -> None:
         workers=5,
         gpus=["0", "1"],
     )
-    assert schedule.slot_gpus == ("0", "1", "0", "1", "0")
+    # every slot sees every GPU, the order rotated so that slot k starts at GPU k
+    assert schedule.slot_gpus == ("0,1", "1,0", "0,1", "1,0", "0,1")
     assert schedule.pool[0] == "b.py"
 
 
@@ -122,3 +125,28 @@ def test_serial_modes_keep_collection_order_in_one_slot(mode: Mode) -> None:
     assert schedule.pool == tuple(FILES)
     assert schedule.workers == 1
     assert schedule.slot_gpus == ("0,1",)
+
+
+def test_gpus_per_slot_partitions_and_serial_modes_see_the_first_partition() -> None:
+    gpus = ["0", "1", "2", "3"]
+    assert visible_gpus(gpus, 3, 2) == ("0,1", "2,3", "0,1")
+    assert visible_gpus(gpus, 1, 2) == ("0,1",)
+    assert visible_gpus(gpus, 2) == ("0,1,2,3", "1,2,3,0")
+    assert visible_gpus(["0", "1", "2"], 2, 2) == ("0,1", "0,1")  # GPU 2 left out
+    assert visible_gpus([], 2) == (None, None)
+    serial = plan_schedule(
+        FILES,
+        mode=Mode.SUITE,
+        durations={},
+        serial=frozenset(),
+        workers=1,
+        gpus=gpus,
+        gpus_per_slot=2,
+    )
+    assert serial.slot_gpus == ("0,1",)
+
+
+@pytest.mark.parametrize("value", [0, -1, 5])
+def test_gpus_per_slot_must_fit(value: int) -> None:
+    with pytest.raises(UsageError, match="--gpus-per-slot"):
+        parse_gpus_per_slot(value, ["0", "1", "2", "3"])

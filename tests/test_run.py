@@ -177,10 +177,14 @@ def test_exit_zero_mid_test_is_a_crash_not_a_success(troubled: tuple[str, Path, 
 
 
 def test_a_hang_is_killed_and_the_run_resumes(troubled: tuple[str, Path, Any]) -> None:
-    _, out, _ = troubled
+    mode, out, _ = troubled
     tests = outcomes(out / "run.json")
     assert tests["test_hang.py::test_hang"]["outcome"] == "timed-out"
-    assert tests["test_hang.py::test_hang"]["reruns"] == ["timed-out"]
+    # --reruns 1: in isolated, the hang was the first test of its interpreter, which is
+    # one alone observation already; other modes rerun a timed-out test once at most.
+    assert tests["test_hang.py::test_hang"]["reruns"] == (
+        [] if mode == "isolated" else ["timed-out"]
+    )
     assert tests["test_hang.py::test_after_hang"]["outcome"] == "passed"
 
 
@@ -292,8 +296,9 @@ def test_parallel_slots_get_gpus_round_robin_and_serial_files_run_last(tmp_path:
     )
     assert proc.returncode == 0, proc.stderr
     seen = [json.loads((root / f"seen-{i}.json").read_text()) for i in range(4)]
-    assert {s["gpu"] for s in seen} == {"0", "1"}
-    assert all(s["gpu"] == ("0" if s["slot"] == "0" else "1") for s in seen)
+    # every slot sees both GPUs, rotated: slot k starts at GPU k
+    assert {s["gpu"] for s in seen} == {"0,1", "1,0"}
+    assert all(s["gpu"] == ("0,1" if s["slot"] == "0" else "1,0") for s in seen)
     serial = json.loads((root / "seen-serial.json").read_text())
     assert serial["start"] > max(s["start"] for s in seen)
     run = json.loads((root / "out" / "parallel" / "run.json").read_text())

@@ -32,3 +32,11 @@ def test_hold_most_memory() -> None:
     time.sleep(HOLD_S)  # keep holding either way, so the twin's request fails too
     del working_set
     assert not error, f"workspace allocation failed: {error}"
+
+
+# Small allocations that fit beside anything. They also make this one of the files with
+# the most tests, so that without earlier durations (a first check orders by tests per
+# file) a longest-first scheduler still starts both hog files first, together.
+@pytest.mark.parametrize("elements", [1, 1024, 1 << 20])
+def test_small_allocation_fits(elements: int) -> None:
+    assert int(cp.ones(elements, dtype=cp.float32).sum()) == elements

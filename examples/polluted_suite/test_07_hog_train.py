@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import fakegpu
+import pytest
 
 WEIGHTS = fakegpu.DEVICE_BYTES * 40 // 100
 WORKSPACE = fakegpu.DEVICE_BYTES * 35 // 100
@@ -34,3 +35,12 @@ def test_train_steps() -> None:
                 out_of_memory.append(str(error))
             time.sleep(GAP_S)
     assert not out_of_memory, f"{len(out_of_memory)}/{STEPS} steps: {out_of_memory[0]}"
+
+
+# Small steps that fit beside anything. They also make this one of the files with the
+# most tests, so that without earlier durations (a first check orders by tests per file)
+# a longest-first scheduler still starts both hog files first, together.
+@pytest.mark.parametrize("batch", [1, 2, 4, 8])
+def test_small_batch_fits(batch: int) -> None:
+    with fakegpu.device_malloc(batch * 1024, wait_s=WORKSPACE_WAIT_S):
+        pass

@@ -1,0 +1,196 @@
+"""Check: the modes of `gpuci run` and `gpuci check` planned from the command line, in order.
+
+`gpuci check` runs parallel and suite first, then isolated only for the files that did
+not pass in parallel (the rest is inferred), then gathers the evidence once for the whole
+check, within a budget that defaults to the main passes' wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from gpuci.discover import Discovery, discover_tests
+from gpuci.evidence import gather_evidence, rerun_mode_suspects
+from gpuci.gpus import detect_gpus
+from gpuci.model import GpuciError, Mode, ModeRun, UsageError
+from gpuci.plan import (
+    choose_workers,
+    cpu_count,
+    files_to_confirm,
+    parse_gpus_per_slot,
+    parse_shard,
+    parse_workers,
+    plan_schedule,
+    read_durations,
+    shard_files,
+    shard_from_env,
+)
+from gpuci.run import RunOptions, prepare_out, run_mode
+
+
+def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
+    """Every mode of `--modes`, in order, then the evidence; the runs as written."""
+    modes = parse_modes(args.modes)
+    # isolated after parallel runs lazily: only the files that did not pass in parallel
+    lazy = Mode.ISOLATED in modes and Mode.PARALLEL in modes[: modes.index(Mode.ISOLATED)]
+    discovery = discover(args)  # once: every mode runs the same collected tests
+    runs: dict[Mode, ModeRun] = {}
+    for mode in modes:
+        if mode is Mode.ISOLATED and lazy:
+            parallel = runs[Mode.PARALLEL]
+            runs[mode] = run_one_mode(
+                args, mode, discovery, only=files_to_confirm(parallel), inferred_from=parallel
+            )
+        else:
+            runs[mode] = run_one_mode(args, mode, discovery)
+    main_s = sum(run.wall_s for run in runs.values())
+    budget = args.evidence_budget if args.evidence_budget is not None else main_s
+    gather_evidence(
+        args.out, runs=args.reruns, budget_s=budget, timeout=args.timeout, python=args.python
+    )
+    return runs
+
+
+def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
+    """`gpuci run`: one mode, then its own alone-reruns (a CI job has no later evidence)."""
+    run = run_one_mode(args, mode)
+    return rerun_mode_suspects(
+        run,
+        _mode_dir(args, mode),
+        runs=args.reruns,
+        budget_s=args.evidence_budget,
+        python=args.python,
+    )
+
+
+def parse_modes(text: str) -> list[Mode]:
+    """The modes of `--modes`, in the order given."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    valid = [m.value for m in Mode]
+    unknown = [m for m in names if m not in valid]
+    if unknown or not names or len(set(names)) != len(names):
+        raise UsageError(f"--modes {text!r}: choose each at most once from {', '.join(valid)}")
+    return [Mode(m) for m in names]
+
+
+def _shard(args: argparse.Namespace) -> tuple[int, int] | None:
+
+    return parse_shard(args.shard) if args.shard else shard_from_env(os.environ)
+
+
+def _mode_dir(args: argparse.Namespace, mode: Mode) -> Path:
+    shard = _shard(args)
+    mode_dir: Path = args.out / mode.value
+    return mode_dir / f"shard-{shard[0]}-of-{shard[1]}" if shard else mode_dir
+
+
+def _durations(
+    args: argparse.Namespace, mode: Mode, discovery: Discovery
+) -> tuple[dict[str, float], bool]:
+    """What to order files by: --durations, else an earlier run in OUT, else tests per file.
+
+    Isolated never reads its own OUT: a sharded isolated run that read its sibling shards'
+    results would plan differently from them.
+    """
+
+    if args.durations is not None:
+        return read_durations(args.durations), True
+    if mode is not Mode.ISOLATED:
+        for earlier in (Mode.ISOLATED, Mode.PARALLEL):
+            directory = args.out / earlier.value
+            if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
+                with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
+                    return read_durations(directory), True
+    # no earlier run: a file's number of tests stands in for its length
+    return {f: float(len(ids)) for f, ids in discovery.tests.items()}, False
+
+
+def run_one_mode(
+    args: argparse.Namespace,
+    mode: Mode,
+    discovery: Discovery | None = None,
+    *,
+    only: set[str] | None = None,
+    inferred_from: ModeRun | None = None,
+) -> ModeRun:
+    """Discover, plan and run one mode; the shared body of `run` and `check`."""
+
+    requested_workers = parse_workers(args.workers)
+    shard = _shard(args)
+    mode_dir = _mode_dir(args, mode)
+    gpus = detect_gpus(args.gpus, os.environ)
+    per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
+    if discovery is None:
+        discovery = discover(args)
+    durations, in_seconds = _durations(args, mode, discovery)
+    files = list(discovery.files)
+    if shard:
+        files = shard_files(files, durations, *shard)
+    if only is not None:
+        files = [f for f in files if f in only]
+    workers, why = (1, "one at a time")
+    if mode is Mode.PARALLEL:
+        slots = len(gpus) // per_slot if per_slot else len(gpus)
+        workers, why = choose_workers(
+            requested_workers, cpus=cpu_count(), gpus=slots, files=len(files)
+        )
+    schedule = plan_schedule(
+        files,
+        mode=mode,
+        durations=durations,
+        serial=discovery.serial,
+        workers=workers,
+        gpus=gpus,
+        gpus_per_slot=per_slot,
+    )
+    prepare_out(mode_dir)
+    shutil.rmtree(args.out / "evidence", ignore_errors=True)  # it was about the old runs
+    if mode is Mode.SUITE:
+        discovery = _restrict(discovery, files)
+    tests = sum(len(discovery.tests.get(f, ())) for f in files)
+    where = f"shard {shard[0]}/{shard[1]}, " if shard else ""
+    gpu_text = f"GPUs {schedule.slot_gpus[0]}" if gpus else "no GPU pinning"
+    lazy = f" (the rest inferred from {inferred_from.mode.value})" if inferred_from else ""
+    _say(
+        f"{mode.value}: {where}{len(files)} files{lazy}, {tests} tests, workers {why},"
+        f" {gpu_text} -> {mode_dir}"
+    )
+    options = RunOptions(
+        mode=mode,
+        out=mode_dir,
+        pytest_args=args.pytest_args,
+        timeout=args.timeout,
+        reruns=args.reruns,
+        python=args.python,
+        command=("gpuci", *sys.argv[1:]) if sys.argv[1:] else ("gpuci",),
+        shard=shard,
+        gpus=gpus,
+        gpus_per_slot=per_slot,
+    )
+    estimates = durations if in_seconds else {}
+    return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)
+
+
+def _say(text: str) -> None:
+    print(f"gpuci: {text}", file=sys.stderr, flush=True)
+
+
+def discover(args: argparse.Namespace) -> Discovery:
+    """pytest's collection of PATHS, with the suite's own configuration."""
+
+    return discover_tests(
+        args.paths, args.pytest_args, python=args.python, timeout=max(args.timeout or 0, 600)
+    )
+
+
+def _restrict(discovery: Discovery, files: list[str]) -> Discovery:
+    """The discovery of a shard: suite mode runs only the shard's files."""
+    from dataclasses import replace
+
+    keep = set(files)
+    return replace(discovery, files=tuple(f for f in discovery.files if f in keep))
