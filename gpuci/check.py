@@ -17,7 +17,7 @@ from pathlib import Path
 from gpuci.discover import Discovery, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
-from gpuci.model import GpuciError, Mode, ModeRun, UsageError
+from gpuci.model import GpuciError, Mode, ModeRun, UsageError, printable
 from gpuci.plan import (
     choose_workers,
     cpu_count,
@@ -177,15 +177,17 @@ def run_one_mode(
 
 
 def _say(text: str) -> None:
-    print(f"gpuci: {text}", file=sys.stderr, flush=True)
+    print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
 
 
 def discover(args: argparse.Namespace) -> Discovery:
-    """pytest's collection of PATHS, with the suite's own configuration."""
-
-    return discover_tests(
+    """pytest's collection of PATHS, with the suite's own configuration; notes what it left."""
+    discovery = discover_tests(
         args.paths, args.pytest_args, python=args.python, timeout=max(args.timeout or 0, 600)
     )
+    for file in discovery.deselected:
+        _say(f"{file}: every test deselected by the pytest arguments; not run")
+    return discovery
 
 
 def _restrict(discovery: Discovery, files: list[str]) -> Discovery:

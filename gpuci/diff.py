@@ -277,6 +277,9 @@ def _decide(
             warnings.append(f"{mode.value}: shard {index} of {total} missing")
         if mode_results.run.interrupted:
             warnings.append(f"{mode.value}: interrupted before every test ran")
+    cut = sum(1 for t in tests if t.cut)
+    if cut:
+        warnings.append(f"{cut} test{'s' if cut != 1 else ''} not rerun: budget")
     if reasons:
         return "fail", reasons + warnings
     if warnings:
@@ -325,6 +328,7 @@ def _describe_mode(results: ModeResults) -> dict[str, Any]:
         "shards": results.total_shards,
         "missing_shards": list(results.missing_shards),
         "interrupted": run.interrupted,
+        "inferred_files": sum(1 for f in run.files if f.inferred),
         "file_runs": [
             {
                 "file": f.file,

@@ -32,6 +32,7 @@ class Discovery:
     tests: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> ids
     serial: frozenset[str] = frozenset()  # files holding a gpu_serial test
     errors: dict[str, str] = field(default_factory=dict)  # file -> collection error
+    deselected: tuple[str, ...] = ()  # files whose every test the pytest arguments left out
 
     @property
     def test_count(self) -> int:
@@ -141,12 +142,15 @@ def _build(
     order += [f for f in errors if f not in tests]
     serial_ids = collected.get("serial", [])
     assert isinstance(serial_ids, list)
+    deselected = collected.get("deselected", [])
+    assert isinstance(deselected, list)
     discovery = Discovery(
         rootdir=rootdir,
         files=tuple(order),
         tests={f: tuple(v) for f, v in tests.items()},
         serial=frozenset(file_of(i) for i in serial_ids),
         errors=errors,
+        deselected=tuple(str(f) for f in deselected if f not in tests and f not in errors),
     )
     _check_every_path_has_tests(paths, discovery)
     return discovery
@@ -154,7 +158,7 @@ def _build(
 
 def _check_every_path_has_tests(paths: Sequence[str], discovery: Discovery) -> None:
     """A path that yields neither a test nor an error is a mistake worth stopping for."""
-    found = [(discovery.rootdir / f).resolve() for f in discovery.files]
+    found = [(discovery.rootdir / f).resolve() for f in (*discovery.files, *discovery.deselected)]
     for path in paths:
         target = Path(path).resolve()
         if not any(f == target or target in f.parents for f in found):

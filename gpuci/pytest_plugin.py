@@ -3,7 +3,8 @@
 It appends one JSON line per event to the file named by `GPUCI_JOURNAL` and flushes at
 once, so whatever happened survives an interpreter that dies the next instant:
 
-    {"e": "collected", "ids": [...], "serial": [...], "rootdir": "..."}
+    {"e": "collected", "ids": [...], "serial": [...], "rootdir": "...",
+     "deselected": [files whose tests -m, -k or --deselect left out]}
     {"e": "collect-error", "id": "tests/test_x.py", "message": "..."}
     {"e": "start", "id": "..."}
     {"e": "finish", "id": "...", "outcome": "passed|failed|skipped", "duration": 0.1,
@@ -34,6 +35,7 @@ class Journal:
     def __init__(self, path: str) -> None:
         self._file: IO[str] = Path(path).open("a", encoding="utf-8")  # noqa: SIM115
         self._reports: dict[str, list[pytest.TestReport]] = {}
+        self._deselected: set[str] = set()  # files with tests the user's arguments left out
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one event and push it to the OS before going on."""
@@ -59,6 +61,11 @@ class Journal:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Remember which files lost tests to -m, -k or --deselect (not to GPUCI_ONLY)."""
+        if not os.environ.get("GPUCI_ONLY"):
+            self._deselected.update(item.nodeid.split("::", 1)[0] for item in items)
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Record a file that could not be imported or collected."""
         if report.failed:
@@ -76,6 +83,7 @@ class Journal:
                     if item.get_closest_marker(SERIAL_MARK) is not None
                 ],
                 "rootdir": str(session.config.rootpath),
+                "deselected": sorted(self._deselected),
             }
         )
 

@@ -187,8 +187,11 @@ def _row(
         file=test.file,
         category=test.category.value,
         badge=_badge(test),
-        outcomes=tuple(_outcome(test.outcomes.get(mode, "")) for mode in columns),
-        reruns=_reruns(test.reruns),
+        outcomes=tuple(
+            _outcome(test.outcomes.get(mode, ""), inferred=mode in test.inferred)
+            for mode in columns
+        ),
+        reruns="; ".join(p for p in (_reruns(test.reruns), test.cut) if p),
         message=message,
         reproduce=test.reproduce,
         cause=_crash_cause(test, modes) if test.category is Category.CRASHED else "",
@@ -197,11 +200,12 @@ def _row(
     )
 
 
-def _outcome(value: str) -> tuple[str, str]:
+def _outcome(value: str, *, inferred: bool = False) -> tuple[str, str]:
     """An outcome's text and CSS class; one we do not know gets a neutral class."""
     if not value:
         return ("", "none")
-    return (value, value if value in OUTCOME_VALUES else "unknown")
+    text = f"{value} (inferred)" if inferred else value
+    return (text, value if value in OUTCOME_VALUES else "unknown")
 
 
 def _by_category(verdict: Verdict) -> dict[Category, list[TestVerdict]]:

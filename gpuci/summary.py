@@ -23,11 +23,22 @@ def format_summary(verdict: Verdict) -> str:
         evidence = " ".join(f"{mode}={outcome}" for mode, outcome in test.outcomes.items())
         if test.reruns:
             evidence += f" reruns={','.join(test.reruns)}"
+        if test.inferred:
+            evidence += f" inferred={','.join(test.inferred)}"
+        if test.cut:
+            evidence += f" ({test.cut})"
         lines.append(printable(f"{test.category.value:<17} {tag:<5} {test.id}  {evidence}"))
         if test.reproduce:
             lines.append(printable(f"    reproduce: {test.reproduce}"))
     if len(listed) > MAX_LISTED:
         lines.append(f"... and {len(listed) - MAX_LISTED} more (see verdict.json)")
+    spent = verdict.evidence.get("spent_s")
+    if spent is not None:
+        budget = verdict.evidence.get("budget_s")
+        limit = f" of a {budget:.0f}s budget" if isinstance(budget, int | float) else ""
+        lines.append(
+            f"evidence: {verdict.evidence.get('runs', 0)} alone-run(s) in {spent:.1f}s{limit}"
+        )
     why = f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""
     lines.append(printable(f"verdict: {verdict.verdict}{why}"))
     return "\n".join(lines)

@@ -165,4 +165,13 @@ def mode_notes(verdict: Verdict) -> list[str]:
             notes.append(f"{name}: shard(s) {', '.join(map(str, missing))} missing")
         if mode.get("interrupted"):
             notes.append(f"{name}: the run was interrupted")
+        inferred = mode.get("inferred_files")
+        if isinstance(inferred, int) and inferred:
+            files = len(file_runs(mode))
+            notes.append(
+                f"{name}: {inferred} of {files} files inferred from parallel, where they passed"
+            )
+    cut = verdict.evidence.get("cut")
+    if isinstance(cut, int) and cut:
+        notes.append(f"evidence: {cut} test(s) not rerun: budget (raise --evidence-budget)")
     return notes

@@ -555,6 +555,7 @@ def test_modes_describe_each_run(scenario: Path) -> None:
         "shards": 3,
         "missing_shards": [2],
         "interrupted": False,
+        "inferred_files": 0,
     }
     assert [(r["file"], r["shard"]) for r in parallel["file_runs"]] == [(A, 1), (CF, 1), (E, 3)]
     assert parallel["file_runs"][1] == {
