@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# gpuci on CuPy v14.2.0's own tests (carried in cupy-tests/, see README), on the device.
+#   scripts/device_cupy.sh [multi] [one] [subset]   (default: all)
+# multi:  the 4 cuda_tests files with every GPU: the verdict must pass
+# one:    the same files seeing one GPU (--gpus 0): multi-GPU tests fail, the hang times out
+# subset: the 18-file subset, gpuci check against plain pytest, one after the other
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-out/device}"
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH="/tmp/site:$PWD"
+GPUCI=(python3 -m gpuci)
+steps=("${@:-multi one subset}")
+steps=(${steps[*]})
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+cd cupy-tests || exit 3
+FOUR=(tests/cupy_tests/cuda_tests/test_stream.py tests/cupy_tests/cuda_tests/test_driver.py
+      tests/cupy_tests/cuda_tests/test_memory.py tests/cupy_tests/cuda_tests/test_device.py)
+C=tests/cupy_tests/cuda_tests
+K=tests/cupy_tests/core_tests
+SUBSET=($C/test_device.py $C/test_driver.py $C/test_runtime.py $C/test_stream.py
+        $C/test_pinned_memory.py $C/test_memory_hook.py $C/test_memory.py
+        $C/test_compiler_cache.py $C/test_graph.py $K/test_iter.py $K/test_flags.py
+        $K/test_ndarray_conversion.py $K/test_scan.py $K/test_carray.py $K/test_include.py
+        $K/test_core.py $K/test_internal.py tests/cupy_tests/random_tests/test_bit_generator.py)
+
+summary() {  # the verdict's counts, reasons and findings
+    python3 - "$1" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+print("verdict:", v["verdict"], v["reasons"])
+print("summary:", {k: n for k, n in v["summary"].items() if n})
+print("modes:", {m: d["wall_s"] for m, d in v["modes"].items()}, "evidence:", v.get("evidence"))
+for t in v["tests"]:
+    if t["category"] not in ("passed", "skipped"):
+        print(" ", t["category"], t["id"], t["outcomes"], t["reruns"], t.get("cut", ""))
+        print("    ", t["reproduce"][:300])
+PY
+}
+
+timed() {  # timed NAME COMMAND...: wall seconds into $OUT/NAME.wall, output into NAME.log
+    local name=$1; shift
+    local start=$(date +%s.%N)
+    timeout 420 "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    local end=$(date +%s.%N)
+    echo "$name: exit $rc, wall $(python3 -c "print(round($end - $start, 1))") s" | tee -a "$OUT/walls.txt"
+}
+
+for step in "${steps[@]}"; do
+    case "$step" in
+    multi)
+        timed multi "${GPUCI[@]}" check "${FOUR[@]}" --out /tmp/o-multi --timeout 60 -- -m "not slow"
+        tail -5 "$OUT/multi.log"; summary /tmp/o-multi/verdict.json | tee "$OUT/multi.txt" ;;
+    one)
+        timed one "${GPUCI[@]}" check "${FOUR[@]}" --out /tmp/o-one --gpus 0 --timeout 30 -- -m "not slow"
+        tail -5 "$OUT/one.log"; summary /tmp/o-one/verdict.json | tee "$OUT/one.txt" ;;
+    subset)
+        timed subset-pytest python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "not slow and not multi_gpu"
+        tail -2 "$OUT/subset-pytest.log"
+        timed subset-gpuci "${GPUCI[@]}" check "${SUBSET[@]}" --out /tmp/o-subset --timeout 120 -- -m "not slow and not multi_gpu"
+        tail -5 "$OUT/subset-gpuci.log"; summary /tmp/o-subset/verdict.json | tee "$OUT/subset.txt" ;;
+    esac
+done
+cat "$OUT/walls.txt"
