@@ -19,7 +19,14 @@ CUPY = os.environ.get("GPUCI_CUPY_PACKAGE", "cupy-cuda12x")
 # playwright drives Debian's Chromium (never its own download); comrak is GitLab's own
 # Markdown engine, to check the MR comment renders with no links, images or mentions.
 # NumPy: the GPU suite's references (collected, and skipped, even where no GPU is).
-TEST_DEPS = ["pytest>=7.4", "check-jsonschema>=0.29", "playwright>=1.45", "comrak==0.0.16", "numpy"]
+TEST_DEPS = [
+    "pytest>=7.4",
+    "check-jsonschema>=0.29",
+    "playwright>=1.45",
+    "comrak==0.0.16",
+    "numpy",
+    "pytest-run-parallel>=0.10",  # the threads mode, and the plugin tests of it
+]
 
 
 def has_gpu() -> bool:
