@@ -2,6 +2,7 @@
 
     python benchmarks/bench_runner.py [--files 40] [--tests 20] [--workers 2] [--repeat 1]
                                       [--diff-scale 50000] [--json FILE] [--profile]
+                                      [--no-runs] [--no-suite] [--no-check] [--strict]
 
 A benchmark, not a timed test. It generates a suite whose tests sleep a seeded 5-40 ms
 (so files differ in length), then times, one after the other on this machine:
@@ -11,7 +12,13 @@ A benchmark, not a timed test. It generates a suite whose tests sleep a seeded 5
 (c) `gpuci run --mode parallel --workers W`, ordered by (b)'s durations, against the bound
     max(longest file, sum of file durations / W) taken from (a): target <= 1.15;
 (d) `pytest -n W --dist loadfile` (pytest-xdist) against the same bound, for comparison;
-(e) `gpuci run --mode suite` against a bare `python -m pytest SUITE`.
+(e) `gpuci run --mode suite` against a bare `python -m pytest SUITE`;
+(f) `gpuci check --workers W` (default modes, evidence, diff, report) against a plain
+    `python -m pytest tests`, on the suite as generated (target <= 1.6) and on a copy with
+    planted failures (target <= 5): an order-dependent victim of a flag another file leaves
+    in a shared module, a real failure, a flaky test (it loses every other run), and a
+    concurrency victim of an fcntl lock two files hold; it prints the verdict's summary
+    against what was planted.
 
 Then it writes a synthetic results directory of 3 modes x N tests and times `gpuci diff`
 (target: under 5 s and 1 GiB) and `gpuci report` on its verdict. Every command is printed
@@ -50,6 +57,8 @@ TARGET_ISOLATED = 1.05  # gpuci isolated / bare loop
 TARGET_PARALLEL = 1.15  # gpuci parallel / max(longest file, sum / W)
 TARGET_DIFF_S = 5.0  # the issue: 3 modes x 50,000 tests under 5 s...
 TARGET_DIFF_MIB = 1024.0  # ...and 1 GB
+TARGET_CHECK_CLEAN = 1.6  # gpuci check / plain pytest, a suite with nothing wrong in it
+TARGET_CHECK_POLLUTED = 5.0  # the same with planted failures: their evidence costs more
 TESTS_DIR = "tests"  # inside the generated suite; every command runs from the suite root
 DIFF_FILE_TESTS = 50  # tests per file in the synthetic diff input
 DIFF_WORKERS = 4  # slots of the synthetic parallel mode
@@ -347,6 +356,247 @@ def parallel_bound(bare_files: dict[str, list[float]], workers: int) -> tuple[fl
     per_file = [statistics.median(v) for v in bare_files.values()]
     longest, total = max(per_file), sum(per_file)
     return max(longest, total / workers), longest, total
+
+
+# --- (f) gpuci check against plain pytest, clean and polluted --------------------------
+
+CHECK_MIN_FILES = 5  # the planted tests go to 5 distinct files
+STATE_MODULE = "_state"  # tests/_state.py: process-wide state (think: a memory-pool limit)
+DEVICE_LOCK = "_device.lock"  # tests/_device.lock: the "GPU" two files each want alone
+FLAKY_COUNT = "_flaky.count"  # tests/_flaky.count: how often the flaky test ran
+LOCK_HOLD_S = 0.2  # the lock test holds the device this long, so both holders overlap
+
+# Appended to the generated files (which define `work(ms)` and import `time`); each
+# planted test's name starts with test_plant_. The lock holders keep the lock for their
+# whole file; the first check (no earlier durations) orders parallel files by tests per
+# file, then path, so giving them the most tests starts both together on the two slots.
+PLANT_LOCK = f'''
+import fcntl
+import pathlib
+
+import pytest
+
+DEVICE_LOCK = pathlib.Path(__file__).with_name("{DEVICE_LOCK}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def exclusive_device():
+    """The whole file holds the device; another interpreter holding it is an error."""
+    with DEVICE_LOCK.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+
+
+def test_plant_exclusive_device(exclusive_device):
+    time.sleep({LOCK_HOLD_S})
+    assert exclusive_device, "another interpreter holds the device ({DEVICE_LOCK})"
+'''
+PLANT_POLLUTER = f"""
+import {STATE_MODULE}
+
+
+def test_plant_leaves_pool_limit():
+    {STATE_MODULE}.POOL_LIMIT = 1024  # never restored
+    assert work(5) > 0
+"""
+PLANT_VICTIM = f"""
+import {STATE_MODULE}
+
+
+def test_plant_needs_default_pool():
+    limit = {STATE_MODULE}.POOL_LIMIT
+    assert limit is None, f"pool limit {{limit}} left behind by an earlier test"
+"""
+PLANT_FAILURE = """
+
+def test_plant_real_failure():
+    assert work(5) < 0, "a real bug: fails everywhere, alone too"
+"""
+PLANT_FLAKY = f'''
+import pathlib
+
+FLAKY_COUNT = pathlib.Path(__file__).with_name("{FLAKY_COUNT}")
+
+
+def test_plant_flaky():
+    try:
+        runs = int(FLAKY_COUNT.read_text())
+    except (FileNotFoundError, ValueError):
+        runs = 0
+    FLAKY_COUNT.write_text(str(runs + 1))
+    assert runs % 2 == 1, f"lost a race (run {{runs + 1}}; every other run loses)"
+'''
+
+
+@dataclass(frozen=True, slots=True)
+class Plant:
+    """One planted test: its id and the category `gpuci check` should give it."""
+
+    id: str
+    expect: str  # a category, or "passed"; "concurrency?" for either holder of the lock
+
+
+def plant_failures(root: Path, files: Sequence[str], *, seed: int, workers: int) -> list[Plant]:
+    """Append the planted tests to five of the generated files (seeded); return them."""
+    rng = random.Random(seed)  # noqa: S311 -- seeded test data, not secrets
+    first, second, third, fourth, last = (
+        files[i] for i in sorted(rng.sample(range(len(files)), 5))
+    )
+    failure, flaky = rng.sample([third, fourth], 2)
+    (root / TESTS_DIR / f"{STATE_MODULE}.py").write_text(
+        '"""State one test leaves behind for another (generated by bench_runner.py)."""\n\n'
+        "POOL_LIMIT = None\n",
+        encoding="utf-8",
+    )
+    # With one worker nothing runs beside anything: the lock holders both pass.
+    holder = "concurrency?" if workers > 1 else "passed"
+    plants = {
+        # first gets two extra tests, the rest one each: first and second (ties go by
+        # path) are the two longest files of a first check, so they start together
+        first: [(PLANT_LOCK, "test_plant_exclusive_device", holder)],
+        second: [(PLANT_LOCK, "test_plant_exclusive_device", holder)],
+        failure: [(PLANT_FAILURE, "test_plant_real_failure", "failed")],
+        flaky: [(PLANT_FLAKY, "test_plant_flaky", "flaky")],
+        last: [(PLANT_VICTIM, "test_plant_needs_default_pool", "order-dependent")],
+    }
+    plants[first].append((PLANT_POLLUTER, "test_plant_leaves_pool_limit", "passed"))
+    planted: list[Plant] = []
+    for name, chunks in plants.items():
+        with (root / name).open("a", encoding="utf-8") as handle:
+            for code, test, expect in chunks:
+                handle.write(code)
+                planted.append(Plant(id=f"{name}::{test}", expect=expect))
+    return planted
+
+
+def expected_summary(plants: Sequence[Plant], tests: int) -> dict[str, int]:
+    """The verdict summary the planted suite should get (`tests` counts every test)."""
+    summary: dict[str, int] = {"passed": tests - len(plants)}
+    holders = [p for p in plants if p.expect == "concurrency?"]
+    for plant in plants:
+        if plant.expect != "concurrency?":
+            summary[plant.expect] = summary.get(plant.expect, 0) + 1
+    if holders:  # whichever of the two started second loses the lock
+        summary["concurrency"] = 1
+        summary["passed"] += len(holders) - 1
+    return summary
+
+
+def reset_plants(root: Path) -> None:
+    """Start the flaky test's count afresh, so every run of it fails, passes, fails, ..."""
+    (root / TESTS_DIR / FLAKY_COUNT).unlink(missing_ok=True)
+
+
+@dataclass(slots=True)
+class CheckResults:
+    """(f): plain pytest and gpuci check on the clean and the polluted suite, every repetition."""
+
+    clean_pytest: Samples
+    clean_check: Samples
+    polluted_pytest: Samples
+    polluted_check: Samples
+    plants: list[Plant]
+    expected: dict[str, int]
+    clean_outs: list[dict[str, Any]] = field(default_factory=list)
+    polluted_outs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_check_out(out: Path, exit_code: int) -> dict[str, Any]:
+    """What one `gpuci check` wrote: its verdict, summary, where its time went, planted ids."""
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    evidence = verdict.get("evidence") or {}
+    return {
+        "exit_code": exit_code,
+        "verdict": verdict.get("verdict"),
+        "summary": {k: v for k, v in verdict.get("summary", {}).items() if v},
+        "modes_s": {m: d.get("wall_s", 0.0) for m, d in verdict.get("modes", {}).items()},
+        "evidence_s": evidence.get("spent_s"),
+        "evidence_runs": evidence.get("runs"),
+        "categories": {
+            t["id"]: t.get("category")
+            for t in verdict.get("tests", [])
+            if "::test_plant_" in t["id"]
+        },
+    }
+
+
+def measure_check(
+    work: Path,
+    *,
+    files: int,
+    tests: int,
+    seed: int,
+    min_ms: float,
+    max_ms: float,
+    workers: int,
+    repeat: int,
+) -> CheckResults:
+    """Measure (f) `repeat` times, interleaved: plain pytest and gpuci check, clean and polluted."""
+    py = sys.executable
+    clean, polluted = work / "check-clean", work / "check-polluted"
+    # The same seeded suite twice; the planted tests go into the second copy only.
+    for root in (clean, polluted):
+        planned = generate_suite(
+            root, files=files, tests=tests, seed=seed, min_ms=min_ms, max_ms=max_ms
+        )
+    plants = plant_failures(polluted, list(planned), seed=seed, workers=workers)
+    say(f"(f) suites: {clean} and {polluted} ({len(plants)} planted tests)")
+    pytest_cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS_DIR]
+    collect_cmd = [*pytest_cmd[:-1], "--collect-only", TESTS_DIR]
+
+    def check_cmd(out: Path) -> list[str]:
+        return [py, "-m", "gpuci", "check", TESTS_DIR, "--out", str(out), "--workers", str(workers)]
+
+    def out_of(r: int, kind: str) -> Path:
+        return work / f"check-out-{r + 1}" / kind
+
+    results = CheckResults(
+        clean_pytest=Samples(shown(pytest_cmd, clean)),
+        clean_check=Samples(shown(check_cmd(out_of(0, "clean")), clean)),
+        polluted_pytest=Samples(shown(pytest_cmd, polluted)),
+        polluted_check=Samples(shown(check_cmd(out_of(0, "polluted")), polluted)),
+        plants=plants,
+        expected=expected_summary(plants, files * tests + len(plants)),
+    )
+    logs = work / "logs"
+    # Warm-up, as for (a)-(e): assertion rewriting caches each module's bytecode once.
+    for root in (clean, polluted):
+        run_timed(collect_cmd, cwd=root, log=logs / f"check-warmup-{root.name}.log")
+    for r in range(repeat):
+        tag = f"[{r + 1}/{repeat}]"
+        say(f"{tag} (f) plain pytest, clean suite")
+        results.clean_pytest.add(
+            run_timed(pytest_cmd, cwd=clean, log=logs / f"check-pytest-clean-{r}.log")
+        )
+        say(f"{tag} (f) gpuci check --workers {workers}, clean suite")
+        out = out_of(r, "clean")
+        # 1 is a failed verdict, a finding in a clean suite; anything else is a broken check
+        measure = run_timed(
+            check_cmd(out), cwd=clean, log=logs / f"check-clean-{r}.log", allow=(0, 1)
+        )
+        results.clean_check.add(measure)
+        results.clean_outs.append(read_check_out(out, measure.exit_code))
+
+        say(f"{tag} (f) plain pytest, polluted suite")
+        reset_plants(polluted)
+        results.polluted_pytest.add(
+            run_timed(
+                pytest_cmd, cwd=polluted, log=logs / f"check-pytest-polluted-{r}.log", allow=(0, 1)
+            )
+        )
+        say(f"{tag} (f) gpuci check --workers {workers}, polluted suite")
+        reset_plants(polluted)
+        out = out_of(r, "polluted")
+        measure = run_timed(
+            check_cmd(out), cwd=polluted, log=logs / f"check-polluted-{r}.log", allow=(0, 1)
+        )
+        results.polluted_check.add(measure)
+        results.polluted_outs.append(read_check_out(out, measure.exit_code))
+    return results
 
 
 # --- profile: where the parent's time goes --------------------------------------------
@@ -777,6 +1027,122 @@ def runner_report(results: RunnerResults, workers: int) -> tuple[list[str], dict
     return lines, data, ok
 
 
+def check_report(results: CheckResults, workers: int) -> tuple[list[str], dict[str, Any], bool]:
+    """The lines of (f), the same numbers for JSON, and whether both targets held."""
+    clean_ratio = results.clean_check.wall / results.clean_pytest.wall
+    polluted_ratio = results.polluted_check.wall / results.polluted_pytest.wall
+    ok = clean_ratio <= TARGET_CHECK_CLEAN and polluted_ratio <= TARGET_CHECK_POLLUTED
+    check = f"(f) gpuci check --workers {workers}"
+    planted = len(results.plants)
+    lines = [
+        f"{'measurement':<44} {'median s':>9} {'CPU s':>7}  {'ratio':<22} {'target':<8}",
+        f"{'(f) plain pytest, clean suite':<44} {results.clean_pytest.wall:>9.2f}"
+        f" {results.clean_pytest.cpu:>7.2f}",
+        f"{check + ', clean':<44} {results.clean_check.wall:>9.2f}"
+        f" {results.clean_check.cpu:>7.2f}  {clean_ratio:>6.3f} check/pytest    "
+        f"<= {TARGET_CHECK_CLEAN:<5} {verdict_word(clean_ratio, TARGET_CHECK_CLEAN)}",
+        f"{f'(f) plain pytest, polluted ({planted} planted)':<44}"
+        f" {results.polluted_pytest.wall:>9.2f} {results.polluted_pytest.cpu:>7.2f}",
+        f"{check + ', polluted':<44} {results.polluted_check.wall:>9.2f}"
+        f" {results.polluted_check.cpu:>7.2f}  {polluted_ratio:>6.3f} check/pytest    "
+        f"<= {TARGET_CHECK_POLLUTED:<5} {verdict_word(polluted_ratio, TARGET_CHECK_POLLUTED)}",
+        "",
+    ]
+    for kind, samples, outs in (
+        ("clean", results.clean_check, results.clean_outs),
+        ("polluted", results.polluted_check, results.polluted_outs),
+    ):
+        lines.append(f"where the {kind} check goes: {time_split(samples.wall, outs)}")
+    found = [out["summary"] for out in results.polluted_outs]
+    matches = [summary == results.expected for summary in found]
+    lines += [
+        f"planted:       {format_counts(results.expected)}",
+        f"found:         {format_counts(found[0])}  (verdict {results.polluted_outs[0]['verdict']},"
+        f" exit {results.polluted_outs[0]['exit_code']})",
+    ]
+    lines += [
+        f"  repetition {r + 1}: {format_counts(summary)}"
+        for r, summary in enumerate(found)
+        if r and summary != found[0]
+    ]
+    lines.append(
+        f"categories as planted: {sum(matches)} of {len(matches)} repetition(s)"
+        + ("" if all(matches) else " (see the tests below)")
+    )
+    # Every planted test, and what each repetition made of it.
+    for plant in sorted(results.plants, key=lambda p: p.id):
+        got = [out["categories"].get(plant.id, "missing") for out in results.polluted_outs]
+        expect = plant.expect.replace("concurrency?", "concurrency or passed")
+        lines.append(f"  {plant.id:<58} planted {expect:<22} found {', '.join(got)}")
+    clean_found = [out["summary"] for out in results.clean_outs]
+    clean_exits = [out["exit_code"] for out in results.clean_outs]
+    lines.append(
+        f"clean suite:   {format_counts(clean_found[0])}  (exit {', '.join(map(str, clean_exits))};"
+        " expected 0)"
+    )
+    commands = {
+        "(f) pytest": results.clean_pytest.command,
+        "(f) check": results.clean_check.command,
+        "(f) pytest pol": results.polluted_pytest.command,
+        "(f) check pol": results.polluted_check.command,
+    }
+    lines += ["", "commands (each repetition uses its own --out):"]
+    lines += [f"  {k:<16}{v}" for k, v in commands.items()]
+    data: dict[str, Any] = {
+        "repeat": len(results.clean_check.walls),
+        "workers": workers,
+        "clean_pytest_s": results.clean_pytest.wall,
+        "clean_check_s": results.clean_check.wall,
+        "clean_ratio": clean_ratio,
+        "clean_target": TARGET_CHECK_CLEAN,
+        "polluted_pytest_s": results.polluted_pytest.wall,
+        "polluted_check_s": results.polluted_check.wall,
+        "polluted_ratio": polluted_ratio,
+        "polluted_target": TARGET_CHECK_POLLUTED,
+        "samples": {
+            "clean_pytest": results.clean_pytest.walls,
+            "clean_check": results.clean_check.walls,
+            "polluted_pytest": results.polluted_pytest.walls,
+            "polluted_check": results.polluted_check.walls,
+        },
+        "cpu_s": {
+            "clean_pytest": results.clean_pytest.cpu,
+            "clean_check": results.clean_check.cpu,
+            "polluted_pytest": results.polluted_pytest.cpu,
+            "polluted_check": results.polluted_check.cpu,
+        },
+        "planted": [asdict(p) for p in results.plants],
+        "expected_summary": results.expected,
+        "summary_matches": matches,
+        "clean_runs": results.clean_outs,
+        "polluted_runs": results.polluted_outs,
+        "commands": commands,
+    }
+    return lines, data, ok
+
+
+def time_split(wall: float, outs: Sequence[dict[str, Any]]) -> str:
+    """The check's median wall, split into its modes, its evidence and the rest."""
+    modes: dict[str, list[float]] = {}
+    for out in outs:
+        for mode, seconds in out["modes_s"].items():
+            modes.setdefault(mode, []).append(seconds)
+    parts = {mode: statistics.median(v) for mode, v in modes.items()}
+    evidence = [out["evidence_s"] for out in outs if out["evidence_s"] is not None]
+    if evidence:
+        runs = statistics.median(out["evidence_runs"] or 0 for out in outs)
+        parts[f"evidence ({runs:g} runs)"] = statistics.median(evidence)
+    rest = wall - sum(parts.values())
+    text = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in parts.items())
+    return f"{text}; the rest (start-up, discovery, diff, report) {rest:.2f} s"
+
+
+def format_counts(summary: dict[str, int]) -> str:
+    """A verdict summary as `passed 120, failed 1, ...`, passed first."""
+    keys = sorted(summary, key=lambda k: (k != "passed", k))
+    return ", ".join(f"{k} {summary[k]}" for k in keys) or "(nothing)"
+
+
 def diff_report(result: dict[str, Any]) -> tuple[list[str], bool]:
     """The diff-at-scale lines, and whether its target held."""
     diff = result["diff"]
@@ -847,12 +1213,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-runs", action="store_true", help="skip (a) to (e)")
     parser.add_argument("--no-suite", action="store_true", help="skip (e)")
     parser.add_argument(
+        "--no-check", action="store_true", help="skip (f), gpuci check against plain pytest"
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="also profile the gpuci parent (isolated, parallel)"
     )
     parser.add_argument("--json", type=Path, help="write every number to this file")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     return parser
+
+
+def check_section(work: Path, args: argparse.Namespace) -> tuple[list[str], Any, bool]:
+    """(f) measured and reported: its lines, its JSON (None when skipped), its targets held."""
+    if args.files < CHECK_MIN_FILES:
+        return [f"(f) not measured: it needs --files {CHECK_MIN_FILES} or more"], None, True
+    check = measure_check(
+        work,
+        files=args.files,
+        tests=args.tests,
+        seed=args.seed,
+        min_ms=args.min_ms,
+        max_ms=args.max_ms,
+        workers=args.workers,
+        repeat=args.repeat,
+    )
+    lines, data, ok = check_report(check, args.workers)
+    header = (
+        f"gpuci check against plain pytest: {args.files} files x {args.tests} tests,"
+        f" W={args.workers}, {args.repeat} repetition(s)"
+    )
+    return [header, "", *lines], data, ok
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -919,6 +1310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
                 data["profile"] = profiles
                 lines += profile_report(profiles)
+        if not args.no_check:
+            check_lines, data["check"], ok = check_section(work, args)
+            lines, all_ok = [*lines, "", *check_lines], all_ok and ok
         if args.diff_scale > 0:
             if importlib.util.find_spec("gpuci.diff") is None:
                 lines += ["", "diff at scale: not measured: gpuci/diff.py is not there yet"]

@@ -20,6 +20,7 @@ STAGES = (
     "discover",
     "plan",
     "gpus",
+    "reaper",
     "supervisor",
     "logs",
     "journal",

@@ -1,0 +1,298 @@
+"""Reaper: end what a test left behind, and name who else holds GPU memory.
+
+A test's helper in its own session, a double-forked daemon, or one that ignores SIGTERM
+outlives its interpreter's process group and keeps its CUDA context. On Linux:
+`become_subreaper()` (once per gpuci process) re-parents orphans to gpuci, not init; each
+interpreter gets a `new_cookie()` in COOKIE_ENV, inherited by all it starts; and once it
+has exited, `end_leftovers(cookie, interpreter=pid)` ends every descendant of gpuci that
+holds this cookie, or holds none (a cleared or unreadable environment) and is in the
+interpreter's session: SIGTERM, `grace`, SIGKILL. It reaps gpuci's zombies among them by
+pid, never with `waitpid(-1)`, which would take the exit statuses Popen waits for in other
+threads, and returns what it ended as `Leftover`s.
+
+Never touched: a process outside gpuci's tree, whatever its environment; the interpreter
+itself; one holding another interpreter's cookie. Missed: one that cleared its environment
+and left the session. Without the subreaper (not Linux, prctl refused) orphans leave
+gpuci's tree, and the process-group kill is all that remains.
+
+GPU memory: `gpu_processes()` asks nvidia-smi (only it: pynvml would add a path no test
+without a GPU checks); `gpu_strangers()` keeps the holders gpuci does not run
+(`descendant_pids()`), marking those that ran before the check (`snapshot_pids()`). In a
+container nvidia-smi may list host pids, unknown to this /proc.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+COOKIE_ENV = "GPUCI_INTERPRETER"
+GRACE_S = 2.0  # between SIGTERM and SIGKILL of a leftover
+KILL_WAIT_S = 1.0  # how long SIGKILLed leftovers may take to die, to reap them
+CMDLINE_CAP = 400  # characters of a command line kept for run.json
+NVIDIA_SMI_QUERY = "--query-compute-apps=pid,used_memory,gpu_uuid"
+NVIDIA_SMI_TIMEOUT_S = 10.0
+PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
+PROC = Path("/proc")
+_TICK_S = 0.02  # how often the grace period looks whether the signalled have gone
+_ROUNDS = 3  # a leftover may start another while it dies: look again, but not forever
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leftover:
+    """A process an interpreter left behind, which gpuci ended."""
+
+    pid: int
+    cmdline: str  # shlex-joined, capped at CMDLINE_CAP characters
+    age_s: float  # how long it had run when gpuci found it
+    killed: bool  # it outlived SIGTERM and the grace period: SIGKILL ended it
+
+    def to_json(self) -> dict[str, Any]:
+        """The run.json form."""
+        return {**dataclasses.asdict(self), "age_s": round(self.age_s, 3)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Leftover:
+        """Read the run.json form back."""
+        pid, cmdline, age_s, killed = data["pid"], data["cmdline"], data["age_s"], data["killed"]
+        return cls(pid=int(pid), cmdline=str(cmdline), age_s=float(age_s), killed=bool(killed))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuProcess:
+    """A process holding memory on one GPU, as nvidia-smi lists it."""
+
+    pid: int
+    used_mib: int | None  # None: nvidia-smi could not say ([N/A])
+    gpu_uuid: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stranger(GpuProcess):
+    """A process that gpuci does not run, holding memory on a GPU."""
+
+    cmdline: str  # "" where unreadable: gone, another user's, another pid namespace's
+    preexisting: bool  # it ran before the check began; if not, it came during the check
+
+    def to_json(self) -> dict[str, Any]:
+        """The run.json form."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class _Proc:
+    """One process as /proc/PID/stat shows it; its pid and start time name it uniquely."""
+
+    pid: int
+    ppid: int
+    session: int
+    zombie: bool
+    start_ticks: int  # clock ticks after boot
+
+
+def become_subreaper() -> bool:
+    """Make gpuci adopt the orphans of its descendants (Linux); False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        args = (ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, *args)) == 0
+    except (OSError, AttributeError):  # no libc to load, or no prctl in it
+        return False
+
+
+def new_cookie() -> str:
+    """A fresh value of COOKIE_ENV for one interpreter."""
+    return uuid.uuid4().hex
+
+
+def end_leftovers(cookie: str, *, interpreter: int, grace: float = GRACE_S) -> list[Leftover]:
+    """End every process the interpreter of `cookie` left behind: SIGTERM, grace, SIGKILL.
+
+    `interpreter` is its pid, which is also its session id (start_new_session=True).
+    Call it once the interpreter has exited, waited for or not.
+    """
+    ended: dict[int, Leftover] = {}
+    for _ in range(_ROUNDS):
+        found = _attributed(cookie, interpreter)
+        _reap(p for p in found if p.zombie)
+        live = [p for p in found if not p.zombie and p.pid not in ended]
+        if not live:
+            break
+        uptime = float((PROC / "uptime").read_text(encoding="ascii").split()[0])
+        ticks = os.sysconf("SC_CLK_TCK")  # the unit of start times in /proc/PID/stat
+        seen = {p.pid: (_cmdline(p.pid), max(0.0, uptime - p.start_ticks / ticks)) for p in live}
+        needed_kill = _terminate(live, grace)
+        for pid, (cmdline, age) in seen.items():
+            ended[pid] = Leftover(pid=pid, cmdline=cmdline, age_s=age, killed=pid in needed_kill)
+    return sorted(ended.values(), key=lambda leftover: leftover.pid)
+
+
+def descendant_pids() -> frozenset[int]:
+    """gpuci and every process it runs now (interpreters, all they started)."""
+    return frozenset({os.getpid()} | _descendants(_scan(), os.getpid()))
+
+
+def snapshot_pids() -> frozenset[int]:
+    """Every pid now: taken as a check begins, it tells older processes from newer ones."""
+    return frozenset(_scan())
+
+
+def gpu_processes(nvidia_smi: str = "nvidia-smi") -> list[GpuProcess]:
+    """The processes holding GPU memory now; none where nvidia-smi is missing or fails."""
+    try:
+        out = subprocess.run(
+            [nvidia_smi, NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):  # missing, failed, or hung
+        return []
+    found: list[GpuProcess] = []
+    for line in out.splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 3 or not parts[0].isdigit():
+            continue  # "No running processes found", or a format we do not know
+        used = int(parts[1]) if parts[1].isdigit() else None
+        found.append(GpuProcess(pid=int(parts[0]), used_mib=used, gpu_uuid=parts[2]))
+    return found
+
+
+def gpu_strangers(
+    holders: Iterable[GpuProcess], *, before: frozenset[int], ours: frozenset[int]
+) -> list[Stranger]:
+    """The GPU memory holders that gpuci does not run, each with its command line."""
+    return [
+        Stranger(**dataclasses.asdict(h), cmdline=_cmdline(h.pid), preexisting=h.pid in before)
+        for h in holders
+        if h.pid not in ours
+    ]
+
+
+def _attributed(cookie: str, interpreter: int) -> list[_Proc]:
+    """gpuci's descendants that the interpreter started: its cookie, or its session."""
+    procs = _scan()
+    found = []
+    for pid in sorted(_descendants(procs, os.getpid())):
+        if pid == interpreter:
+            continue  # its exit status belongs to the Popen that started it
+        held = _cookie_of(pid)
+        # Another cookie is another interpreter's, whatever the session: once an
+        # interpreter is reaped, its pid may name a new interpreter and its session.
+        if held == cookie or (held is None and procs[pid].session == interpreter):
+            found.append(procs[pid])
+    return found
+
+
+def _terminate(procs: list[_Proc], grace: float) -> set[int]:
+    """SIGTERM, up to `grace` seconds, then SIGKILL; the pids that needed SIGKILL."""
+    for proc in procs:
+        _signal(proc, signal.SIGTERM)
+    stubborn = _wait_gone(procs, grace)
+    for proc in stubborn:
+        _signal(proc, signal.SIGKILL)
+    _wait_gone(stubborn, KILL_WAIT_S)
+    _reap(procs)  # a leftover's dead child re-parents to gpuci only as the leftover dies
+    return {proc.pid for proc in stubborn}
+
+
+def _wait_gone(procs: list[_Proc], timeout: float) -> list[_Proc]:
+    """Those of the processes still running when all others ended or `timeout` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = [proc for proc in procs if _running(proc)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(_TICK_S)
+
+
+def _running(proc: _Proc) -> bool:
+    """Whether the process still runs; a zombie of gpuci's is reaped on the way."""
+    now = _read_stat(proc.pid)
+    if now is None or now.start_ticks != proc.start_ticks:
+        return False  # gone, and its pid may name another process by now
+    if now.zombie and now.ppid == os.getpid():
+        with contextlib.suppress(ChildProcessError):  # by its own pid: never another's
+            os.waitpid(proc.pid, os.WNOHANG)
+    return not now.zombie
+
+
+def _reap(procs: Iterable[_Proc]) -> None:
+    """Collect the exit status of those that are gpuci's zombies."""
+    for proc in procs:
+        _running(proc)
+
+
+def _signal(proc: _Proc, signum: int) -> None:
+    if _running(proc):  # checked just before: a pid that names another process is left be
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signum)
+
+
+def _scan() -> dict[int, _Proc]:
+    """Every process now, from one pass over /proc; none where there is no /proc."""
+    if not PROC.is_dir():
+        return {}
+    procs = (_read_stat(int(path.name)) for path in PROC.iterdir() if path.name.isdigit())
+    return {proc.pid: proc for proc in procs if proc is not None}
+
+
+def _read_stat(pid: int) -> _Proc | None:
+    try:
+        text = (PROC / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+        fields = text.rpartition(")")[2].split()  # the command name may hold spaces and ")"
+        return _Proc(pid, int(fields[1]), int(fields[3]), fields[0] in ("Z", "X"), int(fields[19]))
+    except (OSError, IndexError, ValueError):  # gone
+        return None
+
+
+def _descendants(procs: Mapping[int, _Proc], root: int) -> set[int]:
+    """The pids whose chain of parents leads to `root`."""
+    children: dict[int, list[int]] = {}
+    for proc in procs.values():
+        children.setdefault(proc.ppid, []).append(proc.pid)
+    found: set[int] = set()
+    todo = [root]
+    while todo:  # parents form a tree: no pid is its own ancestor
+        below = children.get(todo.pop(), [])
+        found.update(below)
+        todo += below
+    return found
+
+
+def _cookie_of(pid: int) -> str | None:
+    """The process's COOKIE_ENV; None: not set, or unreadable (another user's, setuid)."""
+    prefix = f"{COOKIE_ENV}=".encode()
+    try:
+        entries = (PROC / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    held = [entry[len(prefix) :] for entry in entries if entry.startswith(prefix)]
+    return held[0].decode(errors="replace") if held else None
+
+
+def _cmdline(pid: int) -> str:
+    """The process's command line, shell-quoted and capped; "" where unreadable."""
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return ""
+    args = raw.rstrip(b"\0").split(b"\0") if raw else []  # a zombie's is empty
+    text = shlex.join(arg.decode(errors="replace") for arg in args)
+    return text if len(text) <= CMDLINE_CAP else text[: CMDLINE_CAP - 3] + "..."
