@@ -1,8 +1,9 @@
 """Check: the modes of `gpuci run` and `gpuci check` planned from the command line, in order.
 
-`gpuci check` runs parallel and suite first, then isolated only for the files that did
-not pass in parallel (the rest is inferred), then gathers the evidence once for the whole
-check, within a budget that defaults to the main passes' wall time.
+`gpuci check` runs suite, then parallel ordered longest first by the suite's per-file
+times, then isolated only for the files that did not pass in parallel (the rest is
+inferred), then gathers the evidence once for the whole check, within a budget that
+defaults to the main passes' wall time.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
                 args, mode, discovery, only=files_to_confirm(parallel), inferred_from=parallel
             )
         else:
-            runs[mode] = run_one_mode(args, mode, discovery)
+            timed_by = runs.get(Mode.SUITE) if mode is Mode.PARALLEL else None
+            runs[mode] = run_one_mode(args, mode, discovery, timed_by=timed_by)
     main_s = sum(run.wall_s for run in runs.values())
     budget = args.evidence_budget if args.evidence_budget is not None else main_s
     gather_evidence(
@@ -90,9 +92,10 @@ def _mode_dir(args: argparse.Namespace, mode: Mode) -> Path:
 
 
 def _durations(
-    args: argparse.Namespace, mode: Mode, discovery: Discovery
+    args: argparse.Namespace, mode: Mode, discovery: Discovery, timed_by: ModeRun | None
 ) -> tuple[dict[str, float], bool]:
-    """What to order files by: --durations, else an earlier run in OUT, else tests per file.
+    """What to order files by: --durations, else an earlier run in OUT, else this check's
+    suite pass (its tests' times per file), else tests per file.
 
     Isolated never reads its own OUT: a sharded isolated run that read its sibling shards'
     results would plan differently from them.
@@ -106,6 +109,14 @@ def _durations(
             if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
                 with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
                     return read_durations(directory), True
+    if timed_by is not None:
+        # Without start-up, but what longest-first needs: a file that compiles for 10 s
+        # with 2 tests is long here, where its number of tests would call it short.
+        per_file: dict[str, float] = {}
+        for test in timed_by.tests:
+            per_file[test.file] = per_file.get(test.file, 0.0) + test.duration
+        if per_file:
+            return per_file, True
     # no earlier run: a file's number of tests stands in for its length
     return {f: float(len(ids)) for f, ids in discovery.tests.items()}, False
 
@@ -117,6 +128,7 @@ def run_one_mode(
     *,
     only: set[str] | None = None,
     inferred_from: ModeRun | None = None,
+    timed_by: ModeRun | None = None,
 ) -> ModeRun:
     """Discover, plan and run one mode; the shared body of `run` and `check`."""
 
@@ -127,7 +139,7 @@ def run_one_mode(
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
     if discovery is None:
         discovery = discover(args)
-    durations, in_seconds = _durations(args, mode, discovery)
+    durations, in_seconds = _durations(args, mode, discovery, timed_by)
     files = list(discovery.files)
     if shard:
         files = shard_files(files, durations, *shard)

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--modes",
-        default="parallel,suite,isolated",
+        default="suite,parallel,isolated",
         help="modes to run, in order (comma list); isolated after parallel runs only the"
         " files that did not pass there, isolated first runs them all",
     )
