@@ -26,17 +26,38 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
+
+from gpuci.model import GpuProcess, Leftover, Stranger
+
+__all__ = [
+    "COOKIE_ENV",
+    "GpuProcess",
+    "Leftover",
+    "Stranger",
+    "become_subreaper",
+    "descendant_pids",
+    "end_leftovers",
+    "forget_child",
+    "gpu_processes",
+    "gpu_strangers",
+    "new_cookie",
+    "reap_orphans",
+    "snapshot_pids",
+    "start_child",
+]
 
 COOKIE_ENV = "GPUCI_INTERPRETER"
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a leftover
@@ -48,47 +69,12 @@ PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
 PROC = Path("/proc")
 _TICK_S = 0.02  # how often the grace period looks whether the signalled have gone
 _ROUNDS = 3  # a leftover may start another while it dies: look again, but not forever
+NVIDIA_SMI_GPUS = "--query-gpu=index,uuid"
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Leftover:
-    """A process an interpreter left behind, which gpuci ended."""
-
-    pid: int
-    cmdline: str  # shlex-joined, capped at CMDLINE_CAP characters
-    age_s: float  # how long it had run when gpuci found it
-    killed: bool  # it outlived SIGTERM and the grace period: SIGKILL ended it
-
-    def to_json(self) -> dict[str, Any]:
-        """The run.json form."""
-        return {**dataclasses.asdict(self), "age_s": round(self.age_s, 3)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Leftover:
-        """Read the run.json form back."""
-        pid, cmdline, age_s, killed = data["pid"], data["cmdline"], data["age_s"], data["killed"]
-        return cls(pid=int(pid), cmdline=str(cmdline), age_s=float(age_s), killed=bool(killed))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GpuProcess:
-    """A process holding memory on one GPU, as nvidia-smi lists it."""
-
-    pid: int
-    used_mib: int | None  # None: nvidia-smi could not say ([N/A])
-    gpu_uuid: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Stranger(GpuProcess):
-    """A process that gpuci does not run, holding memory on a GPU."""
-
-    cmdline: str  # "" where unreadable: gone, another user's, another pid namespace's
-    preexisting: bool  # it ran before the check began; if not, it came during the check
-
-    def to_json(self) -> dict[str, Any]:
-        """The run.json form."""
-        return dataclasses.asdict(self)
+_Child = TypeVar("_Child", bound="subprocess.Popen[bytes] | subprocess.Popen[str]")
+_children_lock = threading.Lock()  # held while a child starts, and while orphans are reaped
+_waited_for: set[int] = set()  # gpuci's children whose Popen collects their exit status
+_subreaper = False  # become_subreaper() succeeded in this process
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +95,43 @@ def become_subreaper() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         args = (ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, *args)) == 0
+        done = int(libc.prctl(PR_SET_CHILD_SUBREAPER, *args)) == 0
     except (OSError, AttributeError):  # no libc to load, or no prctl in it
         return False
+    global _subreaper  # noqa: PLW0603 -- a property of the whole process, like the prctl
+    _subreaper = _subreaper or done
+    return done
+
+
+def start_child(start: Callable[[], _Child]) -> _Child:
+    """Start a child whose Popen collects its exit status, so `reap_orphans` leaves it be.
+
+    Once gpuci is a subreaper, a child it starts while interpreters run (in any thread)
+    must start through here: an orphan's zombie and a quick child's look alike.
+    """
+    with _children_lock:
+        child = start()
+        _waited_for.add(child.pid)
+    return child
+
+
+def forget_child(pid: int) -> None:
+    """The child's Popen has collected its exit status (or never will)."""
+    with _children_lock:
+        _waited_for.discard(pid)
+
+
+def reap_orphans() -> int:
+    """Collect every zombie gpuci adopted as a subreaper, none it started; how many."""
+    if not _subreaper:
+        return 0
+    me, reaped = os.getpid(), 0
+    with _children_lock:
+        for proc in _scan().values():
+            if proc.ppid == me and proc.zombie and proc.pid not in _waited_for:
+                with contextlib.suppress(ChildProcessError):  # by its own pid only
+                    reaped += os.waitpid(proc.pid, os.WNOHANG)[0] == proc.pid
+    return reaped
 
 
 def new_cookie() -> str:
@@ -153,25 +173,48 @@ def snapshot_pids() -> frozenset[int]:
 
 def gpu_processes(nvidia_smi: str = "nvidia-smi") -> list[GpuProcess]:
     """The processes holding GPU memory now; none where nvidia-smi is missing or fails."""
-    try:
-        out = subprocess.run(
-            [nvidia_smi, NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=NVIDIA_SMI_TIMEOUT_S,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):  # missing, failed, or hung
-        return []
     found: list[GpuProcess] = []
-    for line in out.splitlines():
+    for line in _nvidia_smi(nvidia_smi, NVIDIA_SMI_QUERY) or ():
         parts = [part.strip() for part in line.split(",")]
         if len(parts) != 3 or not parts[0].isdigit():
             continue  # "No running processes found", or a format we do not know
         used = int(parts[1]) if parts[1].isdigit() else None
         found.append(GpuProcess(pid=int(parts[0]), used_mib=used, gpu_uuid=parts[2]))
     return found
+
+
+def gpu_uuids(nvidia_smi: str = "nvidia-smi") -> dict[str, str] | None:
+    """Index -> UUID of every GPU; None where nvidia-smi is missing or fails."""
+    lines = _nvidia_smi(nvidia_smi, NVIDIA_SMI_GPUS)
+    if lines is None:
+        return None
+    pairs = (line.split(",") for line in lines)
+    return {p[0].strip(): p[1].strip() for p in pairs if len(p) == 2 and p[0].strip().isdigit()}
+
+
+def _nvidia_smi(nvidia_smi: str, query: str) -> list[str] | None:
+    """nvidia-smi's CSV lines for one query; None where it is missing, fails or hangs."""
+    try:
+        child = start_child(
+            lambda: subprocess.Popen(
+                [nvidia_smi, query, "--format=csv,noheader,nounits"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        )
+    except OSError:  # missing
+        return None
+    try:
+        out, _ = child.communicate(timeout=NVIDIA_SMI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # hung
+        child.kill()
+        child.communicate()
+        return None
+    finally:
+        forget_child(child.pid)
+    return out.splitlines() if child.returncode == 0 else None
 
 
 def gpu_strangers(
@@ -183,6 +226,54 @@ def gpu_strangers(
         for h in holders
         if h.pid not in ours
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWatch:
+    """The GPU check of one gpuci command: who held GPUs before it, and the GPUs' UUIDs."""
+
+    before: frozenset[int]  # every pid, and every GPU memory holder, as the check began
+    uuids: Mapping[str, str]  # GPU index -> UUID
+
+    def strangers(
+        self, visible: str | None, *, alone: bool, ended: Iterable[int] = ()
+    ) -> list[Stranger]:
+        """New holders of memory on the GPUs of `visible` (None: all) that gpuci does not run.
+
+        `ended`: pids gpuci just ended (an interpreter, its leftovers), which the driver may
+        list a moment longer. A pid this /proc does not show may be one of gpuci's seen
+        from another pid namespace (a container): it counts only when `alone`, while no
+        other interpreter of gpuci runs.
+        """
+        wanted = self._uuids(visible)
+        holders = [h for h in gpu_processes() if wanted is None or h.gpu_uuid in wanted]
+        ours = descendant_pids() | frozenset(ended)
+        found = gpu_strangers(holders, before=self.before, ours=ours)
+        return [s for s in found if not s.preexisting and (alone or _read_stat(s.pid) is not None)]
+
+    def _uuids(self, visible: str | None) -> set[str] | None:
+        """The UUIDs of CUDA_VISIBLE_DEVICES; None (every GPU) where one is not known."""
+        if not visible:
+            return None
+        found = set()
+        for entry in (e.strip() for e in visible.split(",")):
+            if entry in self.uuids:
+                found.add(self.uuids[entry])
+            elif entry.startswith("GPU-"):
+                found.add(entry)
+            else:  # a MIG instance, or an index nvidia-smi did not list
+                return None
+        return found
+
+
+@functools.cache
+def gpu_watch() -> GpuWatch | None:
+    """This process's GPU check, as of its first call; None where nvidia-smi is missing."""
+    uuids = gpu_uuids()
+    if uuids is None:
+        return None
+    before = snapshot_pids() | {h.pid for h in gpu_processes()}
+    return GpuWatch(before=before, uuids=uuids)
 
 
 def _attributed(cookie: str, interpreter: int) -> list[_Proc]:
