@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuci.model import Leftover, ModeRun, Stranger
 
-CMDLINE_SHOWN = 120  # characters of a command line in a warning; run.json has more
+CMDLINE_SHOWN = 200  # characters of a command line in a warning; run.json has more
 
 
 def leftover_line(file: str, leftover: Leftover, *, where: str = "") -> str:
