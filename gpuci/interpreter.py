@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.discover import PLUGIN, file_of
+from gpuci.holders import StrangerCheck, gpu_watch
 from gpuci.journal import JournalReader, JournalState, not_run
 from gpuci.logs import CappedLog
 from gpuci.model import (
@@ -43,7 +44,6 @@ from gpuci.reaper import (
     COOKIE_ENV,
     end_leftovers,
     forget_child,
-    gpu_watch,
     new_cookie,
     reap_orphans,
     start_child,
@@ -132,12 +132,7 @@ class Interpreters:
         self.zero = clock_zero
         self.supervisor = supervisor
         self.tmp = Path(tempfile.mkdtemp(prefix="gpuci-"))
-        self.gpu_watch = gpu_watch()  # the first one of a command snapshots the GPUs
-
-    @property
-    def gpu_check(self) -> str:
-        """How GPU memory holders are checked after each interpreter, for run.json."""
-        return "nvidia-smi" if self.gpu_watch is not None else "not checked: no nvidia-smi"
+        self.strangers = StrangerCheck(gpu_watch())  # the first of a command snapshots
 
     def now(self) -> float:
         """Seconds since the clock's zero (the start of the mode)."""
@@ -223,12 +218,11 @@ class Interpreters:
         )
         attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
-        if self.gpu_watch is not None:
-            attempt.strangers = self.gpu_watch.strangers(
-                launch.gpu,
-                alone=self.supervisor.running() == 0,
-                ended=[proc.pid, *(leftover.pid for leftover in left)],
-            )
+        attempt.strangers = self.strangers.after(
+            launch.gpu,
+            alone=self.supervisor.running() == 0,
+            ended=[proc.pid, *(leftover.pid for leftover in left)],
+        )
         return attempt
 
     def _watch(

@@ -15,18 +15,15 @@ itself; one holding another interpreter's cookie. Missed: one that cleared its e
 and left the session. Without the subreaper (not Linux, prctl refused) orphans leave
 gpuci's tree, and the process-group kill is all that remains.
 
-GPU memory: `gpu_processes()` asks nvidia-smi (only it: pynvml would add a path no test
-without a GPU checks); `gpu_strangers()` keeps the holders gpuci does not run
-(`descendant_pids()`), marking those that ran before the check (`snapshot_pids()`). In a
-container nvidia-smi may list host pids, unknown to this /proc.
+Who else holds GPU memory is `gpuci.holders`' question, on `descendant_pids()` and
+`snapshot_pids()`. Once gpuci is a subreaper, the children it starts while interpreters
+run go through `start_child`, and `reap_orphans()` collects the zombies it adopted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
-import functools
 import os
 import shlex
 import signal
@@ -40,19 +37,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from gpuci.model import GpuProcess, Leftover, Stranger
+from gpuci.model import Leftover
 
 __all__ = [
     "COOKIE_ENV",
-    "GpuProcess",
     "Leftover",
-    "Stranger",
     "become_subreaper",
+    "command_line",
     "descendant_pids",
     "end_leftovers",
     "forget_child",
-    "gpu_processes",
-    "gpu_strangers",
+    "is_visible",
     "new_cookie",
     "reap_orphans",
     "snapshot_pids",
@@ -63,13 +58,10 @@ COOKIE_ENV = "GPUCI_INTERPRETER"
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a leftover
 KILL_WAIT_S = 1.0  # how long SIGKILLed leftovers may take to die, to reap them
 CMDLINE_CAP = 400  # characters of a command line kept for run.json
-NVIDIA_SMI_QUERY = "--query-compute-apps=pid,used_memory,gpu_uuid"
-NVIDIA_SMI_TIMEOUT_S = 10.0
 PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
 PROC = Path("/proc")
 _TICK_S = 0.02  # how often the grace period looks whether the signalled have gone
 _ROUNDS = 3  # a leftover may start another while it dies: look again, but not forever
-NVIDIA_SMI_GPUS = "--query-gpu=index,uuid"
 
 _Child = TypeVar("_Child", bound="subprocess.Popen[bytes] | subprocess.Popen[str]")
 _children_lock = threading.Lock()  # held while a child starts, and while orphans are reaped
@@ -171,109 +163,14 @@ def snapshot_pids() -> frozenset[int]:
     return frozenset(_scan())
 
 
-def gpu_processes(nvidia_smi: str = "nvidia-smi") -> list[GpuProcess]:
-    """The processes holding GPU memory now; none where nvidia-smi is missing or fails."""
-    found: list[GpuProcess] = []
-    for line in _nvidia_smi(nvidia_smi, NVIDIA_SMI_QUERY) or ():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) != 3 or not parts[0].isdigit():
-            continue  # "No running processes found", or a format we do not know
-        used = int(parts[1]) if parts[1].isdigit() else None
-        found.append(GpuProcess(pid=int(parts[0]), used_mib=used, gpu_uuid=parts[2]))
-    return found
+def command_line(pid: int) -> str:
+    """The process's command line, shell-quoted and capped; "" where unreadable."""
+    return _cmdline(pid)
 
 
-def gpu_uuids(nvidia_smi: str = "nvidia-smi") -> dict[str, str] | None:
-    """Index -> UUID of every GPU; None where nvidia-smi is missing or fails."""
-    lines = _nvidia_smi(nvidia_smi, NVIDIA_SMI_GPUS)
-    if lines is None:
-        return None
-    pairs = (line.split(",") for line in lines)
-    return {p[0].strip(): p[1].strip() for p in pairs if len(p) == 2 and p[0].strip().isdigit()}
-
-
-def _nvidia_smi(nvidia_smi: str, query: str) -> list[str] | None:
-    """nvidia-smi's CSV lines for one query; None where it is missing, fails or hangs."""
-    try:
-        child = start_child(
-            lambda: subprocess.Popen(
-                [nvidia_smi, query, "--format=csv,noheader,nounits"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-        )
-    except OSError:  # missing
-        return None
-    try:
-        out, _ = child.communicate(timeout=NVIDIA_SMI_TIMEOUT_S)
-    except subprocess.TimeoutExpired:  # hung
-        child.kill()
-        child.communicate()
-        return None
-    finally:
-        forget_child(child.pid)
-    return out.splitlines() if child.returncode == 0 else None
-
-
-def gpu_strangers(
-    holders: Iterable[GpuProcess], *, before: frozenset[int], ours: frozenset[int]
-) -> list[Stranger]:
-    """The GPU memory holders that gpuci does not run, each with its command line."""
-    return [
-        Stranger(**dataclasses.asdict(h), cmdline=_cmdline(h.pid), preexisting=h.pid in before)
-        for h in holders
-        if h.pid not in ours
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class GpuWatch:
-    """The GPU check of one gpuci command: who held GPUs before it, and the GPUs' UUIDs."""
-
-    before: frozenset[int]  # every pid, and every GPU memory holder, as the check began
-    uuids: Mapping[str, str]  # GPU index -> UUID
-
-    def strangers(
-        self, visible: str | None, *, alone: bool, ended: Iterable[int] = ()
-    ) -> list[Stranger]:
-        """New holders of memory on the GPUs of `visible` (None: all) that gpuci does not run.
-
-        `ended`: pids gpuci just ended (an interpreter, its leftovers), which the driver may
-        list a moment longer. A pid this /proc does not show may be one of gpuci's seen
-        from another pid namespace (a container): it counts only when `alone`, while no
-        other interpreter of gpuci runs.
-        """
-        wanted = self._uuids(visible)
-        holders = [h for h in gpu_processes() if wanted is None or h.gpu_uuid in wanted]
-        ours = descendant_pids() | frozenset(ended)
-        found = gpu_strangers(holders, before=self.before, ours=ours)
-        return [s for s in found if not s.preexisting and (alone or _read_stat(s.pid) is not None)]
-
-    def _uuids(self, visible: str | None) -> set[str] | None:
-        """The UUIDs of CUDA_VISIBLE_DEVICES; None (every GPU) where one is not known."""
-        if not visible:
-            return None
-        found = set()
-        for entry in (e.strip() for e in visible.split(",")):
-            if entry in self.uuids:
-                found.add(self.uuids[entry])
-            elif entry.startswith("GPU-"):
-                found.add(entry)
-            else:  # a MIG instance, or an index nvidia-smi did not list
-                return None
-        return found
-
-
-@functools.cache
-def gpu_watch() -> GpuWatch | None:
-    """This process's GPU check, as of its first call; None where nvidia-smi is missing."""
-    uuids = gpu_uuids()
-    if uuids is None:
-        return None
-    before = snapshot_pids() | {h.pid for h in gpu_processes()}
-    return GpuWatch(before=before, uuids=uuids)
+def is_visible(pid: int) -> bool:
+    """Whether this /proc shows the process (not: gone, or in another pid namespace)."""
+    return _read_stat(pid) is not None
 
 
 def _attributed(cookie: str, interpreter: int) -> list[_Proc]:

@@ -298,7 +298,7 @@ def run_mode(
             tests=tuple(tests),
             paths=options.paths,
             resumed=options.resume is not None,
-            gpu_check=interpreters.gpu_check,
+            gpu_check=interpreters.strangers.method,
         )
         write_mode_junit(out, [k for k in keys if file_runs[k].interpreters])
         write_json_atomic(out / "run.json", mode_run_to_json(run))

@@ -21,6 +21,7 @@ STAGES = (
     "plan",
     "gpus",
     "reaper",
+    "holders",
     "strays",
     "supervisor",
     "logs",

@@ -306,3 +306,108 @@ def test_a_helper_in_the_interpreters_group_is_recorded_too(tmp_path: Path, pids
     run = json.loads((root / "out" / "isolated" / "run.json").read_text(encoding="utf-8"))
     [leftover] = _by_file(run)["test_group.py"]
     assert leftover["cmdline"] == shlex.join([SLEEP, "300"])
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# two GPUs; the compute apps are the pids listed in $GPUCI_TEST_HOLDERS ("pid uuid" lines)
+case "$*" in
+  *--query-gpu=index,uuid*) printf '0, GPU-fake0\\n1, GPU-fake1\\n' ;;
+  *--query-compute-apps=*)
+    if [ -f "$GPUCI_TEST_HOLDERS" ]; then
+      while read -r pid uuid; do printf '%s, 1024, %s\\n' "$pid" "$uuid"; done \\
+        < "$GPUCI_TEST_HOLDERS"
+    fi ;;
+esac
+"""
+
+
+GPU_0 = ("--out", "out", "--gpus", "0")
+
+
+def test_a_stranger_on_a_used_gpu_is_recorded_once(tmp_path: Path, pids: Path) -> None:
+    """Where nvidia-smi answers: a new holder of GPU memory that gpuci did not start."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI, encoding="utf-8")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    holders = tmp_path / "holders.txt"
+    root = tmp_path / "suite"
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (root / "test_wait.py").write_text(
+        textwrap.dedent(
+            f"""
+            import time
+            from pathlib import Path
+
+            def test_until_a_stranger_holds_gpu_memory():
+                Path({str(tmp_path / "started")!r}).touch()
+                deadline = time.monotonic() + 60
+                while "GPU-fake0" not in Path({str(holders)!r}).read_text():
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            """
+        ),
+        encoding="utf-8",
+    )
+    (root / "test_later.py").write_text("def test_later():\n    pass\n", encoding="utf-8")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        # there before the check: never a stranger
+        before = subprocess.Popen([SLEEP, "309"], start_new_session=True)
+        procs.append(before)
+        holders.write_text(f"{before.pid} GPU-fake0\n", encoding="utf-8")
+        env = {
+            **os.environ,
+            "GPUCI_TEST_PIDS": str(pids),
+            "GPUCI_TEST_HOLDERS": str(holders),
+            "PYTHONPATH": str(ROOT),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        }
+        gpuci_proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuci", "run", ".", "--mode", "isolated", *GPU_0],
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline and gpuci_proc.poll() is None
+            time.sleep(0.05)
+        # came during the check, outside gpuci's tree: one on a GPU gpuci uses, one not
+        stranger = subprocess.Popen([SLEEP, "310"], start_new_session=True)
+        elsewhere = subprocess.Popen([SLEEP, "311"], start_new_session=True)
+        procs += [stranger, elsewhere]
+        holders.write_text(
+            f"{before.pid} GPU-fake0\n{elsewhere.pid} GPU-fake1\n{stranger.pid} GPU-fake0\n",
+            encoding="utf-8",
+        )
+        _, stderr = gpuci_proc.communicate(timeout=120)
+        assert all(p.poll() is None for p in procs)  # gpuci ended none of them
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert gpuci_proc.returncode == 0, stderr
+    run = json.loads((root / "out" / "isolated" / "run.json").read_text(encoding="utf-8"))
+    assert run["gpu_check"] == "nvidia-smi"
+    found = {f["file"]: f.get("strangers", []) for f in run["files"]}
+    assert found == {
+        "test_wait.py": [
+            {
+                "pid": stranger.pid,
+                "used_mib": 1024,
+                "gpu_uuid": "GPU-fake0",
+                "cmdline": shlex.join([SLEEP, "310"]),
+                "preexisting": False,
+            }
+        ],
+        "test_later.py": [],  # still there, but said once
+    }
+    assert (
+        f"gpuci: warning: after test_wait.py, pid {stranger.pid} (`{SLEEP} 310`) held 1024 MiB"
+        " on GPU-fake0; gpuci did not start it"
+    ) in stderr
