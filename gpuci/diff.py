@@ -295,6 +295,12 @@ def _decide(
     left += sum(len(x) for x in evidence.leftovers.values()) if evidence is not None else 0
     if left:  # a test-isolation bug of its own: each is named in the notes
         warnings.append(f"{left} process{'es' if left != 1 else ''} left running by tests")
+    others = sum(len(f.strangers) for r in results.values() for p in r.parts for f in p.files)
+    others += sum(len(x) for x in evidence.strangers.values()) if evidence is not None else 0
+    if others:  # its memory may be what another test ran out of
+        warnings.append(
+            f"{others} process{'es' if others != 1 else ''} not started by gpuci held GPU memory"
+        )
     if reasons:
         return "fail", reasons + warnings
     if warnings:

@@ -127,9 +127,9 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
             }
             for t in run.tests
         ],
-        "paths": list(run.paths),
-        "resumed": run.resumed,
-        "gpu_check": run.gpu_check,
+        **({"paths": list(run.paths)} if run.paths else {}),
+        **({"resumed": True} if run.resumed else {}),
+        **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
     }
 
 

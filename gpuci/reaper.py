@@ -178,7 +178,7 @@ def _attributed(cookie: str, interpreter: int) -> list[_Proc]:
     procs = _scan()
     found = []
     for pid in sorted(_descendants(procs, os.getpid())):
-        if pid == interpreter:
+        if pid == interpreter or pid in _waited_for:
             continue  # its exit status belongs to the Popen that started it
         held = _cookie_of(pid)
         # Another cookie is another interpreter's, whatever the session: once an

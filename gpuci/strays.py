@@ -15,6 +15,7 @@ from typing import Any
 from gpuci.model import Leftover, ModeRun, Stranger
 
 CMDLINE_SHOWN = 200  # characters of a command line in a warning; run.json has more
+LINES_SHOWN = 20  # warnings in a summary, report or comment; run.json has them all
 
 
 def leftover_line(file: str, leftover: Leftover, *, where: str = "") -> str:
@@ -44,8 +45,13 @@ def run_lines(run: ModeRun) -> list[str]:
     return lines + [stranger_line(f.file, x) for f in run.files for x in f.strangers]
 
 
-def verdict_lines(modes: Mapping[str, Any], evidence: Mapping[str, Any]) -> list[str]:
-    """Every leftover and stranger that `verdict.json` records, mode by mode, then evidence."""
+def verdict_lines(
+    modes: Mapping[str, Any], evidence: Mapping[str, Any], *, limit: int = LINES_SHOWN
+) -> list[str]:
+    """The leftovers and strangers `verdict.json` records, mode by mode, then evidence.
+
+    At most `limit` lines; the last then says how many more run.json holds.
+    """
     leftovers: list[str] = []
     strangers: list[str] = []
     for name, mode in modes.items():
@@ -59,7 +65,14 @@ def verdict_lines(modes: Mapping[str, Any], evidence: Mapping[str, Any]) -> list
         leftovers += [leftover_line(file, x, where="evidence") for x in entries]
     for file, entries in _by_file(evidence, "strangers"):
         strangers += [stranger_line(file, x, where="evidence") for x in entries]
-    return leftovers + strangers
+    lines = leftovers + strangers
+    if len(lines) <= limit:
+        return lines
+    more = len(lines) - limit + 1
+    return [
+        *lines[: limit - 1],
+        f"... and {more} more left running or holding GPU memory (see run.json)",
+    ]
 
 
 def leftover_count(modes: Mapping[str, Any], evidence: Mapping[str, Any]) -> int:
