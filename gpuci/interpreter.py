@@ -139,8 +139,9 @@ class Interpreters:
         return time.monotonic() - self.zero
 
     def close(self) -> None:
-        """Remove the scratch files of the interpreters started."""
+        """Remove the scratch files of the interpreters started; collect adopted zombies."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+        reap_orphans()
 
     def command(self, launch: Launch) -> list[str]:
         """The command line of one interpreter."""

@@ -411,3 +411,29 @@ def test_a_stranger_on_a_used_gpu_is_recorded_once(tmp_path: Path, pids: Path) -
         f"gpuci: warning: after test_wait.py, pid {stranger.pid} (`{SLEEP} 310`) held 1024 MiB"
         " on GPU-fake0; gpuci did not start it"
     ) in stderr
+
+
+def test_a_helper_holding_the_output_pipe_is_ended_and_recorded(tmp_path: Path, pids: Path) -> None:
+    """The interpreter is gone but its helper keeps its stdout open: gpuci does not wait."""
+    root = tmp_path / "suite"
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (root / "test_pipe.py").write_text(
+        textwrap.dedent(HELPERS.format(sleep=SLEEP))
+        + textwrap.dedent(
+            """
+            def test_inherits_stdout():  # with -s, fd 1 is gpuci's pipe
+                note("pipe", subprocess.Popen([SLEEP, "300"], start_new_session=True).pid)
+            """
+        ),
+        encoding="utf-8",
+    )
+    start = time.monotonic()
+    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", "--", "-s", cwd=root, pids=pids)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < 60
+    assert _state(_left(pids)["pipe"]) is None
+    run = json.loads((root / "out" / "isolated" / "run.json").read_text(encoding="utf-8"))
+    [leftover] = _by_file(run)["test_pipe.py"]
+    assert leftover["cmdline"] == shlex.join([SLEEP, "300"])
+    assert leftover["pid"] == _left(pids)["pipe"]
