@@ -102,11 +102,12 @@ def _argv(pid: int) -> list[str] | None:
     return [arg.decode() for arg in raw.rstrip(b"\0").split(b"\0")] if raw else []
 
 
-def write_suite(root: Path) -> Path:
+def write_suite(root: Path, files: dict[str, str] = FILES) -> Path:
+    """Test files, each after HELPERS, with a pytest.ini."""
     root.mkdir(parents=True)
     (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     head = textwrap.dedent(HELPERS.format(sleep=SLEEP))
-    for name, body in FILES.items():
+    for name, body in files.items():
         source = head + textwrap.dedent(body.replace("{mark!r}", repr(MARK)))
         (root / name).write_text(source, encoding="utf-8")
     return root
@@ -286,19 +287,11 @@ def test_killed_helpers_are_reaped_not_left_as_zombies(tmp_path: Path) -> None:
 
 def test_a_helper_in_the_interpreters_group_is_recorded_too(tmp_path: Path, pids: Path) -> None:
     """The process-group kill would end it unseen: it is ended and recorded first."""
-    root = tmp_path / "suite"
-    root.mkdir()
-    (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    (root / "test_group.py").write_text(
-        textwrap.dedent(HELPERS.format(sleep=SLEEP))
-        + textwrap.dedent(
-            """
-            def test_in_group():
-                note("group", subprocess.Popen([SLEEP, "300"], **QUIET).pid)
-            """
-        ),
-        encoding="utf-8",
-    )
+    body = """
+        def test_in_group():
+            note("group", subprocess.Popen([SLEEP, "300"], **QUIET).pid)
+    """
+    root = write_suite(tmp_path / "suite", {"test_group.py": body})
     proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, pids=pids)
     assert proc.returncode == 0, proc.stderr
     time.sleep(0.2)
@@ -415,19 +408,11 @@ def test_a_stranger_on_a_used_gpu_is_recorded_once(tmp_path: Path, pids: Path) -
 
 def test_a_helper_holding_the_output_pipe_is_ended_and_recorded(tmp_path: Path, pids: Path) -> None:
     """The interpreter is gone but its helper keeps its stdout open: gpuci does not wait."""
-    root = tmp_path / "suite"
-    root.mkdir()
-    (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    (root / "test_pipe.py").write_text(
-        textwrap.dedent(HELPERS.format(sleep=SLEEP))
-        + textwrap.dedent(
-            """
-            def test_inherits_stdout():  # with -s, fd 1 is gpuci's pipe
-                note("pipe", subprocess.Popen([SLEEP, "300"], start_new_session=True).pid)
-            """
-        ),
-        encoding="utf-8",
-    )
+    body = """
+        def test_inherits_stdout():  # with -s, fd 1 is gpuci's pipe
+            note("pipe", subprocess.Popen([SLEEP, "300"], start_new_session=True).pid)
+    """
+    root = write_suite(tmp_path / "suite", {"test_pipe.py": body})
     start = time.monotonic()
     proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", "--", "-s", cwd=root, pids=pids)
     assert proc.returncode == 0, proc.stderr
