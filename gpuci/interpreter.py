@@ -326,7 +326,8 @@ class Interpreters:
                 resume=False,
                 not_run=f"pytest ended the session first (exit status {status})",
             )
-            if interpreter.signal is not None or interpreter.exit_code != status:
+            died = interpreter.signal is not None or interpreter.exit_code != status
+            if died and not self.supervisor.stopping.is_set():  # a stop kills it: not a crash
                 # pytest had finished; the interpreter died on the way out (atexit, CUDA
                 # teardown). Every test has its outcome, and the file still crashed.
                 attempt.status = FileStatus.CRASHED

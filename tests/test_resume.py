@@ -135,24 +135,28 @@ def _read(run_json: Path) -> dict[str, Any]:
 ALL_IDS = {f"{file}::test_{name}" for file, names in FILES.items() for name in names}
 
 
-def test_ctrl_c_then_resume_reruns_only_what_had_not_finished(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["isolated", "parallel", "suite"])
+def test_ctrl_c_then_resume_reruns_only_what_had_not_finished(tmp_path: Path, mode: str) -> None:
+    args = ("run", ".", "--mode", mode, "--out", "out", "--workers", "2")
     reference = write_suite(tmp_path / "reference")
-    plain = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=reference)
+    plain = gpuci(*args, cwd=reference)
     assert plain.returncode == 0, plain.stderr
-    expected = outcomes(reference / "out" / "isolated" / "run.json")
+    expected = outcomes(reference / "out" / mode / "run.json")
     assert expected == dict.fromkeys(ALL_IDS, "passed")
 
     root = write_suite(tmp_path / "suite")
-    args = ("run", ".", "--mode", "isolated", "--out", "out")
-    interrupt_while_blocked(root, "isolated", *args)
-    run_json = root / "out" / "isolated" / "run.json"
+    interrupt_while_blocked(root, mode, *args)
+    run_json = root / "out" / mode / "run.json"
     first = _read(run_json)
     assert first["interrupted"] is True
     assert "resumed" not in first
     finished_before = {t["id"] for t in first["tests"] if t["outcome"] == "passed"}
     assert "test_c.py::test_five" in finished_before
     assert "test_c.py::test_blocks" not in finished_before
-    started_before, _ = counts(root, "isolated")
+    # what ran when Ctrl-C came (test_blocks; in parallel perhaps one in the other slot)
+    running = {t["id"] for t in first["tests"] if "interrupted while this test ran" in t["message"]}
+    assert "test_c.py::test_blocks" in running
+    started_before, _ = counts(root, mode)
 
     resumed = gpuci(*args, "--resume", cwd=root)
     assert resumed.returncode == 0, resumed.stderr
@@ -162,16 +166,20 @@ def test_ctrl_c_then_resume_reruns_only_what_had_not_finished(tmp_path: Path) ->
     assert run["resumed"] is True
     assert run["interrupted"] is False
 
-    started, finished = counts(root, "isolated")
-    assert finished == Counter(dict.fromkeys(ALL_IDS, 1))  # every test finished once
-    # the one that ran when Ctrl-C came started twice; no finished test ran again
-    assert started == Counter({**dict.fromkeys(ALL_IDS, 1), "test_c.py::test_blocks": 2})
+    started, finished = counts(root, mode)
+    # those running when Ctrl-C came started twice (one may have reached its last line
+    # before its outcome was journaled); no finished test ran again
+    assert started == Counter({**dict.fromkeys(ALL_IDS, 1), **dict.fromkeys(running, 2)})
+    assert {i: n for i, n in finished.items() if i not in running} == dict.fromkeys(
+        ALL_IDS - running, 1
+    )
+    assert all(finished[i] in (1, 2) for i in running)
     rerun = sum(started.values()) - sum(started_before.values())
     assert rerun == len(ALL_IDS) - len(finished_before)
-    # test_c.py: its interrupted interpreter, then one for the tests it had left
+    # test_c.py (suite: the suite): its interrupted interpreter, then one for the rest
     interpreters = {f["file"]: len(f["interpreters"]) for f in run["files"]}
-    assert interpreters["test_c.py"] == 2
-    junit = (root / "out" / "isolated" / "junit.xml").read_text(encoding="utf-8")
+    assert interpreters["(suite)" if mode == "suite" else "test_c.py"] == 2
+    junit = (root / "out" / mode / "junit.xml").read_text(encoding="utf-8")
     assert junit.count("<testcase") == len(ALL_IDS)
     assert "<skipped" not in junit
 
