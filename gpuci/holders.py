@@ -88,7 +88,7 @@ def gpu_strangers(
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuWatch:
     """The GPU check of one gpuci command: who held GPUs before it, and the GPUs' UUIDs."""
 

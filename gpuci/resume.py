@@ -29,7 +29,7 @@ from gpuci.model import (
 CHECK_OUTPUTS = ("verdict.json", "report.html", "comment.md", "evidence")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Earlier:
     """An interrupted run of the same mode that --resume continues, by scheduled unit."""
 
@@ -44,7 +44,7 @@ class Earlier:
             if not test.inferred:
                 key = SUITE_UNIT if run.mode is Mode.SUITE else test.file
                 tests.setdefault(key, []).append(test)
-        return cls({f.file: f for f in run.files if not f.inferred}, tests)
+        return cls(files={f.file: f for f in run.files if not f.inferred}, tests=tests)
 
     def finished(self, key: str) -> list[TestResult]:
         """The unit's tests with an outcome of their own: all but those gpuci stopped."""
