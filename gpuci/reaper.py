@@ -1,4 +1,4 @@
-"""Reaper: end what a test left behind, and name who else holds GPU memory.
+"""Reaper: end what a test left behind, and collect the zombies gpuci adopts.
 
 A test's helper in its own session, a double-forked daemon, or one that ignores SIGTERM
 outlives its interpreter's process group and keeps its CUDA context. On Linux:
@@ -11,7 +11,8 @@ pid, never with `waitpid(-1)`, which would take the exit statuses Popen waits fo
 threads, and returns what it ended as `Leftover`s.
 
 Never touched: a process outside gpuci's tree, whatever its environment; the interpreter
-itself; one holding another interpreter's cookie. Missed: one that cleared its environment
+itself, or any child gpuci started through `start_child`; one holding another
+interpreter's cookie. Missed: one that cleared its environment
 and left the session. Without the subreaper (not Linux, prctl refused) orphans leave
 gpuci's tree, and the process-group kill is all that remains.
 
