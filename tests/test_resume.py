@@ -284,3 +284,19 @@ def test_a_resume_with_other_arguments_is_refused_and_loses_nothing(
     assert says in lines[0]
     assert {p: p.read_bytes() for p in mode_dir.rglob("*") if p.is_file()} == before
     assert (root / "counter.txt").read_text(encoding="utf-8") == ran  # no test ran
+
+
+def test_resume_without_a_run_json_says_how_to_start_over(tmp_path: Path) -> None:
+    """gpuci killed with SIGKILL writes no run.json: nothing to resume from, nothing lost."""
+    root = write_suite(tmp_path / "suite")
+    journal = root / "out" / "isolated" / "journal" / "test_a.py.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text('{"e": "start", "id": "test_a.py::test_one"}\n', encoding="utf-8")
+    refused = gpuci("run", ".", "--mode", "isolated", "--out", "out", "--resume", cwd=root)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "gpuci: error: --resume: out/isolated has no run.json (gpuci was killed before it"
+        " could write one); run without --resume to start it over"
+    ]
+    assert journal.exists()
+    assert not (root / "counter.txt").exists()
