@@ -31,6 +31,14 @@ from gpuci.plan import (
     shard_files,
     shard_from_env,
 )
+from gpuci.resume import (
+    check_extra_modes,
+    earlier_results,
+    earlier_run,
+    given_paths,
+    has_results,
+    was_interrupted,
+)
 from gpuci.run import RunOptions, prepare_out, run_mode
 
 
@@ -39,17 +47,27 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     modes = parse_modes(args.modes)
     # isolated after parallel runs lazily: only the files that did not pass in parallel
     lazy = Mode.ISOLATED in modes and Mode.PARALLEL in modes[: modes.index(Mode.ISOLATED)]
+    earlier = _earlier_check(args, modes)  # refused before anything is touched
     discovery = discover(args)  # once: every mode runs the same collected tests
     runs: dict[Mode, ModeRun] = {}
     for mode in modes:
-        if mode is Mode.ISOLATED and lazy:
+        prior = earlier.get(mode)
+        if prior is not None and not prior.interrupted:
+            _say(f"{mode.value}: finished earlier, kept ({_mode_dir(args, mode)})")
+            runs[mode] = prior
+        elif mode is Mode.ISOLATED and lazy:
             parallel = runs[Mode.PARALLEL]
             runs[mode] = run_one_mode(
-                args, mode, discovery, only=files_to_confirm(parallel), inferred_from=parallel
+                args,
+                mode,
+                discovery,
+                only=files_to_confirm(parallel),
+                inferred_from=parallel,
+                resume=prior,
             )
         else:
             timed_by = runs.get(Mode.SUITE) if mode is Mode.PARALLEL else None
-            runs[mode] = run_one_mode(args, mode, discovery, timed_by=timed_by)
+            runs[mode] = run_one_mode(args, mode, discovery, timed_by=timed_by, resume=prior)
     main_s = sum(run.wall_s for run in runs.values())
     budget = args.evidence_budget if args.evidence_budget is not None else main_s
     gather_evidence(
@@ -58,9 +76,46 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     return runs
 
 
+def _earlier_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun]:
+    """With --resume, the runs of an interrupted check; without, say what it replaces."""
+    out: Path = args.out
+    if args.resume:
+        check_extra_modes(out, modes)
+        found = {m: _earlier(args, m) for m in modes}
+        return {m: run for m, run in found.items() if run is not None}
+    replaced = earlier_results(out)
+    if replaced:
+        _say(
+            f"replacing the earlier results in {out}: {', '.join(replaced)}"
+            " (--resume continues an interrupted check instead)"
+        )
+    for mode in Mode:  # a mode this check does not run would be diffed with it
+        if mode not in modes and has_results(out / mode.value):
+            shutil.rmtree(out / mode.value, ignore_errors=True)
+    for name in ("verdict.json", "report.html", "comment.md"):
+        (out / name).unlink(missing_ok=True)
+    return {}
+
+
+def _earlier(args: argparse.Namespace, mode: Mode) -> ModeRun | None:
+    return earlier_run(_mode_dir(args, mode), paths=args.paths, pytest_args=args.pytest_args)
+
+
 def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
     """`gpuci run`: one mode, then its own alone-reruns (a CI job has no later evidence)."""
-    run = run_one_mode(args, mode)
+    mode_dir = _mode_dir(args, mode)
+    prior = None
+    if args.resume:
+        prior = _earlier(args, mode)
+        if prior is not None and not prior.interrupted:
+            _say(f"{mode.value}: finished earlier, nothing to resume ({mode_dir})")
+            return prior
+    elif has_results(mode_dir):
+        _say(
+            f"replacing the earlier {mode.value} results in {mode_dir}"
+            " (--resume continues an interrupted run instead)"
+        )
+    run = run_one_mode(args, mode, resume=prior)
     return rerun_mode_suspects(
         run,
         _mode_dir(args, mode),
@@ -129,6 +184,7 @@ def run_one_mode(
     only: set[str] | None = None,
     inferred_from: ModeRun | None = None,
     timed_by: ModeRun | None = None,
+    resume: ModeRun | None = None,
 ) -> ModeRun:
     """Discover, plan and run one mode; the shared body of `run` and `check`."""
 
@@ -160,7 +216,7 @@ def run_one_mode(
         gpus=gpus,
         gpus_per_slot=per_slot,
     )
-    prepare_out(mode_dir)
+    prepare_out(mode_dir, keep=resume is not None)
     shutil.rmtree(args.out / "evidence", ignore_errors=True)  # it was about the old runs
     if mode is Mode.SUITE:
         discovery = _restrict(discovery, files)
@@ -168,8 +224,12 @@ def run_one_mode(
     where = f"shard {shard[0]}/{shard[1]}, " if shard else ""
     gpu_text = f"GPUs {schedule.slot_gpus[0]}" if gpus else "no GPU pinning"
     lazy = f" (the rest inferred from {inferred_from.mode.value})" if inferred_from else ""
+    kept = (
+        sum(1 for t in resume.tests if not t.inferred and not was_interrupted(t)) if resume else 0
+    )
+    resuming = f", resuming: {kept} finished earlier" if resume else ""
     _say(
-        f"{mode.value}: {where}{len(files)} files{lazy}, {tests} tests, workers {why},"
+        f"{mode.value}: {where}{len(files)} files{lazy}, {tests} tests{resuming}, workers {why},"
         f" {gpu_text} -> {mode_dir}"
     )
     options = RunOptions(
@@ -183,6 +243,8 @@ def run_one_mode(
         shard=shard,
         gpus=gpus,
         gpus_per_slot=per_slot,
+        paths=given_paths(args.paths),
+        resume=resume,
     )
     estimates = durations if in_seconds else {}
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)

@@ -88,6 +88,11 @@ def _run_options() -> _Parser:
         help="most seconds of alone-runs after the main passes (default: their wall time)",
     )
     parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
+    parent.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted OUT: keep what finished, run the rest",
+    )
     parent.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     return parent
 
@@ -176,9 +181,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _adopt_orphans() -> None:
+    """Make gpuci adopt what its interpreters leave behind (Linux), so it can end it."""
+    from gpuci.reaper import become_subreaper
+
+    become_subreaper()  # elsewhere, each interpreter's process-group kill is what remains
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from gpuci.check import run_mode_with_reruns
 
+    _adopt_orphans()
     run = run_mode_with_reruns(args, Mode(args.mode))
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
     return 1 if bad else 0
@@ -232,6 +245,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from gpuci.check import run_check
     from gpuci.report import write_reports
 
+    _adopt_orphans()
     run_check(args)
     verdict_path = args.out / "verdict.json"
     code = _write_verdict(args, args.out, verdict_path)

@@ -30,8 +30,10 @@ from gpuci.model import (
     Evidence,
     GpuciError,
     InputError,
+    Leftover,
     Mode,
     Outcome,
+    Stranger,
     TestResult,
     TestVerdict,
     UsageError,
@@ -195,7 +197,9 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
     summary = {c.value: 0 for c in Category}
     for verdict in verdicts:
         summary[verdict.category.value] += 1
-    outcome, reasons = _decide(verdicts, results, policy, with_baseline=baseline is not None)
+    outcome, reasons = _decide(
+        verdicts, results, policy, with_baseline=baseline is not None, evidence=evidence
+    )
     environment_from = results.get(Mode.ISOLATED) or results[modes[0]]
     return Verdict(
         verdict=outcome,
@@ -225,7 +229,13 @@ def _describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) 
         "spent_s": round(evidence.spent_s, 3),
         "runs": evidence.runs,
         "cut": cut,
+        **({"leftovers": _strays(evidence.leftovers)} if evidence.leftovers else {}),
+        **({"strangers": _strays(evidence.strangers)} if evidence.strangers else {}),
     }
+
+
+def _strays(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
+    return {file: [x.to_json() for x in entries] for file, entries in found.items()}
 
 
 def _first_failure(seen: Iterable[TestResult]) -> str:
@@ -258,6 +268,7 @@ def _decide(
     policy: Policy,
     *,
     with_baseline: bool,
+    evidence: Evidence | None = None,
 ) -> tuple[str, list[str]]:
     """The verdict and its reasons: what fails it first, then what makes it a warning."""
     failing: dict[str, int] = {}
@@ -280,6 +291,16 @@ def _decide(
     cut = sum(1 for t in tests if t.cut)
     if cut:
         warnings.append(f"{cut} test{'s' if cut != 1 else ''} not rerun: budget")
+    left = sum(len(f.leftovers) for r in results.values() for p in r.parts for f in p.files)
+    left += sum(len(x) for x in evidence.leftovers.values()) if evidence is not None else 0
+    if left:  # a test-isolation bug of its own: each is named in the notes
+        warnings.append(f"{left} process{'es' if left != 1 else ''} left running by tests")
+    others = sum(len(f.strangers) for r in results.values() for p in r.parts for f in p.files)
+    others += sum(len(x) for x in evidence.strangers.values()) if evidence is not None else 0
+    if others:  # its memory may be what another test ran out of
+        warnings.append(
+            f"{others} process{'es' if others != 1 else ''} not started by gpuci held GPU memory"
+        )
     if reasons:
         return "fail", reasons + warnings
     if warnings:
@@ -341,6 +362,8 @@ def _describe_mode(results: ModeResults) -> dict[str, Any]:
                 "shard": shard,
                 "exit_codes": [i.exit_code for i in f.interpreters if i.exit_code is not None],
                 "signals": [i.signal for i in f.interpreters if i.signal is not None],
+                **({"leftovers": [x.to_json() for x in f.leftovers]} if f.leftovers else {}),
+                **({"strangers": [x.to_json() for x in f.strangers]} if f.strangers else {}),
             }
             for part, shard in zip(results.parts, results.part_shards, strict=True)
             for f in part.files

@@ -30,10 +30,14 @@ from gpuci.formats import (
 from gpuci.interpreter import EXIT_ID, Interpreters, Launch, pytest_target
 from gpuci.model import (
     NOT_PASSING,
+    SUITE_UNIT,
     Evidence,
+    FileRun,
+    Leftover,
     Mode,
     ModeRun,
     Outcome,
+    Stranger,
     TestEvidence,
     TestResult,
     printable,
@@ -41,6 +45,7 @@ from gpuci.model import (
 from gpuci.reproduce import first_in_interpreter, interpreter_order, serial_gpu
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
+from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
 CUT_BY_BUDGET = "not rerun: budget"
@@ -95,6 +100,8 @@ class _AloneRuns:
     budget_s: float | None
     zero: float = field(default_factory=time.monotonic)
     runs: int = 0
+    leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
+    strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
 
     def spent(self) -> float:
         return time.monotonic() - self.zero
@@ -118,6 +125,10 @@ class _AloneRuns:
                 label=f"alone: {test_id}",
             )
         )
+        if attempt.leftovers:
+            self.leftovers.setdefault(file, []).extend(attempt.leftovers)
+        if attempt.strangers:
+            self.strangers.setdefault(file, []).extend(attempt.strangers)
         return next((r.outcome for r in attempt.results if r.id == test_id), Outcome.NOT_RUN)
 
     def run_all(self, wanted: Mapping[str, int], supervisor: Supervisor) -> dict[str, TestEvidence]:
@@ -187,6 +198,12 @@ def _run_alone(
     for test in found.values():
         outcomes = ", ".join(o.value for o in test.alone) or "-"
         _say(progress, f"  {test.id}: alone: {outcomes}{f' ({test.cut})' if test.cut else ''}")
+    for file, left in runner.leftovers.items():
+        for leftover in left:
+            _say(progress, f"warning: {leftover_line(file, leftover, where=what)}")
+    for file, strangers in runner.strangers.items():
+        for stranger in strangers:
+            _say(progress, f"warning: {stranger_line(file, stranger, where=what)}")
     return found, runner, supervisor.stopping.is_set()
 
 
@@ -206,6 +223,8 @@ def gather_evidence(
     directory = out / EVIDENCE_DIR
     found: dict[str, TestEvidence] = {}
     runner_runs, spent, interrupted = 0, 0.0, False
+    leftovers: dict[str, list[Leftover]] = {}
+    strangers: dict[str, list[Stranger]] = {}
     if any(wanted.values()):
         found, runner, interrupted = _run_alone(
             directory,
@@ -218,12 +237,15 @@ def gather_evidence(
             progress=progress,
         )
         runner_runs, spent = runner.runs, runner.spent()
+        leftovers, strangers = runner.leftovers, runner.strangers
     evidence = Evidence(
         gpu=serial_gpu(first),
         budget_s=budget_s,
         spent_s=spent,
         runs=runner_runs,
         tests=tuple(found.values()),
+        leftovers={f: tuple(x) for f, x in leftovers.items()},
+        strangers={f: tuple(x) for f, x in strangers.items()},
     )
     write_json_atomic(directory / EVIDENCE_FILE, evidence_to_json(evidence))
     if interrupted:
@@ -245,7 +267,7 @@ def rerun_mode_suspects(
     wanted = alone_runs_wanted(results, runs) if runs else {}
     if not any(wanted.values()):
         return run
-    found, _, interrupted = _run_alone(
+    found, runner, interrupted = _run_alone(
         out,
         run,
         wanted,
@@ -259,11 +281,30 @@ def rerun_mode_suspects(
         run,
         interrupted=run.interrupted or interrupted,
         tests=tuple(_with_reruns(t, found) for t in run.tests),
+        files=tuple(_with_strays(f, runner, run.mode) for f in run.files),
     )
     write_json_atomic(out / "run.json", mode_run_to_json(run))
     if interrupted:
         raise Interrupted(f"interrupted; what finished is in {out}")
     return run
+
+
+def _with_strays(file_run: FileRun, runner: _AloneRuns, mode: Mode) -> FileRun:
+    """The file's run with what its alone-reruns left behind (suite: all of them)."""
+    files = list(runner.leftovers) + list(runner.strangers)
+    if mode is Mode.SUITE:
+        keys = dict.fromkeys(files) if file_run.file == SUITE_UNIT else {}
+    else:
+        keys = {file_run.file: None}
+    leftovers = tuple(x for k in keys for x in runner.leftovers.get(k, ()))
+    strangers = tuple(x for k in keys for x in runner.strangers.get(k, ()))
+    if not leftovers and not strangers:
+        return file_run
+    return dataclasses.replace(
+        file_run,
+        leftovers=file_run.leftovers + leftovers,
+        strangers=file_run.strangers + strangers,
+    )
 
 
 def _with_reruns(test: TestResult, found: Mapping[str, TestEvidence]) -> TestResult:

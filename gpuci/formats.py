@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ from gpuci.model import (
     FileStatus,
     InputError,
     Interpreter,
+    Leftover,
     Mode,
     ModeRun,
     Outcome,
+    Stranger,
     TestEvidence,
     TestResult,
     TestVerdict,
@@ -95,6 +98,8 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 "duration": round(f.duration, 3),
                 "tests": f.tests,
                 **({"inferred": True} if f.inferred else {}),
+                **({"leftovers": [x.to_json() for x in f.leftovers]} if f.leftovers else {}),
+                **({"strangers": [x.to_json() for x in f.strangers]} if f.strangers else {}),
                 "interpreters": [
                     {
                         "exit_code": i.exit_code,
@@ -122,6 +127,9 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
             }
             for t in run.tests
         ],
+        **({"paths": list(run.paths)} if run.paths else {}),
+        **({"resumed": True} if run.resumed else {}),
+        **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
     }
 
 
@@ -154,6 +162,8 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     end=float(f["end"]),
                     tests=int(f.get("tests", 0)),
                     inferred=bool(f.get("inferred", False)),
+                    leftovers=tuple(Leftover.from_json(x) for x in f.get("leftovers", ())),
+                    strangers=tuple(Stranger.from_json(x) for x in f.get("strangers", ())),
                     interpreters=tuple(
                         Interpreter(
                             exit_code=i.get("exit_code"),
@@ -181,6 +191,9 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                 )
                 for t in data["tests"]
             ),
+            paths=tuple(str(p) for p in data.get("paths", ())),
+            resumed=bool(data.get("resumed", False)),
+            gpu_check=str(data.get("gpu_check", "")),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"{source}: malformed run.json ({type(exc).__name__}: {exc})") from None
@@ -270,7 +283,13 @@ def evidence_to_json(evidence: Evidence) -> dict[str, Any]:
             {"id": t.id, "alone": [o.value for o in t.alone], **({"cut": t.cut} if t.cut else {})}
             for t in evidence.tests
         ],
+        **({"leftovers": _by_file(evidence.leftovers)} if evidence.leftovers else {}),
+        **({"strangers": _by_file(evidence.strangers)} if evidence.strangers else {}),
     }
+
+
+def _by_file(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
+    return {file: [x.to_json() for x in entries] for file, entries in found.items()}
 
 
 def read_evidence(path: Path) -> Evidence:
@@ -291,6 +310,14 @@ def read_evidence(path: Path) -> Evidence:
                 )
                 for t in data["tests"]
             ),
+            leftovers={
+                str(file): tuple(Leftover.from_json(x) for x in entries)
+                for file, entries in data.get("leftovers", {}).items()
+            },
+            strangers={
+                str(file): tuple(Stranger.from_json(x) for x in entries)
+                for file, entries in data.get("strangers", {}).items()
+            },
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"{path}: malformed evidence.json ({type(exc).__name__}: {exc})") from None

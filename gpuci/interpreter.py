@@ -25,16 +25,28 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.discover import PLUGIN, file_of
+from gpuci.holders import StrangerCheck, gpu_watch
 from gpuci.journal import JournalReader, JournalState, not_run
 from gpuci.logs import CappedLog
 from gpuci.model import (
+    INTERRUPTED,
     NOT_PASSING,
     SUITE_UNIT,
     FileStatus,
     GpuciError,
     Interpreter,
+    Leftover,
     Outcome,
+    Stranger,
     TestResult,
+)
+from gpuci.reaper import (
+    COOKIE_ENV,
+    end_leftovers,
+    forget_child,
+    new_cookie,
+    reap_orphans,
+    start_child,
 )
 from gpuci.supervisor import Supervisor, signal_group
 
@@ -72,6 +84,8 @@ class Attempt:
     status: FileStatus = FileStatus.PASSED
     junit_part: Path | None = None
     finished: list[dict[str, Any]] = field(default_factory=list)
+    leftovers: list[Leftover] = field(default_factory=list)  # what it left running, ended
+    strangers: list[Stranger] = field(default_factory=list)  # new GPU memory holders after it
 
 
 def describe_exit(code: int | None, signum: int | None) -> str:
@@ -118,14 +132,16 @@ class Interpreters:
         self.zero = clock_zero
         self.supervisor = supervisor
         self.tmp = Path(tempfile.mkdtemp(prefix="gpuci-"))
+        self.strangers = StrangerCheck(gpu_watch())  # the first of a command snapshots
 
     def now(self) -> float:
         """Seconds since the clock's zero (the start of the mode)."""
         return time.monotonic() - self.zero
 
     def close(self) -> None:
-        """Remove the scratch files of the interpreters started."""
+        """Remove the scratch files of the interpreters started; collect adopted zombies."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+        reap_orphans()
 
     def command(self, launch: Launch) -> list[str]:
         """The command line of one interpreter."""
@@ -157,6 +173,7 @@ class Interpreters:
             GPUCI_ONLY=str(only),
             GPUCI_SLOT=str(launch.slot),
         )
+        cookie = env[COOKIE_ENV] = new_cookie()  # inherited by all the interpreter starts
         if launch.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = launch.gpu
         log_rel = f"logs/{stem}.log"
@@ -165,23 +182,31 @@ class Interpreters:
         reader = JournalReader(journal)
         start = self.now()
         try:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
+            proc = start_child(
+                lambda: subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
             )
         except OSError as exc:
             log.close()
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         self.supervisor.add(proc)
+        left: list[Leftover] = []
         try:
-            events, timed_out = self._watch(proc, reader, log)
+            events, timed_out = self._watch(proc, reader, log, cookie, left)
         finally:
-            signal_group(proc, signal.SIGKILL)  # nothing a test started outlives it
+            # nothing a test started outlives it: first whatever carries its cookie (the
+            # subreaper adopted the orphans), then what is left of its process group
+            left += end_leftovers(cookie, interpreter=proc.pid)
+            signal_group(proc, signal.SIGKILL)
             self.supervisor.discard(proc)
+            forget_child(proc.pid)
+            reap_orphans()
         excerpt = log.excerpt()
         log.close()
         code = proc.returncode
@@ -192,10 +217,22 @@ class Interpreters:
             end=self.now(),
             log=log_rel,
         )
-        return self._interpret(launch, interpreter, events, timed_out, excerpt)
+        attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
+        attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
+        attempt.strangers = self.strangers.after(
+            launch.gpu,
+            alone=self.supervisor.running() == 0,
+            ended=[proc.pid, *(leftover.pid for leftover in left)],
+        )
+        return attempt
 
     def _watch(
-        self, proc: subprocess.Popen[bytes], reader: JournalReader, log: CappedLog
+        self,
+        proc: subprocess.Popen[bytes],
+        reader: JournalReader,
+        log: CappedLog,
+        cookie: str,
+        left: list[Leftover],
     ) -> tuple[list[dict[str, Any]], bool]:
         """Pump output into the log, follow the journal, enforce the timeout."""
         assert proc.stdout is not None
@@ -232,6 +269,9 @@ class Interpreters:
                 signal_group(proc, signal.SIGKILL)
             if proc.poll() is not None and not eof:
                 # the child is gone but something it started still holds the pipe
+                if exited_at is None:
+                    left += end_leftovers(cookie, interpreter=proc.pid)
+                    now = time.monotonic()
                 exited_at = exited_at or now
                 if now - exited_at > 1.0:
                     signal_group(proc, signal.SIGKILL)
@@ -274,7 +314,7 @@ class Interpreters:
             )
         elif journal.ended is None:
             ending = _Ending(
-                Outcome.NOT_RUN, FileStatus.NOT_RUN, "gpuci was interrupted while this test ran", ""
+                Outcome.NOT_RUN, FileStatus.NOT_RUN, f"{INTERRUPTED} while this test ran", ""
             )
         else:
             status = int(journal.ended.get("exitstatus", 0))
@@ -286,7 +326,8 @@ class Interpreters:
                 resume=False,
                 not_run=f"pytest ended the session first (exit status {status})",
             )
-            if interpreter.signal is not None or interpreter.exit_code != status:
+            died = interpreter.signal is not None or interpreter.exit_code != status
+            if died and not self.supervisor.stopping.is_set():  # a stop kills it: not a crash
                 # pytest had finished; the interpreter died on the way out (atexit, CUDA
                 # teardown). Every test has its outcome, and the file still crashed.
                 attempt.status = FileStatus.CRASHED

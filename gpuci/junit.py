@@ -7,7 +7,7 @@ as cases of their own so that GitLab shows them too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from junitparser import Error, JUnitXml, Skipped, TestCase, TestSuite
@@ -17,12 +17,29 @@ from gpuci.interpreter import SUITE_STEM, Attempt
 from gpuci.model import SUITE_UNIT, Outcome, TestResult
 
 
+def kept_junit(path: Path, ids: Iterable[str]) -> list[TestCase]:
+    """The cases for `ids` in an earlier JUnit file of the unit, which --resume keeps."""
+    wanted = {_case_key(_case(i, Outcome.PASSED.value, 0.0, "")) for i in ids}
+    return [case for case in _read_part(path) or () if _case_key(case) in wanted]
+
+
 def write_file_junit(
-    path: Path, key: str, attempts: list[Attempt], results: list[TestResult]
+    path: Path,
+    key: str,
+    attempts: list[Attempt],
+    results: list[TestResult],
+    *,
+    kept: Sequence[TestCase] = (),
 ) -> None:
-    """One JUnit file per scheduled unit: pytest's own where it wrote one, else the journal's."""
+    """One JUnit file per scheduled unit: pytest's own where it wrote one, else the journal's.
+
+    `kept`: the cases of tests an interrupted run finished, first (--resume).
+    """
     suite = TestSuite(key)
     written: set[str] = set()
+    for case in kept:
+        suite.append(case)
+        written.add(_case_key(case))
     for attempt in attempts:
         cases = _read_part(attempt.junit_part)
         if cases is None:  # the interpreter died before pytest wrote its JUnit

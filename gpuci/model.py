@@ -7,7 +7,9 @@ Their files on disk, `run.json` and `verdict.json`, are read and written by
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -67,6 +69,7 @@ class Category(str, Enum):
 
 NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
 SUITE_UNIT = "(suite)"  # the one scheduled unit of suite mode, in place of a test file
+INTERRUPTED = "gpuci was interrupted"  # how a not-run test's message starts when gpuci stopped
 
 # Escape sequences (CSI, OSC, two-character) and other control characters, including
 # the bidirectional overrides that reorder what a terminal shows.
@@ -124,6 +127,59 @@ class Interpreter:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Leftover:
+    """A process an interpreter left behind, which gpuci ended."""
+
+    pid: int
+    cmdline: str  # shlex-joined, capped
+    age_s: float  # how long it had run when gpuci found it
+    killed: bool  # it outlived SIGTERM and the grace period: SIGKILL ended it
+
+    def to_json(self) -> dict[str, Any]:
+        """The run.json form."""
+        return {**dataclasses.asdict(self), "age_s": round(self.age_s, 3)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Leftover:
+        """Read the run.json form back."""
+        pid, cmdline, age_s, killed = data["pid"], data["cmdline"], data["age_s"], data["killed"]
+        return cls(pid=int(pid), cmdline=str(cmdline), age_s=float(age_s), killed=bool(killed))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuProcess:
+    """A process holding memory on one GPU, as nvidia-smi lists it."""
+
+    pid: int
+    used_mib: int | None  # None: nvidia-smi could not say ([N/A])
+    gpu_uuid: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stranger(GpuProcess):
+    """A process that gpuci does not run, holding memory on a GPU."""
+
+    cmdline: str  # "" where unreadable: gone, another user's, another pid namespace's
+    preexisting: bool  # it ran before the check began; if not, it came during the check
+
+    def to_json(self) -> dict[str, Any]:
+        """The run.json form."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Stranger:
+        """Read the run.json form back."""
+        used = data.get("used_mib")
+        return cls(
+            pid=int(data["pid"]),
+            used_mib=None if used is None else int(used),
+            gpu_uuid=str(data.get("gpu_uuid", "")),
+            cmdline=str(data.get("cmdline", "")),
+            preexisting=bool(data.get("preexisting", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FileRun:
     """How one test file (in `suite` mode: the whole suite) ran in one mode."""
 
@@ -136,6 +192,8 @@ class FileRun:
     interpreters: tuple[Interpreter, ...] = ()
     tests: int = 0
     inferred: bool = False  # not run: its outcomes were concluded from another mode
+    leftovers: tuple[Leftover, ...] = ()  # processes its interpreters left running, ended
+    strangers: tuple[Stranger, ...] = ()  # others found holding GPU memory after them
 
     @property
     def duration(self) -> float:
@@ -163,6 +221,9 @@ class ModeRun:
     environment: dict[str, str] = field(default_factory=dict)
     files: tuple[FileRun, ...] = ()
     tests: tuple[TestResult, ...] = ()
+    paths: tuple[str, ...] = ()  # PATHS as given, absolute: what --resume must match
+    resumed: bool = False  # it continued an interrupted run of this mode (--resume)
+    gpu_check: str = ""  # how GPU memory holders were checked: "nvidia-smi", or why not
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,3 +278,5 @@ class Evidence:
     spent_s: float = 0.0
     runs: int = 0  # interpreters started
     tests: tuple[TestEvidence, ...] = ()
+    leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)  # by file
+    strangers: dict[str, tuple[Stranger, ...]] = field(default_factory=dict)  # by file

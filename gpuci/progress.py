@@ -10,6 +10,7 @@ from typing import TextIO
 
 from gpuci.model import FileRun, FileStatus, Mode, ModeRun, Outcome, TestResult, printable
 from gpuci.plan import Schedule
+from gpuci.strays import run_lines
 
 SKIP_REASONS_SHOWN = 3
 OUTCOME_WORDS = (
@@ -72,6 +73,8 @@ class Progress:
             counts[test.outcome] += 1
         said = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "no tests"
         print(f"gpuci: {run.mode.value}: {said} in {run.wall_s:.1f}s", file=self.out, flush=True)
+        for line in run_lines(run):  # a leftover is an isolation bug of its own: say it
+            print(printable(f"gpuci: warning: {line}"), file=self.out, flush=True)
         # the most common skip reasons: a suite that skipped for want of a GPU says so
         reasons = Counter(t.message for t in run.tests if t.outcome is Outcome.SKIPPED)
         for reason, n in reasons.most_common(SKIP_REASONS_SHOWN):

@@ -1,4 +1,4 @@
-"""Reaper: end what a test left behind, and name who else holds GPU memory.
+"""Reaper: end what a test left behind, and collect the zombies gpuci adopts.
 
 A test's helper in its own session, a double-forked daemon, or one that ignores SIGTERM
 outlives its interpreter's process group and keeps its CUDA context. On Linux:
@@ -11,84 +11,63 @@ pid, never with `waitpid(-1)`, which would take the exit statuses Popen waits fo
 threads, and returns what it ended as `Leftover`s.
 
 Never touched: a process outside gpuci's tree, whatever its environment; the interpreter
-itself; one holding another interpreter's cookie. Missed: one that cleared its environment
+itself, or any child gpuci started through `start_child`; one holding another
+interpreter's cookie. Missed: one that cleared its environment
 and left the session. Without the subreaper (not Linux, prctl refused) orphans leave
 gpuci's tree, and the process-group kill is all that remains.
 
-GPU memory: `gpu_processes()` asks nvidia-smi (only it: pynvml would add a path no test
-without a GPU checks); `gpu_strangers()` keeps the holders gpuci does not run
-(`descendant_pids()`), marking those that ran before the check (`snapshot_pids()`). In a
-container nvidia-smi may list host pids, unknown to this /proc.
+Who else holds GPU memory is `gpuci.holders`' question, on `descendant_pids()` and
+`snapshot_pids()`. Once gpuci is a subreaper, the children it starts while interpreters
+run go through `start_child`, and `reap_orphans()` collects the zombies it adopted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
+
+from gpuci.model import Leftover
+
+__all__ = [
+    "COOKIE_ENV",
+    "Leftover",
+    "become_subreaper",
+    "command_line",
+    "descendant_pids",
+    "end_leftovers",
+    "forget_child",
+    "is_visible",
+    "new_cookie",
+    "reap_orphans",
+    "snapshot_pids",
+    "start_child",
+]
 
 COOKIE_ENV = "GPUCI_INTERPRETER"
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a leftover
 KILL_WAIT_S = 1.0  # how long SIGKILLed leftovers may take to die, to reap them
 CMDLINE_CAP = 400  # characters of a command line kept for run.json
-NVIDIA_SMI_QUERY = "--query-compute-apps=pid,used_memory,gpu_uuid"
-NVIDIA_SMI_TIMEOUT_S = 10.0
 PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
 PROC = Path("/proc")
 _TICK_S = 0.02  # how often the grace period looks whether the signalled have gone
 _ROUNDS = 3  # a leftover may start another while it dies: look again, but not forever
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Leftover:
-    """A process an interpreter left behind, which gpuci ended."""
-
-    pid: int
-    cmdline: str  # shlex-joined, capped at CMDLINE_CAP characters
-    age_s: float  # how long it had run when gpuci found it
-    killed: bool  # it outlived SIGTERM and the grace period: SIGKILL ended it
-
-    def to_json(self) -> dict[str, Any]:
-        """The run.json form."""
-        return {**dataclasses.asdict(self), "age_s": round(self.age_s, 3)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Leftover:
-        """Read the run.json form back."""
-        pid, cmdline, age_s, killed = data["pid"], data["cmdline"], data["age_s"], data["killed"]
-        return cls(pid=int(pid), cmdline=str(cmdline), age_s=float(age_s), killed=bool(killed))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GpuProcess:
-    """A process holding memory on one GPU, as nvidia-smi lists it."""
-
-    pid: int
-    used_mib: int | None  # None: nvidia-smi could not say ([N/A])
-    gpu_uuid: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Stranger(GpuProcess):
-    """A process that gpuci does not run, holding memory on a GPU."""
-
-    cmdline: str  # "" where unreadable: gone, another user's, another pid namespace's
-    preexisting: bool  # it ran before the check began; if not, it came during the check
-
-    def to_json(self) -> dict[str, Any]:
-        """The run.json form."""
-        return dataclasses.asdict(self)
+_Child = TypeVar("_Child", bound="subprocess.Popen[bytes] | subprocess.Popen[str]")
+_children_lock = threading.Lock()  # held while a child starts, and while orphans are reaped
+_waited_for: set[int] = set()  # gpuci's children whose Popen collects their exit status
+_subreaper = False  # become_subreaper() succeeded in this process
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +88,43 @@ def become_subreaper() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         args = (ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, *args)) == 0
+        done = int(libc.prctl(PR_SET_CHILD_SUBREAPER, *args)) == 0
     except (OSError, AttributeError):  # no libc to load, or no prctl in it
         return False
+    global _subreaper  # noqa: PLW0603 -- a property of the whole process, like the prctl
+    _subreaper = _subreaper or done
+    return done
+
+
+def start_child(start: Callable[[], _Child]) -> _Child:
+    """Start a child whose Popen collects its exit status, so `reap_orphans` leaves it be.
+
+    Once gpuci is a subreaper, a child it starts while interpreters run (in any thread)
+    must start through here: an orphan's zombie and a quick child's look alike.
+    """
+    with _children_lock:
+        child = start()
+        _waited_for.add(child.pid)
+    return child
+
+
+def forget_child(pid: int) -> None:
+    """The child's Popen has collected its exit status (or never will)."""
+    with _children_lock:
+        _waited_for.discard(pid)
+
+
+def reap_orphans() -> int:
+    """Collect every zombie gpuci adopted as a subreaper, none it started; how many."""
+    if not _subreaper:
+        return 0
+    me, reaped = os.getpid(), 0
+    with _children_lock:
+        for proc in _scan().values():
+            if proc.ppid == me and proc.zombie and proc.pid not in _waited_for:
+                with contextlib.suppress(ChildProcessError):  # by its own pid only
+                    reaped += os.waitpid(proc.pid, os.WNOHANG)[0] == proc.pid
+    return reaped
 
 
 def new_cookie() -> str:
@@ -151,38 +164,14 @@ def snapshot_pids() -> frozenset[int]:
     return frozenset(_scan())
 
 
-def gpu_processes(nvidia_smi: str = "nvidia-smi") -> list[GpuProcess]:
-    """The processes holding GPU memory now; none where nvidia-smi is missing or fails."""
-    try:
-        out = subprocess.run(
-            [nvidia_smi, NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=NVIDIA_SMI_TIMEOUT_S,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):  # missing, failed, or hung
-        return []
-    found: list[GpuProcess] = []
-    for line in out.splitlines():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) != 3 or not parts[0].isdigit():
-            continue  # "No running processes found", or a format we do not know
-        used = int(parts[1]) if parts[1].isdigit() else None
-        found.append(GpuProcess(pid=int(parts[0]), used_mib=used, gpu_uuid=parts[2]))
-    return found
+def command_line(pid: int) -> str:
+    """The process's command line, shell-quoted and capped; "" where unreadable."""
+    return _cmdline(pid)
 
 
-def gpu_strangers(
-    holders: Iterable[GpuProcess], *, before: frozenset[int], ours: frozenset[int]
-) -> list[Stranger]:
-    """The GPU memory holders that gpuci does not run, each with its command line."""
-    return [
-        Stranger(**dataclasses.asdict(h), cmdline=_cmdline(h.pid), preexisting=h.pid in before)
-        for h in holders
-        if h.pid not in ours
-    ]
+def is_visible(pid: int) -> bool:
+    """Whether this /proc shows the process (not: gone, or in another pid namespace)."""
+    return _read_stat(pid) is not None
 
 
 def _attributed(cookie: str, interpreter: int) -> list[_Proc]:
@@ -190,7 +179,7 @@ def _attributed(cookie: str, interpreter: int) -> list[_Proc]:
     procs = _scan()
     found = []
     for pid in sorted(_descendants(procs, os.getpid())):
-        if pid == interpreter:
+        if pid == interpreter or pid in _waited_for:
             continue  # its exit status belongs to the Popen that started it
         held = _cookie_of(pid)
         # Another cookie is another interpreter's, whatever the session: once an

@@ -25,8 +25,9 @@ from gpuci.discover import Discovery, child_env, file_of
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.gpus import describe_environment
 from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch, pytest_target
-from gpuci.junit import write_file_junit, write_mode_junit
+from gpuci.junit import kept_junit, write_file_junit, write_mode_junit
 from gpuci.model import (
+    INTERRUPTED,
     SUITE_UNIT,
     FileRun,
     FileStatus,
@@ -39,6 +40,7 @@ from gpuci.model import (
 )
 from gpuci.plan import Schedule
 from gpuci.progress import Progress
+from gpuci.resume import Earlier
 from gpuci.supervisor import Supervisor
 
 
@@ -62,6 +64,8 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     gpus: tuple[str, ...] = ()
     gpus_per_slot: int | None = None
+    paths: tuple[str, ...] = ()  # PATHS as given, absolute
+    resume: ModeRun | None = None  # an interrupted run of this mode to continue (--resume)
 
 
 def start_interpreters(
@@ -84,18 +88,29 @@ def start_interpreters(
 class _UnitRunner:
     """Runs one scheduled unit (a file, or the whole suite) to the end."""
 
-    def __init__(self, interpreters: Interpreters, discovery: Discovery) -> None:
+    def __init__(
+        self, interpreters: Interpreters, discovery: Discovery, resume: ModeRun | None = None
+    ) -> None:
         self.interpreters = interpreters
         self.discovery = discovery
+        self.earlier = Earlier.of(resume) if resume is not None else None  # --resume
 
     def target(self, file: str) -> str:
         """The path pytest is given for a file."""
         return pytest_target(self.discovery.rootdir, file)
 
     def run_unit(
-        self, key: str, ids: tuple[str, ...], slot: int, gpu: str | None
+        self,
+        key: str,
+        ids: tuple[str, ...],
+        slot: int,
+        gpu: str | None,
     ) -> tuple[FileRun, list[TestResult]]:
-        """Run a file (or the suite) to the end, resuming after crashes and timeouts."""
+        """Run a file (or the suite) to the end, resuming after crashes and timeouts.
+
+        After an interrupted run (--resume), the tests it finished are kept, the rest run.
+        """
+        earlier = self.earlier
         junit_dir = self.interpreters.out / "junit"
         stem = SUITE_STEM if key == SUITE_UNIT else key
         targets = (
@@ -103,10 +118,12 @@ class _UnitRunner:
             if key == SUITE_UNIT
             else (self.target(key),)
         )
-        results: dict[str, TestResult] = {}
+        kept = earlier.finished(key) if earlier is not None else []
+        results: dict[str, TestResult] = {t.id: t for t in kept}
+        kept_cases = kept_junit(junit_dir / f"{stem}.xml", results) if kept else []
         attempts: list[Attempt] = []
-        todo = ids
-        while True:
+        todo = tuple(i for i in ids if i not in results)
+        while todo or not kept:  # once at least, unless --resume left nothing to run
             number = len(attempts) + 1
             if self.interpreters.supervisor.stopping.is_set():
                 break
@@ -115,7 +132,7 @@ class _UnitRunner:
                     key=key,
                     ids=todo,
                     targets=targets
-                    if number == 1 or key != SUITE_UNIT
+                    if (number == 1 and not kept) or key != SUITE_UNIT
                     else self._suite_targets(todo, targets),
                     slot=slot,
                     gpu=gpu,
@@ -138,24 +155,42 @@ class _UnitRunner:
                         id=test_id,
                         file=file_of(test_id),
                         outcome=Outcome.NOT_RUN,
-                        message="gpuci was interrupted before this test ran",
+                        message=f"{INTERRUPTED} before this test ran",
                     ),
                 )
         ordered = list(results.values())
-        status = _worst(a.status for a in attempts) if attempts else FileStatus.NOT_RUN
-        file_run = FileRun(
+        if kept:  # in the order of an uninterrupted run
+            place = {test_id: n for n, test_id in enumerate(ids)}
+            ordered.sort(key=lambda t: place.get(t.id, len(place)))
+        file_run = self._file_run(key, len(ids), slot, gpu, attempts)
+        if attempts:
+            write_file_junit(junit_dir / f"{stem}.xml", key, attempts, ordered, kept=kept_cases)
+        return file_run, ordered
+
+    def _file_run(
+        self, key: str, tests: int, slot: int, gpu: str | None, attempts: list[Attempt]
+    ) -> FileRun:
+        """The unit's run from its attempts, after what an interrupted run did (--resume)."""
+        before = self.earlier.files.get(key) if self.earlier is not None else None
+        if before is not None and not before.interpreters:
+            before = None  # it never started: nothing of it to keep
+        statuses = [a.status for a in attempts] + ([before.status] if before else [])
+        now = self.interpreters.now()
+        return FileRun(
             file=key,
-            status=status,
+            status=_worst(statuses) if statuses else FileStatus.NOT_RUN,
             slot=slot,
             gpu=gpu,
-            start=attempts[0].interpreter.start if attempts else self.interpreters.now(),
-            end=attempts[-1].interpreter.end if attempts else self.interpreters.now(),
-            interpreters=tuple(a.interpreter for a in attempts),
-            tests=len(ids),
+            start=before.start if before else attempts[0].interpreter.start if attempts else now,
+            end=attempts[-1].interpreter.end if attempts else before.end if before else now,
+            interpreters=(before.interpreters if before else ())
+            + tuple(a.interpreter for a in attempts),
+            tests=tests,
+            leftovers=(before.leftovers if before else ())
+            + tuple(x for a in attempts for x in a.leftovers),
+            strangers=(before.strangers if before else ())
+            + tuple(x for a in attempts for x in a.strangers),
         )
-        if attempts:
-            write_file_junit(junit_dir / f"{stem}.xml", key, attempts, ordered)
-        return file_run, ordered
 
     def _suite_targets(self, todo: tuple[str, ...], targets: tuple[str, ...]) -> tuple[str, ...]:
         """Resumed suite interpreters need only the files that still have tests."""
@@ -169,9 +204,9 @@ def _worst(statuses: Iterator[FileStatus] | Sequence[FileStatus]) -> FileStatus:
     return min(statuses, key=order.index)
 
 
-def prepare_out(out: Path) -> None:
-    """Make the mode directory, replacing an earlier run of the same mode."""
-    if out.exists():
+def prepare_out(out: Path, *, keep: bool = False) -> None:
+    """Make the mode directory, replacing an earlier run of the same mode unless `keep`."""
+    if out.exists() and not keep:
         if (
             any(out.iterdir())
             and not (out / "run.json").exists()
@@ -209,10 +244,10 @@ def run_mode(
     """
     out = options.out
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    zero = time.monotonic()
+    zero = time.monotonic() - (options.resume.wall_s if options.resume else 0.0)  # goes on
     supervisor = Supervisor()
     interpreters = start_interpreters(options, out, zero, supervisor)
-    runner = _UnitRunner(interpreters, discovery)
+    runner = _UnitRunner(interpreters, discovery, options.resume)
     reporter = Progress(progress, options.mode, schedule, estimates or {}, zero)
     file_runs: dict[str, FileRun] = {}
     results: dict[str, list[TestResult]] = {}
@@ -237,15 +272,13 @@ def run_mode(
         keys = _keys(options.mode, schedule)
         for key in keys:
             if key not in file_runs:  # interrupted before it started
-                file_runs[key], left = _never_started(discovery, key)
+                file_runs[key], left = _never_started(discovery, key, runner.earlier)
                 tests += left
         if inferred_from is not None:
-            inferred_runs, inferred_tests = _inferred(
-                inferred_from, discovery, set(keys), schedule.slot_gpus[0]
-            )
-            file_runs.update((f.file, f) for f in inferred_runs)
-            keys += [f.file for f in inferred_runs]
-            tests += inferred_tests
+            runs, more = _inferred(inferred_from, discovery, set(keys), schedule.slot_gpus[0])
+            file_runs.update((f.file, f) for f in runs)
+            keys += [f.file for f in runs]
+            tests += more
         run = ModeRun(
             mode=options.mode,
             command=options.command,
@@ -263,6 +296,9 @@ def run_mode(
             environment=describe_environment(os.environ, options.python),
             files=tuple(file_runs[k] for k in keys),
             tests=tuple(tests),
+            paths=options.paths,
+            resumed=options.resume is not None,
+            gpu_check=interpreters.strangers.method,
         )
         write_mode_junit(out, [k for k in keys if file_runs[k].interpreters])
         write_json_atomic(out / "run.json", mode_run_to_json(run))
@@ -303,13 +339,17 @@ def _inferred(
     return runs, tests
 
 
-def _never_started(discovery: Discovery, key: str) -> tuple[FileRun, list[TestResult]]:
-    """A unit that gpuci was interrupted before, and its tests: all not-run."""
+def _never_started(
+    discovery: Discovery, key: str, earlier: Earlier | None
+) -> tuple[FileRun, list[TestResult]]:
+    """A unit gpuci was interrupted before: its tests not-run, or as `earlier` left them."""
+    if earlier is not None and key in earlier.files:
+        return earlier.files[key], earlier.tests.get(key, [])
     ids = discovery_ids(discovery, key)
     file_run = FileRun(
         file=key, status=FileStatus.NOT_RUN, slot=0, gpu=None, start=0.0, end=0.0, tests=len(ids)
     )
-    message = "gpuci was interrupted before this file ran"
+    message = f"{INTERRUPTED} before this file ran"
     return file_run, [
         TestResult(id=i, file=file_of(i), outcome=Outcome.NOT_RUN, message=message) for i in ids
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuci.model import ISOLATION_CATEGORIES, Category, Verdict, printable
+from gpuci.strays import verdict_lines
 
 MAX_LISTED = 25  # tests format_summary lists, two lines each
 LISTED = ISOLATION_CATEGORIES | {
@@ -39,6 +40,9 @@ def format_summary(verdict: Verdict) -> str:
         lines.append(
             f"evidence: {verdict.evidence.get('runs', 0)} alone-run(s) in {spent:.1f}s{limit}"
         )
+    lines += [
+        printable(f"warning: {line}") for line in verdict_lines(verdict.modes, verdict.evidence)
+    ]
     why = f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""
     lines.append(printable(f"verdict: {verdict.verdict}{why}"))
     return "\n".join(lines)

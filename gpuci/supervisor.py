@@ -35,6 +35,11 @@ class Supervisor:
         with self._lock:
             self._live.discard(proc)
 
+    def running(self) -> int:
+        """How many children are tracked now."""
+        with self._lock:
+            return len(self._live)
+
     def stop(self) -> None:
         """End every child's process group, now."""
         self.stopping.set()

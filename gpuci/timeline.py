@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuci.model import FileStatus, Mode, Verdict
+from gpuci.strays import verdict_lines
 
 TIMELINE_WIDTH = 1000.0  # SVG user units of the plot area
 TIMELINE_LABEL = 170.0
@@ -174,4 +175,4 @@ def mode_notes(verdict: Verdict) -> list[str]:
     cut = verdict.evidence.get("cut")
     if isinstance(cut, int) and cut:
         notes.append(f"evidence: {cut} test(s) not rerun: budget (raise --evidence-budget)")
-    return notes
+    return notes + verdict_lines(verdict.modes, verdict.evidence)

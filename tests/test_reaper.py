@@ -20,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from gpuci.holders import gpu_processes, gpu_strangers
+from gpuci.model import GpuProcess
 from gpuci.reaper import (
     CMDLINE_CAP,
     COOKIE_ENV,
-    GpuProcess,
     Leftover,
     become_subreaper,
     descendant_pids,
-    gpu_processes,
-    gpu_strangers,
     new_cookie,
     snapshot_pids,
 )
