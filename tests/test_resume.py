@@ -188,7 +188,8 @@ def test_check_resume_keeps_finished_modes_and_resumes_the_interrupted_one(
     tmp_path: Path,
 ) -> None:
     root = write_suite(tmp_path / "suite")
-    args = ("check", ".", "--out", "out", "--workers", "2")  # parallel, suite, isolated
+    modes = ("--modes", "parallel,suite,isolated")  # the interrupted mode is not the first
+    args = ("check", ".", "--out", "out", "--workers", "2", *modes)
     interrupt_while_blocked(root, "suite", *args)
     assert not (root / "out" / "verdict.json").exists()
     parallel_before = (root / "out" / "parallel" / "run.json").read_bytes()
