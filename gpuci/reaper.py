@@ -217,8 +217,14 @@ def _running(proc: _Proc) -> bool:
     if now is None or now.start_ticks != proc.start_ticks:
         return False  # gone, and its pid may name another process by now
     if now.zombie and now.ppid == os.getpid():
-        with contextlib.suppress(ChildProcessError):  # by its own pid: never another's
-            os.waitpid(proc.pid, os.WNOHANG)
+        # By its own pid: never another's. A thread-group leader shows as a zombie while
+        # its other threads still exit (a CUDA process tearing down its context): it is
+        # gone only once waitpid collects it.
+        try:
+            reaped, _ = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        return reaped == 0
     return not now.zombie
 
 
@@ -246,9 +252,39 @@ def _read_stat(pid: int) -> _Proc | None:
     try:
         text = (PROC / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
         fields = text.rpartition(")")[2].split()  # the command name may hold spaces and ")"
-        return _Proc(pid, int(fields[1]), int(fields[3]), fields[0] in ("Z", "X"), int(fields[19]))
+        dead = fields[0] in ("Z", "X") and not _other_threads_live(pid)
+        return _Proc(pid, int(fields[1]), int(fields[3]), dead, int(fields[19]))
     except (OSError, IndexError, ValueError):  # gone
         return None
+
+
+def _other_threads_live(pid: int) -> bool:
+    """Whether a thread other than the leader still runs: a process whose main thread
+    ended (a CUDA process tearing down its context) shows as a zombie until they all do."""
+    for task in _tasks(pid):
+        if task.name != str(pid):
+            with contextlib.suppress(OSError, IndexError):
+                state = (task / "stat").read_text(encoding="utf-8", errors="replace")
+                if state.rpartition(")")[2].split()[0] not in ("Z", "X"):
+                    return True
+    return False
+
+
+def _tasks(pid: int) -> list[Path]:
+    """The process's threads' /proc directories; none when it is gone."""
+    try:
+        return sorted((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return []
+
+
+def _read_any_thread(pid: int, name: str) -> bytes:
+    """/proc/PID/<name>, else the first thread's that has one (a dead leader's is empty)."""
+    for where in (PROC / str(pid), *_tasks(pid)):
+        with contextlib.suppress(OSError):
+            if data := (where / name).read_bytes():
+                return data
+    return b""
 
 
 def _descendants(procs: Mapping[int, _Proc], root: int) -> set[int]:
@@ -268,20 +304,14 @@ def _descendants(procs: Mapping[int, _Proc], root: int) -> set[int]:
 def _cookie_of(pid: int) -> str | None:
     """The process's COOKIE_ENV; None: not set, or unreadable (another user's, setuid)."""
     prefix = f"{COOKIE_ENV}=".encode()
-    try:
-        entries = (PROC / str(pid) / "environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
+    entries = _read_any_thread(pid, "environ").split(b"\0")
     held = [entry[len(prefix) :] for entry in entries if entry.startswith(prefix)]
     return held[0].decode(errors="replace") if held else None
 
 
 def _cmdline(pid: int) -> str:
     """The process's command line, shell-quoted and capped; "" where unreadable."""
-    try:
-        raw = (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return ""
+    raw = _read_any_thread(pid, "cmdline")
     args = raw.rstrip(b"\0").split(b"\0") if raw else []  # a zombie's is empty
     text = shlex.join(arg.decode(errors="replace") for arg in args)
     return text if len(text) <= CMDLINE_CAP else text[: CMDLINE_CAP - 3] + "..."

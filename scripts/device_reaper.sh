@@ -71,7 +71,8 @@ def test_the_gpu_memory_is_free_again():
         "came_back_mib": (free - held["free_while_held"]) // (1 << 20),
         "leftover_alive": Path(f"/proc/{held['pid']}").exists(),
     }
-    (out / "after.json").write_text(json.dumps(result))
+    with (out / "after.jsonl").open("a") as log:  # one line per run: the first one counts
+        log.write(json.dumps(result) + "\n")
     assert not result["leftover_alive"], "the holder outlived its file's interpreter"
     assert free - held["free_while_held"] >= 0.9 * GiB, result  # the 1 GiB came back
 PY
@@ -99,11 +100,13 @@ for f in run["files"]:
         print("  leftover:", x)
     for x in f.get("strangers", []):
         print("  stranger:", x)
-print("tests:", {t["id"]: t["outcome"] for t in run["tests"]})
+print("tests:", {t["id"]: (t["outcome"], t.get("message", "")[:300]) for t in run["tests"]})
 held = json.loads((out / "held.json").read_text()) if (out / "held.json").exists() else {}
-after = json.loads((out / "after.json").read_text()) if (out / "after.json").exists() else {}
+runs = (out / "after.jsonl").read_text().splitlines() if (out / "after.jsonl").exists() else []
+after = [json.loads(line) for line in runs]
 print("held:", held)
-print("after:", after)
+for n, seen in enumerate(after, 1):
+    print(f"after (run {n} of test_2):", seen)
 pid = held.get("pid")
 print("leftover pid", pid, "alive after gpuci:", bool(pid) and Path(f"/proc/{pid}").exists())
 print("nvidia-smi apps before:", (out / "apps_before.txt").read_text().strip() or "-")

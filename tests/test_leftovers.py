@@ -422,3 +422,35 @@ def test_a_helper_holding_the_output_pipe_is_ended_and_recorded(tmp_path: Path, 
     [leftover] = _by_file(run)["test_pipe.py"]
     assert leftover["cmdline"] == shlex.join([SLEEP, "300"])
     assert leftover["pid"] == _left(pids)["pipe"]
+
+
+# Its main thread ends (pthread_exit) while another thread lives on: /proc shows the leader
+# as a zombie though the process still runs, as a CUDA process does while it tears down
+# its context after SIGTERM. Seen on an H100: the next file still saw it in /proc.
+LEADER_GONE = (
+    "import ctypes, threading, time; print(1, flush=True);"
+    " threading.Thread(target=time.sleep, args=(302,)).start();"
+    " ctypes.CDLL(None).pthread_exit(None)"
+)
+
+
+def test_a_process_whose_main_thread_ended_is_still_ended(tmp_path: Path, pids: Path) -> None:
+    files = {
+        "test_leader.py": f"""
+            def test_leaves_a_headless_process():
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", {LEADER_GONE!r}], start_new_session=True,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                )
+                proc.stdout.readline()
+                note("leader", proc.pid)
+        """
+    }
+    root = write_suite(tmp_path / "suite", files)
+    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, pids=pids)
+    assert proc.returncode == 0, proc.stderr
+    pid = _left(pids)["leader"]
+    assert _state(pid) is None, "still in /proc after gpuci returned"
+    run = json.loads((root / "out" / "isolated" / "run.json").read_text(encoding="utf-8"))
+    [leftover] = _by_file(run)["test_leader.py"]
+    assert leftover["pid"] == pid
