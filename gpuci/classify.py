@@ -1,10 +1,69 @@
-"""Classify: one test's category from its outcome in each mode and its alone-runs."""
+"""Classify: one test's category from its outcome in each mode and its alone-runs.
+
+`classify_test` is the precedence table; `classify_results` applies it to every test of
+a results directory, for the diff and for the evidence engine (which needs the
+categories to know whose culprits to search for).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from gpuci.model import NOT_PASSING, Category, Mode, Outcome
+from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestResult
+from gpuci.reproduce import Order, first_in_interpreter, interpreter_order
+from gpuci.results import ModeResults, keep_worse
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Classified:
+    """One test's outcomes across modes, its alone-runs, and the category they give."""
+
+    id: str
+    category: Category
+    outcomes: dict[Mode, Outcome]  # every mode of the results; NOT_RUN where absent
+    reruns: tuple[Outcome, ...]  # alone-runs: each mode's own, then the check's evidence
+    results: dict[Mode, TestResult]  # its result in each mode that has it, in mode order
+
+    @property
+    def seen(self) -> tuple[TestResult, ...]:
+        """Its results, in mode order."""
+        return tuple(self.results.values())
+
+
+def classify_results(
+    results: Mapping[Mode, ModeResults],
+    alone: Mapping[str, Sequence[Outcome]],
+    orders: Mapping[Mode, Order] | None = None,
+) -> dict[str, Classified]:
+    """Every test of `results`, classified, in the order first seen (modes in pipeline order).
+
+    `alone` holds the evidence's alone-runs by id (on top of those in each run.json).
+    """
+    modes = [m for m in Mode if m in results]
+    if orders is None:
+        orders = {mode: interpreter_order(results[mode]) for mode in modes}
+    by_id: dict[Mode, dict[str, TestResult]] = {}
+    for mode in modes:
+        tests: dict[str, TestResult] = {}
+        for test in results[mode].run.tests:
+            keep_worse(tests, test)
+        by_id[mode] = tests
+    reference = next((orders[m] for m in (Mode.ISOLATED, Mode.PARALLEL) if m in orders), None)
+    found: dict[str, Classified] = {}
+    for test_id in dict.fromkeys(i for mode in modes for i in by_id[mode]):
+        mine = {m: by_id[m][test_id] for m in modes if test_id in by_id[m]}
+        outcomes = {m: mine[m].outcome if m in mine else Outcome.NOT_RUN for m in modes}
+        reruns = tuple(r for t in mine.values() for r in t.reruns) + tuple(alone.get(test_id, ()))
+        first = reference is not None and first_in_interpreter(reference, test_id)
+        found[test_id] = Classified(
+            id=test_id,
+            category=classify_test(outcomes, reruns, first_in_file=first),
+            outcomes=outcomes,
+            reruns=reruns,
+            results=mine,
+        )
+    return found
 
 
 def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in one place

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci.classify import classify_test
+from gpuci.classify import classify_results
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
@@ -33,17 +33,20 @@ from gpuci.model import (
     Leftover,
     Mode,
     Outcome,
+    Root,
     Stranger,
+    TestEvidence,
     TestResult,
     TestVerdict,
     UsageError,
     Verdict,
 )
-from gpuci.reproduce import first_in_interpreter, interpreter_order, reproduce_command
-from gpuci.results import ModeResults, keep_worse, load_mode_results
+from gpuci.reproduce import culprit_command, interpreter_order, reproduce_command
+from gpuci.results import ModeResults, load_mode_results
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
 DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
+UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
 KNOWN = "known"  # --allow's word for isolation regressions the baseline already had
 # verdict.json's test order: what needs attention first.
 CATEGORY_GROUP = {
@@ -138,59 +141,45 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
     """Classify every test under `out` and decide the verdict."""
     results = load_mode_results(out)
     evidence = _read_evidence(out)
-    alone = {t.id: t for t in evidence.tests} if evidence is not None else {}
+    found = {t.id: t for t in evidence.tests} if evidence is not None else {}
     modes = [m for m in Mode if m in results]
-    by_id: dict[Mode, dict[str, TestResult]] = {}
-    for mode in modes:
-        tests: dict[str, TestResult] = {}
-        for test in results[mode].run.tests:
-            keep_worse(tests, test)
-        by_id[mode] = tests
     orders = {mode: interpreter_order(results[mode]) for mode in modes}
-    reference = next((orders[m] for m in (Mode.ISOLATED, Mode.PARALLEL) if m in orders), None)
+    alone = {i: t.alone for i, t in found.items()}
     known = (
         {t.id for t in baseline.tests if t.category in ISOLATION_CATEGORIES}
         if baseline is not None
         else set()
     )
-
-    ids = dict.fromkeys(i for mode in modes for i in by_id[mode])
     verdicts = []
-    for test_id in ids:
-        seen = [by_id[m][test_id] for m in modes if test_id in by_id[m]]
-        outcomes = {
-            m: by_id[m][test_id].outcome if test_id in by_id[m] else Outcome.NOT_RUN for m in modes
-        }
-        found = alone.get(test_id)
-        reruns = tuple(r for t in seen for r in t.reruns) + (found.alone if found else ())
-        cut = found.cut if found else next((t.cut for t in seen if t.cut), "")
-        first = reference is not None and first_in_interpreter(reference, test_id)
-        category = classify_test(outcomes, reruns, first_in_file=first)
+    for test_id, test in classify_results(results, alone, orders).items():
         new = None
-        if baseline is not None and category in ISOLATION_CATEGORIES:
+        if baseline is not None and test.category in ISOLATION_CATEGORIES:
             new = test_id not in known
+        ev = found.get(test_id)
         verdicts.append(
             TestVerdict(
                 id=test_id,
-                file=seen[0].file,
-                category=category,
-                outcomes={m.value: o.value for m, o in outcomes.items()},
-                reruns=tuple(r.value for r in reruns),
+                file=test.seen[0].file,
+                category=test.category,
+                outcomes={m.value: o.value for m, o in test.outcomes.items()},
+                reruns=tuple(r.value for r in test.reruns),
                 new=new,
-                message=_first_failure(seen),
-                log=_crash_log(seen, category),
-                reproduce=reproduce_command(
-                    test_id,
-                    category,
-                    outcomes=outcomes,
-                    reruns=reruns,
-                    results=results,
-                    orders=orders,
+                message=_first_failure(test.seen),
+                log=_crash_log(test.seen, test.category),
+                reproduce=(
+                    culprit_command(test_id, test.category, ev.culprits if ev else (), results)
+                    or reproduce_command(
+                        test_id,
+                        test.category,
+                        outcomes=test.outcomes,
+                        reruns=test.reruns,
+                        results=results,
+                        orders=orders,
+                    )
                 ),
-                inferred=tuple(
-                    m.value for m in modes if test_id in by_id[m] and by_id[m][test_id].inferred
-                ),
-                cut=cut,
+                inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
+                cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
+                **(_evidence_fields(ev, test.category) if ev else {}),
             )
         )
     verdicts.sort(key=_sort_key)
@@ -202,6 +191,7 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
     )
     environment_from = results.get(Mode.ISOLATED) or results[modes[0]]
     return Verdict(
+        roots=group_roots(verdicts),
         verdict=outcome,
         reasons=tuple(reasons),
         summary=summary,
@@ -210,6 +200,40 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
         evidence=_describe_evidence(evidence, verdicts),
         tests=tuple(verdicts),
     )
+
+
+def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
+    """What the evidence runs add to a test's verdict: culprits, poisoning, sanitizer."""
+    fields: dict[str, Any] = {
+        "culprits": found.culprits if category in ISOLATION_CATEGORIES else (),
+        "search": found.search if category in ISOLATION_CATEGORIES else "",
+        "probes": found.probes if category in ISOLATION_CATEGORIES else (),
+        "sanitizer": found.sanitizer,
+    }
+    if found.poisoned is not None:
+        fields["poisoned"] = found.poisoned.value
+        if found.poisoned in NOT_PASSING and category is Category.ORDER_DEPENDENT:
+            fields["diagnosis"] = UNINITIALIZED  # its own bug, whoever ran before it
+    return fields
+
+
+def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
+    """Victims grouped under their culprits: a cascade is one root, most victims first."""
+    groups: dict[tuple[tuple[str, ...], Category], list[TestVerdict]] = {}
+    for test in tests:
+        if test.culprits and test.category in ISOLATION_CATEGORIES:
+            groups.setdefault((test.culprits, test.category), []).append(test)
+    roots = [
+        Root(
+            culprits=culprits,
+            category=category,
+            victims=tuple(v.id for v in victims),
+            reproduce=victims[0].reproduce,
+        )
+        for (culprits, category), victims in groups.items()
+    ]
+    roots.sort(key=lambda r: (-len(r.victims), r.culprits))
+    return tuple(roots)
 
 
 def _read_evidence(out: Path) -> Evidence | None:

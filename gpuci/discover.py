@@ -7,6 +7,7 @@ Collection runs in a child interpreter with the journal plugin, so the suite's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -166,3 +167,11 @@ def _check_every_path_has_tests(paths: Sequence[str], discovery: Discovery) -> N
                 f"{path}: no tests collected (is it a test file that pytest's"
                 " python_files / python_functions settings match?)"
             )
+
+
+def pytest_target(rootdir: Path, file: str) -> str:
+    """A path pytest finds from our working directory (ids are rootdir-relative)."""
+    path = rootdir / file
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)

@@ -11,15 +11,13 @@ most. `--evidence-budget` caps the seconds spent; what it cuts is recorded per t
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.discover import child_env
+from gpuci.classify import classify_results
+from gpuci.culprits import search_culprits
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
@@ -27,28 +25,29 @@ from gpuci.formats import (
     mode_run_to_json,
     write_json_atomic,
 )
-from gpuci.interpreter import EXIT_ID, Interpreters, Launch, pytest_target
+from gpuci.interpreter import EXIT_ID
 from gpuci.model import (
     NOT_PASSING,
     SUITE_UNIT,
+    Category,
     Evidence,
     FileRun,
-    Leftover,
     Mode,
     ModeRun,
     Outcome,
-    Stranger,
     TestEvidence,
     TestResult,
     printable,
 )
-from gpuci.reproduce import first_in_interpreter, interpreter_order, serial_gpu
+from gpuci.probe import Prober
+from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
 from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
 CUT_BY_BUDGET = "not rerun: budget"
+POISON_ENV = "GPUCI_POISON"  # read by the child plugin: fill every fresh allocation
 
 
 def is_suspect(test: TestResult) -> bool:
@@ -90,121 +89,52 @@ def _isolated_result(isolated: ModeResults | None, test_id: str) -> TestResult |
     return next((t for t in isolated.run.tests if t.id == test_id), None)
 
 
-@dataclass(slots=True)
-class _AloneRuns:
-    """Runs tests alone, serially, until the budget is spent."""
-
-    interpreters: Interpreters
-    rootdir: Path
-    gpu: str | None
-    budget_s: float | None
-    zero: float = field(default_factory=time.monotonic)
-    runs: int = 0
-    leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
-    strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
-
-    def spent(self) -> float:
-        return time.monotonic() - self.zero
-
-    def exhausted(self) -> bool:
-        return self.budget_s is not None and self.spent() >= self.budget_s
-
-    def run(self, test_id: str) -> Outcome:
-        """Run one test by itself in a fresh interpreter."""
-        file = test_id.split("::", 1)[0]
-        self.runs += 1
-        attempt = self.interpreters.run(
-            Launch(
-                key=file,
-                ids=(test_id,),
-                targets=(pytest_target(self.rootdir, file),),
-                slot=0,
-                gpu=self.gpu,
-                attempt=0,
-                junit=None,
-                label=f"alone: {test_id}",
-            )
-        )
-        if attempt.leftovers:
-            self.leftovers.setdefault(file, []).extend(attempt.leftovers)
-        if attempt.strangers:
-            self.strangers.setdefault(file, []).extend(attempt.strangers)
-        return next((r.outcome for r in attempt.results if r.id == test_id), Outcome.NOT_RUN)
-
-    def run_all(self, wanted: Mapping[str, int], supervisor: Supervisor) -> dict[str, TestEvidence]:
-        """Every suspect's alone-runs, round by round, so a cut budget spreads evenly."""
-        alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
-        cut: set[str] = set()
-        for round_ in range(max(wanted.values(), default=0)):
-            for test_id, n in wanted.items():
-                if n <= round_ or supervisor.stopping.is_set():
-                    continue
-                if self.exhausted():
-                    cut.add(test_id)
-                    continue
-                alone[test_id].append(self.run(test_id))
-        return {
-            i: TestEvidence(id=i, alone=tuple(o), cut=CUT_BY_BUDGET if i in cut else "")
-            for i, o in alone.items()
-        }
-
-
-def _interpreters(
-    out: Path, run: ModeRun, python: str, timeout: float | None, supervisor: Supervisor
-) -> Interpreters:
-    environ = child_env(os.environ)
-    environ["GPUCI_MODE"] = EVIDENCE_DIR
-    return Interpreters(
-        out=out,
-        python=python,
-        pytest_args=run.pytest_args,
-        timeout=timeout,
-        environ=environ,
-        clock_zero=time.monotonic(),
-        supervisor=supervisor,
+def run_alone(
+    prober: Prober, wanted: Mapping[str, int], *, progress: TextIO
+) -> dict[str, TestEvidence]:
+    """Every suspect's alone-runs, round by round, so a cut budget spreads evenly."""
+    alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
+    cut: set[str] = set()
+    _say(
+        progress,
+        f"evidence: running {sum(1 for n in wanted.values() if n)} test(s) alone,"
+        f" {sum(wanted.values())} run(s){_budget(prober)}",
     )
+    for round_ in range(max(wanted.values(), default=0)):
+        for test_id, n in wanted.items():
+            if n <= round_ or prober.stopping():
+                continue
+            if prober.exhausted():
+                cut.add(test_id)
+                continue
+            ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}")
+            alone[test_id].append(ran.outcome(test_id))
+    found = {
+        i: TestEvidence(id=i, alone=tuple(o), cut=CUT_BY_BUDGET if i in cut else "")
+        for i, o in alone.items()
+    }
+    for test in found.values():
+        outcomes = ", ".join(o.value for o in test.alone) or "-"
+        _say(progress, f"  {test.id}: alone: {outcomes}{f' ({test.cut})' if test.cut else ''}")
+    return found
+
+
+def _budget(prober: Prober) -> str:
+    left = prober.left()
+    return "" if left is None else f", budget left {left:.0f}s"
 
 
 def _say(progress: TextIO, text: str) -> None:
     print(printable(f"gpuci: {text}"), file=progress, flush=True)
 
 
-def _run_alone(
-    out: Path,
-    run: ModeRun,
-    wanted: Mapping[str, int],
-    *,
-    budget_s: float | None,
-    python: str,
-    timeout: float | None,
-    what: str,
-    progress: TextIO,
-) -> tuple[dict[str, TestEvidence], _AloneRuns, bool]:
-    """Alone-runs of `wanted` in `out`: their evidence, the runner, whether interrupted."""
-    budget = "" if budget_s is None else f", budget {budget_s:.0f}s"
-    _say(
-        progress,
-        f"{what}: running {sum(1 for n in wanted.values() if n)} test(s) alone,"
-        f" {sum(wanted.values())} run(s){budget}",
-    )
-    supervisor = Supervisor()
-    interpreters = _interpreters(out, run, python, timeout, supervisor)
-    runner = _AloneRuns(interpreters, Path(run.rootdir), serial_gpu(run), budget_s)
-    try:
-        with supervisor.handling_signals():
-            found = runner.run_all(wanted, supervisor)
-    finally:
-        interpreters.close()
-    for test in found.values():
-        outcomes = ", ".join(o.value for o in test.alone) or "-"
-        _say(progress, f"  {test.id}: alone: {outcomes}{f' ({test.cut})' if test.cut else ''}")
-    for file, left in runner.leftovers.items():
+def _say_strays(prober: Prober, progress: TextIO, where: str) -> None:
+    for file, left in prober.leftovers.items():
         for leftover in left:
-            _say(progress, f"warning: {leftover_line(file, leftover, where=what)}")
-    for file, strangers in runner.strangers.items():
+            _say(progress, f"warning: {leftover_line(file, leftover, where=where)}")
+    for file, strangers in prober.strangers.items():
         for stranger in strangers:
-            _say(progress, f"warning: {stranger_line(file, stranger, where=what)}")
-    return found, runner, supervisor.stopping.is_set()
+            _say(progress, f"warning: {stranger_line(file, stranger, where=where)}")
 
 
 def gather_evidence(
@@ -215,42 +145,84 @@ def gather_evidence(
     timeout: float | None,
     python: str = sys.executable,
     progress: TextIO = sys.stderr,
+    pytest_args: tuple[str, ...] | None = None,
+    sanitize: bool | None = None,
 ) -> Evidence:
-    """The evidence of a check's results directory, written to `OUT/evidence/evidence.json`."""
+    """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
+
+    In order, within one budget: alone-runs (they decide the categories), poisoned runs of
+    order-dependent victims, culprit searches, then compute-sanitizer on the roots.
+    """
     results = load_mode_results(out)
-    wanted = alone_runs_wanted(results, runs) if runs else {}
     first = next(iter(results.values())).run
+    if pytest_args is not None:
+        first = dataclasses.replace(first, pytest_args=pytest_args)
     directory = out / EVIDENCE_DIR
-    found: dict[str, TestEvidence] = {}
-    runner_runs, spent, interrupted = 0, 0.0, False
-    leftovers: dict[str, list[Leftover]] = {}
-    strangers: dict[str, list[Stranger]] = {}
-    if any(wanted.values()):
-        found, runner, interrupted = _run_alone(
-            directory,
-            first,
-            wanted,
-            budget_s=budget_s,
-            python=python,
-            timeout=timeout,
-            what="evidence",
-            progress=progress,
-        )
-        runner_runs, spent = runner.runs, runner.spent()
-        leftovers, strangers = runner.leftovers, runner.strangers
-    evidence = Evidence(
-        gpu=serial_gpu(first),
+    supervisor = Supervisor()
+    prober = Prober.start(
+        directory,
+        first,
+        python=python,
+        timeout=timeout,
         budget_s=budget_s,
-        spent_s=spent,
-        runs=runner_runs,
+        supervisor=supervisor,
+        mode_name=EVIDENCE_DIR,
+    )
+    found: dict[str, TestEvidence] = {}
+    try:
+        with supervisor.handling_signals():
+            found = _gather(prober, results, runs, progress)
+    finally:
+        prober.close()
+    _say_strays(prober, progress, "evidence")
+    evidence = Evidence(
+        gpu=prober.gpu,
+        budget_s=budget_s,
+        spent_s=prober.spent() if prober.runs else 0.0,
+        runs=prober.runs,
+        phases=prober.phase_json(),
         tests=tuple(found.values()),
-        leftovers={f: tuple(x) for f, x in leftovers.items()},
-        strangers={f: tuple(x) for f, x in strangers.items()},
+        leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
+        strangers={f: tuple(x) for f, x in prober.strangers.items()},
     )
     write_json_atomic(directory / EVIDENCE_FILE, evidence_to_json(evidence))
-    if interrupted:
+    if prober.stopping():
         raise Interrupted(f"interrupted; the evidence gathered so far is in {directory}")
     return evidence
+
+
+def _gather(
+    prober: Prober, results: Mapping[Mode, ModeResults], runs: int, progress: TextIO
+) -> dict[str, TestEvidence]:
+    """Each kind of evidence in turn; each sees the categories the alone-runs gave."""
+    wanted = alone_runs_wanted(results, runs) if runs else {}
+    found = run_alone(prober, wanted, progress=progress) if any(wanted.values()) else {}
+    alone = {i: t.alone for i, t in found.items()}
+    classified = classify_results(results, alone)
+    victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
+    found = run_poisoned(prober, victims, found, progress=progress)
+    return search_culprits(prober, results, classified, found, progress=progress)
+
+
+def run_poisoned(
+    prober: Prober, victims: Sequence[str], found: Mapping[str, TestEvidence], *, progress: TextIO
+) -> dict[str, TestEvidence]:
+    """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
+    one that fails so reads memory it never wrote (its own bug, not its culprit's)."""
+    merged = dict(found)
+    if victims:
+        _say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
+    for test_id in victims:
+        if prober.exhausted() or prober.stopping():
+            break
+        ran = prober.run(
+            [test_id], phase="poisoned", label=f"poisoned: {test_id}", env={POISON_ENV: "1"}
+        )
+        outcome = ran.outcome(test_id)
+        before = merged.get(test_id, TestEvidence(id=test_id))
+        merged[test_id] = dataclasses.replace(before, poisoned=outcome)
+        _say(progress, f"  {test_id}: poisoned: {outcome.value}")
+    return merged
 
 
 def rerun_mode_suspects(
@@ -267,21 +239,28 @@ def rerun_mode_suspects(
     wanted = alone_runs_wanted(results, runs) if runs else {}
     if not any(wanted.values()):
         return run
-    found, runner, interrupted = _run_alone(
+    supervisor = Supervisor()
+    prober = Prober.start(
         out,
         run,
-        wanted,
-        budget_s=budget_s,
         python=python,
         timeout=run.timeout,
-        what=run.mode.value,
-        progress=progress,
+        budget_s=budget_s,
+        supervisor=supervisor,
+        mode_name=run.mode.value,
     )
+    try:
+        with supervisor.handling_signals():
+            found = run_alone(prober, wanted, progress=progress)
+    finally:
+        prober.close()
+    _say_strays(prober, progress, run.mode.value)
+    interrupted = prober.stopping()
     run = dataclasses.replace(
         run,
         interrupted=run.interrupted or interrupted,
         tests=tuple(_with_reruns(t, found) for t in run.tests),
-        files=tuple(_with_strays(f, runner, run.mode) for f in run.files),
+        files=tuple(_with_strays(f, prober, run.mode) for f in run.files),
     )
     write_json_atomic(out / "run.json", mode_run_to_json(run))
     if interrupted:
@@ -289,7 +268,7 @@ def rerun_mode_suspects(
     return run
 
 
-def _with_strays(file_run: FileRun, runner: _AloneRuns, mode: Mode) -> FileRun:
+def _with_strays(file_run: FileRun, runner: Prober, mode: Mode) -> FileRun:
     """The file's run with what its alone-reruns left behind (suite: all of them)."""
     files = list(runner.leftovers) + list(runner.strangers)
     if mode is Mode.SUITE:

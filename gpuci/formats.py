@@ -24,6 +24,8 @@ from gpuci.model import (
     Mode,
     ModeRun,
     Outcome,
+    Probe,
+    Root,
     Stranger,
     TestEvidence,
     TestResult,
@@ -227,9 +229,25 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"inferred": list(t.inferred)} if t.inferred else {}),
                 **({"cut": t.cut} if t.cut else {}),
                 **({"log": t.log} if t.log else {}),
+                **({"culprits": list(t.culprits)} if t.culprits else {}),
+                **({"search": t.search} if t.search else {}),
+                **({"probes": [p.to_json() for p in t.probes]} if t.probes else {}),
+                **({"poisoned": t.poisoned} if t.poisoned is not None else {}),
+                **({"diagnosis": t.diagnosis} if t.diagnosis else {}),
+                **({"sanitizer": t.sanitizer} if t.sanitizer else {}),
             }
             for t in verdict.tests
         ],
+        **({"roots": [_root_to_json(r) for r in verdict.roots]} if verdict.roots else {}),
+    }
+
+
+def _root_to_json(root: Root) -> dict[str, Any]:
+    return {
+        "culprits": list(root.culprits),
+        "category": root.category.value,
+        "victims": list(root.victims),
+        "reproduce": root.reproduce,
     }
 
 
@@ -256,8 +274,23 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     reproduce=t.get("reproduce", ""),
                     inferred=tuple(t.get("inferred", ())),
                     cut=t.get("cut", ""),
+                    culprits=tuple(str(c) for c in t.get("culprits", ())),
+                    search=str(t.get("search", "")),
+                    probes=tuple(Probe.from_json(p) for p in t.get("probes", ())),
+                    poisoned=t.get("poisoned"),
+                    diagnosis=str(t.get("diagnosis", "")),
+                    sanitizer=str(t.get("sanitizer", "")),
                 )
                 for t in data["tests"]
+            ),
+            roots=tuple(
+                Root(
+                    culprits=tuple(str(c) for c in r["culprits"]),
+                    category=Category(r["category"]),
+                    victims=tuple(str(v) for v in r["victims"]),
+                    reproduce=str(r.get("reproduce", "")),
+                )
+                for r in data.get("roots", ())
             ),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -279,12 +312,23 @@ def evidence_to_json(evidence: Evidence) -> dict[str, Any]:
         "budget_s": evidence.budget_s,
         "spent_s": round(evidence.spent_s, 3),
         "runs": evidence.runs,
-        "tests": [
-            {"id": t.id, "alone": [o.value for o in t.alone], **({"cut": t.cut} if t.cut else {})}
-            for t in evidence.tests
-        ],
+        **({"phases": evidence.phases} if evidence.phases else {}),
+        "tests": [_test_evidence_to_json(t) for t in evidence.tests],
         **({"leftovers": _by_file(evidence.leftovers)} if evidence.leftovers else {}),
         **({"strangers": _by_file(evidence.strangers)} if evidence.strangers else {}),
+    }
+
+
+def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
+    return {
+        "id": test.id,
+        "alone": [o.value for o in test.alone],
+        **({"cut": test.cut} if test.cut else {}),
+        **({"culprits": list(test.culprits)} if test.culprits else {}),
+        **({"search": test.search} if test.search else {}),
+        **({"probes": [p.to_json() for p in test.probes]} if test.probes else {}),
+        **({"poisoned": test.poisoned.value} if test.poisoned is not None else {}),
+        **({"sanitizer": test.sanitizer} if test.sanitizer else {}),
     }
 
 
@@ -302,11 +346,20 @@ def read_evidence(path: Path) -> Evidence:
             budget_s=None if budget is None else float(budget),
             spent_s=float(data.get("spent_s", 0.0)),
             runs=int(data.get("runs", 0)),
+            phases={
+                str(k): {str(n): float(x) for n, x in v.items()}
+                for k, v in data.get("phases", {}).items()
+            },
             tests=tuple(
                 TestEvidence(
                     id=str(t["id"]),
                     alone=tuple(Outcome(o) for o in t.get("alone", ())),
                     cut=str(t.get("cut", "")),
+                    culprits=tuple(str(c) for c in t.get("culprits", ())),
+                    search=str(t.get("search", "")),
+                    probes=tuple(Probe.from_json(p) for p in t.get("probes", ())),
+                    poisoned=Outcome(t["poisoned"]) if t.get("poisoned") else None,
+                    sanitizer=str(t.get("sanitizer", "")),
                 )
                 for t in data["tests"]
             ),

@@ -9,7 +9,6 @@ with the tests after it in a fresh interpreter (`Attempt.resume`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import shlex
@@ -67,6 +66,9 @@ class Launch:
     attempt: int
     junit: Path | None
     label: str
+    env: Mapping[str, str] = field(default_factory=dict)  # on top of the interpreters' own
+    wrapper: tuple[str, ...] = ()  # a command the interpreter runs under (compute-sanitizer)
+    timeout: float | None = None  # instead of the interpreters' --timeout (a slow wrapper)
 
     @property
     def stem(self) -> str:
@@ -157,7 +159,7 @@ class Interpreters:
         ]
         if launch.junit is not None:
             cmd += ["-o", f"junit_suite_name={launch.key}", f"--junitxml={launch.junit}"]
-        return [*cmd, *self.pytest_args, *launch.targets]
+        return [*launch.wrapper, *cmd, *self.pytest_args, *launch.targets]
 
     def run(self, launch: Launch) -> Attempt:
         """Start one interpreter, watch it to the end, and read what it did."""
@@ -172,6 +174,7 @@ class Interpreters:
             GPUCI_JOURNAL=str(journal),
             GPUCI_ONLY=str(only),
             GPUCI_SLOT=str(launch.slot),
+            **launch.env,
         )
         cookie = env[COOKIE_ENV] = new_cookie()  # inherited by all the interpreter starts
         if launch.gpu is not None:
@@ -198,7 +201,8 @@ class Interpreters:
         self.supervisor.add(proc)
         left: list[Leftover] = []
         try:
-            events, timed_out = self._watch(proc, reader, log, cookie, left)
+            timeout = launch.timeout if launch.timeout is not None else self.timeout
+            events, timed_out = self._watch(proc, reader, log, cookie, left, timeout=timeout)
         finally:
             # nothing a test started outlives it: first whatever carries its cookie (the
             # subreaper adopted the orphans), then what is left of its process group
@@ -233,11 +237,12 @@ class Interpreters:
         log: CappedLog,
         cookie: str,
         left: list[Leftover],
+        *,
+        timeout: float | None,
     ) -> tuple[list[dict[str, Any]], bool]:
         """Pump output into the log, follow the journal, enforce the timeout."""
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
-        timeout = self.timeout
         events: list[dict[str, Any]] = []
         last_progress = time.monotonic()
         timed_out = False
@@ -299,11 +304,12 @@ class Interpreters:
             attempt.status = FileStatus.COLLECTION_ERROR
         how = describe_exit(interpreter.exit_code, interpreter.signal)
         if timed_out:
+            limit = launch.timeout if launch.timeout is not None else self.timeout or 0
             ending = _Ending(
                 Outcome.TIMED_OUT,
                 FileStatus.TIMED_OUT,
-                f"timed out after {self.timeout:g}s; gpuci killed the process",
-                f"no progress during start-up or collection for {self.timeout:g}s",
+                f"timed out after {limit:g}s; gpuci killed the process",
+                f"no progress during start-up or collection for {limit:g}s",
             )
         elif journal.ended is None and not self.supervisor.stopping.is_set():
             ending = _Ending(
@@ -386,11 +392,3 @@ class Interpreters:
             message=message,
             log=log,
         )
-
-
-def pytest_target(rootdir: Path, file: str) -> str:
-    """A path pytest finds from our working directory (ids are rootdir-relative)."""
-    path = rootdir / file
-    with contextlib.suppress(ValueError):
-        return str(path.relative_to(Path.cwd()))
-    return str(path)

@@ -227,6 +227,31 @@ class ModeRun:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """One run of a culprit search: the victim after (or beside) some others, and its outcome."""
+
+    count: int  # tests that ran before the victim (files beside it, for concurrency)
+    shown: tuple[str, ...]  # the nearest of them, at most PROBE_SHOWN
+    outcome: Outcome  # the victim's
+
+    def to_json(self) -> dict[str, Any]:
+        """The evidence.json and verdict.json form."""
+        return {"count": self.count, "shown": list(self.shown), "outcome": self.outcome.value}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Probe:
+        """Read the JSON form back."""
+        return cls(
+            count=int(data["count"]),
+            shown=tuple(str(x) for x in data.get("shown", ())),
+            outcome=Outcome(data["outcome"]),
+        )
+
+
+PROBE_SHOWN = 8  # ids a probe keeps of what ran with the victim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TestVerdict:
     """One test's category, with the evidence that decided it."""
 
@@ -243,6 +268,22 @@ class TestVerdict:
     reproduce: str = ""  # a ready-to-paste shell command that reproduces the finding
     inferred: tuple[str, ...] = ()  # modes whose outcome was concluded, not run
     cut: str = ""  # evidence the budget left out, e.g. "not rerun: budget"
+    culprits: tuple[str, ...] = ()  # who broke it (test ids; files for concurrency)
+    search: str = ""  # how the culprits were found, or why they were not
+    probes: tuple[Probe, ...] = ()  # the culprit search's runs
+    poisoned: str | None = None  # Outcome value alone with poisoned allocations, if run
+    diagnosis: str = ""  # what the GPU-native evidence says the bug is
+    sanitizer: str = ""  # compute-sanitizer's first error block
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Root:
+    """One culprit (or set of culprits) and every victim it was shown to break."""
+
+    culprits: tuple[str, ...]
+    category: Category  # the victims' category
+    victims: tuple[str, ...]
+    reproduce: str  # the minimal command, for the first victim
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,6 +297,7 @@ class Verdict:
     environment: dict[str, str] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)  # what the evidence runs cost
     tests: tuple[TestVerdict, ...] = ()
+    roots: tuple[Root, ...] = ()  # culprits with their victims, most victims first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -267,6 +309,11 @@ class TestEvidence:
     id: str
     alone: tuple[Outcome, ...] = ()  # each run alone in a fresh interpreter
     cut: str = ""  # what the budget left undone, e.g. "not rerun: budget"
+    culprits: tuple[str, ...] = ()  # test ids before it (files beside it, for concurrency)
+    search: str = ""  # how they were found ("bisection", "cascade"), or why not
+    probes: tuple[Probe, ...] = ()  # the search's runs, in order
+    poisoned: Outcome | None = None  # alone, every fresh device allocation filled with 0xFF
+    sanitizer: str = ""  # compute-sanitizer memcheck's first error block, alone
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -277,6 +324,7 @@ class Evidence:
     budget_s: float | None  # None: no limit
     spent_s: float = 0.0
     runs: int = 0  # interpreters started
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> runs, seconds
     tests: tuple[TestEvidence, ...] = ()
     leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)  # by file
     strangers: dict[str, tuple[Stranger, ...]] = field(default_factory=dict)  # by file

@@ -121,7 +121,7 @@ def reproduce_command(
         return ""
     file = target.partition("::")[0]
     if category is Category.CONCURRENCY and Mode.PARALLEL in results:
-        beside = _ran_beside(results[Mode.PARALLEL], file)
+        beside = ran_beside(results[Mode.PARALLEL], file)
         if beside:
             return _run_together(results[Mode.PARALLEL], [target, *beside])
     mode = Mode.ISOLATED if Mode.ISOLATED in results else next(iter(results))
@@ -143,6 +143,26 @@ def reproduce_command(
     if omitted:
         command += f"  # {omitted} earlier in the {mode.value} order left out, see its run.json"
     return command
+
+
+def culprit_command(
+    test_id: str,
+    category: Category,
+    culprits: Sequence[str],
+    results: Mapping[Mode, ModeResults],
+) -> str:
+    """The minimal command: the culprits, then the victim; or the victim started together
+    with the files beside which it failed. "" where culprits do not make the finding show.
+    """
+    target = _selectable(test_id)
+    if not culprits or not target:
+        return ""
+    if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        return _run_together(results[Mode.PARALLEL], [target, *culprits])
+    if category is Category.ORDER_DEPENDENT:
+        run = next(iter(results.values())).run
+        return pytest_command(run, [*culprits, target], serial_gpu(run))
+    return ""
 
 
 def serial_gpu(run: ModeRun) -> str | None:
@@ -172,16 +192,19 @@ def _pytest(run: ModeRun, targets: Sequence[str], gpu: str | None) -> str:
     return env + shlex.join([*PYTEST, *run.pytest_args, *targets])
 
 
-def _ran_beside(results: ModeResults, file: str) -> list[str]:
-    """The files whose interpreters overlapped this file's in the parallel run."""
+def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:
+    """The files whose interpreters overlapped this file's in the parallel run, longest
+    overlap first."""
     for part in results.parts:
         mine = next((f for f in part.files if f.file == file), None)
         if mine is not None:
-            return [
-                f.file
+            overlaps = [
+                (min(f.end, mine.end) - max(f.start, mine.start), f.file)
                 for f in part.files
                 if f.file != file and f.start < mine.end and mine.start < f.end
-            ][:MAX_BESIDE]
+            ]
+            overlaps.sort(key=lambda o: -o[0])
+            return [f for _, f in overlaps][:limit]
     return []
 
 

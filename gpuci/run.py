@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.discover import Discovery, child_env, file_of
+from gpuci.discover import Discovery, child_env, file_of, pytest_target
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.gpus import describe_environment
-from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch, pytest_target
+from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch
 from gpuci.junit import kept_junit, write_file_junit, write_mode_junit
 from gpuci.model import (
     INTERRUPTED,
