@@ -18,7 +18,7 @@ from pathlib import Path
 from gpuci.discover import Discovery, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
-from gpuci.model import GpuciError, Mode, ModeRun, UsageError, printable
+from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
 from gpuci.plan import (
     choose_workers,
     cpu_count,
@@ -31,6 +31,7 @@ from gpuci.plan import (
     shard_files,
     shard_from_env,
 )
+from gpuci.results import load_mode_results
 from gpuci.resume import (
     check_extra_modes,
     earlier_results,
@@ -74,6 +75,28 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
         args.out, runs=args.reruns, budget_s=budget, timeout=args.timeout, python=args.python
     )
     return runs
+
+
+def explain_results(args: argparse.Namespace) -> None:
+    """`gpuci explain`: the evidence of a results directory whose modes ran elsewhere (CI)."""
+    results = load_mode_results(args.out)
+    first = next(iter(results.values())).run
+    if not Path(first.rootdir).is_dir():
+        raise InputError(
+            f"{args.out}: its tests ran in {first.rootdir}, which is not a directory here;"
+            " run gpuci explain where the suite is checked out at the same path"
+        )
+    main_s = sum(r.run.wall_s for r in results.values())
+    budget = args.evidence_budget if args.evidence_budget is not None else main_s
+    shutil.rmtree(args.out / "evidence", ignore_errors=True)  # about earlier runs, if any
+    gather_evidence(
+        args.out,
+        runs=args.reruns,
+        budget_s=budget,
+        timeout=args.timeout if args.timeout is not None else first.timeout,
+        python=args.python,
+        pytest_args=args.pytest_args or None,
+    )
 
 
 def _earlier_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun]:

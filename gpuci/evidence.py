@@ -11,6 +11,7 @@ most. `--evidence-budget` caps the seconds spent; what it cuts is recorded per t
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -61,12 +62,15 @@ def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[st
     order = interpreter_order(isolated) if isolated is not None else None
     seen: dict[str, TestResult] = {}
     timed_out: set[str] = set()
+    done: dict[str, int] = {}  # alone-runs a `gpuci run` job already did in its mode
     for mode_results in results.values():
         for test in mode_results.run.tests:
             if is_suspect(test):
                 seen.setdefault(test.id, test)
                 if test.outcome is Outcome.TIMED_OUT:
                     timed_out.add(test.id)
+            if test.reruns:
+                done[test.id] = max(done.get(test.id, 0), len(test.reruns))
     wanted: dict[str, int] = {}
     for test_id in seen:
         iso = _isolated_result(isolated, test_id)
@@ -79,7 +83,8 @@ def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[st
             and first_in_interpreter(order, test_id)
         )
         n = runs - (1 if seen_alone else 0)
-        wanted[test_id] = max(0, min(n, 1) if test_id in timed_out else n)
+        n = min(n, 1) if test_id in timed_out else n
+        wanted[test_id] = max(0, n - done.get(test_id, 0))
     return wanted
 
 
@@ -204,12 +209,34 @@ def _gather(
     return search_culprits(prober, results, classified, found, progress=progress)
 
 
+def _poisonable(prober: Prober) -> bool:
+    """Whether the suite's interpreter can import a library the plugin poisons: without one
+    a poisoned run is an alone-run again, and its cost is wasted."""
+    probe = "import importlib.util as u; print(any(u.find_spec(m) for m in ('cupy', 'torch')))"
+    try:
+        found = subprocess.run(
+            [prober.interpreters.python, "-c", probe],
+            cwd=prober.rootdir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: poison, and let the run say
+    return found.stdout.strip() != "False"
+
+
 def run_poisoned(
     prober: Prober, victims: Sequence[str], found: Mapping[str, TestEvidence], *, progress: TextIO
 ) -> dict[str, TestEvidence]:
     """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
     one that fails so reads memory it never wrote (its own bug, not its culprit's)."""
     merged = dict(found)
+    if victims and not _poisonable(prober):
+        _say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
+        return merged
     if victims:
         _say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
     for test_id in victims:
