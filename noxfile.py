@@ -86,6 +86,14 @@ def gpu_suite(session: nox.Session) -> None:
 
 
 @nox.session
+def gpu_explain(session: nox.Session) -> None:
+    """The evidence of the GPU modes' results: alone-runs, culprits, diagnoses (needs a GPU)."""
+    install_gpuci(session, gpu=True)
+    # a failing verdict is the verdict job's to report: evidence gathered is success here
+    session.run("gpuci", "explain", GPU_OUT, *session.posargs, success_codes=[0, 1])
+
+
+@nox.session
 def gpu_verdict(session: nox.Session) -> None:
     """Merge, diff and report the GPU modes' results; publish inside an MR pipeline."""
     install_gpuci(session)

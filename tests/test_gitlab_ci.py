@@ -498,7 +498,7 @@ class Pipeline:
                 continue
             match = GPU_JOB.fullmatch(job["name"])
             assert match, f"{job['name']}: not a gpu:<mode> job"
-            part = Path(match["mode"])
+            part = Path("evidence" if match["mode"] == "explain" else match["mode"])
             if match["index"]:
                 part /= f"shard-{match['index']}-of-{match['total']}"
             assert (FIXTURE / part).is_dir(), (
@@ -542,6 +542,7 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
     jobs = {j["name"]: j for j in project.jobs()}
     gpu = sorted(name for name in jobs if name.startswith("gpu:"))
     assert [name for name in gpu if not name.startswith("gpu:isolated: [")] == [
+        "gpu:explain",
         "gpu:parallel",
         "gpu:suite",
     ]
@@ -551,6 +552,7 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
     verdict = jobs["verdict"]
     assert verdict["when"] == "always"
     assert sorted((n["job"], n["artifacts"]) for n in verdict["needs"]) == [
+        ("gpu:explain", True),
         ("gpu:isolated", True),
         ("gpu:parallel", True),
         ("gpu:suite", True),
@@ -611,6 +613,7 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
     pipeline = Pipeline(tmp_path)
     seeded = pipeline.seed_gpu_artifacts()
     assert sorted(map(str, seeded.values())) == [
+        "evidence",
         "isolated/shard-1-of-2",
         "isolated/shard-2-of-2",
         "parallel",
@@ -647,6 +650,15 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
         "tests/gpu/test_scan.py::test_scan": "passed",
     }
     assert all(t["new"] is None for t in verdict["tests"])  # no baseline, no "known"
+    # gpu:explain's evidence reached the verdict: each regression names its culprit
+    culprits = {t["id"]: t.get("culprits") for t in verdict["tests"] if t["id"] in REGRESSIONS}
+    assert culprits == {
+        "tests/gpu/test_softmax.py::test_rows[fp16]": [
+            "tests/gpu/test_softmax.py::test_rows[fp32]"
+        ],
+        "tests/gpu/test_pool.py::test_reuse": ["tests/gpu/test_scan.py"],
+    }
+    assert sorted(r["victims"] for r in verdict["roots"]) == [[i] for i in sorted(REGRESSIONS)]
     assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite"]
     assert verdict["modes"]["isolated"]["shards"] == 2
     assert verdict["modes"]["isolated"]["missing_shards"] == []

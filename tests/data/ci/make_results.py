@@ -6,7 +6,8 @@ The GPU jobs' artifacts as they unpack in the verdict job: `isolated` sharded in
 (as `parallel: 2` runs it), `parallel` and `suite` whole, each with run.json and a
 pytest-style junit.xml. The suite holds one test of each kind the verdict must tell
 apart: passing, skipped, a real failure, order-dependent (fails in `suite` only) and
-concurrency (fails in `parallel` only); both last ones pass their alone-reruns.
+concurrency (fails in `parallel` only); both last ones pass their alone-reruns. The
+gpu:explain job's `evidence/evidence.json` names their culprits.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ import shutil
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from gpuci.formats import evidence_to_json, mode_run_to_json, write_json_atomic
 from gpuci.model import (
+    Evidence,
     FileRun,
     FileStatus,
     Interpreter,
     Mode,
     ModeRun,
     Outcome,
+    Probe,
+    TestEvidence,
     TestResult,
-    mode_run_to_json,
-    write_json_atomic,
 )
 
 HERE = Path(__file__).parent
@@ -173,6 +176,32 @@ def write_mode(where: Path, run: ModeRun) -> None:
     (where / "junit.xml").write_bytes(junit_xml(list(run.tests)))
 
 
+def evidence() -> Evidence:
+    """What gpu:explain adds: the culprit of each isolation finding, with its runs."""
+    victim, culprit = f"{SOFTMAX}::test_rows[fp16]", f"{SOFTMAX}::test_rows[fp32]"
+    return Evidence(
+        gpu=None,
+        budget_s=5.0,
+        spent_s=2.5,
+        runs=2,
+        phases={"culprits": {"runs": 2, "seconds": 2.5}},
+        tests=(
+            TestEvidence(
+                id=victim,
+                culprits=(culprit,),
+                search="bisection: 1 run(s)",
+                probes=(Probe(count=1, shown=(culprit,), outcome=F),),
+            ),
+            TestEvidence(
+                id=f"{POOL}::test_reuse",
+                culprits=(SCAN,),
+                search="pair: 1 run(s)",
+                probes=(Probe(count=1, shown=(SCAN,), outcome=F),),
+            ),
+        ),
+    )
+
+
 def main() -> None:
     """Rewrite the fixture from scratch."""
     shutil.rmtree(OUT, ignore_errors=True)
@@ -182,6 +211,7 @@ def main() -> None:
         write_mode(where, mode_run(Mode.ISOLATED, files, (index, total)))
     write_mode(OUT / Mode.PARALLEL.value, mode_run(Mode.PARALLEL, FILES, None))
     write_mode(OUT / Mode.SUITE.value, mode_run(Mode.SUITE, FILES, None))
+    write_json_atomic(OUT / "evidence" / "evidence.json", evidence_to_json(evidence()))
 
 
 if __name__ == "__main__":
