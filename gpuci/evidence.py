@@ -199,14 +199,26 @@ def gather_evidence(
 def _gather(
     prober: Prober, results: Mapping[Mode, ModeResults], runs: int, progress: TextIO
 ) -> dict[str, TestEvidence]:
-    """Each kind of evidence in turn; each sees the categories the alone-runs gave."""
+    """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
+    matters least: one alone-run per suspect (it decides the category), poisoned runs and
+    culprit searches for the isolation findings, then the remaining alone-runs (which tell
+    a flaky test from a consistent one)."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
-    found = run_alone(prober, wanted, progress=progress) if any(wanted.values()) else {}
-    alone = {i: t.alone for i, t in found.items()}
-    classified = classify_results(results, alone)
+    first = {i: min(n, 1) for i, n in wanted.items()}
+    found = run_alone(prober, first, progress=progress) if any(first.values()) else {}
+    classified = classify_results(results, {i: t.alone for i, t in found.items()})
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
     found = run_poisoned(prober, victims, found, progress=progress)
-    return search_culprits(prober, results, classified, found, progress=progress)
+    found = search_culprits(prober, results, classified, found, progress=progress)
+    rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
+    if rest:
+        more = run_alone(prober, rest, progress=progress)
+        for test_id, extra in more.items():
+            before = found.get(test_id, TestEvidence(id=test_id))
+            found[test_id] = dataclasses.replace(
+                before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
+            )
+    return found
 
 
 def _poisonable(prober: Prober) -> bool:
