@@ -257,3 +257,112 @@ def test_explain_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     assert proc.returncode == 3
     assert "not a directory here" in proc.stderr
     assert (out / "suite" / "run.json").exists()  # nothing done is lost
+
+
+# A stand-in for CuPy's caching pool, just what the poisoning touches: freed blocks come
+# back uncleared for an allocation of the same size; fresh blocks read as zeros.
+POOL_CUPY = '''
+import itertools
+
+MEMORY, FREE, _ptrs = {}, {}, itertools.count(4096, 4096)
+
+
+class MemoryPointer:
+    def __init__(self, ptr, size):
+        self.ptr, self.size = ptr, size
+
+    def __del__(self):
+        FREE.setdefault(self.size, []).append(self.ptr)
+
+
+def _pool_malloc(size):
+    ptr = FREE.get(size, []).pop() if FREE.get(size) else next(_ptrs)
+    MEMORY.setdefault(ptr, bytearray(size))
+    return MemoryPointer(ptr, size)
+
+
+class _Stream:
+    ptr = 0
+
+
+class _Runtime:
+    @staticmethod
+    def memsetAsync(ptr, value, size, stream):
+        MEMORY[ptr][:size] = bytes([value]) * size
+
+
+class cuda:
+    runtime = _Runtime
+    _allocator = staticmethod(_pool_malloc)
+
+    @staticmethod
+    def get_allocator():
+        return cuda._allocator
+
+    @staticmethod
+    def set_allocator(allocator):
+        cuda._allocator = allocator
+
+    @staticmethod
+    def get_current_stream():
+        return _Stream()
+
+
+def empty(n):
+    """n bytes, as the allocator hands them out: a list view of the block."""
+    block = cuda.get_allocator()(n)
+    return block, MEMORY[block.ptr]
+'''
+POISON_SUITE = {
+    "pytest.ini": "[pytest]\n",
+    "cupy.py": POOL_CUPY,
+    "test_pad.py": """import cupy
+
+
+def test_fill_and_release():
+    block, data = cupy.empty(8)
+    data[:] = bytes([7]) * 8
+    del block
+
+
+def test_pad_tail_is_zero():
+    block, data = cupy.empty(8)
+    data[:6] = bytes(range(1, 7))  # BUG: never writes the padding it returns
+    assert data[6:] == bytearray(2), f"padding reads {list(data[6:])}"
+""",
+    "test_limit.py": """import cupy
+
+LIMIT = []
+
+
+def test_sets_limit():
+    LIMIT.append(4)
+
+
+def test_big_batch():
+    assert not LIMIT, "over the pool limit another test left"
+""",
+}
+
+
+@pytest.mark.slow
+def test_poisoning_blames_the_reader_of_uninitialized_memory(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name, text in POISON_SUITE.items():
+        (suite / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    env = dict(os.environ)
+    args = ("check", ".", "--out", str(out), "--evidence-budget", "300")
+    proc = gpuci(*args, cwd=suite, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tests = by_id(json.loads((out / "verdict.json").read_text(encoding="utf-8")))
+    reader = tests["test_pad.py::test_pad_tail_is_zero"]
+    assert reader["category"] == "order-dependent"
+    assert reader["poisoned"] == "failed"
+    assert reader["diagnosis"].startswith("reads uninitialized device memory")
+    assert "culprits" not in reader  # its own bug: the writer before it is not blamed
+    victim = tests["test_limit.py::test_big_batch"]
+    assert victim["poisoned"] == "passed"
+    assert "diagnosis" not in victim
+    assert victim["culprits"] == ["test_limit.py::test_sets_limit"]
