@@ -43,6 +43,7 @@ from gpuci.probe import Prober
 from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
+from gpuci.sanitizer import choose_sanitizer, sanitize_roots
 from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
@@ -151,8 +152,10 @@ def gather_evidence(
     """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
 
     In order, within one budget: alone-runs (they decide the categories), poisoned runs of
-    order-dependent victims, culprit searches, then compute-sanitizer on the roots.
+    order-dependent victims, culprit searches, then compute-sanitizer on the roots
+    (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
     """
+    tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
     first = next(iter(results.values())).run
     if pytest_args is not None:
@@ -171,7 +174,7 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(prober, results, runs, progress)
+            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -192,7 +195,13 @@ def gather_evidence(
 
 
 def _gather(
-    prober: Prober, results: Mapping[Mode, ModeResults], runs: int, progress: TextIO
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    runs: int,
+    progress: TextIO,
+    *,
+    sanitize: bool | None,
+    tool: str | None,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn; each sees the categories the alone-runs gave."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
@@ -201,7 +210,10 @@ def _gather(
     classified = classify_results(results, alone)
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
     found = run_poisoned(prober, victims, found, progress=progress)
-    return search_culprits(prober, results, classified, found, progress=progress)
+    found = search_culprits(prober, results, classified, found, progress=progress)
+    if sanitize is False:
+        return found
+    return sanitize_roots(prober, classified, found, tool=tool, progress=progress)
 
 
 def run_poisoned(
