@@ -115,7 +115,8 @@ def choose_sanitizer(sanitize: bool | None, environ: Mapping[str, str] | None = 
     tool = find_sanitizer(environ)
     if tool is None and sanitize:
         raise UsageError(
-            f"--sanitize: {TOOL} is not on PATH, nor in $CUDA_HOME/bin or {CUDA_DEFAULT.parent};"
+            f"--sanitize: {TOOL} is not on PATH, nor in $CUDA_HOME/bin, $CUDA_PATH/bin or"
+            f" {CUDA_DEFAULT.parent};"
             " add the CUDA toolkit's bin directory to PATH, or pass --no-sanitize"
         )
     return tool
