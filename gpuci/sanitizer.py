@@ -79,10 +79,14 @@ _NOISE_SYMBOL = re.compile(
     r"|cfunction_|vectorcall|builtin_|call_function|function_code_fastcall|\(|\S*/python\S* )"
 )
 _PYTHON_SOURCE = re.compile(r"\.py(?::\d+|\b)")
+# a test function's frame (`test_scatter_rows in test_write_past_end.py:32`), and a test file's
+_TEST_FUNCTION = re.compile(r"Frame: test\w* in ")
+_TEST_FILE = re.compile(r"Frame: \S+ in (?:\S*/)?(?:test_\w*|\w*_test)\.py\b")
 MAX_LINES = 15
 MAX_CHARS = 1500
 MAX_LINE_CHARS = 240  # a C++ template's name can run to pages
 MAX_FRAMES = 5
+MAX_PYTHON_FRAMES = 3  # of them, the test's own (the test function and what it called)
 SIGNATURE_CHARS = 40  # longer argument or template lists are cut to `(…)`
 MAX_SCAN_CHARS = 4000  # read of one line: what is shown is far shorter anyway
 
@@ -206,7 +210,7 @@ def describe(report: Memcheck, outcome: Outcome, *, timed_out: bool, limit: str,
     """
     if report.block:
         notes = []
-        if report.errors:
+        if report.errors is not None:  # 0 too: the tool's own error, no device one
             notes.append(f"ERROR SUMMARY: {report.errors} error{'s' if report.errors != 1 else ''}")
         if timed_out:
             notes.append(f"(then no progress for {limit}: gpuci killed it)")
@@ -272,23 +276,37 @@ def _rank(block: Sequence[str]) -> int:
 
 
 def _keep(block: Sequence[str]) -> list[str]:
-    """The error line and its details; of the frames, the few that name someone's code."""
+    """The error line and its details; of the frames, the few that name someone's code:
+    the test's own Python frames (the test, its file and line) and the native ones left
+    when the driver's, the runtime's and the interpreter's are gone (CuPy's launch)."""
     lines: list[str] = []
-    frames: list[tuple[int, str]] = []
+    native: list[tuple[int, str]] = []
+    python: list[tuple[int, str]] = []
     for position, line in enumerate(block):
         kind = _FRAME.match(line)
-        if kind:
-            frame = line[kind.end() :].strip()
-            if frame and not _noise(frame):
-                name = kind.group(0).rstrip(": ")
-                frames.append((position, f"{name}: {shorten_signature(frame)}"))
-        elif line.startswith("at "):
-            lines.append(shorten_signature(line))
-        elif not line.lower().startswith("saved host backtrace"):
-            lines.append(line)
-    # Python source first (the test, its file and line), then native code (CuPy's launch)
-    best = sorted(frames, key=lambda f: 0 if _PYTHON_SOURCE.search(f[1]) else 1)[:MAX_FRAMES]
-    return lines + [line for _, line in sorted(best)]
+        if kind is None:
+            if line.startswith("at "):
+                lines.append(shorten_signature(line))
+            elif not line.lower().startswith("saved "):  # "Saved host backtrace up to ..."
+                lines.append(line)
+            continue
+        frame = line[kind.end() :].strip()
+        if frame and not _noise(frame):
+            shown = (position, f"{kind.group(0).rstrip(': ')}: {shorten_signature(frame)}")
+            (python if _PYTHON_SOURCE.search(frame) else native).append(shown)
+    mine = _own_python(python)
+    chosen = mine + native[: MAX_FRAMES - len(mine)]
+    return lines + [line for _, line in sorted(chosen)]
+
+
+def _own_python(frames: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Python frames, innermost first, up to the test function: pytest's own come after it."""
+    for pattern in (_TEST_FUNCTION, _TEST_FILE):  # the test itself, else the last in its file
+        found = [i for i, (_, line) in enumerate(frames) if pattern.search(line)]
+        if found:
+            last = found[0] if pattern is _TEST_FUNCTION else found[-1]
+            return list(frames[max(0, last + 1 - MAX_PYTHON_FRAMES) : last + 1])
+    return list(frames[: MAX_PYTHON_FRAMES - 1])  # no test frame (a fixture?): the innermost
 
 
 def shorten_signature(text: str) -> str:
