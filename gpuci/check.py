@@ -41,11 +41,14 @@ from gpuci.resume import (
     was_interrupted,
 )
 from gpuci.run import RunOptions, prepare_out, run_mode
+from gpuci.sanitizer import choose_sanitizer
 
 
 def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     """Every mode of `--modes`, in order, then the evidence; the runs as written."""
     modes = parse_modes(args.modes)
+    sanitize: bool | None = getattr(args, "sanitize", None)
+    choose_sanitizer(sanitize)  # --sanitize without the tool: refused before anything runs
     # isolated after parallel runs lazily: only the files that did not pass in parallel
     lazy = Mode.ISOLATED in modes and Mode.PARALLEL in modes[: modes.index(Mode.ISOLATED)]
     earlier = _earlier_check(args, modes)  # refused before anything is touched
@@ -72,13 +75,20 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     main_s = sum(run.wall_s for run in runs.values())
     budget = args.evidence_budget if args.evidence_budget is not None else main_s
     gather_evidence(
-        args.out, runs=args.reruns, budget_s=budget, timeout=args.timeout, python=args.python
+        args.out,
+        runs=args.reruns,
+        budget_s=budget,
+        timeout=args.timeout,
+        python=args.python,
+        sanitize=sanitize,
     )
     return runs
 
 
 def explain_results(args: argparse.Namespace) -> None:
     """`gpuci explain`: the evidence of a results directory whose modes ran elsewhere (CI)."""
+    sanitize: bool | None = args.sanitize
+    choose_sanitizer(sanitize)  # --sanitize without the tool: refused before anything runs
     results = load_mode_results(args.out)
     first = next(iter(results.values())).run
     if not Path(first.rootdir).is_dir():
@@ -96,6 +106,7 @@ def explain_results(args: argparse.Namespace) -> None:
         timeout=args.timeout if args.timeout is not None else first.timeout,
         python=args.python,
         pytest_args=args.pytest_args or None,
+        sanitize=sanitize,
     )
 
 

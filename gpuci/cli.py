@@ -150,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="modes to run, in order (comma list); isolated after parallel runs only the"
         " files that did not pass there, isolated first runs them all",
     )
+    check.add_argument(
+        "--sanitize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerun each root that crashed or failed with a CUDA error alone under"
+        " compute-sanitizer memcheck (default: where compute-sanitizer is found)",
+    )
     explain = sub.add_parser(
         "explain",
         parents=[diff_parent],
@@ -167,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="most seconds of evidence runs (default: the wall time of the modes in OUT)",
     )
     explain.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    explain.add_argument(
+        "--sanitize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerun each root that crashed or failed with a CUDA error alone under"
+        " compute-sanitizer memcheck (default: where compute-sanitizer is found)",
+    )
     return parser
 
 

@@ -44,6 +44,7 @@ from gpuci.probe import Prober
 from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
+from gpuci.sanitizer import choose_sanitizer, sanitize_roots
 from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
@@ -156,8 +157,10 @@ def gather_evidence(
     """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
 
     In order, within one budget: alone-runs (they decide the categories), poisoned runs of
-    order-dependent victims, culprit searches, then compute-sanitizer on the roots.
+    order-dependent victims, culprit searches, then compute-sanitizer on the roots
+    (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
     """
+    tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
     first = next(iter(results.values())).run
     if pytest_args is not None:
@@ -176,7 +179,7 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(prober, results, runs, progress)
+            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -197,12 +200,18 @@ def gather_evidence(
 
 
 def _gather(
-    prober: Prober, results: Mapping[Mode, ModeResults], runs: int, progress: TextIO
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    runs: int,
+    progress: TextIO,
+    *,
+    sanitize: bool | None,
+    tool: str | None,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
     matters least: one alone-run per suspect (it decides the category), poisoned runs and
-    culprit searches for the isolation findings, then the remaining alone-runs (which tell
-    a flaky test from a consistent one)."""
+    culprit searches for the isolation findings, compute-sanitizer on the roots, then the
+    remaining alone-runs (which tell a flaky test from a consistent one)."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
     first = {i: min(n, 1) for i, n in wanted.items()}
     found = run_alone(prober, first, progress=progress) if any(first.values()) else {}
@@ -210,6 +219,8 @@ def _gather(
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
     found = run_poisoned(prober, victims, found, progress=progress)
     found = search_culprits(prober, results, classified, found, progress=progress)
+    if sanitize is not False:
+        found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
     if rest:
         more = run_alone(prober, rest, progress=progress)
