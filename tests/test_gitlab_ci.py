@@ -544,6 +544,7 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
     assert [name for name in gpu if not name.startswith("gpu:isolated: [")] == [
         "gpu:parallel",
         "gpu:suite",
+        "gpu:threads",
     ]
     shards = [name for name in gpu if name.startswith("gpu:isolated: [")]
     assert len(shards) >= 2  # sharded with `parallel:`
@@ -554,6 +555,7 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
         ("gpu:isolated", True),
         ("gpu:parallel", True),
         ("gpu:suite", True),
+        ("gpu:threads", True),
     ]
     assert jobs["check"]["when"] == "on_success"
 
@@ -574,7 +576,7 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
     assert "gpu" not in config["check"].get("tags", [])
 
     assert config["gpu:isolated"]["parallel"] >= 2
-    for mode in ("isolated", "parallel", "suite"):
+    for mode in ("isolated", "parallel", "suite", "threads"):
         job = config[f"gpu:{mode}"]
         assert job["tags"] == ["gpu"]
         assert job["script"] == [f"nox -s gpu_{mode}"]
@@ -602,6 +604,7 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
 REGRESSIONS = {
     "tests/gpu/test_softmax.py::test_rows[fp16]": "order-dependent",
     "tests/gpu/test_pool.py::test_reuse": "concurrency",
+    "tests/gpu/test_scan.py::test_cached_plan": "thread-unsafe",
 }
 
 
@@ -615,6 +618,7 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
         "isolated/shard-2-of-2",
         "parallel",
         "suite",
+        "threads",
     ]
     # A pipeline of the default branch, which has no verdict yet: GitLab answers 404.
     with ArtifactServer() as server:
@@ -647,7 +651,7 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
         "tests/gpu/test_scan.py::test_scan": "passed",
     }
     assert all(t["new"] is None for t in verdict["tests"])  # no baseline, no "known"
-    assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite"]
+    assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite", "threads"]
     assert verdict["modes"]["isolated"]["shards"] == 2
     assert verdict["modes"]["isolated"]["missing_shards"] == []
 
@@ -661,9 +665,9 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
     assert "verdict.sh: exit 1" in output
 
     junit = outputs["junit.xml"].read_text(encoding="utf-8")
-    assert junit.count("<testcase ") == 18  # 6 tests, 3 modes, shards merged
-    for mode in ("isolated", "parallel", "suite"):
-        assert junit.count(f'name="[{mode}] ') == 6
+    assert junit.count("<testcase ") == 28  # 7 tests, 4 modes, shards merged
+    for mode in ("isolated", "parallel", "suite", "threads"):
+        assert junit.count(f'name="[{mode}] ') == 7
 
 
 class GitLabWithArtifacts(FakeGitLab):
