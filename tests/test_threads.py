@@ -241,6 +241,13 @@ def test_threads_mode_alone_in_check_and_in_run(tmp_path: Path) -> None:
     assert categories(root / "out") == categories_expected()
     race = next(t for t in read(root / "out" / "verdict.json")["tests"] if t["id"] == RACE)
     assert f"--parallel-threads 2 {RACE}" in race["reproduce"]
+    # --resume goes on only with as many threads as the run it continues
+    resume = ("run", ".", "--mode", "threads", "--out", "out", "--resume")
+    proc = gpuci(*resume, "--threads", "3", cwd=root)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("gpuci: error: --resume: ") and "--threads" in proc.stderr
+    proc = gpuci(*resume, "--threads", "2", cwd=root)
+    assert proc.returncode == 1 and "finished earlier, nothing to resume" in proc.stderr
 
 
 def categories_expected() -> dict[str, str]:
