@@ -250,6 +250,20 @@ def test_threads_mode_alone_in_check_and_in_run(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "finished earlier, nothing to resume" in proc.stderr
 
 
+@pytest.mark.slow
+@needs_run_parallel
+def test_isolated_after_threads_alone_is_lazy_too(tmp_path: Path) -> None:
+    root = build(tmp_path / "suite")
+    proc = gpuci("check", ".", "--out", "out", "--modes", "threads,isolated", cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = root / "out"
+    assert categories(out) == categories_expected()
+    isolated = read(out / "isolated" / "run.json")
+    assert {f["file"] for f in isolated["files"] if f.get("inferred")} == {"test_plain.py"}
+    note = "isolated: 1 of 2 files inferred from threads, where they passed"
+    assert note in (out / "comment.md").read_text(encoding="utf-8")
+
+
 def categories_expected() -> dict[str, str]:
     return {RACE: "thread-unsafe", MARKED: "passed", **dict.fromkeys(PLAIN, "passed")}
 
