@@ -44,7 +44,7 @@ from gpuci.run import RunOptions, prepare_out, run_mode
 
 DEFAULT_MODES = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
 RUN_PARALLEL = "pytest_run_parallel"  # what runs each test in threads (threads mode)
-# modes whose files a lazy isolated pass after them need not confirm where they passed
+# a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
 
 
