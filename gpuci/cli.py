@@ -65,6 +65,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _threads(text: str) -> int:
+    value = _whole(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be 2 or more (threads at once), got {value}")
+    return value
+
+
 def _run_options() -> _Parser:
     """Options shared by `run` and `check`."""
     parent = _Parser(add_help=False)
@@ -86,6 +93,12 @@ def _run_options() -> _Parser:
         "--evidence-budget",
         type=_seconds,
         help="most seconds of alone-runs after the main passes (default: their wall time)",
+    )
+    parent.add_argument(
+        "--threads",
+        type=_threads,
+        default=4,
+        help="threads mode: run each test in N threads at once (default 4)",
     )
     parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
     parent.add_argument(
@@ -146,9 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--modes",
-        default="suite,parallel,isolated",
-        help="modes to run, in order (comma list); isolated after parallel runs only the"
-        " files that did not pass there, isolated first runs them all",
+        help="modes to run, in order (comma list; default suite,parallel,threads,isolated,"
+        " threads only where pytest-run-parallel is installed); isolated after parallel or"
+        " threads runs only the files that did not pass there, isolated first runs them all",
     )
     check.add_argument(
         "--sanitize",

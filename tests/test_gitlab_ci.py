@@ -545,6 +545,7 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
         "gpu:explain",
         "gpu:parallel",
         "gpu:suite",
+        "gpu:threads",
     ]
     shards = [name for name in gpu if name.startswith("gpu:isolated: [")]
     assert len(shards) >= 2  # sharded with `parallel:`
@@ -556,6 +557,7 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
         ("gpu:isolated", True),
         ("gpu:parallel", True),
         ("gpu:suite", True),
+        ("gpu:threads", True),
     ]
     assert jobs["check"]["when"] == "on_success"
 
@@ -576,7 +578,7 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
     assert "gpu" not in config["check"].get("tags", [])
 
     assert config["gpu:isolated"]["parallel"] >= 2
-    for mode in ("isolated", "parallel", "suite"):
+    for mode in ("isolated", "parallel", "suite", "threads"):
         job = config[f"gpu:{mode}"]
         assert job["tags"] == ["gpu"]
         assert job["script"] == [f"nox -s gpu_{mode}"]
@@ -604,6 +606,7 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
 REGRESSIONS = {
     "tests/gpu/test_softmax.py::test_rows[fp16]": "order-dependent",
     "tests/gpu/test_pool.py::test_reuse": "concurrency",
+    "tests/gpu/test_scan.py::test_cached_plan": "thread-unsafe",
 }
 
 
@@ -618,6 +621,7 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
         "isolated/shard-2-of-2",
         "parallel",
         "suite",
+        "threads",
     ]
     # A pipeline of the default branch, which has no verdict yet: GitLab answers 404.
     with ArtifactServer() as server:
@@ -651,15 +655,16 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
     }
     assert all(t["new"] is None for t in verdict["tests"])  # no baseline, no "known"
     # gpu:explain's evidence reached the verdict: each regression names its culprit
-    culprits = {t["id"]: t.get("culprits") for t in verdict["tests"] if t["id"] in REGRESSIONS}
+    searched = ("tests/gpu/test_softmax.py::test_rows[fp16]", "tests/gpu/test_pool.py::test_reuse")
+    culprits = {t["id"]: t.get("culprits") for t in verdict["tests"] if t["id"] in searched}
     assert culprits == {
         "tests/gpu/test_softmax.py::test_rows[fp16]": [
             "tests/gpu/test_softmax.py::test_rows[fp32]"
         ],
         "tests/gpu/test_pool.py::test_reuse": ["tests/gpu/test_scan.py"],
     }
-    assert sorted(r["victims"] for r in verdict["roots"]) == [[i] for i in sorted(REGRESSIONS)]
-    assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite"]
+    assert sorted(r["victims"] for r in verdict["roots"]) == [[i] for i in sorted(searched)]
+    assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite", "threads"]
     assert verdict["modes"]["isolated"]["shards"] == 2
     assert verdict["modes"]["isolated"]["missing_shards"] == []
 
@@ -673,9 +678,9 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
     assert "verdict.sh: exit 1" in output
 
     junit = outputs["junit.xml"].read_text(encoding="utf-8")
-    assert junit.count("<testcase ") == 18  # 6 tests, 3 modes, shards merged
-    for mode in ("isolated", "parallel", "suite"):
-        assert junit.count(f'name="[{mode}] ') == 6
+    assert junit.count("<testcase ") == 28  # 7 tests, 4 modes, shards merged
+    for mode in ("isolated", "parallel", "suite", "threads"):
+        assert junit.count(f'name="[{mode}] ') == 7
 
 
 class GitLabWithArtifacts(FakeGitLab):
