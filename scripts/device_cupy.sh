@@ -54,11 +54,11 @@ timed() {  # timed NAME COMMAND...: wall seconds into $OUT/NAME.wall, output int
 for step in "${steps[@]}"; do
     case "$step" in
     multi)
-        timed multi "${GPUCI[@]}" check "${FOUR[@]}" --out $OUT/o-multi --timeout 60 -- -m "not slow"
-        tail -5 "$OUT/multi.log"; summary $OUT/o-multi/verdict.json | tee "$OUT/multi.txt" ;;
+        timed multi "${GPUCI[@]}" check "${FOUR[@]}" --out "$OUT/o-multi" --timeout 60 -- -m "not slow"
+        tail -5 "$OUT/multi.log"; summary "$OUT/o-multi/verdict.json" | tee "$OUT/multi.txt" ;;
     one)
-        timed one "${GPUCI[@]}" check "${FOUR[@]}" --out $OUT/o-one --gpus 0 --timeout 30 -- -m "not slow"
-        tail -5 "$OUT/one.log"; summary $OUT/o-one/verdict.json | tee "$OUT/one.txt" ;;
+        timed one "${GPUCI[@]}" check "${FOUR[@]}" --out "$OUT/o-one" --gpus 0 --timeout 30 -- -m "not slow"
+        tail -5 "$OUT/one.log"; summary "$OUT/o-one/verdict.json" | tee "$OUT/one.txt" ;;
     subset)
         # Plain pytest before and after the check; the first run also warms CuPy's kernel
         # cache, so the ratio is against the warm runs (2 and 3).
@@ -66,8 +66,11 @@ for step in "${steps[@]}"; do
             timed subset-pytest-$run python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "not slow and not multi_gpu"
             tail -1 "$OUT/subset-pytest-$run.log"
         done
-        timed subset-gpuci "${GPUCI[@]}" check "${SUBSET[@]}" --out $OUT/o-subset --timeout 120 -- -m "not slow and not multi_gpu"
-        tail -5 "$OUT/subset-gpuci.log"; summary $OUT/o-subset/verdict.json | tee "$OUT/subset.txt"
+        timed subset-gpuci "${GPUCI[@]}" check "${SUBSET[@]}" --out "$OUT/o-subset" --timeout 120 -- -m "not slow and not multi_gpu"
+        tail -5 "$OUT/subset-gpuci.log"; summary "$OUT/o-subset/verdict.json" | tee "$OUT/subset.txt"
+        # the three modes of earlier sessions, for comparison (the default adds threads)
+        timed subset-gpuci3 "${GPUCI[@]}" check "${SUBSET[@]}" --modes suite,parallel,isolated --out "$OUT/o-subset3" --timeout 120 -- -m "not slow and not multi_gpu"
+        tail -3 "$OUT/subset-gpuci3.log"
         timed subset-pytest-3 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "not slow and not multi_gpu"
         tail -1 "$OUT/subset-pytest-3.log" ;;
     threads)
