@@ -24,6 +24,7 @@ from gpuci.comment_data import (
     MAIN_ROWS,
     MARKER,
     MD_ID_CHARS,
+    ROOT_LINES,
     ReportLinks,
     markdown_data,
 )
@@ -42,7 +43,18 @@ from gpuci.formats import read_verdict
 from gpuci.model import Verdict
 from gpuci.report_data import html_data
 
-__all__ = ["MARKER", "ReportLinks", "md_cell", "md_code", "md_fence", "md_text", "render_html"]
+__all__ = [
+    "DETAIL_ROWS",
+    "MAIN_ROWS",
+    "MARKER",
+    "ROOT_LINES",
+    "ReportLinks",
+    "md_cell",
+    "md_code",
+    "md_fence",
+    "md_text",
+    "render_html",
+]
 
 HTML_TEMPLATE = "report.html.j2"
 MARKDOWN_TEMPLATE = "comment.md.j2"
