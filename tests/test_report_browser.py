@@ -207,9 +207,10 @@ def test_report_without_javascript_shows_everything(browser: Any, report_file: P
         ctx.close()
 
 
+OOB = "tests/gpu/test_oob.py::test_scatter_oob"
 OOB_COMMAND = (
-    "cd /builds/team/project && CUDA_VISIBLE_DEVICES=0 python -m pytest"
-    " tests/gpu/test_oob.py::test_scatter_oob tests/gpu/test_oob.py::test_after_oob"
+    f"cd /builds/team/project && CUDA_VISIBLE_DEVICES=0 python -m pytest {OOB}"
+    " tests/gpu/test_oob.py::test_after_oob"
 )
 
 
@@ -226,9 +227,8 @@ def test_root_cards_in_chromium(browser: Any, roots_file: Path, artifacts: Path)
         cards = page.locator("article.card")
         assert cards.count() == 6
         first = page.locator("article#root-1")
-        assert first.locator("h3").inner_text().startswith(
-            "tests/gpu/test_oob.py::test_scatter_oob (failed) broke 5 later tests"
-        )
+        headline = first.locator("h3").inner_text()
+        assert headline.startswith(f"{OOB} (failed) broke 5 later tests")
         # The payload culprit is shown as text, and nothing of it ran or loaded.
         assert page.title() == TITLE
         assert page.evaluate("window.__pwned") is None
