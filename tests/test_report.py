@@ -31,7 +31,16 @@ import pytest
 from gpuci import report
 from gpuci.escape import flatten
 from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
-from gpuci.model import ISOLATION_CATEGORIES, Category, InputError, TestVerdict, Verdict
+from gpuci.model import (
+    ISOLATION_CATEGORIES,
+    Category,
+    InputError,
+    Outcome,
+    Probe,
+    Root,
+    TestVerdict,
+    Verdict,
+)
 from gpuci.report import (
     MARKDOWN_MAX_CHARS,
     MARKER,
@@ -652,6 +661,57 @@ def test_html_of_50000_tests_is_fast_small_and_keeps_every_finding() -> None:
     assert html.count("<tr data-cat=") == 50_000 - 42_000
     assert '<main class="lazy">' in html  # sections are laid out as they scroll into view
     assert "<main>" in render_html(read_verdict(VERDICT_ALL))
+
+
+def test_reports_of_many_roots_are_fast_and_capped() -> None:
+    # 400 roots of 5 victims, each victim with a bisection of 6 runs of 8 shown ids.
+    shown = tuple(f"tests/gpu/test_before.py::test_{i}" for i in range(8))
+    probes = tuple(Probe(count=40, shown=shown, outcome=Outcome.FAILED) for _ in range(6))
+    tests, roots = [], []
+    for r in range(400):
+        culprit = f"tests/gpu/test_c{r:03d}.py::test_culprit"
+        victims = [
+            TestVerdict(
+                id=f"tests/gpu/test_v{r:03d}.py::test_{k}",
+                file=f"tests/gpu/test_v{r:03d}.py",
+                category=Category.ORDER_DEPENDENT,
+                outcomes={"isolated": "passed", "suite": "failed"},
+                new=True,
+                message="AssertionError @all",
+                reproduce=f"python -m pytest {culprit} tests/gpu/test_v{r:03d}.py::test_{k}",
+                culprits=(culprit,),
+                search="bisection: 6 run(s)",
+                probes=probes,
+            )
+            for k in range(5)
+        ]
+        tests += victims
+        roots.append(
+            Root(
+                culprits=(culprit,),
+                category=Category.ORDER_DEPENDENT,
+                victims=tuple(v.id for v in victims),
+                reproduce=victims[0].reproduce,
+            )
+        )
+    verdict = Verdict(
+        verdict="fail",
+        summary={"order-dependent": len(tests)},
+        tests=tuple(tests),
+        roots=tuple(roots),
+    )
+    start = time.perf_counter()
+    html = render_html(verdict)
+    markdown = render_markdown(verdict, links=LINKS)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 15, elapsed  # about 1 s on a laptop
+    assert html.count('<article class="card"') == 400
+    assert len(html.encode()) < 20_000_000
+    assert len(markdown) <= MARKDOWN_MAX_CHARS
+    assert markdown.count(" broke 5 later tests\n") == 2 * report.ROOT_LINES  # line, command
+    assert "…and 380 more: see the full report." in markdown
+    assert "<summary>Victims of the roots above (2000)</summary>" in markdown
+    assert f"…and {2000 - report.DETAIL_ROWS} more: see the full report." in markdown
 
 
 # --- roots in the HTML report -------------------------------------------------------------
