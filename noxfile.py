@@ -19,13 +19,14 @@ CUPY = os.environ.get("GPUCI_CUPY_PACKAGE", "cupy-cuda12x")
 # playwright drives Debian's Chromium (never its own download); comrak is GitLab's own
 # Markdown engine, to check the MR comment renders with no links, images or mentions.
 # NumPy: the GPU suite's references (collected, and skipped, even where no GPU is).
+RUN_PARALLEL = "pytest-run-parallel>=0.10"  # runs each test in threads: the threads mode
 TEST_DEPS = [
     "pytest>=7.4",
     "check-jsonschema>=0.29",
     "playwright>=1.45",
     "comrak==0.0.16",
     "numpy",
-    "pytest-run-parallel>=0.10",  # the threads mode, and the plugin tests of it
+    RUN_PARALLEL,  # the threads mode, and the plugin tests of it
 ]
 
 
@@ -37,11 +38,12 @@ def has_gpu() -> bool:
     return probe.returncode == 0 and b"GPU" in probe.stdout
 
 
-def install_gpuci(session: nox.Session, *, gpu: bool = False) -> None:
-    """gpuci itself, and CuPy where there is a GPU to use it (a --no-venv run keeps its own)."""
+def install_gpuci(session: nox.Session, *extra: str, gpu: bool = False) -> None:
+    """gpuci itself (and `extra`), and CuPy where there is a GPU to use it (a --no-venv run
+    keeps its own)."""
     if isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv):
         return
-    session.install("-e", ".")
+    session.install("-e", ".", *extra)
     if gpu:  # the GPU suite's references need NumPy; CuPy only where it can run
         session.install("numpy", *([CUPY] if has_gpu() else []))
 
@@ -62,8 +64,8 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
-def _gpu_mode(session: nox.Session, mode: str) -> None:
-    install_gpuci(session, gpu=True)
+def _gpu_mode(session: nox.Session, mode: str, *extra: str) -> None:
+    install_gpuci(session, *extra, gpu=True)
     session.run("gpuci", "run", "tests/gpu", "--mode", mode, "--out", GPU_OUT, *session.posargs)
 
 
@@ -83,6 +85,20 @@ def gpu_parallel(session: nox.Session) -> None:
 def gpu_suite(session: nox.Session) -> None:
     """The GPU suite in one interpreter, as a plain pytest run would."""
     _gpu_mode(session, "suite")
+
+
+@nox.session
+def gpu_threads(session: nox.Session) -> None:
+    """The GPU suite, one fresh interpreter per file, each test in several threads at once."""
+    _gpu_mode(session, "threads", RUN_PARALLEL)
+
+
+@nox.session
+def gpu_explain(session: nox.Session) -> None:
+    """The evidence of the GPU modes' results: alone-runs, culprits, diagnoses (needs a GPU)."""
+    install_gpuci(session, gpu=True)
+    # a failing verdict is the verdict job's to report: evidence gathered is success here
+    session.run("gpuci", "explain", GPU_OUT, *session.posargs, success_codes=[0, 1])
 
 
 @nox.session
@@ -110,6 +126,8 @@ def demo(session: nox.Session) -> None:
     state.mkdir(parents=True)
     env = {"FAKEGPU_DIR": str(state), "GPU_POLLUTED_STATE": str(state)}
     # The planted bugs fail the verdict on purpose: exit code 1 is the expected answer.
+    # Most of its tests are findings, so the evidence (alone-runs, culprit searches) needs
+    # more than the default budget (the main passes' wall) to name every culprit.
     session.run(
         "gpuci",
         "check",
@@ -118,6 +136,8 @@ def demo(session: nox.Session) -> None:
         str(out),
         "--timeout",
         "5",
+        "--evidence-budget",
+        "300",
         *session.posargs,
         env=env,
         success_codes=[0, 1],

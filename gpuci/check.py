@@ -1,9 +1,10 @@
 """Check: the modes of `gpuci run` and `gpuci check` planned from the command line, in order.
 
 `gpuci check` runs suite, then parallel ordered longest first by the suite's per-file
-times, then isolated only for the files that did not pass in parallel (the rest is
-inferred), then gathers the evidence once for the whole check, within a budget that
-defaults to the main passes' wall time.
+times, then threads (where pytest-run-parallel is installed), then isolated only for the
+files that did not pass in parallel or threads (the rest is inferred), then gathers the
+evidence once for the whole check, within a budget that defaults to the main passes'
+wall time.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from gpuci.discover import Discovery, discover_tests
+from gpuci.discover import Discovery, can_import, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
-from gpuci.model import GpuciError, Mode, ModeRun, UsageError, printable
+from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
 from gpuci.plan import (
     choose_workers,
     cpu_count,
@@ -31,6 +32,7 @@ from gpuci.plan import (
     shard_files,
     shard_from_env,
 )
+from gpuci.results import load_mode_results
 from gpuci.resume import (
     check_extra_modes,
     earlier_results,
@@ -40,13 +42,22 @@ from gpuci.resume import (
     was_interrupted,
 )
 from gpuci.run import RunOptions, prepare_out, run_mode
+from gpuci.sanitizer import choose_sanitizer
+
+DEFAULT_MODES = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
+RUN_PARALLEL = "pytest_run_parallel"  # what runs each test in threads (threads mode)
+# a lazy isolated pass after these runs only the files that did not pass in them
+CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
 
 
 def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     """Every mode of `--modes`, in order, then the evidence; the runs as written."""
-    modes = parse_modes(args.modes)
-    # isolated after parallel runs lazily: only the files that did not pass in parallel
-    lazy = Mode.ISOLATED in modes and Mode.PARALLEL in modes[: modes.index(Mode.ISOLATED)]
+    modes = check_modes(args.modes, args.python)
+    sanitize: bool | None = getattr(args, "sanitize", None)
+    choose_sanitizer(sanitize)  # --sanitize without the tool: refused before anything runs
+    # isolated after parallel or threads runs lazily: only the files that did not pass there
+    before = modes[: modes.index(Mode.ISOLATED)] if Mode.ISOLATED in modes else []
+    lazy = [m for m in CONFIRMED_BY if m in before]
     earlier = _earlier_check(args, modes)  # refused before anything is touched
     discovery = discover(args)  # once: every mode runs the same collected tests
     runs: dict[Mode, ModeRun] = {}
@@ -56,13 +67,12 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
             _say(f"{mode.value}: finished earlier, kept ({_mode_dir(args, mode)})")
             runs[mode] = prior
         elif mode is Mode.ISOLATED and lazy:
-            parallel = runs[Mode.PARALLEL]
             runs[mode] = run_one_mode(
                 args,
                 mode,
                 discovery,
-                only=files_to_confirm(parallel),
-                inferred_from=parallel,
+                only=files_to_confirm(*(runs[m] for m in lazy)),
+                inferred_from=runs[lazy[0]],
                 resume=prior,
             )
         else:
@@ -71,9 +81,39 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     main_s = sum(run.wall_s for run in runs.values())
     budget = args.evidence_budget if args.evidence_budget is not None else main_s
     gather_evidence(
-        args.out, runs=args.reruns, budget_s=budget, timeout=args.timeout, python=args.python
+        args.out,
+        runs=args.reruns,
+        budget_s=budget,
+        timeout=args.timeout,
+        python=args.python,
+        sanitize=sanitize,
     )
     return runs
+
+
+def explain_results(args: argparse.Namespace) -> None:
+    """`gpuci explain`: the evidence of a results directory whose modes ran elsewhere (CI)."""
+    sanitize: bool | None = args.sanitize
+    choose_sanitizer(sanitize)  # --sanitize without the tool: refused before anything runs
+    results = load_mode_results(args.out)
+    first = next(iter(results.values())).run
+    if not Path(first.rootdir).is_dir():
+        raise InputError(
+            f"{args.out}: its tests ran in {first.rootdir}, which is not a directory here;"
+            " run gpuci explain where the suite is checked out at the same path"
+        )
+    main_s = sum(r.run.wall_s for r in results.values())
+    budget = args.evidence_budget if args.evidence_budget is not None else main_s
+    shutil.rmtree(args.out / "evidence", ignore_errors=True)  # about earlier runs, if any
+    gather_evidence(
+        args.out,
+        runs=args.reruns,
+        budget_s=budget,
+        timeout=args.timeout if args.timeout is not None else first.timeout,
+        python=args.python,
+        pytest_args=args.pytest_args or None,
+        sanitize=sanitize,
+    )
 
 
 def _earlier_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun]:
@@ -98,11 +138,24 @@ def _earlier_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, Mo
 
 
 def _earlier(args: argparse.Namespace, mode: Mode) -> ModeRun | None:
-    return earlier_run(_mode_dir(args, mode), paths=args.paths, pytest_args=args.pytest_args)
+    return earlier_run(
+        _mode_dir(args, mode),
+        paths=args.paths,
+        pytest_args=args.pytest_args,
+        threads=_threads(args, mode),
+    )
+
+
+def _threads(args: argparse.Namespace, mode: Mode) -> int | None:
+    """How many threads each test of `mode` runs in: --threads in threads mode, else None."""
+    threads: int = args.threads
+    return threads if mode is Mode.THREADS else None
 
 
 def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
     """`gpuci run`: one mode, then its own alone-reruns (a CI job has no later evidence)."""
+    if mode is Mode.THREADS:
+        require_run_parallel(args.python, "--mode threads")
     mode_dir = _mode_dir(args, mode)
     prior = None
     if args.resume:
@@ -123,6 +176,27 @@ def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
         budget_s=args.evidence_budget,
         python=args.python,
     )
+
+
+def check_modes(text: str | None, python: str) -> list[Mode]:
+    """The modes of `--modes`; by default every mode, but threads where `python` cannot
+    import pytest-run-parallel."""
+    if text is None:
+        threads = can_import(python, RUN_PARALLEL)
+        return [m for m in DEFAULT_MODES if threads or m is not Mode.THREADS]
+    modes = parse_modes(text)
+    if Mode.THREADS in modes:
+        require_run_parallel(python, f"--modes {text}")
+    return modes
+
+
+def require_run_parallel(python: str, asked: str) -> None:
+    """Refuse threads mode, in one line, where `python` cannot import pytest-run-parallel."""
+    if not can_import(python, RUN_PARALLEL):
+        raise UsageError(
+            f"{asked}: threads mode needs pytest-run-parallel, which {python} cannot import;"
+            " pip install pytest-run-parallel where the suite runs, or leave threads out"
+        )
 
 
 def parse_modes(text: str) -> list[Mode]:
@@ -202,6 +276,9 @@ def run_one_mode(
     if only is not None:
         files = [f for f in files if f in only]
     workers, why = (1, "one at a time")
+    threads = _threads(args, mode)
+    if threads:
+        why += f", each test in {threads} threads"
     if mode is Mode.PARALLEL:
         slots = len(gpus) // per_slot if per_slot else len(gpus)
         workers, why = choose_workers(
@@ -236,6 +313,7 @@ def run_one_mode(
         mode=mode,
         out=mode_dir,
         pytest_args=args.pytest_args,
+        threads=threads,
         timeout=args.timeout,
         reruns=args.reruns,
         python=args.python,

@@ -49,7 +49,9 @@ def classify_results(
         for test in results[mode].run.tests:
             keep_worse(tests, test)
         by_id[mode] = tests
-    reference = next((orders[m] for m in (Mode.ISOLATED, Mode.PARALLEL) if m in orders), None)
+    # who ran first in its file: each of these modes runs a file in a fresh interpreter
+    per_file = (Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)
+    reference = next((orders[m] for m in per_file if m in orders), None)
     found: dict[str, Classified] = {}
     for test_id in dict.fromkeys(i for mode in modes for i in by_id[mode]):
         mine = {m: by_id[m][test_id] for m in modes if test_id in by_id[m]}
@@ -88,15 +90,17 @@ def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in
     3. All remaining outcomes `skipped`: `skipped`. Otherwise a skip says nothing.
     4. No failure in any mode nor any rerun: `passed`.
     5. Reruns that both passed and did not pass (failed, crashed or timed out): `flaky`.
-    6. Failed in `isolated` but passed in `parallel`: the order in the file is the same,
-       only chance differs: `flaky`.
+    6. Failed in `isolated` but passed in `parallel` or `threads`: they run the file in the
+       same order, with more going on beside it, not less; only chance differs: `flaky`.
     7. Alone it fails (every rerun): `depends-on-others` if it passed somewhere other
-       tests ran before it in its interpreter (`suite`; `isolated` or `parallel` unless
-       `first_in_file`); `flaky` if it passed only where nothing ran before it (identical
-       conditions); `failed` if it passed nowhere.
+       tests ran before it in its interpreter (`suite`; `isolated`, `parallel` or `threads`
+       unless `first_in_file`); `flaky` if it passed only where nothing ran before it
+       (identical conditions); `failed` if it passed nowhere.
     8. Alone it passes: `flaky` if it failed in `isolated` with `first_in_file` (identical
        conditions); `order-dependent` if it failed in `suite` or `isolated`;
-       `concurrency` if it failed only in `parallel`.
+       `concurrency` if it failed in `parallel` (with or without `threads`: a failure
+       with no threads needs none to explain it, and the culprit search can pair files);
+       `thread-unsafe` if it failed only in `threads`.
 
     Without reruns (`--reruns 0`, or the mode that failed it was interrupted) the isolated
     outcome stands in for "alone": it is the closest to it, a fresh interpreter with only
@@ -121,7 +125,7 @@ def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in
         return Category.PASSED
     if rerun_passed and rerun_failed:
         return Category.FLAKY
-    if Mode.ISOLATED in failed and Mode.PARALLEL in passed:
+    if Mode.ISOLATED in failed and passed & {Mode.PARALLEL, Mode.THREADS}:
         return Category.FLAKY
 
     if rerun_failed or rerun_passed:
@@ -132,7 +136,8 @@ def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in
         alone_passes = bool(passed)
 
     if not alone_passes:
-        after_others = {Mode.SUITE} if first_in_file else {Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL}
+        # every mode runs the earlier tests of the file first, unless it was first in it
+        after_others = {Mode.SUITE} if first_in_file else set(Mode)
         if passed & after_others:
             return Category.DEPENDS_ON_OTHERS
         return Category.FLAKY if passed else Category.FAILED
@@ -140,4 +145,6 @@ def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in
         return Category.FLAKY
     if failed & {Mode.SUITE, Mode.ISOLATED}:
         return Category.ORDER_DEPENDENT
-    return Category.CONCURRENCY
+    if Mode.PARALLEL in failed:
+        return Category.CONCURRENCY
+    return Category.THREAD_UNSAFE

@@ -1,4 +1,4 @@
-"""The command line: `gpuci run | merge | diff | report | publish | check`."""
+"""The command line: `gpuci run | merge | diff | report | publish | check | explain`."""
 
 from __future__ import annotations
 
@@ -65,6 +65,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _threads(text: str) -> int:
+    value = _whole(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be 2 or more (threads at once), got {value}")
+    return value
+
+
 def _run_options() -> _Parser:
     """Options shared by `run` and `check`."""
     parent = _Parser(add_help=False)
@@ -86,6 +93,12 @@ def _run_options() -> _Parser:
         "--evidence-budget",
         type=_seconds,
         help="most seconds of alone-runs after the main passes (default: their wall time)",
+    )
+    parent.add_argument(
+        "--threads",
+        type=_threads,
+        default=4,
+        help="threads mode: run each test in N threads at once (default 4)",
     )
     parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
     parent.add_argument(
@@ -146,9 +159,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--modes",
-        default="suite,parallel,isolated",
-        help="modes to run, in order (comma list); isolated after parallel runs only the"
-        " files that did not pass there, isolated first runs them all",
+        help="modes to run, in order (comma list; default suite,parallel,threads,isolated,"
+        " threads only where pytest-run-parallel is installed); isolated after parallel or"
+        " threads runs only the files that did not pass there, isolated first runs them all",
+    )
+    check.add_argument(
+        "--sanitize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerun each root that crashed or failed with a CUDA error alone under"
+        " compute-sanitizer memcheck (default: where compute-sanitizer is found)",
+    )
+    explain = sub.add_parser(
+        "explain",
+        parents=[diff_parent],
+        help="gather the evidence of a results directory: alone-runs, culprits, diagnoses",
+        usage="gpuci explain OUT [options] [-- PYTEST_ARGS...]",
+    )
+    explain.add_argument("out", type=Path, metavar="OUT")
+    explain.add_argument(
+        "--reruns", type=_count, default=2, help="alone-runs per non-passing test, in all"
+    )
+    explain.add_argument("--timeout", type=_positive_float, help="most seconds one test may run")
+    explain.add_argument(
+        "--evidence-budget",
+        type=_seconds,
+        help="most seconds of evidence runs (default: the wall time of the modes in OUT)",
+    )
+    explain.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
+    explain.add_argument(
+        "--sanitize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerun each root that crashed or failed with a CUDA error alone under"
+        " compute-sanitizer memcheck (default: where compute-sanitizer is found)",
     )
     return parser
 
@@ -171,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _cmd_report,
             "publish": _cmd_publish,
             "check": _cmd_check,
+            "explain": _cmd_explain,
         }[args.command]
         return handler(args)
     except GpuciError as exc:
@@ -239,6 +284,17 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     from gpuci.publish import publish_comment
 
     return publish_comment(args.comment, dry_run=args.dry_run, environ=os.environ)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from gpuci.check import explain_results
+
+    _adopt_orphans()
+    explain_results(args)
+    verdict_path = args.out / "verdict.json"
+    code = _write_verdict(args, args.out, verdict_path)
+    print(f"gpuci: evidence {args.out / 'evidence'}, verdict {verdict_path}")
+    return code
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

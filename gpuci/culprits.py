@@ -52,7 +52,7 @@ class _Task:
     victim: str
     category: Category
     candidates: tuple[str, ...]
-    rank: tuple[int, int, int]  # (mode, interpreter, position): earlier victims first
+    rank: tuple[int, int]  # (kind, place in the suite's order): earlier victims first
 
 
 @dataclass(slots=True)
@@ -74,13 +74,17 @@ def search_culprits(
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression, added to the evidence by test id."""
     orders = {mode: interpreter_order(results[mode]) for mode in results}
+    # victims in the order they ran in one interpreter, so that an early victim's culprit
+    # is found first and tried on the later ones (a cascade)
+    reference = results.get(Mode.SUITE) or next(iter(results.values()))
+    place = {t.id: i for i, t in enumerate(reference.run.tests)}
     tasks = []
     for test in classified.values():
         # a victim that fails alone when poisoned reads uninitialized memory: its own bug
         before = found.get(test.id)
         diagnosed = before is not None and before.poisoned in NOT_PASSING
         if test.category in SEARCHED and not diagnosed:
-            task = _plan(test, results, orders)
+            task = _plan(test, results, orders, place.get(test.id, len(place)))
             if task is not None:
                 tasks.append(task)
     if not tasks:
@@ -114,7 +118,10 @@ def search_culprits(
 
 
 def _plan(
-    test: Classified, results: Mapping[Mode, ModeResults], orders: Mapping[Mode, Order]
+    test: Classified,
+    results: Mapping[Mode, ModeResults],
+    orders: Mapping[Mode, Order],
+    place: int,
 ) -> _Task | None:
     """Where to search: the interpreter with the fewest tests before the victim."""
     if test.category is Category.CONCURRENCY:
@@ -126,7 +133,7 @@ def _plan(
             victim=test.id,
             category=test.category,
             candidates=tuple(beside),
-            rank=(2, 0, 0),
+            rank=(2, place),
         )
     wanted: set[Outcome] = (
         set(NOT_PASSING) if test.category is Category.ORDER_DEPENDENT else {Outcome.PASSED}
@@ -138,14 +145,14 @@ def _plan(
     for mode in modes:
         if mode not in orders or test.outcomes.get(mode) not in wanted:
             continue
-        place = orders[mode].where.get(test.id)
-        if place is None or place[1] == 0:
+        where = orders[mode].where.get(test.id)
+        if where is None or where[1] == 0:
             continue
-        segment, position, _ = place
+        segment, position, _ = where
         before = [t.id for t in orders[mode].segments[segment][:position]]
         candidates = tuple(i for i in before if _selectable(i))
         if candidates and (best is None or len(candidates) < len(best.candidates)):
-            rank = (0 if test.category is Category.ORDER_DEPENDENT else 1, segment, position)
+            rank = (0 if test.category is Category.ORDER_DEPENDENT else 1, place)
             best = _Task(victim=test.id, category=test.category, candidates=candidates, rank=rank)
     return best
 

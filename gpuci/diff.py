@@ -369,6 +369,7 @@ def _describe_mode(results: ModeResults) -> dict[str, Any]:
         "files": len(files),
         "tests": len(run.tests),
         "workers": run.workers,
+        **({"threads": run.threads} if run.threads else {}),
         "gpus": list(run.gpus),
         "shards": results.total_shards,
         "missing_shards": list(results.missing_shards),

@@ -175,3 +175,20 @@ def pytest_target(rootdir: Path, file: str) -> str:
     with contextlib.suppress(ValueError):
         return str(path.relative_to(Path.cwd()))
     return str(path)
+
+
+def can_import(python: str, module: str) -> bool:
+    """Whether `python` (the interpreter that runs the suite, not gpuci's own) finds `module`."""
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        proc = subprocess.run(
+            [python, "-c", probe],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=child_env(os.environ),
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0

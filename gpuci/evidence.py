@@ -11,6 +11,7 @@ most. `--evidence-budget` caps the seconds spent; what it cuts is recorded per t
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ from gpuci.probe import Prober
 from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
+from gpuci.sanitizer import choose_sanitizer, sanitize_roots
 from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
@@ -61,12 +63,15 @@ def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[st
     order = interpreter_order(isolated) if isolated is not None else None
     seen: dict[str, TestResult] = {}
     timed_out: set[str] = set()
+    done: dict[str, int] = {}  # alone-runs a `gpuci run` job already did in its mode
     for mode_results in results.values():
         for test in mode_results.run.tests:
             if is_suspect(test):
                 seen.setdefault(test.id, test)
                 if test.outcome is Outcome.TIMED_OUT:
                     timed_out.add(test.id)
+            if test.reruns:
+                done[test.id] = max(done.get(test.id, 0), len(test.reruns))
     wanted: dict[str, int] = {}
     for test_id in seen:
         iso = _isolated_result(isolated, test_id)
@@ -79,7 +84,8 @@ def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[st
             and first_in_interpreter(order, test_id)
         )
         n = runs - (1 if seen_alone else 0)
-        wanted[test_id] = max(0, min(n, 1) if test_id in timed_out else n)
+        n = min(n, 1) if test_id in timed_out else n
+        wanted[test_id] = max(0, n - done.get(test_id, 0))
     return wanted
 
 
@@ -151,8 +157,10 @@ def gather_evidence(
     """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
 
     In order, within one budget: alone-runs (they decide the categories), poisoned runs of
-    order-dependent victims, culprit searches, then compute-sanitizer on the roots.
+    order-dependent victims, culprit searches, then compute-sanitizer on the roots
+    (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
     """
+    tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
     first = next(iter(results.values())).run
     if pytest_args is not None:
@@ -171,7 +179,7 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(prober, results, runs, progress)
+            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -192,16 +200,55 @@ def gather_evidence(
 
 
 def _gather(
-    prober: Prober, results: Mapping[Mode, ModeResults], runs: int, progress: TextIO
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    runs: int,
+    progress: TextIO,
+    *,
+    sanitize: bool | None,
+    tool: str | None,
 ) -> dict[str, TestEvidence]:
-    """Each kind of evidence in turn; each sees the categories the alone-runs gave."""
+    """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
+    matters least: one alone-run per suspect (it decides the category), poisoned runs and
+    culprit searches for the isolation findings, compute-sanitizer on the roots, then the
+    remaining alone-runs (which tell a flaky test from a consistent one)."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
-    found = run_alone(prober, wanted, progress=progress) if any(wanted.values()) else {}
-    alone = {i: t.alone for i, t in found.items()}
-    classified = classify_results(results, alone)
+    first = {i: min(n, 1) for i, n in wanted.items()}
+    found = run_alone(prober, first, progress=progress) if any(first.values()) else {}
+    classified = classify_results(results, {i: t.alone for i, t in found.items()})
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
     found = run_poisoned(prober, victims, found, progress=progress)
-    return search_culprits(prober, results, classified, found, progress=progress)
+    found = search_culprits(prober, results, classified, found, progress=progress)
+    if sanitize is not False:
+        found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
+    rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
+    if rest:
+        more = run_alone(prober, rest, progress=progress)
+        for test_id, extra in more.items():
+            before = found.get(test_id, TestEvidence(id=test_id))
+            found[test_id] = dataclasses.replace(
+                before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
+            )
+    return found
+
+
+def _poisonable(prober: Prober) -> bool:
+    """Whether the suite's interpreter can import a library the plugin poisons: without one
+    a poisoned run is an alone-run again, and its cost is wasted."""
+    probe = "import importlib.util as u; print(any(u.find_spec(m) for m in ('cupy', 'torch')))"
+    try:
+        found = subprocess.run(
+            [prober.interpreters.python, "-c", probe],
+            cwd=prober.rootdir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: poison, and let the run say
+    return found.stdout.strip() != "False"
 
 
 def run_poisoned(
@@ -210,6 +257,9 @@ def run_poisoned(
     """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
     one that fails so reads memory it never wrote (its own bug, not its culprit's)."""
     merged = dict(found)
+    if victims and not _poisonable(prober):
+        _say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
+        return merged
     if victims:
         _say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
     for test_id in victims:

@@ -132,6 +132,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"paths": list(run.paths)} if run.paths else {}),
         **({"resumed": True} if run.resumed else {}),
         **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
+        **({"threads": run.threads} if run.threads else {}),
     }
 
 
@@ -196,6 +197,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             paths=tuple(str(p) for p in data.get("paths", ())),
             resumed=bool(data.get("resumed", False)),
             gpu_check=str(data.get("gpu_check", "")),
+            threads=int(data["threads"]) if data.get("threads") else None,
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"{source}: malformed run.json ({type(exc).__name__}: {exc})") from None

@@ -39,6 +39,7 @@ class Mode(str, Enum):
     ISOLATED = "isolated"
     PARALLEL = "parallel"
     SUITE = "suite"
+    THREADS = "threads"
 
 
 class Outcome(str, Enum):
@@ -62,6 +63,7 @@ class Category(str, Enum):
     ORDER_DEPENDENT = "order-dependent"
     DEPENDS_ON_OTHERS = "depends-on-others"
     CONCURRENCY = "concurrency"
+    THREAD_UNSAFE = "thread-unsafe"
     CRASHED = "crashed"
     TIMED_OUT = "timed-out"
     NOT_RUN = "not-run"
@@ -83,7 +85,12 @@ def printable(text: str) -> str:
 
 
 ISOLATION_CATEGORIES = frozenset(
-    {Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY}
+    {
+        Category.ORDER_DEPENDENT,
+        Category.DEPENDS_ON_OTHERS,
+        Category.CONCURRENCY,
+        Category.THREAD_UNSAFE,
+    }
 )
 
 
@@ -207,7 +214,8 @@ class ModeRun:
 
     mode: Mode
     command: tuple[str, ...]
-    pytest_args: tuple[str, ...] = ()
+    pytest_args: tuple[str, ...] = ()  # the user's, as every interpreter of the check got them
+    threads: int | None = None  # threads mode: each test ran in N threads (--parallel-threads N)
     rootdir: str
     workers: int
     gpus: tuple[str, ...] = ()

@@ -18,6 +18,7 @@ from gpuci.model import InputError, Mode, ModeRun, Outcome, UsageError
 # A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
 # without every process fighting for the same memory.
 WORKERS_PER_GPU = 4
+THREADS_OPTION = "--parallel-threads"  # pytest-run-parallel's: each test in N threads at once
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +142,7 @@ def plan_schedule(
             workers=workers,
             slot_gpus=visible_gpus(gpus, workers, gpus_per_slot),
         )
-    # isolated and suite keep collection order: it is the order a plain pytest run uses
+    # isolated, threads and suite keep collection order: a plain pytest run's order
     return Schedule(
         pool=tuple(files), serial=(), workers=1, slot_gpus=visible_gpus(gpus, 1, gpus_per_slot)
     )
@@ -187,11 +188,21 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def files_to_confirm(parallel: ModeRun) -> set[str]:
-    """Files a lazy isolated pass must run: some test did not pass in `parallel`.
+def files_to_confirm(*runs: ModeRun) -> set[str]:
+    """Files a lazy isolated pass must run: some test did not pass in one of `runs`
+    (`parallel`, `threads`).
 
-    A file that passed entirely in parallel ran in a fresh interpreter in its own order,
-    with others beside it: isolated would only take the neighbours away.
+    A file that passed entirely there ran in a fresh interpreter in its own order, with
+    others beside it or in several threads: isolated would only take those away.
     """
     ok = (Outcome.PASSED, Outcome.SKIPPED)
-    return {t.file for t in parallel.tests if t.outcome not in ok}
+    return {t.file for run in runs for t in run.tests if t.outcome not in ok}
+
+
+def thread_args(threads: int | None) -> tuple[str, ...]:
+    """The pytest arguments that run each test in `threads` threads; () for one thread.
+
+    Kept apart from the user's pytest arguments (run.json's `threads`), so that every other
+    interpreter of a check, alone-runs included, runs each test once, in one thread.
+    """
+    return (THREADS_OPTION, str(threads)) if threads else ()

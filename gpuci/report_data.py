@@ -28,6 +28,7 @@ FINDING_ORDER = (
     Category.ORDER_DEPENDENT,
     Category.DEPENDS_ON_OTHERS,
     Category.CONCURRENCY,
+    Category.THREAD_UNSAFE,
     Category.FAILED,
     Category.CRASHED,
     Category.TIMED_OUT,
@@ -297,7 +298,8 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
             key="regressions",
             title="Isolation regressions",
             intro="Pass alone in a fresh interpreter, fail only together with other tests"
-            " (order-dependent, depends-on-others) or beside other processes (concurrency).",
+            " (order-dependent, depends-on-others), beside other processes (concurrency)"
+            " or in several threads at once (thread-unsafe).",
             rows=rows(regressions(groups)),
             categories=tuple(sorted(c.value for c in ISOLATION_CATEGORIES)),
         ),

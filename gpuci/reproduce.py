@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
-from gpuci.plan import visible_gpus
+from gpuci.plan import thread_args, visible_gpus
 from gpuci.results import ModeResults
 
 PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
@@ -110,7 +110,8 @@ def reproduce_command(
     results: Mapping[Mode, ModeResults],
     orders: Mapping[Mode, Order],
 ) -> str:
-    """A shell command that shows the finding: the failing order, or the test alone.
+    """A shell command that shows the finding: the failing order, the files beside it, the
+    test in several threads (thread-unsafe), or the test alone.
 
     Each carries the GPUs the interpreter it replays had (`CUDA_VISIBLE_DEVICES=...`).
     """
@@ -124,6 +125,9 @@ def reproduce_command(
         beside = ran_beside(results[Mode.PARALLEL], file)
         if beside:
             return _run_together(results[Mode.PARALLEL], [target, *beside])
+    if category is Category.THREAD_UNSAFE and Mode.THREADS in results:
+        run = results[Mode.THREADS].run  # alone, in as many threads as the threads mode ran it
+        return pytest_command(run, [target], serial_gpu(run), extra=thread_args(run.threads))
     mode = Mode.ISOLATED if Mode.ISOLATED in results else next(iter(results))
     before: list[str] = []
     omitted = 0
@@ -179,17 +183,21 @@ def gpu_of(results: ModeResults, unit: str) -> str | None:
     return serial_gpu(results.run)
 
 
-def pytest_command(run: ModeRun, targets: Sequence[str], gpu: str | None) -> str:
-    """`cd ROOT && CUDA_VISIBLE_DEVICES=G python -m pytest ARGS TARGETS`, quoted for a shell."""
-    command = _pytest(run, targets, gpu)
+def pytest_command(
+    run: ModeRun, targets: Sequence[str], gpu: str | None, *, extra: Sequence[str] = ()
+) -> str:
+    """`cd ROOT && CUDA_VISIBLE_DEVICES=G python -m pytest ARGS EXTRA TARGETS`, for a shell."""
+    command = _pytest(run, targets, gpu, extra)
     if run.rootdir:
         command = f"{shlex.join(['cd', run.rootdir])} && {command}"
     return command
 
 
-def _pytest(run: ModeRun, targets: Sequence[str], gpu: str | None) -> str:
+def _pytest(
+    run: ModeRun, targets: Sequence[str], gpu: str | None, extra: Sequence[str] = ()
+) -> str:
     env = f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu)} " if gpu is not None else ""
-    return env + shlex.join([*PYTEST, *run.pytest_args, *targets])
+    return env + shlex.join([*PYTEST, *run.pytest_args, *extra, *targets])
 
 
 def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:

@@ -67,7 +67,11 @@ def given_paths(paths: Sequence[str]) -> tuple[str, ...]:
 
 
 def earlier_run(
-    mode_dir: Path, *, paths: Sequence[str], pytest_args: Sequence[str]
+    mode_dir: Path,
+    *,
+    paths: Sequence[str],
+    pytest_args: Sequence[str],
+    threads: int | None = None,
 ) -> ModeRun | None:
     """The run in `mode_dir` that --resume continues; None where none began there.
 
@@ -91,6 +95,11 @@ def earlier_run(
             f"--resume: {mode_dir} was run with {_describe(run.paths, run.pytest_args)},"
             f" this command gives {_describe(*wanted)}; give the same arguments,"
             " or leave out --resume to replace it"
+        )
+    if run.threads != threads:
+        raise UsageError(
+            f"--resume: {mode_dir} ran each test in {run.threads} threads, this command in"
+            f" {threads}; give the same --threads, or leave out --resume to replace it"
         )
     return run
 

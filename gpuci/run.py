@@ -38,7 +38,7 @@ from gpuci.model import (
     TestResult,
     UsageError,
 )
-from gpuci.plan import Schedule
+from gpuci.plan import Schedule, thread_args
 from gpuci.progress import Progress
 from gpuci.resume import Earlier
 from gpuci.supervisor import Supervisor
@@ -57,6 +57,7 @@ class RunOptions:
     mode: Mode
     out: Path  # the mode's directory: OUT/<mode> or OUT/<mode>/shard-I-of-N
     pytest_args: tuple[str, ...] = ()
+    threads: int | None = None  # threads mode: each test in N threads
     timeout: float | None = None
     reruns: int = 2
     python: str = sys.executable
@@ -77,7 +78,7 @@ def start_interpreters(
     return Interpreters(
         out=out,
         python=options.python,
-        pytest_args=options.pytest_args,
+        pytest_args=options.pytest_args + thread_args(options.threads),
         timeout=options.timeout,
         environ=environ,
         clock_zero=clock_zero,
@@ -237,11 +238,8 @@ def run_mode(
     progress: TextIO = sys.stderr,
     inferred_from: ModeRun | None = None,
 ) -> ModeRun:
-    """Run one mode of the schedule and write its directory.
-
-    With `inferred_from` (a lazy isolated pass), the discovered files that the schedule
-    leaves out take that run's outcomes, marked inferred.
-    """
+    """Run one mode of the schedule and write its directory; with `inferred_from` (a lazy
+    isolated pass), the files the schedule leaves out take that run's outcomes, inferred."""
     out = options.out
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     zero = time.monotonic() - (options.resume.wall_s if options.resume else 0.0)  # goes on
@@ -251,6 +249,7 @@ def run_mode(
     reporter = Progress(progress, options.mode, schedule, estimates or {}, zero)
     file_runs: dict[str, FileRun] = {}
     results: dict[str, list[TestResult]] = {}
+    keys = _keys(options.mode, schedule)
 
     def run_one(key: str, slot: int) -> None:
         ids = discovery_ids(discovery, key)
@@ -267,9 +266,8 @@ def run_mode(
             else:
                 _run_pool(schedule.pool, schedule.workers, run_one, supervisor)
                 _run_pool(schedule.serial, 1, run_one, supervisor)
-            tests = [t for key in _keys(options.mode, schedule) for t in results.get(key, [])]
+            tests = [t for key in keys for t in results.get(key, [])]
         interrupted = supervisor.stopping.is_set()
-        keys = _keys(options.mode, schedule)
         for key in keys:
             if key not in file_runs:  # interrupted before it started
                 file_runs[key], left = _never_started(discovery, key, runner.earlier)
@@ -283,6 +281,7 @@ def run_mode(
             mode=options.mode,
             command=options.command,
             pytest_args=options.pytest_args,
+            threads=options.threads,
             rootdir=str(discovery.rootdir),
             workers=schedule.workers,
             gpus=options.gpus,

@@ -169,8 +169,10 @@ def mode_notes(verdict: Verdict) -> list[str]:
         inferred = mode.get("inferred_files")
         if isinstance(inferred, int) and inferred:
             files = len(file_runs(mode))
+            # a lazy isolated pass takes parallel's outcomes; without parallel, threads'
+            source = "parallel" if "parallel" in verdict.modes else "threads"
             notes.append(
-                f"{name}: {inferred} of {files} files inferred from parallel, where they passed"
+                f"{name}: {inferred} of {files} files inferred from {source}, where they passed"
             )
     cut = verdict.evidence.get("cut")
     if isinstance(cut, int) and cut:

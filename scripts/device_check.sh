@@ -17,13 +17,7 @@ work=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
 compare() {  # compare a verdict with an expected.json: prints mismatches
-    python3 - "$1" "$2" <<'PY'
-import json, sys
-verdict, expected = (json.load(open(p)) for p in sys.argv[1:])
-got = {t["id"]: t["category"] for t in verdict["tests"]}
-bad = {k: (expected.get(k), got.get(k)) for k in set(got) | set(expected) if got.get(k) != expected.get(k)}
-print("categories as expected" if not bad else f"MISMATCH (expected, got): {bad}")
-PY
+    python3 scripts/compare_expected.py "$1" "$2"
 }
 
 for step in "${steps[@]}"; do

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # gpuci on CuPy v14.2.0's own tests (carried in cupy-tests/, see README), on the device.
-#   scripts/device_cupy.sh [multi] [one] [subset]   (default: all)
+#   scripts/device_cupy.sh [multi] [one] [subset] [threads]   (default: multi one subset)
 # multi:  the 4 cuda_tests files with every GPU: the verdict must pass
 # one:    the same files seeing one GPU (--gpus 0): multi-GPU tests fail, the hang times out
 # subset: the 18-file subset: plain pytest twice, gpuci check, plain pytest again
+# threads: the 18-file subset in the threads mode alone (pytest-run-parallel, 4 threads)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-out/device}"
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # the suite runs in cupy-tests/
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH="/tmp/site:$PWD"
@@ -52,11 +54,11 @@ timed() {  # timed NAME COMMAND...: wall seconds into $OUT/NAME.wall, output int
 for step in "${steps[@]}"; do
     case "$step" in
     multi)
-        timed multi "${GPUCI[@]}" check "${FOUR[@]}" --out /tmp/o-multi --timeout 60 -- -m "not slow"
-        tail -5 "$OUT/multi.log"; summary /tmp/o-multi/verdict.json | tee "$OUT/multi.txt" ;;
+        timed multi "${GPUCI[@]}" check "${FOUR[@]}" --out $OUT/o-multi --timeout 60 -- -m "not slow"
+        tail -5 "$OUT/multi.log"; summary $OUT/o-multi/verdict.json | tee "$OUT/multi.txt" ;;
     one)
-        timed one "${GPUCI[@]}" check "${FOUR[@]}" --out /tmp/o-one --gpus 0 --timeout 30 -- -m "not slow"
-        tail -5 "$OUT/one.log"; summary /tmp/o-one/verdict.json | tee "$OUT/one.txt" ;;
+        timed one "${GPUCI[@]}" check "${FOUR[@]}" --out $OUT/o-one --gpus 0 --timeout 30 -- -m "not slow"
+        tail -5 "$OUT/one.log"; summary $OUT/o-one/verdict.json | tee "$OUT/one.txt" ;;
     subset)
         # Plain pytest before and after the check; the first run also warms CuPy's kernel
         # cache, so the ratio is against the warm runs (2 and 3).
@@ -64,10 +66,13 @@ for step in "${steps[@]}"; do
             timed subset-pytest-$run python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "not slow and not multi_gpu"
             tail -1 "$OUT/subset-pytest-$run.log"
         done
-        timed subset-gpuci "${GPUCI[@]}" check "${SUBSET[@]}" --out /tmp/o-subset --timeout 120 -- -m "not slow and not multi_gpu"
-        tail -5 "$OUT/subset-gpuci.log"; summary /tmp/o-subset/verdict.json | tee "$OUT/subset.txt"
+        timed subset-gpuci "${GPUCI[@]}" check "${SUBSET[@]}" --out $OUT/o-subset --timeout 120 -- -m "not slow and not multi_gpu"
+        tail -5 "$OUT/subset-gpuci.log"; summary $OUT/o-subset/verdict.json | tee "$OUT/subset.txt"
         timed subset-pytest-3 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "not slow and not multi_gpu"
         tail -1 "$OUT/subset-pytest-3.log" ;;
+    threads)
+        timed threads "${GPUCI[@]}" check "${SUBSET[@]}" --modes threads --out "$OUT/o-threads" --timeout 120 -- -m "not slow and not multi_gpu"
+        tail -5 "$OUT/threads.log"; summary "$OUT/o-threads/verdict.json" | tee "$OUT/threads.txt" ;;
     esac
 done
 cat "$OUT/walls.txt"

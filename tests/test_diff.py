@@ -50,7 +50,7 @@ from gpuci.summary import MAX_LISTED, format_summary
 DATA = Path(__file__).parent / "data" / "diff"
 REPO = Path(__file__).parent.parent
 ROOT = "/builds/team/project"
-ISO, PAR, SUI = Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE
+ISO, PAR, SUI, THR = Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE, Mode.THREADS
 P, F, SK = Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED
 C, T, N = Outcome.CRASHED, Outcome.TIMED_OUT, Outcome.NOT_RUN
 A = "tests/gpu/test_a.py"
@@ -280,6 +280,39 @@ CASES = [
     ),
     ("reruns=0, no isolated: fails", {SUI: F}, (), False, Category.FAILED),
     ("reruns=0, no isolated: suite only", {PAR: P, SUI: F}, (), False, Category.ORDER_DEPENDENT),
+    # threads: each test of a file in N threads at once, in a fresh interpreter per file
+    (
+        "fails only in threads",
+        {ISO: P, PAR: P, SUI: P, THR: F},
+        (P, P),
+        False,
+        Category.THREAD_UNSAFE,
+    ),
+    ("first test, fails in threads", {ISO: P, SUI: P, THR: F}, (P,), True, Category.THREAD_UNSAFE),
+    ("threads only, passes alone", {THR: F}, (P, P), False, Category.THREAD_UNSAFE),
+    ("reruns=0: threads only", {ISO: P, PAR: P, THR: F}, (), False, Category.THREAD_UNSAFE),
+    ("reruns=0, threads alone: fails", {THR: F}, (), False, Category.FAILED),
+    # a failure with no threads needs none to explain it
+    (
+        "fails in parallel and threads",
+        {ISO: P, PAR: F, THR: F},
+        (P, P),
+        False,
+        Category.CONCURRENCY,
+    ),
+    (
+        "fails in suite and threads",
+        {ISO: P, SUI: F, THR: F},
+        (P, P),
+        False,
+        Category.ORDER_DEPENDENT,
+    ),
+    ("fails in isolated and threads", {ISO: F, THR: F}, (P, P), False, Category.ORDER_DEPENDENT),
+    ("fails in threads, alone too", {ISO: F, PAR: F, THR: F}, (F, F), False, Category.FAILED),
+    ("fails in threads, reruns disagree", {ISO: P, THR: F}, (P, F), False, Category.FLAKY),
+    ("isolated failed, threads passed", {ISO: F, SUI: F, THR: P}, (P, P), False, Category.FLAKY),
+    ("fails alone, passes in threads", {SUI: F, THR: P}, (F, F), False, Category.DEPENDS_ON_OTHERS),
+    ("first test, passes only in threads", {SUI: F, THR: P}, (F, F), True, Category.FLAKY),
 ]
 
 
@@ -527,6 +560,59 @@ def test_pseudo_test_of_a_dead_interpreter_reproduces_with_its_file(tmp_path: Pa
     assert dead.reproduce == f"{PYTEST} {x}"
 
 
+def threads_scenario(out: Path, *, shards: int = 1) -> None:
+    """isolated and threads (4 threads, GPUs 0,1 split in pairs) over one file: a race,
+    a test after a polluter, a real failure."""
+    x = "tests/test_x.py"
+    isolated = [
+        result(f"{x}::test_race", P),
+        result(f"{x}::test_leaks", P),
+        result(f"{x}::test_victim", F, P, P),
+        result(f"{x}::test_bug", F, F, F),
+    ]
+    threads = [
+        result(f"{x}::test_race", F, P, P, message="AssertionError: [2, 1] == [1]"),
+        *(replace(t, reruns=()) for t in isolated[1:]),
+    ]
+    gpus = {"gpus": ("0", "1", "2", "3"), "gpus_per_slot": 2}
+    write_run(out, replace(mode_run(ISO, isolated), **gpus))
+    for index in range(1, shards + 1):  # every shard ran the whole file: the worse outcome wins
+        run = replace(mode_run(THR, threads), threads=4, **gpus)
+        write_run(out, replace(run, shard=(index, shards)) if shards > 1 else run)
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_thread_unsafe_reproduces_in_threads_and_nothing_else_does(
+    tmp_path: Path, shards: int
+) -> None:
+    threads_scenario(tmp_path, shards=shards)
+    verdict = diff_results(tmp_path, baseline=None, policy=Policy())
+    tests = {t.id.split("::")[1]: t for t in verdict.tests}
+    assert {i: t.category for i, t in tests.items()} == {
+        "test_race": Category.THREAD_UNSAFE,
+        "test_leaks": Category.PASSED,
+        "test_victim": Category.ORDER_DEPENDENT,
+        "test_bug": Category.FAILED,
+    }
+    assert verdict.reasons == ("2 isolation regressions", "1 failed test")
+    assert tests["test_race"].outcomes == {"isolated": "passed", "threads": "failed"}
+    # alone in 4 threads, on the GPUs every serial interpreter saw (the first pair)
+    serial = f"cd {ROOT} && CUDA_VISIBLE_DEVICES=0,1 python -m pytest -p no:randomly -m 'not slow'"
+    assert tests["test_race"].reproduce == (
+        f"{serial} --parallel-threads 4 tests/test_x.py::test_race"
+    )
+    # the other findings reproduce as they would without a threads mode: in one thread
+    assert tests["test_victim"].reproduce == (
+        f"{serial} tests/test_x.py::test_race tests/test_x.py::test_leaks"
+        " tests/test_x.py::test_victim"
+    )
+    assert tests["test_bug"].reproduce == f"{serial} tests/test_x.py::test_bug"
+    assert verdict.modes["threads"]["threads"] == 4
+    assert "threads" not in verdict.modes["isolated"]
+    summary = format_summary(verdict)
+    assert f"thread-unsafe     {'':<5} tests/test_x.py::test_race" in summary
+
+
 def test_long_failing_orders_keep_the_nearest(tmp_path: Path) -> None:
     big = "tests/test_big.py"
     tests = [result(f"{big}::t{i}", P) for i in range(MAX_PRECEDING + 7)]
@@ -660,6 +746,7 @@ def test_parse_policy() -> None:
         Category.ORDER_DEPENDENT,
         Category.DEPENDS_ON_OTHERS,
         Category.CONCURRENCY,
+        Category.THREAD_UNSAFE,
         Category.FAILED,
         Category.CRASHED,
         Category.TIMED_OUT,

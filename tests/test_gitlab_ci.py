@@ -498,7 +498,7 @@ class Pipeline:
                 continue
             match = GPU_JOB.fullmatch(job["name"])
             assert match, f"{job['name']}: not a gpu:<mode> job"
-            part = Path(match["mode"])
+            part = Path("evidence" if match["mode"] == "explain" else match["mode"])
             if match["index"]:
                 part /= f"shard-{match['index']}-of-{match['total']}"
             assert (FIXTURE / part).is_dir(), (
@@ -542,8 +542,10 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
     jobs = {j["name"]: j for j in project.jobs()}
     gpu = sorted(name for name in jobs if name.startswith("gpu:"))
     assert [name for name in gpu if not name.startswith("gpu:isolated: [")] == [
+        "gpu:explain",
         "gpu:parallel",
         "gpu:suite",
+        "gpu:threads",
     ]
     shards = [name for name in gpu if name.startswith("gpu:isolated: [")]
     assert len(shards) >= 2  # sharded with `parallel:`
@@ -551,9 +553,11 @@ def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
     verdict = jobs["verdict"]
     assert verdict["when"] == "always"
     assert sorted((n["job"], n["artifacts"]) for n in verdict["needs"]) == [
+        ("gpu:explain", True),
         ("gpu:isolated", True),
         ("gpu:parallel", True),
         ("gpu:suite", True),
+        ("gpu:threads", True),
     ]
     assert jobs["check"]["when"] == "on_success"
 
@@ -574,7 +578,7 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
     assert "gpu" not in config["check"].get("tags", [])
 
     assert config["gpu:isolated"]["parallel"] >= 2
-    for mode in ("isolated", "parallel", "suite"):
+    for mode in ("isolated", "parallel", "suite", "threads"):
         job = config[f"gpu:{mode}"]
         assert job["tags"] == ["gpu"]
         assert job["script"] == [f"nox -s gpu_{mode}"]
@@ -602,6 +606,7 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
 REGRESSIONS = {
     "tests/gpu/test_softmax.py::test_rows[fp16]": "order-dependent",
     "tests/gpu/test_pool.py::test_reuse": "concurrency",
+    "tests/gpu/test_scan.py::test_cached_plan": "thread-unsafe",
 }
 
 
@@ -611,10 +616,12 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
     pipeline = Pipeline(tmp_path)
     seeded = pipeline.seed_gpu_artifacts()
     assert sorted(map(str, seeded.values())) == [
+        "evidence",
         "isolated/shard-1-of-2",
         "isolated/shard-2-of-2",
         "parallel",
         "suite",
+        "threads",
     ]
     # A pipeline of the default branch, which has no verdict yet: GitLab answers 404.
     with ArtifactServer() as server:
@@ -647,7 +654,17 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
         "tests/gpu/test_scan.py::test_scan": "passed",
     }
     assert all(t["new"] is None for t in verdict["tests"])  # no baseline, no "known"
-    assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite"]
+    # gpu:explain's evidence reached the verdict: each regression names its culprit
+    searched = ("tests/gpu/test_softmax.py::test_rows[fp16]", "tests/gpu/test_pool.py::test_reuse")
+    culprits = {t["id"]: t.get("culprits") for t in verdict["tests"] if t["id"] in searched}
+    assert culprits == {
+        "tests/gpu/test_softmax.py::test_rows[fp16]": [
+            "tests/gpu/test_softmax.py::test_rows[fp32]"
+        ],
+        "tests/gpu/test_pool.py::test_reuse": ["tests/gpu/test_scan.py"],
+    }
+    assert sorted(r["victims"] for r in verdict["roots"]) == [[i] for i in sorted(searched)]
+    assert sorted(verdict["modes"]) == ["isolated", "parallel", "suite", "threads"]
     assert verdict["modes"]["isolated"]["shards"] == 2
     assert verdict["modes"]["isolated"]["missing_shards"] == []
 
@@ -661,9 +678,9 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
     assert "verdict.sh: exit 1" in output
 
     junit = outputs["junit.xml"].read_text(encoding="utf-8")
-    assert junit.count("<testcase ") == 18  # 6 tests, 3 modes, shards merged
-    for mode in ("isolated", "parallel", "suite"):
-        assert junit.count(f'name="[{mode}] ') == 6
+    assert junit.count("<testcase ") == 28  # 7 tests, 4 modes, shards merged
+    for mode in ("isolated", "parallel", "suite", "threads"):
+        assert junit.count(f'name="[{mode}] ') == 7
 
 
 class GitLabWithArtifacts(FakeGitLab):

@@ -36,6 +36,7 @@ STAGES = (
     "classify",
     "probe",
     "culprits",
+    "sanitizer",
     "evidence",
     "check",
     "merge",

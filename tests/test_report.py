@@ -299,8 +299,8 @@ def test_comment_rendered_by_gitlab_is_inert_and_its_tables_are_whole() -> None:
     assert_inert(tree)
     hrefs = [attrs.get("href") for tag, attrs in tree.tags if tag == "a"]
     assert hrefs == [LINKS.report_url, LINKS.pipeline_url, LINKS.job_url]
-    widths = {len(row) for row in tree.rows if len(row) != 10}  # 10: the counts table
-    assert widths == {7}, tree.rows  # category, test, 3 modes, reruns, message
+    widths = {len(row) for row in tree.rows if len(row) != 11}  # 11: the counts table
+    assert widths == {8}, tree.rows  # category, test, 4 modes, reruns, message
     shown = "\n".join(tree.code)
     for test in verdict.tests:
         if test.category not in (Category.PASSED, Category.SKIPPED):
@@ -374,9 +374,9 @@ def test_comment_rendered_by_gitlab_tells_each_root_once_and_stays_inert() -> No
         "🆕 1 test fails beside tests/gpu/test_hog_infer.py",
         "tests/gpu/test_pool.py::test_fill_and_release broke 1 later test (known)",
     ]
-    widths = {len(row) for row in tree.rows if len(row) != 10}
+    widths = {len(row) for row in tree.rows if len(row) != len(Category)}
     assert widths == {7}, tree.rows  # the hostile ids split no table
-    counts_at = next(i for i, row in enumerate(tree.rows) if len(row) == 10)
+    counts_at = next(i for i, row in enumerate(tree.rows) if len(row) == len(Category))
     main = [row[1] for row in tree.rows[1:counts_at]]
     assert main == [
         "tests/gpu/test_pool.py::test_reads_pool",
@@ -591,7 +591,7 @@ def test_html_shows_the_verdict_findings_and_evidence() -> None:
     text = "".join(_page(html).text)
     assert (
         text.index("FAIL")
-        < text.index("2 new isolation regressions")
+        < text.index("3 new isolation regressions")
         < text.index("Isolation regressions")
     )
     for section in ("Failures", "Crashes", "Timeouts", "Flaky tests", "Not run"):
@@ -601,7 +601,12 @@ def test_html_shows_the_verdict_findings_and_evidence() -> None:
     regressions = text[text.index("Isolation regressions") : text.index("Failures")]
     # New first, each with its badge.
     assert regressions.index("test_rows[fp16]") < regressions.index("test_concurrent_alloc")
-    assert regressions.count("new") >= 2 and regressions.count("known") >= 2
+    assert regressions.index("test_kernel_cache_race") < regressions.index("test_concurrent_alloc")
+    assert regressions.count("new") >= 3 and regressions.count("known") >= 2
+    # a thread-unsafe test is an isolation regression like the others, in their colour
+    assert '<span class="cat c-thread-unsafe">thread-unsafe</span>' in html
+    assert ".c-concurrency,.c-thread-unsafe{color:var(--iso)}" in html
+    assert "--parallel-threads 4 tests/gpu/test_cache.py::test_kernel_cache_race" in text
     assert "python -m pytest -p no:cacheprovider 'tests/gpu/test_softmax.py::test_a'" in text
     for value in ("NVIDIA H100 80GB HBM3", "580.159.04", "13.0", "14.2.0", "3.12.3", "abc123def"):
         assert value in text

@@ -146,7 +146,7 @@ def test_report_in_chromium(browser: Any, report_file: Path, artifacts: Path) ->
     try:
         # The verdict opens the page.
         assert page.locator("h1").inner_text() == "FAIL gpuci verdict"
-        assert "2 new isolation regressions" in page.locator("ul.reasons").inner_text()
+        assert "3 new isolation regressions" in page.locator("ul.reasons").inner_text()
 
         # The injected markup is shown as text, and nothing of it ran or loaded.
         assert page.title() == TITLE
@@ -170,6 +170,18 @@ def test_report_in_chromium(browser: Any, report_file: Path, artifacts: Path) ->
         assert failed.first.is_visible()
         page.locator('nav#filter input[value="flaky"]').check()
         assert flaky.is_visible() and page.locator("section#flaky").is_visible()
+
+        # thread-unsafe: filtered like the other isolation regressions, in their colour
+        race = page.locator('tr[data-cat="thread-unsafe"]')
+        assert race.count() == 1 and race.is_visible()
+        page.locator('nav#filter input[value="thread-unsafe"]').uncheck()
+        assert not race.is_visible() and page.locator("section#regressions").is_visible()
+        page.locator('nav#filter input[value="thread-unsafe"]').check()
+        assert race.is_visible()
+        color = "el => getComputedStyle(el).color"
+        assert page.locator("tr .cat.c-thread-unsafe").evaluate(color) == (
+            page.locator("tr .cat.c-concurrency").evaluate(color)
+        )
 
         passed = page.locator('details.group[data-cat="passed"]').first
         assert passed.is_visible()
@@ -200,7 +212,7 @@ def test_report_without_javascript_shows_everything(browser: Any, report_file: P
     try:
         assert not page.locator("nav#filter").is_visible()
         rows = page.locator("tr[data-cat]")
-        assert rows.count() == 11
+        assert rows.count() == 12
         assert all(rows.nth(i).is_visible() for i in range(rows.count()))
         assert page.title() == TITLE
     finally:

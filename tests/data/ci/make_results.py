@@ -3,10 +3,12 @@
     python tests/data/ci/make_results.py      # rewrites tests/data/ci/out/gpu/
 
 The GPU jobs' artifacts as they unpack in the verdict job: `isolated` sharded in two
-(as `parallel: 2` runs it), `parallel` and `suite` whole, each with run.json and a
-pytest-style junit.xml. The suite holds one test of each kind the verdict must tell
-apart: passing, skipped, a real failure, order-dependent (fails in `suite` only) and
-concurrency (fails in `parallel` only); both last ones pass their alone-reruns.
+(as `parallel: 2` runs it), `parallel`, `suite` and `threads` whole, each with run.json
+and a pytest-style junit.xml. The suite holds one test of each kind the verdict must
+tell apart: passing, skipped, a real failure, order-dependent (fails in `suite` only),
+concurrency (fails in `parallel` only) and thread-unsafe (fails in `threads` only); the
+last three pass their alone-reruns.
+The gpu:explain job's `evidence/evidence.json` names the culprits of the first two.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ import shutil
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from gpuci.formats import evidence_to_json, mode_run_to_json, write_json_atomic
 from gpuci.model import (
+    Evidence,
     FileRun,
     FileStatus,
     Interpreter,
     Mode,
     ModeRun,
     Outcome,
+    Probe,
+    TestEvidence,
     TestResult,
-    mode_run_to_json,
-    write_json_atomic,
 )
 
 HERE = Path(__file__).parent
@@ -48,23 +52,28 @@ FILES = (SOFTMAX, POOL, SCAN)
 ISOLATED_SHARDS = ((SOFTMAX, POOL), (SCAN,))  # what `parallel: 2` gives each shard
 
 P, F, S = Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED
+ISO, PAR, SUI, THR = Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE, Mode.THREADS
+THREADS = 4  # what the threads job runs each test in
 # test id -> outcome per mode; the alone-reruns of those that did not pass
 OUTCOMES: dict[str, dict[Mode, Outcome]] = {
-    f"{SOFTMAX}::test_rows[fp32]": {Mode.ISOLATED: P, Mode.PARALLEL: P, Mode.SUITE: P},
-    f"{SOFTMAX}::test_rows[fp16]": {Mode.ISOLATED: P, Mode.PARALLEL: P, Mode.SUITE: F},
-    f"{POOL}::test_reuse": {Mode.ISOLATED: P, Mode.PARALLEL: F, Mode.SUITE: P},
-    f"{POOL}::test_limit": {Mode.ISOLATED: S, Mode.PARALLEL: S, Mode.SUITE: S},
-    f"{SCAN}::test_scan": {Mode.ISOLATED: P, Mode.PARALLEL: P, Mode.SUITE: P},
-    f"{SCAN}::test_empty": {Mode.ISOLATED: F, Mode.PARALLEL: F, Mode.SUITE: F},
+    f"{SOFTMAX}::test_rows[fp32]": {ISO: P, PAR: P, SUI: P, THR: P},
+    f"{SOFTMAX}::test_rows[fp16]": {ISO: P, PAR: P, SUI: F, THR: P},
+    f"{POOL}::test_reuse": {ISO: P, PAR: F, SUI: P, THR: P},
+    f"{POOL}::test_limit": {ISO: S, PAR: S, SUI: S, THR: S},
+    f"{SCAN}::test_scan": {ISO: P, PAR: P, SUI: P, THR: P},
+    f"{SCAN}::test_cached_plan": {ISO: P, PAR: P, SUI: P, THR: F},
+    f"{SCAN}::test_empty": {ISO: F, PAR: F, SUI: F, THR: F},
 }
 MESSAGES = {
     f"{SOFTMAX}::test_rows[fp16]": "AssertionError: rows do not sum to 1 (max error 0.37)",
     f"{POOL}::test_reuse": "OutOfMemoryError: out of memory allocating 2,147,483,648 bytes",
+    f"{SCAN}::test_cached_plan": "KeyError: 'scan_f32' (filled by another thread)",
     f"{SCAN}::test_empty": "IndexError: index 0 is out of bounds for axis 0 with size 0",
 }
 RERUNS = {
     f"{SOFTMAX}::test_rows[fp16]": (P, P),
     f"{POOL}::test_reuse": (P, P),
+    f"{SCAN}::test_cached_plan": (P, P),
     f"{SCAN}::test_empty": (F, F),
 }
 DURATION = 0.25  # of every test, in seconds
@@ -126,6 +135,7 @@ def mode_run(mode: Mode, files: tuple[str, ...], shard: tuple[int, int] | None) 
         mode=mode,
         command=tuple(command),
         rootdir=ROOTDIR,
+        threads=THREADS if mode is Mode.THREADS else None,
         workers=len(files) if mode is Mode.PARALLEL else 1,
         shard=shard,
         timeout=300.0,
@@ -173,6 +183,32 @@ def write_mode(where: Path, run: ModeRun) -> None:
     (where / "junit.xml").write_bytes(junit_xml(list(run.tests)))
 
 
+def evidence() -> Evidence:
+    """What gpu:explain adds: the culprit of each isolation finding, with its runs."""
+    victim, culprit = f"{SOFTMAX}::test_rows[fp16]", f"{SOFTMAX}::test_rows[fp32]"
+    return Evidence(
+        gpu=None,
+        budget_s=5.0,
+        spent_s=2.5,
+        runs=2,
+        phases={"culprits": {"runs": 2, "seconds": 2.5}},
+        tests=(
+            TestEvidence(
+                id=victim,
+                culprits=(culprit,),
+                search="bisection: 1 run(s)",
+                probes=(Probe(count=1, shown=(culprit,), outcome=F),),
+            ),
+            TestEvidence(
+                id=f"{POOL}::test_reuse",
+                culprits=(SCAN,),
+                search="pair: 1 run(s)",
+                probes=(Probe(count=1, shown=(SCAN,), outcome=F),),
+            ),
+        ),
+    )
+
+
 def main() -> None:
     """Rewrite the fixture from scratch."""
     shutil.rmtree(OUT, ignore_errors=True)
@@ -182,6 +218,8 @@ def main() -> None:
         write_mode(where, mode_run(Mode.ISOLATED, files, (index, total)))
     write_mode(OUT / Mode.PARALLEL.value, mode_run(Mode.PARALLEL, FILES, None))
     write_mode(OUT / Mode.SUITE.value, mode_run(Mode.SUITE, FILES, None))
+    write_mode(OUT / Mode.THREADS.value, mode_run(Mode.THREADS, FILES, None))
+    write_json_atomic(OUT / "evidence" / "evidence.json", evidence_to_json(evidence()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,368 @@
+"""End-to-end: `gpuci check` and `gpuci explain` name who broke whom (the culprit search).
+
+The suite, built in tmp_path, is pure Python; its polluters stand in for GPU state:
+- a module-level flag that fails every later test in the interpreter (a sticky CUDA error),
+  set by one polluter, with five victims over three files;
+- a pool-style polluter that leaves stale data two files ahead of its victim, with clean
+  files between;
+- a provider that registers what a later test needs (depends-on-others);
+- a "memory hog" pair: each fails while the other runs beside it (concurrency).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STICKY = "test_a_sticky.py::test_a_polluter"
+CASCADE = (
+    "test_a_sticky.py::test_a_victim",
+    "test_b_victims.py::test_b_first",
+    "test_b_victims.py::test_b_second",
+    "test_c_victims.py::test_c_first",
+    "test_c_victims.py::test_c_second",
+)
+POOL = "test_d_pool.py::test_d_fill"
+POOL_VICTIM = "test_g_reader.py::test_g_reads_fresh"
+PROVIDER = "test_h_provider.py::test_h_register"
+CONSUMER = "test_i_consumer.py::test_i_uses_registry"
+HOGS = ("test_j_hog.py::test_j_hold", "test_k_hog.py::test_k_hold")
+
+VICTIM = "def test_{name}():\n    assert not sticky.POISONED, 'the context is poisoned'\n"
+HOG = """import os, time
+from pathlib import Path
+
+
+def test_{name}_hold():
+    ledger = Path(os.environ["HOG_DIR"])
+    mine = ledger / "{name}"
+    mine.write_text("40%")
+    try:  # it holds its share for 1.5 s, and half way through asks for more
+        time.sleep(0.75)
+        others = sorted(p.name for p in ledger.iterdir() if p.name != "{name}")
+        time.sleep(0.75)
+        assert not others, f"out of device memory: held by {{others}}"
+    finally:
+        mine.unlink()
+"""
+FILES = {
+    "pytest.ini": "[pytest]\n",
+    "sticky.py": "POISONED = False\n",
+    "pool.py": "BLOCKS = []\n",
+    "registry.py": "KERNELS = {}\n",
+    "test_a_sticky.py": "import sticky\n\n\ndef test_a_fine():\n    pass\n\n\n"
+    "def test_a_polluter():\n    sticky.POISONED = True\n\n\n" + VICTIM.format(name="a_victim"),
+    "test_b_victims.py": "import sticky\n\n\n"
+    + VICTIM.format(name="b_first")
+    + "\n\n"
+    + VICTIM.format(name="b_second"),
+    "test_c_victims.py": "import sticky\n\n\n"
+    + VICTIM.format(name="c_first")
+    + "\n\n"
+    + VICTIM.format(name="c_second"),
+    "test_d_pool.py": "import pool\n\n\ndef test_d_fill():\n    pool.BLOCKS.append(7.0)\n",
+    "test_e_clean.py": "def test_e_one():\n    pass\n\n\ndef test_e_two():\n    pass\n",
+    "test_f_clean.py": "def test_f_one():\n    pass\n",
+    "test_g_reader.py": "import pool\n\n\ndef test_g_reads_fresh():\n"
+    "    assert pool.BLOCKS == [], 'stale data from the pool'\n",
+    "test_h_provider.py": "import registry\n\n\ndef test_h_register():\n"
+    "    registry.KERNELS['scale'] = 2\n",
+    "test_i_consumer.py": "import registry\n\n\ndef test_i_uses_registry():\n"
+    "    assert registry.KERNELS['scale'] == 2\n",
+    "test_j_hog.py": HOG.format(name="j"),
+    "test_k_hog.py": HOG.format(name="k"),
+}
+
+
+def build_suite(root: Path) -> Path:
+    suite = root / "suite"
+    suite.mkdir()
+    for name, text in FILES.items():
+        (suite / name).write_text(text, encoding="utf-8")
+    (root / "hogs").mkdir()
+    return suite
+
+
+def environment(root: Path) -> dict[str, str]:
+    # the reproduce commands say `python`: this interpreter, with gpuci's test dependencies
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return dict(os.environ, HOG_DIR=str(root / "hogs"), PATH=path)
+
+
+def gpuci(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a real subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuci", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any], str]:
+    """One `gpuci check` of the suite: its OUT, the suite, the verdict and the output."""
+    root = tmp_path_factory.mktemp("culprits")
+    suite = build_suite(root)
+    env = environment(root)
+    out = root / "out"
+    args = ("check", ".", "--out", str(out), "--workers", "2", "--evidence-budget", "600")
+    proc = gpuci(*args, cwd=suite, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    return out, suite, verdict, proc.stdout
+
+
+def by_id(verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["id"]: t for t in verdict["tests"]}
+
+
+@pytest.mark.slow
+def test_each_victim_names_its_culprit(checked: tuple[Path, Path, dict[str, Any], str]) -> None:
+    _, _, verdict, _ = checked
+    tests = by_id(verdict)
+    for victim in CASCADE:
+        assert tests[victim]["category"] == "order-dependent", tests[victim]
+        assert tests[victim]["culprits"] == [STICKY], tests[victim]
+    assert tests[POOL_VICTIM]["category"] == "order-dependent"
+    assert tests[POOL_VICTIM]["culprits"] == [POOL]
+    assert tests[CONSUMER]["category"] == "depends-on-others"
+    assert tests[CONSUMER]["culprits"] == [PROVIDER]
+    assert tests[HOGS[0]]["category"] == "concurrency"
+    assert tests[HOGS[0]]["culprits"] == ["test_k_hog.py"]
+    assert tests[HOGS[1]]["category"] == "concurrency"
+    assert tests[HOGS[1]]["culprits"] == ["test_j_hog.py"]
+    # the polluters pass themselves: the damage shows in someone else's test
+    for polluter in (STICKY, POOL, PROVIDER):
+        assert tests[polluter]["category"] == "passed"
+        assert "culprits" not in tests[polluter]
+
+
+@pytest.mark.slow
+def test_the_cascade_is_one_root_with_five_victims(
+    checked: tuple[Path, Path, dict[str, Any], str],
+) -> None:
+    _, _, verdict, stdout = checked
+    roots = verdict["roots"]
+    assert roots[0] == {
+        "culprits": [STICKY],
+        "category": "order-dependent",
+        "victims": list(CASCADE),
+        "reproduce": by_id(verdict)[CASCADE[0]]["reproduce"],
+    }
+    assert sorted(len(r["victims"]) for r in roots) == [1, 1, 1, 1, 5]
+    # after the first victim's search, each later victim took one confirming run
+    for victim in CASCADE[1:]:
+        test = by_id(verdict)[victim]
+        assert len(test["probes"]) == 1, test
+        assert test["search"].startswith("cascade"), test
+    assert STICKY in stdout
+
+
+@pytest.mark.slow
+def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) -> None:
+    out, _, verdict, _ = checked
+    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    tests = by_id(verdict)
+
+    def bisection(candidates: int) -> int:  # halve, trying both halves, then confirm
+        return 2 * math.ceil(math.log2(candidates)) + 1
+
+    # the pool victim ran after 11 tests in suite; the consumer after 12; the first sticky
+    # victim after 2 in its file (isolated); the other four sticky victims 1 run each; the
+    # pool victim first tries the sticky culprit (1 run); each hog 1 pair (2 interpreters)
+    bound = 2 + 4 + (1 + bisection(11)) + bisection(12) + 2 * 2
+    runs = evidence["phases"]["culprits"]["runs"]
+    pairs = sum(len(tests[hog]["probes"]) for hog in HOGS)
+    assert runs == sum(len(t.get("probes", ())) for t in tests.values()) + pairs
+    assert runs <= bound, evidence["phases"]
+    assert evidence["runs"] == sum(int(p["runs"]) for p in evidence["phases"].values())
+
+
+@pytest.mark.slow
+def test_reproduce_commands_are_minimal_and_reproduce(
+    checked: tuple[Path, Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    _, suite, verdict, _ = checked
+    tests = by_id(verdict)
+    env = environment(suite.parent)
+    for victim in (*CASCADE, POOL_VICTIM):
+        command = tests[victim]["reproduce"]
+        assert command.endswith(
+            f"python -m pytest -p no:randomly {tests[victim]['culprits'][0]} {victim}"
+        )
+    assert tests[CONSUMER]["reproduce"].endswith(f"python -m pytest -p no:randomly {CONSUMER}")
+    for victim in (CASCADE[2], POOL_VICTIM, CONSUMER, HOGS[0]):
+        shown = subprocess.run(
+            ["bash", "-c", tests[victim]["reproduce"]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert f"FAILED {victim}" in shown.stdout, shown.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_explain_adds_culprits_to_results_of_separate_runs(tmp_path: Path) -> None:
+    suite = build_suite(tmp_path)
+    env = environment(tmp_path)
+    out = tmp_path / "out"
+    files = ["test_a_sticky.py", "test_b_victims.py", "test_h_provider.py", "test_i_consumer.py"]
+    for mode in ("isolated", "suite"):
+        proc = gpuci("run", *files, "--mode", mode, "--out", str(out), cwd=suite, env=env)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+    # the default budget is the modes' wall, a second or two here: too little to search
+    proc = gpuci("explain", str(out), "--evidence-budget", "300", cwd=suite, env=env)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    tests = by_id(verdict)
+    for victim in CASCADE[:3]:
+        assert tests[victim]["culprits"] == [STICKY]
+    assert tests[CONSUMER]["culprits"] == [PROVIDER]
+    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    # the mode jobs' own alone-reruns (2 each) count: explain reran nothing alone
+    assert "alone" not in evidence["phases"]
+
+
+def test_explain_refuses_what_it_cannot_use(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    proc = gpuci("explain", str(tmp_path / "missing"), cwd=tmp_path, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("gpuci: error:")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    suite = tmp_path / "gone"
+    suite.mkdir()
+    (suite / "test_x.py").write_text("def test_x():\n    assert False\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert (
+        gpuci("run", ".", "--mode", "suite", "--out", str(out), cwd=suite, env=env).returncode == 1
+    )
+    (suite / "test_x.py").unlink()
+    suite.rmdir()
+    proc = gpuci("explain", str(out), cwd=tmp_path, env=env)
+    assert proc.returncode == 3
+    assert "not a directory here" in proc.stderr
+    assert (out / "suite" / "run.json").exists()  # nothing done is lost
+
+
+# A stand-in for CuPy's caching pool, just what the poisoning touches: freed blocks come
+# back uncleared for an allocation of the same size; fresh blocks read as zeros.
+POOL_CUPY = '''
+import itertools
+
+MEMORY, FREE, _ptrs = {}, {}, itertools.count(4096, 4096)
+
+
+class MemoryPointer:
+    def __init__(self, ptr, size):
+        self.ptr, self.size = ptr, size
+
+    def __del__(self):
+        FREE.setdefault(self.size, []).append(self.ptr)
+
+
+def _pool_malloc(size):
+    ptr = FREE.get(size, []).pop() if FREE.get(size) else next(_ptrs)
+    MEMORY.setdefault(ptr, bytearray(size))
+    return MemoryPointer(ptr, size)
+
+
+class _Stream:
+    ptr = 0
+
+
+class _Runtime:
+    @staticmethod
+    def memsetAsync(ptr, value, size, stream):
+        MEMORY[ptr][:size] = bytes([value]) * size
+
+
+class cuda:
+    runtime = _Runtime
+    _allocator = staticmethod(_pool_malloc)
+
+    @staticmethod
+    def get_allocator():
+        return cuda._allocator
+
+    @staticmethod
+    def set_allocator(allocator):
+        cuda._allocator = allocator
+
+    @staticmethod
+    def get_current_stream():
+        return _Stream()
+
+
+def empty(n):
+    """n bytes, as the allocator hands them out: a list view of the block."""
+    block = cuda.get_allocator()(n)
+    return block, MEMORY[block.ptr]
+'''
+POISON_SUITE = {
+    "pytest.ini": "[pytest]\n",
+    "cupy.py": POOL_CUPY,
+    "test_pad.py": """import cupy
+
+
+def test_fill_and_release():
+    block, data = cupy.empty(8)
+    data[:] = bytes([7]) * 8
+    del block
+
+
+def test_pad_tail_is_zero():
+    block, data = cupy.empty(8)
+    data[:6] = bytes(range(1, 7))  # BUG: never writes the padding it returns
+    assert data[6:] == bytearray(2), f"padding reads {list(data[6:])}"
+""",
+    "test_limit.py": """import cupy
+
+LIMIT = []
+
+
+def test_sets_limit():
+    LIMIT.append(4)
+
+
+def test_big_batch():
+    assert not LIMIT, "over the pool limit another test left"
+""",
+}
+
+
+@pytest.mark.slow
+def test_poisoning_blames_the_reader_of_uninitialized_memory(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name, text in POISON_SUITE.items():
+        (suite / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    env = dict(os.environ)
+    args = ("check", ".", "--out", str(out), "--evidence-budget", "300")
+    proc = gpuci(*args, cwd=suite, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tests = by_id(json.loads((out / "verdict.json").read_text(encoding="utf-8")))
+    reader = tests["test_pad.py::test_pad_tail_is_zero"]
+    assert reader["category"] == "order-dependent"
+    assert reader["poisoned"] == "failed"
+    assert reader["diagnosis"].startswith("reads uninitialized device memory")
+    assert "culprits" not in reader  # its own bug: the writer before it is not blamed
+    victim = tests["test_limit.py::test_big_batch"]
+    assert victim["poisoned"] == "passed"
+    assert "diagnosis" not in victim
+    assert victim["culprits"] == ["test_limit.py::test_sets_limit"]

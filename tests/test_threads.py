@@ -1,0 +1,349 @@
+"""End-to-end: the threads mode and the thread-unsafe category, with the real CLI.
+
+A pure-Python thread race (a module-level scratch list, a short sleep between write and
+read) passes in every mode that runs a test once at a time, and fails only when
+pytest-run-parallel runs it in several threads at once: `thread-unsafe`. The same race
+marked `thread_unsafe` runs in one thread and passes; nothing else changes category.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# the threads mode runs tests with it; CI installs it (missing there is a failure, not a skip)
+needs_run_parallel = pytest.mark.skipif(
+    importlib.util.find_spec("pytest_run_parallel") is None and os.environ.get("CI") != "true",
+    reason="pytest-run-parallel is not installed (pip install pytest-run-parallel)",
+)
+
+SUITE = {
+    "pytest.ini": """
+        [pytest]
+        markers =
+            thread_unsafe: pytest-run-parallel runs it in one thread
+    """,
+    "test_race.py": """
+        import threading
+        import time
+
+        import pytest
+
+        scratch = []
+
+
+        def test_race():
+            me = threading.get_ident()
+            scratch.append(me)
+            try:
+                time.sleep(0.02)  # every other thread appends meanwhile
+                assert scratch == [me]
+            finally:
+                scratch.remove(me)
+
+
+        @pytest.mark.thread_unsafe
+        def test_race_marked_unsafe():
+            me = threading.get_ident()
+            scratch.append(me)
+            try:
+                time.sleep(0.02)
+                assert scratch == [me]
+            finally:
+                scratch.remove(me)
+
+
+        def test_plain_in_the_same_file():
+            assert sorted([3, 1, 2]) == [1, 2, 3]
+    """,
+    "test_plain.py": """
+        def test_add():
+            assert 1 + 1 == 2
+
+
+        def test_upper():
+            assert "gpu".upper() == "GPU"
+    """,
+}
+RACE = "test_race.py::test_race"
+MARKED = "test_race.py::test_race_marked_unsafe"
+PLAIN = (
+    "test_race.py::test_plain_in_the_same_file",
+    "test_plain.py::test_add",
+    "test_plain.py::test_upper",
+)
+EVERY_MODE = {"suite", "parallel", "threads", "isolated"}
+
+
+def build(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in SUITE.items():
+        (root / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return root
+
+
+def gpuci(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CI_NODE", "PYTEST_"))}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuci", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def read(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def categories(out: Path) -> dict[str, str]:
+    return {t["id"]: t["category"] for t in read(out / "verdict.json")["tests"]}
+
+
+def in_a_shell(command: str) -> subprocess.CompletedProcess[str]:
+    """A reproduce command pasted into a shell where `python` is this interpreter."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, check=False, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = build(tmp_path_factory.mktemp("threads") / "suite")
+    proc = gpuci("check", ".", "--out", "out", "--gpus", "0,1", cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the race fails the verdict
+    return root / "out", proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_a_thread_race_is_thread_unsafe_and_nothing_else_changes(
+    checked: tuple[Path, str],
+) -> None:
+    out, output = checked
+    verdict = read(out / "verdict.json")
+    assert set(verdict["modes"]) == EVERY_MODE  # threads is a default mode where installed
+    assert categories(out) == {
+        RACE: "thread-unsafe",
+        MARKED: "passed",
+        **dict.fromkeys(PLAIN, "passed"),
+    }
+    race = next(t for t in verdict["tests"] if t["id"] == RACE)
+    assert race["outcomes"] == {
+        "isolated": "passed",
+        "parallel": "passed",
+        "suite": "passed",
+        "threads": "failed",
+    }
+    assert race["new"] is None
+    assert verdict["reasons"] == ["1 isolation regression"]
+    assert verdict["summary"]["thread-unsafe"] == 1
+    assert "threads: 2 files, 5 tests, workers one at a time, each test in 4 threads" in output
+    # shown with the other isolation regressions
+    html = (out / "report.html").read_text(encoding="utf-8")
+    regressions = html[html.index("Isolation regressions") : html.index("Flaky tests")]
+    assert '<span class="cat c-thread-unsafe">thread-unsafe</span>' in regressions
+    assert "thread-unsafe" in (out / "comment.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_threads_mode_runs_each_test_in_threads_and_honours_the_marker(
+    checked: tuple[Path, str],
+) -> None:
+    out, _ = checked
+    threads = read(out / "threads" / "run.json")
+    assert threads["threads"] == 4
+    assert threads["pytest_args"] == []  # kept apart from the user's arguments
+    assert threads["workers"] == 1
+    assert {f["gpu"] for f in threads["files"]} == {"0,1"}  # what every serial interpreter sees
+    for mode in EVERY_MODE - {"threads"}:
+        assert "threads" not in read(out / mode / "run.json")
+    log = (out / "threads" / "logs" / "test_race.py.log").read_text(encoding="utf-8")
+    assert "--parallel-threads 4" in log.splitlines()[0]
+    journal = (out / "threads" / "journal" / "test_race.py.jsonl").read_text(encoding="utf-8")
+    collected = json.loads(journal.splitlines()[0])
+    assert (collected["threads"], collected["single_threaded"]) == (4, [MARKED])
+    # pytest-run-parallel reports a thread's failure as an error at call; JUnit and gpuci
+    # record it as the failure it is
+    junit = (out / "threads" / "junit.xml").read_text(encoding="utf-8")
+    assert junit.count("<failure") == 1 and "<error" not in junit
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_evidence_runs_the_race_alone_in_one_thread(checked: tuple[Path, str]) -> None:
+    out, _ = checked
+    evidence = read(out / "evidence" / "evidence.json")
+    assert {t["id"]: t["alone"] for t in evidence["tests"]} == {RACE: ["passed"]}
+    log = (out / "evidence" / "logs" / "test_race.py.log").read_text(encoding="utf-8")
+    assert "=== gpuci: alone: " in log and "--parallel-threads" not in log
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_isolated_confirms_only_the_files_that_failed_in_threads(
+    checked: tuple[Path, str],
+) -> None:
+    out, _ = checked
+    isolated = read(out / "isolated" / "run.json")
+    assert {f["file"] for f in isolated["files"] if not f.get("inferred")} == {"test_race.py"}
+    assert {f["file"] for f in isolated["files"] if f.get("inferred")} == {"test_plain.py"}
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_the_reproduce_command_runs_the_race_in_threads(checked: tuple[Path, str]) -> None:
+    out, _ = checked
+    race = next(t for t in read(out / "verdict.json")["tests"] if t["id"] == RACE)
+    root = out.parent
+    assert race["reproduce"] == (
+        f"cd {root} && CUDA_VISIBLE_DEVICES=0,1 python -m pytest -p no:randomly"
+        f" --parallel-threads 4 {RACE}"
+    )
+    shown = in_a_shell(race["reproduce"])
+    assert shown.returncode == 1, shown.stdout[-2000:]
+    assert "PARALLEL FAILED test_race.py::test_race" in shown.stdout
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_threads_mode_alone_in_check_and_in_run(tmp_path: Path) -> None:
+    root = build(tmp_path / "suite")
+    proc = gpuci("check", ".", "--out", "checked", "--modes", "threads", "--threads", "3", cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert set(read(root / "checked" / "verdict.json")["modes"]) == {"threads"}
+    assert categories(root / "checked") == categories_expected()
+    # as a CI job runs it: one mode, its own alone-reruns (in one thread), then the diff
+    proc = gpuci("run", ".", "--mode", "threads", "--out", "out", "--threads", "2", cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    run = read(root / "out" / "threads" / "run.json")
+    assert run["threads"] == 2
+    assert {t["id"]: t["reruns"] for t in run["tests"] if t["reruns"]} == {
+        RACE: ["passed", "passed"]
+    }
+    proc = gpuci("diff", "out", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    assert categories(root / "out") == categories_expected()
+    race = next(t for t in read(root / "out" / "verdict.json")["tests"] if t["id"] == RACE)
+    assert f"--parallel-threads 2 {RACE}" in race["reproduce"]
+    # --resume goes on only with as many threads as the run it continues
+    resume = ("run", ".", "--mode", "threads", "--out", "out", "--resume")
+    proc = gpuci(*resume, "--threads", "3", cwd=root)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("gpuci: error: --resume: ") and "--threads" in proc.stderr
+    proc = gpuci(*resume, "--threads", "2", cwd=root)
+    assert proc.returncode == 1 and "finished earlier, nothing to resume" in proc.stderr
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_isolated_after_threads_alone_is_lazy_too(tmp_path: Path) -> None:
+    root = build(tmp_path / "suite")
+    proc = gpuci("check", ".", "--out", "out", "--modes", "threads,isolated", cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = root / "out"
+    assert categories(out) == categories_expected()
+    isolated = read(out / "isolated" / "run.json")
+    assert {f["file"] for f in isolated["files"] if f.get("inferred")} == {"test_plain.py"}
+    note = "isolated: 1 of 2 files inferred from threads, where they passed"
+    assert note in (out / "comment.md").read_text(encoding="utf-8")
+
+
+def categories_expected() -> dict[str, str]:
+    return {RACE: "thread-unsafe", MARKED: "passed", **dict.fromkeys(PLAIN, "passed")}
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+@pytest.mark.parametrize("value", ["1", "0", "-4", "four", "2.5"])
+def test_bad_threads_are_one_line_and_exit_2(tmp_path: Path, command: str, value: str) -> None:
+    root = build(tmp_path / "suite")
+    mode = ["--mode", "threads"] if command == "run" else []
+    proc = gpuci(command, ".", "--out", "out", *mode, "--threads", value, cwd=root)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuci: error: "), lines
+    assert "--threads" in lines[0] and value in lines[0]
+    assert not (root / "out").exists()
+
+
+BLOCKER = """
+import sys
+
+
+class _NoRunParallel:
+    # as if pytest-run-parallel were not installed in this interpreter
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "pytest_run_parallel":
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+
+
+sys.meta_path.insert(0, _NoRunParallel())
+"""
+
+
+@pytest.fixture
+def python_without_run_parallel(tmp_path: Path) -> str:
+    """An interpreter that cannot import pytest-run-parallel (and pytest loads no plugins)."""
+    site = tmp_path / "blocker"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER, encoding="utf-8")
+    wrapper = tmp_path / "python-without-run-parallel"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'PYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1'
+        f' exec "{sys.executable}" "$@"\n',
+        encoding="utf-8",
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.mark.parametrize(
+    ("args", "asked"),
+    [
+        (["check", "--modes", "suite,threads"], "--modes suite,threads"),
+        (["run", "--mode", "threads"], "--mode threads"),
+    ],
+)
+def test_threads_without_pytest_run_parallel_is_one_line_and_exit_2(
+    tmp_path: Path, python_without_run_parallel: str, args: list[str], asked: str
+) -> None:
+    root = build(tmp_path / "suite")
+    command, *rest = args
+    proc = gpuci(
+        command, ".", "--out", "out", *rest, "--python", python_without_run_parallel, cwd=root
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gpuci: error: {asked}: "), lines
+    assert "pytest-run-parallel" in lines[0] and python_without_run_parallel in lines[0]
+    assert not (root / "out").exists()
+
+
+@pytest.mark.slow
+def test_check_leaves_threads_out_where_pytest_run_parallel_is_missing(
+    tmp_path: Path, python_without_run_parallel: str
+) -> None:
+    root = build(tmp_path / "suite")
+    proc = gpuci("check", ".", "--out", "out", "--python", python_without_run_parallel, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # one thread at a time, nothing races
+    out = root / "out"
+    assert set(read(out / "verdict.json")["modes"]) == EVERY_MODE - {"threads"}
+    assert not (out / "threads").exists()
+    assert set(categories(out).values()) == {"passed"}
