@@ -5,7 +5,8 @@ test. The HTML relies on Jinja2's autoescaping plus a Content-Security-Policy th
 only the report's own inline script and style run (by their SHA-256 hashes: the file is
 static, so a nonce would add nothing a hash does not, and a hash keeps the output
 deterministic). Nothing is loaded from the network: `default-src 'none'`. The Markdown's
-escaping is `gpuci.escape`'s; the data both templates show is `gpuci.report_data`'s.
+escaping is `gpuci.escape`'s; the data the templates show is `gpuci.report_data`'s (HTML)
+and `gpuci.comment_data`'s (Markdown).
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ from urllib.parse import quote
 
 import jinja2
 
+from gpuci.comment_data import (
+    DETAIL_ROWS,
+    MAIN_ROWS,
+    MARKER,
+    MD_ID_CHARS,
+    ROOT_LINES,
+    ReportLinks,
+    markdown_data,
+)
 from gpuci.escape import (
     csp_hash,
     md_cell,
@@ -31,17 +41,20 @@ from gpuci.escape import (
 )
 from gpuci.formats import read_verdict
 from gpuci.model import Verdict
-from gpuci.report_data import (
-    DETAIL_ROWS,
-    MAIN_ROWS,
-    MARKER,
-    MD_ID_CHARS,
-    ReportLinks,
-    html_data,
-    markdown_data,
-)
+from gpuci.report_data import html_data
 
-__all__ = ["MARKER", "ReportLinks", "md_cell", "md_code", "md_fence", "md_text", "render_html"]
+__all__ = [
+    "DETAIL_ROWS",
+    "MAIN_ROWS",
+    "MARKER",
+    "ROOT_LINES",
+    "ReportLinks",
+    "md_cell",
+    "md_code",
+    "md_fence",
+    "md_text",
+    "render_html",
+]
 
 HTML_TEMPLATE = "report.html.j2"
 MARKDOWN_TEMPLATE = "comment.md.j2"

@@ -1,4 +1,7 @@
-"""The report's data: a verdict shaped into plain rows and sections for the two templates."""
+"""The report's data: a verdict shaped into plain rows and sections for the two templates.
+
+The HTML report's data is here; the comment's is `gpuci.comment_data`'s, from the same rows.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +11,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.escape import Md, clean_log, cut, safe_url
+from gpuci.cards import RootLink, badge, root_cards, root_links, row_anchors, sanitizer_block
+from gpuci.escape import clean_log, cut, safe_url
 from gpuci.model import ISOLATION_CATEGORIES, Category, Mode, Outcome, TestVerdict, Verdict
+from gpuci.roots import blame_of, blamed_roots, culprit_note, sanitizer_line
 from gpuci.timeline import durations, file_runs, mode_notes, timeline
-
-MARKER = "<!-- gpuci-report -->"
-
-# GitLab refuses notes over 1,000,000 characters; stay far below so that a comment
-# never fails to post and never makes the merge-request page slow to load.
-MARKDOWN_MAX_CHARS = 400_000
-MAIN_ROWS = 30  # findings in the comment's first table
-DETAIL_ROWS = 100  # rows in each collapsed table of the comment
-MD_ID_CHARS = 240  # a test id longer than this is cut in the comment
-MD_MESSAGE_CHARS = 160
-MD_COMMAND_CHARS = 2_000  # a longer reproduce command is left to the HTML report
 
 HTML_MESSAGE_CHARS = 2_000
 HTML_LOG_CHARS = 12_000  # the tail of a crash's log shown in the report
@@ -70,16 +64,7 @@ _EXIT = re.compile(r"\bexit(?:ed)?(?:\s+with)?\s+(?:code|status)\s+(-?\d+)", re.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReportLinks:
-    """Where the comment points: the HTML report, the pipeline and the job (all optional)."""
-
-    report_url: str | None = None
-    pipeline_url: str | None = None
-    job_url: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Row:
+class Row:
     """One test as both templates show it."""
 
     id: str
@@ -93,14 +78,22 @@ class _Row:
     cause: str = ""  # signal or exit status of a crash
     log: str = ""
     log_open: bool = False
+    anchor: str = ""  # the row's HTML id
+    root: RootLink | None = None  # a blamed victim's root: the row links to its card
+    note: str = ""  # why an isolation finding has no culprit ("culprit: not searched")
+    diagnosis: str = ""  # what the GPU-native evidence says the bug is
+    sanitizer: str = ""  # compute-sanitizer's first error block (HTML)
+    sanitizer_line: str = ""  # its first line (the comment)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Section:
+class Section:
+    """A titled table of rows."""
+
     key: str
     title: str
     intro: str
-    rows: Sequence[_Row]
+    rows: Sequence[Row]
     categories: tuple[str, ...] = ()
     more: int = 0  # rows left out (the comment only)
 
@@ -114,19 +107,13 @@ class _Group:
     names: list[str] = field(default_factory=list)
 
 
-def _mode_columns(verdict: Verdict) -> list[str]:
+def mode_columns(verdict: Verdict) -> list[str]:
     """The modes to show, in pipeline order, then any unknown ones by name."""
     seen = set(verdict.modes)
     for test in verdict.tests:
         seen.update(test.outcomes)
     known = [m.value for m in Mode if m.value in seen]
     return known + sorted(seen - set(known))
-
-
-def _badge(test: TestVerdict) -> str:
-    if test.category not in ISOLATION_CATEGORIES or test.new is None:
-        return ""
-    return "new" if test.new else "known"
 
 
 def _reruns(reruns: Iterable[str]) -> str:
@@ -172,7 +159,7 @@ def _signal_text(value: str) -> str:
     return f"signal {sig.value} ({sig.name})"
 
 
-def _row(
+def finding_row(
     test: TestVerdict,
     columns: Sequence[str],
     modes: Mapping[str, Any],
@@ -180,24 +167,34 @@ def _row(
     message_chars: int,
     log_chars: int = 0,
     log_open: bool = False,
-) -> _Row:
+    anchor: str = "",
+    root: RootLink | None = None,
+    note: str = "",
+) -> Row:
+    """One test as a row: outcomes per column mode, evidence, and what to run."""
     message = cut(test.message, message_chars)
     crashed = test.category in (Category.CRASHED, Category.TIMED_OUT)
-    return _Row(
+    return Row(
         id=test.id,
         file=test.file,
         category=test.category.value,
-        badge=_badge(test),
+        badge=badge(test),
         outcomes=tuple(
             _outcome(test.outcomes.get(mode, ""), inferred=mode in test.inferred)
             for mode in columns
         ),
         reruns="; ".join(p for p in (_reruns(test.reruns), test.cut) if p),
         message=message,
-        reproduce=test.reproduce,
+        reproduce="" if root else test.reproduce,  # the root's card has the command
         cause=_crash_cause(test, modes) if test.category is Category.CRASHED else "",
         log=clean_log(test.log, log_chars) if crashed and log_chars and test.log else "",
         log_open=log_open,
+        anchor=anchor,
+        root=root,
+        note=note,
+        diagnosis=test.diagnosis,
+        sanitizer=sanitizer_block(test.sanitizer) if test.sanitizer else "",
+        sanitizer_line=sanitizer_line(test.sanitizer),
     )
 
 
@@ -209,7 +206,7 @@ def _outcome(value: str, *, inferred: bool = False) -> tuple[str, str]:
     return (text, value if value in OUTCOME_VALUES else "unknown")
 
 
-def _by_category(verdict: Verdict) -> dict[Category, list[TestVerdict]]:
+def by_category(verdict: Verdict) -> dict[Category, list[TestVerdict]]:
     groups: dict[Category, list[TestVerdict]] = {c: [] for c in Category}
     for test in verdict.tests:
         groups[test.category].append(test)
@@ -219,12 +216,14 @@ def _by_category(verdict: Verdict) -> dict[Category, list[TestVerdict]]:
     return groups
 
 
-def _regressions(groups: Mapping[Category, list[TestVerdict]]) -> list[TestVerdict]:
+def regressions(groups: Mapping[Category, list[TestVerdict]]) -> list[TestVerdict]:
+    """The isolation findings, new ones first."""
     found = [t for c in FINDING_ORDER if c in ISOLATION_CATEGORIES for t in groups[c]]
     return sorted(found, key=lambda t: t.new is False)
 
 
-def _counts(verdict: Verdict) -> list[dict[str, Any]]:
+def counts(verdict: Verdict) -> list[dict[str, Any]]:
+    """Tests per category, each marked whether it is a finding."""
     return [
         {
             "name": c.value,
@@ -269,34 +268,43 @@ def _compact(tests: Iterable[TestVerdict], category: str) -> list[_Group]:
 
 
 def html_data(verdict: Verdict) -> dict[str, Any]:
-    columns = _mode_columns(verdict)
-    groups = _by_category(verdict)
+    """The HTML template's data: cards of roots, sections of rows, timeline, environment."""
+    columns = mode_columns(verdict)
+    groups = by_category(verdict)
+    blames = blamed_roots(verdict)
+    anchors = row_anchors(verdict)
+    links = root_links(blames)
+    blamed = blame_of(blames)
 
-    def rows(tests: Iterable[TestVerdict], logs: bool = False) -> list[_Row]:
+    def rows(tests: Iterable[TestVerdict], logs: bool = False) -> list[Row]:
         return [
-            _row(
+            finding_row(
                 t,
                 columns,
                 verdict.modes,
                 message_chars=HTML_MESSAGE_CHARS,
                 log_chars=HTML_LOG_CHARS if logs else 0,
                 log_open=logs and i < HTML_OPEN_LOGS,
+                anchor=anchors.get(t.id, ""),
+                root=links.get(t.id),
+                note=culprit_note(t, blamed),
             )
             for i, t in enumerate(tests)
         ]
 
+    cards = root_cards(blames, anchors)
     sections = [
-        _Section(
+        Section(
             key="regressions",
             title="Isolation regressions",
             intro="Pass alone in a fresh interpreter, fail only together with other tests"
             " (order-dependent, depends-on-others), beside other processes (concurrency)"
             " or in several threads at once (thread-unsafe).",
-            rows=rows(_regressions(groups)),
+            rows=rows(regressions(groups)),
             categories=tuple(sorted(c.value for c in ISOLATION_CATEGORIES)),
         ),
         *(
-            _Section(
+            Section(
                 key=category.value,
                 title=title,
                 intro=intro,
@@ -307,15 +315,17 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
         ),
     ]
     return {
-        "lazy": sum(len(s.rows) for s in sections) > HTML_LAZY_ROWS,
+        "lazy": sum(len(s.rows) for s in sections) + len(cards) > HTML_LAZY_ROWS,
         "verdict": verdict.verdict,
         "verdict_class": verdict.verdict if verdict.verdict in VERDICT_EMOJI else "unknown",
         "reasons": list(verdict.reasons),
         "all_clear": verdict.verdict == "pass" and not verdict.reasons,
-        "counts": _counts(verdict),
+        "counts": counts(verdict),
         "total": len(verdict.tests),
         "categories": [c.value for c in Category],
         "columns": columns,
+        "cards": cards,
+        "card_categories": sorted({c.category for c in cards}),
         "sections": [s for s in sections if s.rows],
         "empty_sections": [s.title for s in sections if not s.rows],
         "compact": _compact(groups[Category.PASSED], Category.PASSED.value)
@@ -328,65 +338,3 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
         "environment": _environment_rows(verdict),
         "title": verdict.environment.get("commit", ""),
     }
-
-
-def markdown_data(
-    verdict: Verdict,
-    links: ReportLinks,
-    *,
-    main_rows: int,
-    detail_rows: int,
-    id_chars: int,
-) -> dict[str, Any]:
-    columns = _mode_columns(verdict)
-    groups = _by_category(verdict)
-    regressions = _regressions(groups)
-    main = [t for t in regressions if t.new is not False]
-    main += [t for c in MAIN_CATEGORIES for t in groups[c]]
-    known = [t for t in regressions if t.new is False]
-
-    def section(key: str, title: str, tests: Sequence[TestVerdict], cap: int) -> _Section:
-        shown = [
-            _row(t, columns, verdict.modes, message_chars=MD_MESSAGE_CHARS) for t in tests[:cap]
-        ]
-        return _Section(key=key, title=title, intro="", rows=shown, more=len(tests) - len(shown))
-
-    first = section("main", "Needs attention", main, main_rows)
-    reproduce = [
-        line
-        for r in first.rows
-        if r.reproduce
-        for line in (
-            f"# {cut(r.id, id_chars)}",
-            r.reproduce if len(r.reproduce) <= MD_COMMAND_CHARS else "# (too long: see the report)",
-        )
-    ]
-    details = [
-        section("known", "Known isolation regressions", known, detail_rows),
-        section("flaky", "Flaky tests", groups[Category.FLAKY], detail_rows),
-        section("not-run", "Not run", groups[Category.NOT_RUN], detail_rows),
-    ]
-    return {
-        "marker": Md(MARKER),
-        "emoji": Md(VERDICT_EMOJI.get(verdict.verdict, "❔")),
-        "verdict": verdict.verdict,
-        "reasons": list(verdict.reasons),
-        "all_clear": verdict.verdict == "pass" and not verdict.reasons,
-        "columns": columns,
-        "main": first,
-        "reproduce": reproduce,
-        "details": [d for d in details if d.rows or d.more],
-        "counts": _counts(verdict),
-        "total": len(verdict.tests),
-        "notes": mode_notes(verdict),
-        "links": ReportLinks(
-            report_url=safe_url(links.report_url),
-            pipeline_url=safe_url(links.pipeline_url),
-            job_url=safe_url(links.job_url),
-        ),
-        "id_chars": id_chars,
-        "message_chars": MD_MESSAGE_CHARS,
-    }
-
-
-# --- files ------------------------------------------------------------------------------

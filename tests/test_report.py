@@ -1,8 +1,11 @@
 """Tests of gpuci/report.py: escaping, the comment's golden file, size caps, the HTML's safety.
 
-The golden comment is tests/data/report/comment_all.md, rendered from verdict_all.json
-(a verdict with every category and hostile test ids). After an intended change, rewrite it
-with `GPUCI_UPDATE_GOLDEN=1 pytest tests/test_report.py` and review the diff.
+The golden comments are tests/data/report/comment_all.md, rendered from verdict_all.json
+(a verdict with every category and hostile test ids), and comment_roots.md, from
+verdict_roots.json (roots of every kind: a cascade, providers, a concurrency pair, hostile
+culprit ids; a diagnosed victim, compute-sanitizer blocks, searches cut by the budget).
+After an intended change, rewrite them with `GPUCI_UPDATE_GOLDEN=1 pytest
+tests/test_report.py` and review the diff.
 
 Markdown is also rendered the way GitLab renders it: with Comrak (the `comrak` package,
 GitLab's Markdown engine) and GitLab's options. Those tests skip where `comrak` is not
@@ -28,7 +31,16 @@ import pytest
 from gpuci import report
 from gpuci.escape import flatten
 from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
-from gpuci.model import ISOLATION_CATEGORIES, Category, InputError, TestVerdict, Verdict
+from gpuci.model import (
+    ISOLATION_CATEGORIES,
+    Category,
+    InputError,
+    Outcome,
+    Probe,
+    Root,
+    TestVerdict,
+    Verdict,
+)
 from gpuci.report import (
     MARKDOWN_MAX_CHARS,
     MARKER,
@@ -42,10 +54,13 @@ from gpuci.report import (
     render_markdown,
     write_reports,
 )
+from gpuci.report_data import html_data
 
 DATA = Path(__file__).parent / "data" / "report"
 VERDICT_ALL = DATA / "verdict_all.json"
 GOLDEN_ALL = DATA / "comment_all.md"
+VERDICT_ROOTS = DATA / "verdict_roots.json"
+GOLDEN_ROOTS = DATA / "comment_roots.md"
 LINKS = ReportLinks(
     report_url="https://gitlab.example.com/team/project/-/jobs/7/artifacts/file/out/report.html",
     pipeline_url="https://gitlab.example.com/team/project/-/pipelines/42",
@@ -132,6 +147,7 @@ class _Tree(HTMLParser):
         self.free_text: list[str] = []  # text GitLab would scan for references and URLs
         self.code: list[str] = []
         self.rows: list[list[str]] = []
+        self.items: list[str] = []  # the text of each list item
         self.comments: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -140,6 +156,8 @@ class _Tree(HTMLParser):
             self.rows.append([])
         if tag in ("td", "th"):
             self.rows[-1].append("")
+        if tag == "li":
+            self.items.append("")
         if tag not in ("br", "img", "input", "hr", "meta"):
             self.stack.append(tag)
 
@@ -154,8 +172,10 @@ class _Tree(HTMLParser):
         if not self.IGNORED.intersection(self.stack):
             self.free_text.append(data)
         in_cell = "td" in self.stack or "th" in self.stack
-        if in_cell and self.rows and self.stack[-1] in ("td", "th", "code"):
+        if in_cell and self.rows:
             self.rows[-1][-1] += data
+        if "li" in self.stack:
+            self.items[-1] += data
 
     def handle_comment(self, data: str) -> None:
         self.comments.append(data)
@@ -257,11 +277,14 @@ def test_the_comment_template_cannot_print_unescaped_text() -> None:
 # --- the comment ----------------------------------------------------------------------
 
 
-def test_comment_matches_the_golden_file() -> None:
-    markdown = render_markdown(read_verdict(VERDICT_ALL), links=LINKS)
+@pytest.mark.parametrize(
+    ("verdict", "golden"), [(VERDICT_ALL, GOLDEN_ALL), (VERDICT_ROOTS, GOLDEN_ROOTS)]
+)
+def test_comment_matches_the_golden_file(verdict: Path, golden: Path) -> None:
+    markdown = render_markdown(read_verdict(verdict), links=LINKS)
     if os.environ.get("GPUCI_UPDATE_GOLDEN") == "1":
-        GOLDEN_ALL.write_text(markdown, encoding="utf-8")
-    assert markdown == GOLDEN_ALL.read_text(encoding="utf-8")
+        golden.write_text(markdown, encoding="utf-8")
+    assert markdown == golden.read_text(encoding="utf-8")
 
 
 def test_comment_starts_with_the_marker_and_the_verdict() -> None:
@@ -329,6 +352,83 @@ def test_comment_drops_links_that_are_not_http() -> None:
         line
         == "📄 Full HTML report: `report.html` in the job's artifacts · [job](https://ok.example/j)"
     )
+
+
+# --- roots in the comment -----------------------------------------------------------------
+
+OOB = "tests/gpu/test_oob.py::test_scatter_oob"
+EVIL_A = "tests/gpu/test_evil.py::test_a[<img src=x onerror=alert(1)>]"
+EVIL_B = "tests/gpu/test_evil.py::test_b[@all `tick` a|b ``two``]"
+UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
+SANITIZER_LINE = "Invalid __global__ write of size 4 bytes"
+
+
+def test_comment_rendered_by_gitlab_tells_each_root_once_and_stays_inert() -> None:
+    verdict = read_verdict(VERDICT_ROOTS)
+    tree = parse_html(gitlab_html(render_markdown(verdict, links=LINKS)))
+    assert_inert(tree)
+    assert tree.items == [
+        f"🆕 {OOB} broke 5 later tests · compute-sanitizer: {SANITIZER_LINE}",
+        "🆕 2 tests pass only after tests/gpu/test_compile.py::test_compile_softmax",
+        f"🆕 {EVIL_A} and {EVIL_B} broke 1 later test",
+        "🆕 1 test fails beside tests/gpu/test_hog_infer.py",
+        "tests/gpu/test_pool.py::test_fill_and_release broke 1 later test (known)",
+    ]
+    widths = {len(row) for row in tree.rows if len(row) != len(Category)}
+    assert widths == {7}, tree.rows  # the hostile ids split no table
+    counts_at = next(i for i, row in enumerate(tree.rows) if len(row) == len(Category))
+    main = [row[1] for row in tree.rows[1:counts_at]]
+    assert main == [
+        "tests/gpu/test_pool.py::test_reads_pool",
+        "tests/gpu/test_pool.py::test_alone_poisoned",
+        "tests/gpu/test_late.py::test_unsearched",
+        OOB,
+        "tests/gpu/test_stream.py::test_illegal_access",
+    ]
+    cells = {row[1]: row[-1] for row in tree.rows}
+    # A diagnosed victim says what its bug is; it does not blame the test before it.
+    assert cells["tests/gpu/test_pool.py::test_reads_pool"].startswith(UNINITIALIZED)
+    assert "test_fill_and_release" not in cells["tests/gpu/test_pool.py::test_reads_pool"]
+    assert cells["tests/gpu/test_late.py::test_unsearched"].startswith(
+        "culprit: not searched (budget)"
+    )
+    assert cells[OOB].endswith("compute-sanitizer: Invalid __global__ write of size 4 bytes")
+    assert cells["tests/gpu/test_evil.py::test_c[<b>|</details>]"].startswith(f"root: {EVIL_A}")
+    shown = "\n".join(tree.code)
+    for test in verdict.tests:
+        if test.category not in (Category.PASSED, Category.SKIPPED):
+            assert test.id in shown, test.id
+    assert EVIL_A in shown and EVIL_B in shown
+
+
+def test_comment_puts_victims_under_their_roots_and_root_commands_first() -> None:
+    markdown = render_markdown(read_verdict(VERDICT_ROOTS), links=LINKS)
+    roots, _, rest = markdown.partition("| category | test |")
+    assert roots.count("\n- ") == 5 and "test_after_oob" not in roots
+    start = markdown.index("```sh")
+    commands = markdown[start : markdown.index("\n```\n", start)].splitlines()
+    assert commands[1] == f"# {OOB} broke 5 later tests"
+    assert commands[2].endswith(f"pytest {OOB} tests/gpu/test_oob.py::test_after_oob")
+    assert commands[9] == "# tests/gpu/test_pool.py::test_fill_and_release broke 1 later test"
+    victims = rest[rest.index("<summary>Victims of the roots above (10)</summary>") :]
+    victims = victims[: victims.index("\n</details>")]
+    assert victims.count("| order-dependent |") == 7
+    assert "test_reads_pool" not in victims and "test_not_reproduced" not in victims
+
+
+def _many_roots(count: int) -> Verdict:
+    verdict = read_verdict(VERDICT_ROOTS)
+    (root,) = [r for r in verdict.roots if r.culprits == (OOB,)]
+    return replace(verdict, roots=tuple(replace(root, culprits=(f"c{i}",)) for i in range(count)))
+
+
+def test_comment_lists_at_most_twenty_roots() -> None:
+    markdown = render_markdown(_many_roots(report.ROOT_LINES + 5), links=LINKS)
+    assert markdown.count("\n- 🆕 `c") == report.ROOT_LINES
+    assert "…and 5 more: see the full report." in markdown
+    assert markdown.count("# c") == report.ROOT_LINES  # their commands
+    html = render_html(_many_roots(report.ROOT_LINES + 5))
+    assert html.count('<article class="card"') == report.ROOT_LINES + 5
 
 
 def _big_verdict(counts: dict[Category, int], *, id_suffix: str = "") -> Verdict:
@@ -448,8 +548,9 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def test_html_loads_nothing_and_runs_only_its_own_hashed_script_and_style() -> None:
-    html = render_html(read_verdict(VERDICT_ALL))
+@pytest.mark.parametrize("verdict", [VERDICT_ALL, VERDICT_ROOTS])
+def test_html_loads_nothing_and_runs_only_its_own_hashed_script_and_style(verdict: Path) -> None:
+    html = render_html(read_verdict(verdict))
     page = _page(html)
     tags = [t for t, _ in page.tags]
     assert tags.count("script") == 1 and tags.count("style") == 1
@@ -565,6 +666,232 @@ def test_html_of_50000_tests_is_fast_small_and_keeps_every_finding() -> None:
     assert html.count("<tr data-cat=") == 50_000 - 42_000
     assert '<main class="lazy">' in html  # sections are laid out as they scroll into view
     assert "<main>" in render_html(read_verdict(VERDICT_ALL))
+
+
+def test_reports_of_many_roots_are_fast_and_capped() -> None:
+    # 400 roots of 5 victims, each victim with a bisection of 6 runs of 8 shown ids.
+    shown = tuple(f"tests/gpu/test_before.py::test_{i}" for i in range(8))
+    probes = tuple(Probe(count=40, shown=shown, outcome=Outcome.FAILED) for _ in range(6))
+    tests, roots = [], []
+    for r in range(400):
+        culprit = f"tests/gpu/test_c{r:03d}.py::test_culprit"
+        victims = [
+            TestVerdict(
+                id=f"tests/gpu/test_v{r:03d}.py::test_{k}",
+                file=f"tests/gpu/test_v{r:03d}.py",
+                category=Category.ORDER_DEPENDENT,
+                outcomes={"isolated": "passed", "suite": "failed"},
+                new=True,
+                message="AssertionError @all",
+                reproduce=f"python -m pytest {culprit} tests/gpu/test_v{r:03d}.py::test_{k}",
+                culprits=(culprit,),
+                search="bisection: 6 run(s)",
+                probes=probes,
+            )
+            for k in range(5)
+        ]
+        tests += victims
+        roots.append(
+            Root(
+                culprits=(culprit,),
+                category=Category.ORDER_DEPENDENT,
+                victims=tuple(v.id for v in victims),
+                reproduce=victims[0].reproduce,
+            )
+        )
+    verdict = Verdict(
+        verdict="fail",
+        summary={"order-dependent": len(tests)},
+        tests=tuple(tests),
+        roots=tuple(roots),
+    )
+    start = time.perf_counter()
+    html = render_html(verdict)
+    markdown = render_markdown(verdict, links=LINKS)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 15, elapsed  # about 1 s on a laptop
+    assert html.count('<article class="card"') == 400
+    assert len(html.encode()) < 20_000_000
+    assert len(markdown) <= MARKDOWN_MAX_CHARS
+    assert markdown.count(" broke 5 later tests\n") == 2 * report.ROOT_LINES  # line, command
+    assert "…and 380 more: see the full report." in markdown
+    assert "<summary>Victims of the roots above (2000)</summary>" in markdown
+    assert f"…and {2000 - report.DETAIL_ROWS} more: see the full report." in markdown
+
+
+# --- roots in the HTML report -------------------------------------------------------------
+
+
+class _Anchored(HTMLParser):
+    """The text of every element with an id, and every link with the id around it."""
+
+    VOID = frozenset({"meta", "input", "br", "img", "hr", "link"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.open: list[tuple[str, str | None]] = []
+        self.text: dict[str, str] = {}
+        self.links: list[tuple[str, str | None]] = []  # (href, innermost id around it)
+        self.pres: dict[str, list[str]] = {}  # <pre> blocks, by the id around them
+
+    def _owner(self) -> str | None:
+        return next((i for _, i in reversed(self.open) if i), None)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.text[str(found["id"])] = ""
+        if tag == "a" and found.get("href"):
+            self.links.append((str(found["href"]), self._owner()))
+        if tag == "pre":
+            self.pres.setdefault(self._owner() or "", []).append("")
+        if tag not in self.VOID:
+            self.open.append((tag, found.get("id")))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.open and self.open.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        for _, element in self.open:
+            if element:
+                self.text[element] += data
+        if any(tag == "pre" for tag, _ in self.open):
+            self.pres[self._owner() or ""][-1] += data
+
+
+def _anchored(verdict: Verdict) -> _Anchored:
+    page = _Anchored()
+    page.feed(render_html(verdict))
+    page.close()
+    return page
+
+
+def _row_of(verdict: Verdict, test_id: str) -> str:
+    return f"t-{[t.id for t in verdict.tests].index(test_id)}"
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_html_cards_tell_who_broke_whom_before_the_findings() -> None:
+    verdict = read_verdict(VERDICT_ROOTS)
+    page = _anchored(verdict)
+    cards = [i for i in page.text if i.startswith("root-")]
+    assert cards == ["root-1", "root-2", "root-3", "root-4", "root-5"]
+    text = {i: _squash(page.text[i]) for i in cards}
+    assert text["root-1"].startswith(f"{OOB} (failed) broke 5 later tests new order-dependent")
+    assert text["root-2"].startswith(
+        "2 tests pass only after tests/gpu/test_compile.py::test_compile_softmax new"
+    )
+    assert text["root-3"].startswith(f"{EVIL_A} and {EVIL_B} broke 1 later test new")
+    assert text["root-4"].startswith("1 test fails beside tests/gpu/test_hog_infer.py new")
+    assert "files beside it" in text["root-4"] and "tests before it" not in text["root-4"]
+    assert text["root-5"].startswith(
+        "tests/gpu/test_pool.py::test_fill_and_release broke 1 later test known"
+    )
+    # The victims, the minimal command with its copy button, the culprit's sanitizer block.
+    for name in ("test_oob.py::test_after_oob", "test_reduce.py::test_max[fp16]"):
+        assert f"tests/gpu/{name}" in text["root-1"]
+    command = f"cd /builds/team/project && CUDA_VISIBLE_DEVICES=0 python -m pytest {OOB}"
+    assert f"{command} tests/gpu/test_oob.py::test_after_oob" in text["root-1"]
+    (block,) = page.pres["root-1"]
+    assert block.splitlines()[:2] == [
+        "Invalid __global__ write of size 4 bytes",
+        "    at scatter_rows+0x70 in /builds/team/project/kernels/scatter.cu:8",
+    ]
+    # The evidence: each victim's search, and each run with what ran before it.
+    assert "evidence: 10 run(s) of the culprit search" in text["root-1"]
+    assert "tests/gpu/test_oob.py::test_after_oob — bisection: 6 run(s)" in text["root-1"]
+    assert (
+        "3 earlier, then tests/gpu/test_aaa.py::test_3, tests/gpu/test_aaa.py::test_4,"
+        in text["root-1"]
+    )
+    assert (
+        "tests/gpu/test_oob.py::test_sum — cascade: the culprit of an earlier victim"
+        in (text["root-1"])
+    )
+    html = render_html(verdict)
+    assert html.index(">Who broke whom <") < html.index(">Isolation regressions <")
+    # A copy button after each command: 5 cards, 6 rows (a victim's row has none).
+    assert html.count('</code><button type="button" class="copy">copy</button>') == 5 + 6
+
+
+def test_html_links_victims_to_their_card_and_back() -> None:
+    verdict = read_verdict(VERDICT_ROOTS)
+    page = _anchored(verdict)
+    for href, _ in page.links:
+        if href.startswith("#"):
+            assert href[1:] in page.text, href  # every anchor link lands somewhere
+    (root,) = [r for r in verdict.roots if r.culprits == (OOB,)]
+    card = {href for href, owner in page.links if owner == "root-1"}
+    assert f"#{_row_of(verdict, OOB)}" in card  # the culprit's own (failed) row
+    for victim in root.victims:
+        row = _row_of(verdict, victim)
+        assert f"#{row}" in card
+        assert ("#root-1", row) in page.links
+        text = _squash(page.text[row])
+        assert f"↑ root: {OOB} broke 5 later tests" in text
+        assert "python -m pytest" not in text  # the card has the command, the row does not
+
+
+def test_html_a_diagnosed_victim_says_its_bug_and_blames_nobody() -> None:
+    verdict = read_verdict(VERDICT_ROOTS)
+    page = _anchored(verdict)
+    for name in ("test_reads_pool", "test_alone_poisoned"):
+        row = _row_of(verdict, f"tests/gpu/test_pool.py::{name}")
+        assert UNINITIALIZED in page.text[row]
+        assert not [href for href, owner in page.links if owner == row]
+        assert not [i for i, text in page.text.items() if i.startswith("root-") and name in text]
+    assert not [i for i, text in page.text.items() if i.startswith("root-") and "early" in text]
+
+
+def test_html_rows_show_search_notes_and_sanitizer_blocks() -> None:
+    verdict = read_verdict(VERDICT_ROOTS)
+    page = _anchored(verdict)
+    row = _row_of(verdict, "tests/gpu/test_late.py::test_unsearched")
+    assert "culprit: not searched (budget)" in page.text[row]
+    (block,) = page.pres[_row_of(verdict, OOB)]
+    assert block.startswith("Invalid __global__ write of size 4 bytes\n    at scatter_rows+0x70")
+    crashed = _row_of(verdict, "tests/gpu/test_stream.py::test_illegal_access")
+    block, log = page.pres[crashed]
+    assert "thrust::system_error" in log
+    assert block.endswith("is out of bounds `@all` | <img src=x onerror=alert(2)>")
+
+
+def test_html_escapes_hostile_culprits_victims_and_sanitizer_output() -> None:
+    html = render_html(read_verdict(VERDICT_ROOTS))
+    assert "<img" not in html and "[<b>" not in html and "<script>alert" not in html
+    assert "test_a[&lt;img src=x onerror=alert(1)&gt;]" in html
+    assert "test_c[&lt;b&gt;|&lt;/details&gt;]" in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert html.count("<details") == html.count("</details>")
+
+
+def test_html_cards_data_counts_runs_and_what_ran_before() -> None:
+    cards = html_data(read_verdict(VERDICT_ROOTS))["cards"]
+    first = cards[0]
+    assert (first.key, first.category, first.badge, first.runs) == (
+        "root-1",
+        "order-dependent",
+        "new",
+        10,
+    )
+    assert [n.category for n in first.named] == ["failed"]
+    probes = first.victims[0].probes
+    assert [(p.run, p.count, p.earlier, p.outcome) for p in probes] == [
+        (1, 11, 3, "failed"),
+        (2, 5, 0, "passed"),
+        (3, 6, 0, "failed"),
+        (4, 3, 0, "passed"),
+        (5, 3, 0, "failed"),
+        (6, 1, 0, "failed"),
+    ]
+    assert probes[0].shown[-1] == OOB
+    # Culprits that are no finding of their own (passed, or a file) link nowhere.
+    assert [(n.anchor, n.category) for n in cards[1].named] == [("", "")]
+    assert [(n.anchor, n.category) for n in cards[3].named] == [("", "")]
 
 
 # --- links and files --------------------------------------------------------------------

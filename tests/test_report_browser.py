@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 
 from gpuci.formats import read_verdict
-from gpuci.model import Category, TestVerdict
+from gpuci.model import Category, Root, TestVerdict
 from gpuci.report import render_html
 
 pytestmark = pytest.mark.browser
 
 VERDICT_ALL = Path(__file__).parent / "data" / "report" / "verdict_all.json"
+VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
 CHROMIUM = os.environ.get("GPUCI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -90,6 +91,33 @@ def report_file(tmp_path: Path) -> Path:
     )
     path = tmp_path / "report.html"
     path.write_text(render_html(replace(verdict, tests=(*verdict.tests, injected))), "utf-8")
+    return path
+
+
+@pytest.fixture
+def roots_file(tmp_path: Path) -> Path:
+    """verdict_roots.json, plus a root whose culprit and sanitizer output are payloads."""
+    verdict = read_verdict(VERDICT_ROOTS)
+    victim = TestVerdict(
+        id="tests/gpu/test_x.py::test_victim",
+        file="tests/gpu/test_x.py",
+        category=Category.ORDER_DEPENDENT,
+        outcomes={"isolated": "passed", "parallel": "passed", "suite": "failed"},
+        reruns=("passed", "passed"),
+        message=PAYLOAD_MESSAGE,
+        culprits=(PAYLOAD_ID,),
+        search="bisection: 1 run(s)",
+        sanitizer=PAYLOAD_MESSAGE,
+    )
+    root = Root(
+        culprits=(PAYLOAD_ID,),
+        category=Category.ORDER_DEPENDENT,
+        victims=(victim.id,),
+        reproduce=f"python -m pytest '{PAYLOAD_ID}' {victim.id}",
+    )
+    injected = replace(verdict, tests=(*verdict.tests, victim), roots=(*verdict.roots, root))
+    path = tmp_path / "roots.html"
+    path.write_text(render_html(injected), "utf-8")
     return path
 
 
@@ -189,6 +217,109 @@ def test_report_without_javascript_shows_everything(browser: Any, report_file: P
         assert page.title() == TITLE
     finally:
         ctx.close()
+
+
+OOB = "tests/gpu/test_oob.py::test_scatter_oob"
+OOB_COMMAND = (
+    f"cd /builds/team/project && CUDA_VISIBLE_DEVICES=0 python -m pytest {OOB}"
+    " tests/gpu/test_oob.py::test_after_oob"
+)
+
+
+def test_root_cards_in_chromium(browser: Any, roots_file: Path, artifacts: Path) -> None:
+    from playwright.sync_api import expect
+
+    ctx, page, watch = _open(
+        browser,
+        roots_file,
+        viewport={"width": 1280, "height": 900},
+        permissions=["clipboard-read", "clipboard-write"],
+    )
+    try:
+        cards = page.locator("article.card")
+        assert cards.count() == 6
+        first = page.locator("article#root-1")
+        headline = first.locator("h3").inner_text()
+        assert headline.startswith(f"{OOB} (failed) broke 5 later tests")
+        # The payload culprit is shown as text, and nothing of it ran or loaded.
+        assert page.title() == TITLE
+        assert page.evaluate("window.__pwned") is None
+        assert page.locator("img").count() == 0
+        assert PAYLOAD_ID in page.locator("article.card h3 code").all_inner_texts()
+        assert PAYLOAD_MESSAGE in page.locator("div.san pre").all_inner_texts()
+        assert watch.requests == [roots_file.as_uri()]
+        assert [m for m in watch.console if "error" in m.split(":")[0]] == []
+        page.screenshot(path=str(artifacts / "report-roots.png"), full_page=True)
+
+        # The copy button copies the minimal command, and says so.
+        button = first.locator("button.copy")
+        assert button.is_visible() and button.inner_text() == "copy"
+        button.click()
+        expect(button).to_have_text("copied")
+        assert page.evaluate("navigator.clipboard.readText()") == OOB_COMMAND
+        expect(button).to_have_text("copy", timeout=5_000)  # back after two seconds
+
+        # A victim's row links to its root's card, and the card back to the row.
+        victim = page.locator("tr[data-cat]", has=page.locator("code.id", has_text="test_sum"))
+        victim.locator("div.rootref a").click()
+        assert page.evaluate("location.hash") == "#root-1"
+        assert page.evaluate("document.querySelector(':target').id") == "root-1"
+        assert first.is_visible() and _in_view(page, "#root-1")
+        page.screenshot(path=str(artifacts / "report-root-card.png"))
+        first.locator("ul.victims a", has_text="test_sum").click()
+        row = page.evaluate("document.querySelector(':target').id")
+        assert row.startswith("t-") and _in_view(page, f"#{row}")
+        assert "test_sum" in page.locator(f"#{row} code.id").inner_text()
+
+        # The category filter hides a card with its victims' rows.
+        page.locator('nav#filter input[value="concurrency"]').uncheck()
+        assert not page.locator("article#root-4").is_visible() and first.is_visible()
+    finally:
+        ctx.close()
+
+
+def test_copy_falls_back_to_selecting_the_command(browser: Any, roots_file: Path) -> None:
+    ctx = browser.new_context()
+    # As where the Clipboard API is missing (an old browser, an insecure context).
+    ctx.add_init_script("Object.defineProperty(navigator, 'clipboard', {value: undefined})")
+    page = ctx.new_page()
+    try:
+        page.goto(roots_file.as_uri())
+        assert page.evaluate("navigator.clipboard") is None
+        page.locator("article#root-1 button.copy").click()
+        said = page.locator("article#root-1 button.copy").inner_text()
+        assert said in ("copied", "selected: press Ctrl+C")
+        assert page.evaluate("window.getSelection().toString()") == OOB_COMMAND
+    finally:
+        ctx.close()
+
+
+def test_root_cards_in_a_narrow_window(browser: Any, roots_file: Path) -> None:
+    ctx, page, _ = _open(browser, roots_file, viewport={"width": 400, "height": 800})
+    try:
+        # Long culprit ids and commands wrap; the evidence table scrolls in its box.
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1
+        assert page.locator("article#root-1 button.copy").is_visible()
+    finally:
+        ctx.close()
+
+
+def test_copy_buttons_need_javascript(browser: Any, roots_file: Path) -> None:
+    ctx, page, _ = _open(browser, roots_file, java_script_enabled=False)
+    try:
+        assert page.locator("article.card").count() == 6
+        assert page.locator("article#root-1 div.repro code").is_visible()
+        assert not page.locator("button.copy").first.is_visible()
+    finally:
+        ctx.close()
+
+
+def _in_view(page: Any, selector: str) -> bool:
+    """The element's top is on screen, below the sticky filter bar."""
+    top = page.evaluate(f"document.querySelector('{selector}').getBoundingClientRect().top")
+    bar = page.evaluate("document.getElementById('filter').getBoundingClientRect().bottom")
+    return bool(bar <= top < page.viewport_size["height"])
 
 
 @pytest.mark.slow

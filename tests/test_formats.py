@@ -1,0 +1,81 @@
+"""Tests of gpuci/formats.py: the evidence engine's fields survive verdict.json and
+evidence.json unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuci.formats import (
+    evidence_to_json,
+    read_evidence,
+    read_verdict,
+    verdict_to_json,
+    write_json_atomic,
+)
+from gpuci.model import Category, Evidence, InputError, Outcome, Probe, TestEvidence
+
+VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
+SANITIZER = "Invalid __global__ write of size 4 bytes\n    at k+0x70 in k.cu:8\n"
+
+
+def test_a_verdict_with_roots_round_trips(tmp_path: Path) -> None:
+    data = json.loads(VERDICT_ROOTS.read_text(encoding="utf-8"))
+    verdict = read_verdict(VERDICT_ROOTS)
+    assert verdict_to_json(verdict) == data
+    write_json_atomic(tmp_path / "verdict.json", verdict_to_json(verdict))
+    again = read_verdict(tmp_path / "verdict.json")
+    assert again == verdict
+    # The fields are all there to lose: roots, culprits, probes, poisoning, sanitizer.
+    assert len(again.roots) == 6
+    assert {r.category for r in again.roots} == {
+        Category.ORDER_DEPENDENT,
+        Category.DEPENDS_ON_OTHERS,
+        Category.CONCURRENCY,
+    }
+    by_id = {t.id: t for t in again.tests}
+    victim = by_id["tests/gpu/test_oob.py::test_after_oob"]
+    assert victim.culprits == ("tests/gpu/test_oob.py::test_scatter_oob",)
+    assert victim.search == "bisection: 6 run(s)"
+    assert victim.probes[0] == Probe(count=11, shown=victim.probes[0].shown, outcome=Outcome.FAILED)
+    assert len(victim.probes[0].shown) == 8 and victim.poisoned == "passed"
+    assert by_id["tests/gpu/test_pool.py::test_reads_pool"].diagnosis.startswith("reads uninit")
+    assert by_id["tests/gpu/test_oob.py::test_scatter_oob"].sanitizer.count("\n") == 5
+
+
+def test_evidence_with_a_culprit_search_round_trips(tmp_path: Path) -> None:
+    evidence = Evidence(
+        gpu="0",
+        budget_s=120.0,
+        spent_s=12.5,
+        runs=7,
+        phases={"alone": {"runs": 2.0, "seconds": 3.5}},
+        tests=(
+            TestEvidence(
+                id="a.py::victim",
+                alone=(Outcome.PASSED, Outcome.PASSED),
+                culprits=("a.py::culprit",),
+                search="bisection: 2 run(s)",
+                probes=(
+                    Probe(count=3, shown=("a.py::x", "a.py::culprit"), outcome=Outcome.FAILED),
+                    Probe(count=1, shown=("a.py::culprit",), outcome=Outcome.FAILED),
+                ),
+                poisoned=Outcome.FAILED,
+            ),
+            TestEvidence(id="a.py::culprit", alone=(Outcome.CRASHED,), sanitizer=SANITIZER),
+            TestEvidence(id="b.py::cut", cut="not rerun: budget", search="not searched (budget)"),
+        ),
+    )
+    path = tmp_path / "evidence.json"
+    write_json_atomic(path, evidence_to_json(evidence))
+    assert read_evidence(path) == evidence
+
+
+def test_a_probe_with_an_unknown_outcome_is_malformed(tmp_path: Path) -> None:
+    data = json.loads(VERDICT_ROOTS.read_text(encoding="utf-8"))
+    data["tests"][1]["probes"][0]["outcome"] = "exploded"
+    write_json_atomic(tmp_path / "verdict.json", data)
+    with pytest.raises(InputError, match=r"malformed verdict\.json"):
+        read_verdict(tmp_path / "verdict.json")

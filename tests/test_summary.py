@@ -1,0 +1,122 @@
+"""Tests of gpuci/summary.py with roots: each told once, its victims beneath it.
+
+The summary of a verdict without roots is tested in tests/test_diff.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from gpuci.formats import read_verdict
+from gpuci.model import Category, Root, TestVerdict, Verdict
+from gpuci.summary import MAX_LISTED, MAX_VICTIMS, format_summary
+
+VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
+OOB = "tests/gpu/test_oob.py::test_scatter_oob"
+CD = "cd /builds/team/project && CUDA_VISIBLE_DEVICES=0 python -m pytest"
+EVIDENCE = "isolated=passed parallel=passed suite=failed reruns=passed,passed"
+
+
+def test_a_root_is_printed_once_with_its_victims_beneath() -> None:
+    lines = format_summary(read_verdict(VERDICT_ROOTS)).splitlines()
+    assert lines[0] == (
+        "16 passed, 1 failed, 11 order-dependent, 2 depends-on-others, 1 concurrency, 1 crashed"
+    )
+    assert lines[1:10] == [
+        f"order-dependent   new   {OOB} broke 5 later tests",
+        f"      new tests/gpu/test_oob.py::test_after_oob  {EVIDENCE}",
+        f"      new tests/gpu/test_oob.py::test_sum  {EVIDENCE}",
+        f"      new tests/gpu/test_reduce.py::test_mean  {EVIDENCE}",
+        f"      new tests/gpu/test_reduce.py::test_max[fp16]  {EVIDENCE}",
+        f"      new tests/gpu/test_softmax.py::test_rows[fp32]  {EVIDENCE}",
+        f"    compute-sanitizer ({OOB}): Invalid __global__ write of size 4 bytes",
+        f"    reproduce: {CD} {OOB} tests/gpu/test_oob.py::test_after_oob",
+        "depends-on-others new   2 tests pass only after"
+        " tests/gpu/test_compile.py::test_compile_softmax",
+    ]
+    text = "\n".join(lines)
+    # Each victim once, under its root: not again as a finding of its own.
+    findings = [line.split()[2] for line in lines[1:-2] if not line.startswith(" ")]
+    victims = [line.split()[1] for line in lines if line.startswith(("      new ", "      known "))]
+    assert len(victims) == 10 and "tests/gpu/test_pool.py::test_pad_to_multiple" in victims
+    assert "tests/gpu/test_pool.py::test_reads_pool" in findings
+    assert not set(victims) & set(findings)
+    assert "1 test fails beside tests/gpu/test_hog_infer.py" in text
+    assert (
+        "order-dependent   known tests/gpu/test_pool.py::test_fill_and_release"
+        " broke 1 later test" in lines
+    )
+    assert lines[-1] == (
+        "verdict: fail (12 new isolation regressions; 1 failed test; 1 crashed test)"
+    )
+    assert lines[-2] == "evidence: 31 run(s) in 64.5s of a 120s budget"
+
+
+def test_a_diagnosed_victim_is_its_own_finding_and_blames_nobody() -> None:
+    lines = format_summary(read_verdict(VERDICT_ROOTS)).splitlines()
+    at = next(i for i, line in enumerate(lines) if "::test_reads_pool  " in line)
+    assert lines[at].startswith("order-dependent   new   tests/gpu/test_pool.py::test_reads_pool")
+    assert lines[at + 1] == (
+        "    reads uninitialized device memory (fails alone with poisoned allocations)"
+    )
+    assert not [line for line in lines if "broke" in line and "test_early" in line]
+
+
+def test_findings_without_a_culprit_say_why_and_show_the_sanitizer() -> None:
+    lines = format_summary(read_verdict(VERDICT_ROOTS)).splitlines()
+    at = next(i for i, line in enumerate(lines) if "::test_unsearched  " in line)
+    assert lines[at + 1] == "    culprit: not searched (budget)"
+    at = next(i for i, line in enumerate(lines) if "::test_illegal_access  " in line)
+    assert lines[at].startswith("crashed ")
+    assert lines[at + 1] == "    compute-sanitizer: Invalid __shared__ read of size 8 bytes"
+
+
+def _cascade(victims: int, evil: str = "") -> Verdict:
+    culprit = f"tests/test_a.py::test_oob{evil}"
+    tests = tuple(
+        TestVerdict(
+            id=f"tests/test_b.py::test_{i:02d}{evil}",
+            file="tests/test_b.py",
+            category=Category.ORDER_DEPENDENT,
+            outcomes={"suite": "failed"},
+            culprits=(culprit,),
+            reproduce=f"pytest {culprit} tests/test_b.py::test_{i:02d}{evil}",
+        )
+        for i in range(victims)
+    )
+    root = Root(
+        culprits=(culprit,),
+        category=Category.ORDER_DEPENDENT,
+        victims=tuple(t.id for t in tests),
+        reproduce=tests[0].reproduce,
+    )
+    return Verdict(verdict="fail", tests=tests, roots=(root,))
+
+
+def test_a_root_lists_a_few_victims_and_counts_the_rest() -> None:
+    lines = format_summary(_cascade(MAX_VICTIMS + 4)).splitlines()
+    assert lines[1] == (
+        f"order-dependent         tests/test_a.py::test_oob broke {MAX_VICTIMS + 4} later tests"
+    )
+    assert lines[2] == "      tests/test_b.py::test_00  suite=failed"
+    assert lines[2 + MAX_VICTIMS] == "      ... and 4 more victims"
+    assert lines[3 + MAX_VICTIMS] == (
+        "    reproduce: pytest tests/test_a.py::test_oob tests/test_b.py::test_00"
+    )
+    assert len(lines) == 1 + 1 + MAX_VICTIMS + 1 + 1 + 1
+
+
+def test_roots_count_towards_the_listing_cap() -> None:
+    verdict = _cascade(2)
+    roots = tuple(replace(verdict.roots[0], culprits=(f"c{i}",)) for i in range(MAX_LISTED + 2))
+    lines = format_summary(replace(verdict, roots=roots)).splitlines()
+    assert lines[-2] == "... and 2 more (see verdict.json)"
+    assert sum(1 for line in lines if " broke 2 later tests" in line) == MAX_LISTED
+
+
+def test_untrusted_culprit_ids_cannot_rewrite_the_terminal() -> None:
+    text = format_summary(_cascade(1, evil="[\x1b[2J\x1b]0;t\x07\r\nfake\u202e]"))
+    assert "\x1b" not in text and "\r" not in text and "\u202e" not in text
+    assert "tests/test_a.py::test_oob[??fake?] broke 1 later test" in text
+    assert len(text.splitlines()) == 5
