@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.classify import classify_results
+from gpuci.describe import describe_evidence, describe_mode
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
@@ -25,23 +26,25 @@ from gpuci.formats import (
 from gpuci.model import (
     ISOLATION_CATEGORIES,
     NOT_PASSING,
-    SUITE_UNIT,
     Category,
     Evidence,
     GpuciError,
     InputError,
-    Leftover,
     Mode,
     Outcome,
     Root,
-    Stranger,
     TestEvidence,
     TestResult,
     TestVerdict,
     UsageError,
     Verdict,
 )
-from gpuci.reproduce import culprit_command, interpreter_order, reproduce_command
+from gpuci.reproduce import (
+    culprit_command,
+    interpreter_order,
+    poisoned_command,
+    reproduce_command,
+)
 from gpuci.results import ModeResults, load_mode_results
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
@@ -167,7 +170,8 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                 message=_first_failure(test.seen),
                 log=_crash_log(test.seen, test.category),
                 reproduce=(
-                    culprit_command(test_id, test.category, ev.culprits if ev else (), results)
+                    (poisoned_command(test_id, results) if _diagnosed(ev, test.category) else "")
+                    or culprit_command(test_id, test.category, ev.culprits if ev else (), results)
                     or reproduce_command(
                         test_id,
                         test.category,
@@ -195,9 +199,9 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
         verdict=outcome,
         reasons=tuple(reasons),
         summary=summary,
-        modes={m.value: _describe_mode(results[m]) for m in modes},
+        modes={m.value: describe_mode(results[m]) for m in modes},
         environment=dict(environment_from.run.environment),
-        evidence=_describe_evidence(evidence, verdicts),
+        evidence=describe_evidence(evidence, verdicts),
         tests=tuple(verdicts),
     )
 
@@ -212,9 +216,15 @@ def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
     }
     if found.poisoned is not None:
         fields["poisoned"] = found.poisoned.value
-        if found.poisoned in NOT_PASSING and category is Category.ORDER_DEPENDENT:
-            fields["diagnosis"] = UNINITIALIZED  # its own bug, whoever ran before it
+    if _diagnosed(found, category):
+        fields["diagnosis"] = UNINITIALIZED  # its own bug, whoever ran before it
     return fields
+
+
+def _diagnosed(found: TestEvidence | None, category: Category) -> bool:
+    """Whether it passes alone but fails alone once its allocations are poisoned."""
+    poisoned = found.poisoned if found is not None else None
+    return poisoned in NOT_PASSING and category is Category.ORDER_DEPENDENT
 
 
 def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
@@ -240,26 +250,6 @@ def _read_evidence(out: Path) -> Evidence | None:
     """The check's evidence runs, if `gpuci check` or `gpuci explain` gathered any."""
     path = out / EVIDENCE_DIR / EVIDENCE_FILE
     return read_evidence(path) if path.is_file() else None
-
-
-def _describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -> dict[str, Any]:
-    """verdict.json's account of the evidence runs: their cost and what the budget cut."""
-    cut = sum(1 for t in tests if t.cut)
-    if evidence is None:
-        return {"cut": cut} if cut else {}
-    return {
-        "gpu": evidence.gpu,
-        "budget_s": evidence.budget_s,
-        "spent_s": round(evidence.spent_s, 3),
-        "runs": evidence.runs,
-        "cut": cut,
-        **({"leftovers": _strays(evidence.leftovers)} if evidence.leftovers else {}),
-        **({"strangers": _strays(evidence.strangers)} if evidence.strangers else {}),
-    }
-
-
-def _strays(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
-    return {file: [x.to_json() for x in entries] for file, entries in found.items()}
 
 
 def _first_failure(seen: Iterable[TestResult]) -> str:
@@ -358,39 +348,3 @@ def _reason(key: str, n: int) -> str:
     if key == Category.NOT_RUN.value:
         return f"{n} test{'s' if n != 1 else ''} not run"
     return f"{n} {key} test{'s' if n != 1 else ''}"
-
-
-def _describe_mode(results: ModeResults) -> dict[str, Any]:
-    """verdict.json's entry for one mode."""
-    run = results.run
-    files = {f.file for f in run.files if f.file != SUITE_UNIT} | {t.file for t in run.tests}
-    return {
-        "wall_s": round(run.wall_s, 3),
-        "files": len(files),
-        "tests": len(run.tests),
-        "workers": run.workers,
-        **({"threads": run.threads} if run.threads else {}),
-        "gpus": list(run.gpus),
-        "shards": results.total_shards,
-        "missing_shards": list(results.missing_shards),
-        "interrupted": run.interrupted,
-        "inferred_files": sum(1 for f in run.files if f.inferred),
-        "file_runs": [
-            {
-                "file": f.file,
-                "status": f.status.value,
-                "slot": f.slot,
-                "gpu": f.gpu,
-                "start": round(f.start, 3),
-                "end": round(f.end, 3),
-                "duration": round(f.duration, 3),
-                "shard": shard,
-                "exit_codes": [i.exit_code for i in f.interpreters if i.exit_code is not None],
-                "signals": [i.signal for i in f.interpreters if i.signal is not None],
-                **({"leftovers": [x.to_json() for x in f.leftovers]} if f.leftovers else {}),
-                **({"strangers": [x.to_json() for x in f.strangers]} if f.strangers else {}),
-            }
-            for part, shard in zip(results.parts, results.part_shards, strict=True)
-            for f in part.files
-        ],
-    }

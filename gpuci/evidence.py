@@ -41,7 +41,7 @@ from gpuci.model import (
     printable,
 )
 from gpuci.probe import Prober
-from gpuci.reproduce import first_in_interpreter, interpreter_order
+from gpuci.reproduce import POISON_ENV, first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
 from gpuci.sanitizer import choose_sanitizer, sanitize_roots
@@ -49,7 +49,6 @@ from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
 CUT_BY_BUDGET = "not rerun: budget"
-POISON_ENV = "GPUCI_POISON"  # read by the child plugin: fill every fresh allocation
 
 
 def is_suspect(test: TestResult) -> bool:

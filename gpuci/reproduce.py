@@ -11,11 +11,13 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuci.discover import PLUGIN
 from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.plan import thread_args, visible_gpus
 from gpuci.results import ModeResults
 
 PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
+POISON_ENV = "GPUCI_POISON"  # read by the child plugin: fill every fresh allocation
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
 RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
@@ -167,6 +169,17 @@ def culprit_command(
         run = next(iter(results.values())).run
         return pytest_command(run, [*culprits, target], serial_gpu(run))
     return ""
+
+
+def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:
+    """The test alone with every fresh device allocation poisoned, as the evidence ran it:
+    the command that shows a read of uninitialized memory as the test's own failure."""
+    target = _selectable(test_id)
+    if not target:
+        return ""
+    run = next(iter(results.values())).run
+    command = f"{POISON_ENV}=1 " + _pytest(run, ["-p", PLUGIN, target], serial_gpu(run))
+    return f"{shlex.join(['cd', run.rootdir])} && {command}" if run.rootdir else command
 
 
 def serial_gpu(run: ModeRun) -> str | None:

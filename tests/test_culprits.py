@@ -362,6 +362,19 @@ def test_poisoning_blames_the_reader_of_uninitialized_memory(tmp_path: Path) -> 
     assert reader["poisoned"] == "failed"
     assert reader["diagnosis"].startswith("reads uninitialized device memory")
     assert "culprits" not in reader  # its own bug: the writer before it is not blamed
+    # and the command it prints shows that bug: the test alone, poisoned
+    assert "GPUCI_POISON=1 " in reader["reproduce"]
+    assert reader["reproduce"].endswith("-p gpuci.pytest_plugin test_pad.py::test_pad_tail_is_zero")
+    shown = subprocess.run(
+        ["bash", "-c", reader["reproduce"]],
+        cwd=tmp_path,
+        env=environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "FAILED test_pad.py::test_pad_tail_is_zero" in shown.stdout, shown.stdout[-2000:]
     victim = tests["test_limit.py::test_big_batch"]
     assert victim["poisoned"] == "passed"
     assert "diagnosis" not in victim

@@ -40,6 +40,7 @@ STAGES = (
     "evidence",
     "check",
     "merge",
+    "describe",
     "diff",
     "roots",
     "summary",

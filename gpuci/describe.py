@@ -1,0 +1,69 @@
+"""Describe: verdict.json's account of each mode and of the evidence runs.
+
+Plain data for the report: what each mode ran and how its files ended, what the evidence
+cost and what the budget cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuci.model import SUITE_UNIT, Evidence, Leftover, Stranger, TestVerdict
+from gpuci.results import ModeResults
+
+
+def describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -> dict[str, Any]:
+    """verdict.json's account of the evidence runs: their cost and what the budget cut."""
+    cut = sum(1 for t in tests if t.cut)
+    if evidence is None:
+        return {"cut": cut} if cut else {}
+    return {
+        "gpu": evidence.gpu,
+        "budget_s": evidence.budget_s,
+        "spent_s": round(evidence.spent_s, 3),
+        "runs": evidence.runs,
+        "cut": cut,
+        **({"leftovers": _by_file(evidence.leftovers)} if evidence.leftovers else {}),
+        **({"strangers": _by_file(evidence.strangers)} if evidence.strangers else {}),
+    }
+
+
+def _by_file(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
+    return {file: [x.to_json() for x in entries] for file, entries in found.items()}
+
+
+def describe_mode(results: ModeResults) -> dict[str, Any]:
+    """verdict.json's entry for one mode."""
+    run = results.run
+    files = {f.file for f in run.files if f.file != SUITE_UNIT} | {t.file for t in run.tests}
+    return {
+        "wall_s": round(run.wall_s, 3),
+        "files": len(files),
+        "tests": len(run.tests),
+        "workers": run.workers,
+        **({"threads": run.threads} if run.threads else {}),
+        "gpus": list(run.gpus),
+        "shards": results.total_shards,
+        "missing_shards": list(results.missing_shards),
+        "interrupted": run.interrupted,
+        "inferred_files": sum(1 for f in run.files if f.inferred),
+        "file_runs": [
+            {
+                "file": f.file,
+                "status": f.status.value,
+                "slot": f.slot,
+                "gpu": f.gpu,
+                "start": round(f.start, 3),
+                "end": round(f.end, 3),
+                "duration": round(f.duration, 3),
+                "shard": shard,
+                "exit_codes": [i.exit_code for i in f.interpreters if i.exit_code is not None],
+                "signals": [i.signal for i in f.interpreters if i.signal is not None],
+                **({"leftovers": [x.to_json() for x in f.leftovers]} if f.leftovers else {}),
+                **({"strangers": [x.to_json() for x in f.strangers]} if f.strangers else {}),
+            }
+            for part, shard in zip(results.parts, results.part_shards, strict=True)
+            for f in part.files
+        ],
+    }
