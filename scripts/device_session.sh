@@ -24,12 +24,14 @@ for step in "$@"; do
             python3 -m pytest -q -p no:cacheprovider test_write_past_end.py::test_scatter_rows) \
             > "$WORK/sanitizer_raw.txt" 2>&1
         echo "compute-sanitizer: exit $?"; grep -m3 "=========" "$WORK/sanitizer_raw.txt" ;;
-    polluted)  # gpuci check on the GPU example, compared with its expected.json
-        GPU_POLLUTED_STATE="$WORK/state" timeout 540 python3 -m gpuci check examples/gpu_polluted \
-            --out "$WORK/polluted" --timeout 120 ${POLLUTED_ARGS:-} > "$WORK/polluted.log" 2>&1
-        echo "gpuci check: exit $?"
-        grep -v "^gpuci:   \|^    reproduce" "$WORK/polluted.log" | tail -25
-        python3 scripts/compare_expected.py "$WORK/polluted/verdict.json" examples/gpu_polluted/expected.json ;;
+    polluted|polluted-default)  # gpuci check on the GPU example, against its expected.json
+        args=${POLLUTED_ARGS:-}
+        [ "$step" = polluted-default ] && args=""  # the default evidence budget
+        GPU_POLLUTED_STATE="$WORK/state-$step" timeout 540 python3 -m gpuci check examples/gpu_polluted \
+            --out "$WORK/$step" --timeout 120 $args > "$WORK/$step.log" 2>&1
+        echo "gpuci check $args: exit $?"
+        grep -v "^gpuci:   \|^    reproduce\|^      \|^gpuci: \[" "$WORK/$step.log" | tail -25
+        python3 scripts/compare_expected.py "$WORK/$step/verdict.json" examples/gpu_polluted/expected.json ;;
     threads|subset)  # CuPy's 18-file subset (cupy-tests/): --modes threads, or the ratio
         OUT="$WORK/cupy" timeout 560 bash scripts/device_cupy.sh "$step" > "$WORK/cupy-$step.txt" 2>&1
         tail -30 "$WORK/cupy-$step.txt" ;;
