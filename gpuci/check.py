@@ -143,6 +143,7 @@ def _earlier(args: argparse.Namespace, mode: Mode) -> ModeRun | None:
         paths=args.paths,
         pytest_args=args.pytest_args,
         threads=_threads(args, mode),
+        poison=args.poison,
     )
 
 
@@ -322,6 +323,7 @@ def run_one_mode(
         gpus=gpus,
         gpus_per_slot=per_slot,
         paths=given_paths(args.paths),
+        poison=args.poison,
         resume=resume,
     )
     estimates = durations if in_seconds else {}

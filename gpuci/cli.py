@@ -102,6 +102,12 @@ def _run_options() -> _Parser:
     )
     parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
     parent.add_argument(
+        "--poison",
+        action="store_true",
+        help="fill every fresh CuPy or PyTorch allocation with 0xFF in every interpreter:"
+        " a read of uninitialized device memory fails everywhere, alone too",
+    )
+    parent.add_argument(
         "--resume",
         action="store_true",
         help="continue an interrupted OUT: keep what finished, run the rest",

@@ -20,6 +20,7 @@ from pathlib import Path
 from gpuci.model import GpuciError, UsageError
 
 PLUGIN = "gpuci.pytest_plugin"
+POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
 # pytest's exit code for a command-line usage error
 PYTEST_USAGE_ERROR = 4
 

@@ -19,6 +19,7 @@ from typing import TextIO
 
 from gpuci.classify import classify_results
 from gpuci.culprits import search_culprits
+from gpuci.discover import POISON_ENV
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
@@ -41,7 +42,7 @@ from gpuci.model import (
     printable,
 )
 from gpuci.probe import Prober
-from gpuci.reproduce import POISON_ENV, first_in_interpreter, interpreter_order
+from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
 from gpuci.sanitizer import choose_sanitizer, sanitize_roots
@@ -216,7 +217,8 @@ def _gather(
     found = run_alone(prober, first, progress=progress) if any(first.values()) else {}
     classified = classify_results(results, {i: t.alone for i, t in found.items()})
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
-    found = run_poisoned(prober, victims, found, progress=progress)
+    if not prober.poisoned:  # a --poison check ran everything poisoned already
+        found = run_poisoned(prober, victims, found, progress=progress)
     found = search_culprits(prober, results, classified, found, progress=progress)
     if sanitize is not False:
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)

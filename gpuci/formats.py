@@ -133,6 +133,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"resumed": True} if run.resumed else {}),
         **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
         **({"threads": run.threads} if run.threads else {}),
+        **({"poison": True} if run.poison else {}),
     }
 
 
@@ -198,6 +199,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             resumed=bool(data.get("resumed", False)),
             gpu_check=str(data.get("gpu_check", "")),
             threads=int(data["threads"]) if data.get("threads") else None,
+            poison=bool(data.get("poison", False)),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"{source}: malformed run.json ({type(exc).__name__}: {exc})") from None

@@ -232,6 +232,7 @@ class ModeRun:
     paths: tuple[str, ...] = ()  # PATHS as given, absolute: what --resume must match
     resumed: bool = False  # it continued an interrupted run of this mode (--resume)
     gpu_check: str = ""  # how GPU memory holders were checked: "nvidia-smi", or why not
+    poison: bool = False  # every interpreter filled fresh device allocations (--poison)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

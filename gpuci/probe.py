@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuci.discover import child_env, file_of, pytest_target
+from gpuci.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.interpreter import Interpreters, Launch
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger
 from gpuci.reproduce import serial_gpu
@@ -62,6 +62,7 @@ class Prober:
     rootdir: Path
     gpu: str | None  # what every serial evidence run sees
     budget_s: float | None
+    poisoned: bool = False  # every run fills fresh device allocations (a --poison check)
     zero: float = field(default_factory=time.monotonic)
     runs: int = 0
     phases: dict[str, Phase] = field(default_factory=dict)
@@ -84,6 +85,8 @@ class Prober:
         """A prober writing journals and logs under `out`, with `run`'s pytest arguments."""
         environ = child_env(os.environ)
         environ["GPUCI_MODE"] = mode_name
+        if run.poison:  # one environment: the evidence of a poisoned check is poisoned too
+            environ[POISON_ENV] = "1"
         interpreters = Interpreters(
             out=out,
             python=python,
@@ -93,7 +96,7 @@ class Prober:
             clock_zero=time.monotonic(),
             supervisor=supervisor,
         )
-        return cls(interpreters, Path(run.rootdir), serial_gpu(run), budget_s)
+        return cls(interpreters, Path(run.rootdir), serial_gpu(run), budget_s, run.poison)
 
     def close(self) -> None:
         """Remove scratch files; collect adopted zombies."""

@@ -11,13 +11,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuci.discover import PLUGIN
+from gpuci.discover import PLUGIN, POISON_ENV
 from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.plan import thread_args, visible_gpus
 from gpuci.results import ModeResults
 
 PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
-POISON_ENV = "GPUCI_POISON"  # read by the child plugin: fill every fresh allocation
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
 RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
@@ -178,7 +177,7 @@ def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:
     if not target:
         return ""
     run = next(iter(results.values())).run
-    command = f"{POISON_ENV}=1 " + _pytest(run, ["-p", PLUGIN, target], serial_gpu(run))
+    command = _pytest(run, [target], serial_gpu(run), poison=True)
     return f"{shlex.join(['cd', run.rootdir])} && {command}" if run.rootdir else command
 
 
@@ -207,9 +206,17 @@ def pytest_command(
 
 
 def _pytest(
-    run: ModeRun, targets: Sequence[str], gpu: str | None, extra: Sequence[str] = ()
+    run: ModeRun,
+    targets: Sequence[str],
+    gpu: str | None,
+    extra: Sequence[str] = (),
+    *,
+    poison: bool = False,
 ) -> str:
     env = f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu)} " if gpu is not None else ""
+    if poison or run.poison:  # gpuci's plugin does the filling
+        env += f"{POISON_ENV}=1 "
+        extra = ["-p", PLUGIN, *extra]
     return env + shlex.join([*PYTEST, *run.pytest_args, *extra, *targets])
 
 

@@ -72,6 +72,7 @@ def earlier_run(
     paths: Sequence[str],
     pytest_args: Sequence[str],
     threads: int | None = None,
+    poison: bool = False,
 ) -> ModeRun | None:
     """The run in `mode_dir` that --resume continues; None where none began there.
 
@@ -100,6 +101,11 @@ def earlier_run(
         raise UsageError(
             f"--resume: {mode_dir} ran each test in {run.threads} threads, this command in"
             f" {threads}; give the same --threads, or leave out --resume to replace it"
+        )
+    if run.poison != poison:
+        raise UsageError(
+            f"--resume: {mode_dir} was run {'with' if run.poison else 'without'} --poison;"
+            " give the same, or leave out --resume to replace it"
         )
     return run
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.discover import Discovery, child_env, file_of, pytest_target
+from gpuci.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.gpus import describe_environment
 from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch
@@ -58,6 +58,7 @@ class RunOptions:
     out: Path  # the mode's directory: OUT/<mode> or OUT/<mode>/shard-I-of-N
     pytest_args: tuple[str, ...] = ()
     threads: int | None = None  # threads mode: each test in N threads
+    poison: bool = False  # fill every fresh device allocation in every interpreter
     timeout: float | None = None
     reruns: int = 2
     python: str = sys.executable
@@ -75,6 +76,8 @@ def start_interpreters(
     """The interpreter launcher of a mode: its pytest arguments, timeout and environment."""
     environ = child_env(os.environ)
     environ["GPUCI_MODE"] = options.mode.value
+    if options.poison:
+        environ[POISON_ENV] = "1"
     return Interpreters(
         out=out,
         python=options.python,
@@ -282,6 +285,7 @@ def run_mode(
             command=options.command,
             pytest_args=options.pytest_args,
             threads=options.threads,
+            poison=options.poison,
             rootdir=str(discovery.rootdir),
             workers=schedule.workers,
             gpus=options.gpus,

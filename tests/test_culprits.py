@@ -379,3 +379,40 @@ def test_poisoning_blames_the_reader_of_uninitialized_memory(tmp_path: Path) -> 
     assert victim["poisoned"] == "passed"
     assert "diagnosis" not in victim
     assert victim["culprits"] == ["test_limit.py::test_sets_limit"]
+
+
+@pytest.mark.slow
+def test_poison_makes_the_reader_fail_everywhere(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name, text in POISON_SUITE.items():
+        (suite / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    args = ("check", ".", "--out", str(out), "--poison", "--evidence-budget", "300")
+    proc = gpuci(*args, "--modes", "suite,isolated", cwd=suite, env=dict(os.environ))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tests = by_id(json.loads((out / "verdict.json").read_text(encoding="utf-8")))
+    reader = tests["test_pad.py::test_pad_tail_is_zero"]
+    # every interpreter of the check poisons, its alone-runs too: a real failure
+    assert reader["category"] == "failed"
+    assert reader["reruns"] == ["failed", "failed"]
+    assert reader["reproduce"].startswith(f"cd {suite} && GPUCI_POISON=1 python -m pytest")
+    assert json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))["poison"] is True
+    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    assert "poisoned" not in evidence["phases"]  # nothing left to poison once more
+    assert tests["test_limit.py::test_big_batch"]["culprits"] == ["test_limit.py::test_sets_limit"]
+    again = gpuci(*args, "--modes", "suite,isolated", "--resume", cwd=suite, env=dict(os.environ))
+    assert again.returncode in (0, 1), again.stderr
+    refused = gpuci(
+        "check",
+        ".",
+        "--out",
+        str(out),
+        "--modes",
+        "suite,isolated",
+        "--resume",
+        cwd=suite,
+        env=dict(os.environ),
+    )
+    assert refused.returncode == 2
+    assert "--poison" in refused.stderr
