@@ -179,6 +179,7 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                         reruns=test.reruns,
                         results=results,
                         orders=orders,
+                        alone_in_threads=ev.threaded if ev else None,
                     )
                 ),
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
@@ -216,6 +217,8 @@ def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
     }
     if found.poisoned is not None:
         fields["poisoned"] = found.poisoned.value
+    if found.threaded is not None:
+        fields["threaded"] = found.threaded.value
     if _diagnosed(found, category):
         fields["diagnosis"] = UNINITIALIZED  # its own bug, whoever ran before it
     return fields

@@ -11,6 +11,7 @@ most. `--evidence-budget` caps the seconds spent; what it cuts is recorded per t
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,7 @@ from gpuci.model import (
     TestResult,
     printable,
 )
+from gpuci.plan import thread_args
 from gpuci.probe import Prober
 from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
@@ -50,6 +52,7 @@ from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
 CUT_BY_BUDGET = "not rerun: budget"
+ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
 
 
 def is_suspect(test: TestResult) -> bool:
@@ -220,6 +223,10 @@ def _gather(
     if not prober.poisoned:  # a --poison check ran everything poisoned already
         found = run_poisoned(prober, victims, found, progress=progress)
     found = search_culprits(prober, results, classified, found, progress=progress)
+    unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
+    if unsafe and Mode.THREADS in results:
+        threads = results[Mode.THREADS].run.threads
+        found = run_threaded(prober, unsafe, thread_args(threads), found, progress=progress)
     if sanitize is not False:
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
@@ -231,6 +238,31 @@ def _gather(
                 before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
             )
     return found
+
+
+def run_threaded(
+    prober: Prober,
+    tests: Sequence[str],
+    threads: Sequence[str],
+    found: Mapping[str, TestEvidence],
+    *,
+    progress: TextIO,
+) -> dict[str, TestEvidence]:
+    """Each thread-unsafe test alone in the threads mode's threads, as its reproduce command
+    runs it: whether that command shows the race, or only its file's order in threads does."""
+    merged = dict(found)
+    addopts = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *threads]))
+    _say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
+    for test_id in tests:
+        if prober.exhausted() or prober.stopping():
+            break
+        ran = prober.run(
+            [test_id], phase="threads", label=f"threads: {test_id}", env={ADDOPTS: addopts}
+        )
+        before = merged.get(test_id, TestEvidence(id=test_id))
+        merged[test_id] = dataclasses.replace(before, threaded=ran.outcome(test_id))
+        _say(progress, f"  {test_id}: alone in threads: {ran.outcome(test_id).value}")
+    return merged
 
 
 def _poisonable(prober: Prober) -> bool:

@@ -237,6 +237,7 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"search": t.search} if t.search else {}),
                 **({"probes": [p.to_json() for p in t.probes]} if t.probes else {}),
                 **({"poisoned": t.poisoned} if t.poisoned is not None else {}),
+                **({"threaded": t.threaded} if t.threaded is not None else {}),
                 **({"diagnosis": t.diagnosis} if t.diagnosis else {}),
                 **({"sanitizer": t.sanitizer} if t.sanitizer else {}),
             }
@@ -282,6 +283,7 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     search=str(t.get("search", "")),
                     probes=tuple(Probe.from_json(p) for p in t.get("probes", ())),
                     poisoned=t.get("poisoned"),
+                    threaded=t.get("threaded"),
                     diagnosis=str(t.get("diagnosis", "")),
                     sanitizer=str(t.get("sanitizer", "")),
                 )
@@ -332,6 +334,7 @@ def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
         **({"search": test.search} if test.search else {}),
         **({"probes": [p.to_json() for p in test.probes]} if test.probes else {}),
         **({"poisoned": test.poisoned.value} if test.poisoned is not None else {}),
+        **({"threaded": test.threaded.value} if test.threaded is not None else {}),
         **({"sanitizer": test.sanitizer} if test.sanitizer else {}),
     }
 
@@ -363,6 +366,7 @@ def read_evidence(path: Path) -> Evidence:
                     search=str(t.get("search", "")),
                     probes=tuple(Probe.from_json(p) for p in t.get("probes", ())),
                     poisoned=Outcome(t["poisoned"]) if t.get("poisoned") else None,
+                    threaded=Outcome(t["threaded"]) if t.get("threaded") else None,
                     sanitizer=str(t.get("sanitizer", "")),
                 )
                 for t in data["tests"]

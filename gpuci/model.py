@@ -281,6 +281,7 @@ class TestVerdict:
     search: str = ""  # how the culprits were found, or why they were not
     probes: tuple[Probe, ...] = ()  # the culprit search's runs
     poisoned: str | None = None  # Outcome value alone with poisoned allocations, if run
+    threaded: str | None = None  # Outcome value alone in the threads mode's threads, if run
     diagnosis: str = ""  # what the GPU-native evidence says the bug is
     sanitizer: str = ""  # compute-sanitizer's first error block
 
@@ -322,6 +323,7 @@ class TestEvidence:
     search: str = ""  # how they were found ("bisection", "cascade"), or why not
     probes: tuple[Probe, ...] = ()  # the search's runs, in order
     poisoned: Outcome | None = None  # alone, every fresh device allocation filled with 0xFF
+    threaded: Outcome | None = None  # alone, in the threads mode's N threads
     sanitizer: str = ""  # compute-sanitizer memcheck's first error block, alone
 
 

@@ -110,9 +110,11 @@ def reproduce_command(
     reruns: Sequence[Outcome],
     results: Mapping[Mode, ModeResults],
     orders: Mapping[Mode, Order],
+    alone_in_threads: Outcome | None = None,
 ) -> str:
     """A shell command that shows the finding: the failing order, the files beside it, the
-    test in several threads (thread-unsafe), or the test alone.
+    test in several threads (thread-unsafe: alone, unless the evidence saw it pass alone in
+    threads; then its file's order up to it), or the test alone.
 
     Each carries the GPUs the interpreter it replays had (`CUDA_VISIBLE_DEVICES=...`).
     """
@@ -127,8 +129,12 @@ def reproduce_command(
         if beside:
             return _run_together(results[Mode.PARALLEL], [target, *beside])
     if category is Category.THREAD_UNSAFE and Mode.THREADS in results:
-        run = results[Mode.THREADS].run  # alone, in as many threads as the threads mode ran it
-        return pytest_command(run, [target], serial_gpu(run), extra=thread_args(run.threads))
+        run = results[Mode.THREADS].run  # in as many threads as the threads mode ran it
+        earlier: list[str] = []
+        if alone_in_threads is Outcome.PASSED:
+            earlier, _ = _ran_before(orders[Mode.THREADS], test_id, by_file=False)
+        extra = thread_args(run.threads)
+        return pytest_command(run, [*earlier, target], serial_gpu(run), extra=extra)
     mode = Mode.ISOLATED if Mode.ISOLATED in results else next(iter(results))
     before: list[str] = []
     omitted = 0

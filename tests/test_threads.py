@@ -218,6 +218,47 @@ def test_the_reproduce_command_runs_the_race_in_threads(checked: tuple[Path, str
     shown = in_a_shell(race["reproduce"])
     assert shown.returncode == 1, shown.stdout[-2000:]
     assert "PARALLEL FAILED test_race.py::test_race" in shown.stdout
+    # the evidence ran that very command once: alone, in the threads mode's 4 threads
+    assert race["threaded"] == "failed"
+    assert read(out / "evidence" / "evidence.json")["phases"]["threads"]["runs"] == 1
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_a_race_that_needs_its_file_before_it_reproduces_with_its_file(tmp_path: Path) -> None:
+    root = tmp_path / "suite"
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (root / "test_seen.py").write_text(
+        textwrap.dedent(
+            """
+            SEEN = []
+
+
+            def test_register():
+                SEEN.append(1)  # each of the threads appends its own
+
+
+            def test_registered_once():
+                assert len(SEEN) <= 1, SEEN
+            """
+        ).lstrip(),
+        encoding="utf-8",
+    )
+    proc = gpuci("check", ".", "--out", "out", "--gpus", "0", cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    victim = next(
+        t for t in read(root / "out" / "verdict.json")["tests"] if t["id"].endswith("_once")
+    )
+    assert victim["category"] == "thread-unsafe"
+    # alone in threads it passes (nothing registered before it): the command that shows
+    # the finding runs its file's earlier test first, in threads
+    assert victim["threaded"] == "passed"
+    assert victim["reproduce"].endswith(
+        "--parallel-threads 4 test_seen.py::test_register test_seen.py::test_registered_once"
+    )
+    shown = in_a_shell(victim["reproduce"])
+    assert "FAILED test_seen.py::test_registered_once" in shown.stdout, shown.stdout[-2000:]
 
 
 @pytest.mark.slow
