@@ -6,27 +6,13 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import gpuci
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "examples" / "polluted_suite"
-
-
-def gpuci(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a real subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import gpuci
 
 STICKY = "test_a_sticky.py::test_a_polluter"
 CASCADE = (
@@ -94,20 +95,6 @@ def environment(root: Path) -> dict[str, str]:
     # the reproduce commands say `python`: this interpreter, with gpuci's test dependencies
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return dict(os.environ, HOG_DIR=str(root / "hogs"), PATH=path)
-
-
-def gpuci(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a real subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,13 @@ check and counted, the budget's cut shown, a lazy isolated pass, deselected file
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import gpuci
 
 SUITE = {
     "pytest.ini": """
@@ -65,20 +64,6 @@ def build(root: Path) -> Path:
     for name, text in SUITE.items():
         (root / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
     return root
-
-
-def gpuci(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CI_NODE", "PYTEST_"))}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
 
 
 def read(path: Path) -> Any:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import gpuci
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,19 +71,6 @@ def _env(root: Path) -> dict[str, str]:
     }
     env.pop("CI_JOB_URL", None)
     return env
-
-
-def gpuci(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
-        cwd=cwd,
-        env=_env(cwd),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def interrupt_while_blocked(root: Path, mode: str, *args: str) -> None:

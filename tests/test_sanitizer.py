@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 import textwrap
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import gpuci
 
 from gpuci import sanitizer
 from gpuci.classify import Classified
@@ -415,19 +415,6 @@ def calls(env: dict[str, str]) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def gpuci(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def read(path: Path) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import gpuci
 
 # the threads mode runs tests with it; CI installs it (missing there is a failure, not a skip)
 needs_run_parallel = pytest.mark.skipif(
@@ -88,21 +89,6 @@ def build(root: Path) -> Path:
     for name, text in SUITE.items():
         (root / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
     return root
-
-
-def gpuci(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CI_NODE", "PYTEST_"))}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def read(path: Path) -> Any:

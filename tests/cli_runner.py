@@ -1,0 +1,37 @@
+"""The real gpuci CLI in a real subprocess, as the end-to-end tests run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def clean_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) without what would change gpuci's run:
+    a CI job's shard (CI_NODE_*), pytest's own settings, and the GPUs the caller sees."""
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if not k.startswith(("CI_NODE", "PYTEST_"))
+    }
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def gpuci(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`python -m gpuci ARGS` in `cwd`, output captured, no standard input."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuci", *args],
+        cwd=cwd,
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
