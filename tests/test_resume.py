@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci
+from cli_runner import gpuci as run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,6 +71,10 @@ def _env(root: Path) -> dict[str, str]:
     }
     env.pop("CI_JOB_URL", None)
     return env
+
+
+def gpuci(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, env=_env(cwd))
 
 
 def interrupt_while_blocked(root: Path, mode: str, *args: str) -> None:
