@@ -217,8 +217,11 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
     several = False
     while len(current) > 1:
         if prober.exhausted() or prober.stopping():
-            search.culprits = tuple(current)
-            search.note = f"search cut by budget after {len(search.probes)} run(s)"
+            # a narrowed set is not a culprit until a run confirms it: none is named
+            search.note = (
+                f"search cut by budget after {len(search.probes)} run(s),"
+                f" down to {len(current)} of {len(task.candidates)} tests"
+            )
             return search
         half = len(current) // 2
         for part in (current[:half], current[half:]):
@@ -233,11 +236,21 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
             return search
         confirmed = _probe(prober, task, search, current)
-    runs = len(search.probes)
+    what = "failed" if task.category is Category.ORDER_DEPENDENT else "passed"
     if not confirmed:
-        what = "failed" if task.category is Category.ORDER_DEPENDENT else "passed"
+        runs = len(search.probes)
         search.note = f"not reproduced: it never {what} after the tests before it ({runs} runs)"
         return search
+    # Once more, the same: a flaky victim comes out either way after anything, and would
+    # otherwise hand the search a culprit by chance.
+    if prober.exhausted() or not _probe(prober, task, search, current):
+        search.note = (
+            f"search cut by budget before {len(current)} test(s) were confirmed twice"
+            if prober.exhausted()
+            else f"not reproduced: it {what} after {len(current)} test(s), then not (flaky?)"
+        )
+        return search
+    runs = len(search.probes)
     search.culprits = tuple(current)
     search.note = f"bisection: {runs} run(s)" + (
         f"; needs all {len(current)} together" if several else ""

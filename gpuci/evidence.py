@@ -218,6 +218,11 @@ def _gather(
     wanted = alone_runs_wanted(results, runs) if runs else {}
     first = {i: min(n, 1) for i, n in wanted.items()}
     found = run_alone(prober, first, progress=progress) if any(first.values()) else {}
+    # Failing alone, a second alone-run comes at once: it tells a flaky test from a real
+    # failure or a test that needs others, before any provider is searched for it.
+    again = {i: n - 1 for i, n in wanted.items() if n > 1 and Outcome.PASSED not in found[i].alone}
+    found = _more_alone(prober, again, found, progress)
+    first = {i: n + again.get(i, 0) for i, n in first.items()}
     classified = classify_results(results, {i: t.alone for i, t in found.items()})
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
     if not prober.poisoned:  # a --poison check ran everything poisoned already
@@ -230,14 +235,22 @@ def _gather(
     if sanitize is not False:
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
-    if rest:
-        more = run_alone(prober, rest, progress=progress)
-        for test_id, extra in more.items():
-            before = found.get(test_id, TestEvidence(id=test_id))
-            found[test_id] = dataclasses.replace(
-                before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
-            )
-    return found
+    return _more_alone(prober, rest, found, progress)
+
+
+def _more_alone(
+    prober: Prober, wanted: Mapping[str, int], found: Mapping[str, TestEvidence], progress: TextIO
+) -> dict[str, TestEvidence]:
+    """More alone-runs of `wanted`, added to what was found."""
+    merged = dict(found)
+    if not wanted:
+        return merged
+    for test_id, extra in run_alone(prober, wanted, progress=progress).items():
+        before = merged.get(test_id, TestEvidence(id=test_id))
+        merged[test_id] = dataclasses.replace(
+            before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
+        )
+    return merged
 
 
 def run_threaded(

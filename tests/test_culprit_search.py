@@ -1,0 +1,80 @@
+"""The culprit search's bisection against a fake prober: its answers, its bound, its doubts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpuci.culprits import _bisect, _Task
+from gpuci.model import Category, Outcome
+
+VICTIM = "test_v.py::test_victim"
+CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
+
+
+@dataclass
+class FakeRun:
+    result: Outcome
+
+    def outcome(self, test_id: str) -> Outcome:
+        return self.result
+
+
+@dataclass
+class FakeProber:
+    """Answers each run with `victim(ids, n)`: the victim's outcome on the n-th run."""
+
+    victim: Callable[[Sequence[str], int], Outcome]
+    budget_runs: int = 1000
+    runs: list[list[str]] = field(default_factory=list)
+
+    def exhausted(self) -> bool:
+        return len(self.runs) >= self.budget_runs
+
+    def stopping(self) -> bool:
+        return False
+
+    def run(self, ids: Sequence[str], *, phase: str, label: str) -> FakeRun:
+        self.runs.append(list(ids))
+        return FakeRun(self.victim(ids, len(self.runs)))
+
+
+def task(category: Category) -> _Task:
+    return _Task(victim=VICTIM, category=category, candidates=CANDIDATES, rank=(0, 0))
+
+
+def test_one_polluter_among_sixteen_is_found_within_the_bound() -> None:
+    culprit = CANDIDATES[11]
+    prober = FakeProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
+    search = _bisect(prober, task(Category.ORDER_DEPENDENT))
+    assert search.culprits == (culprit,)
+    assert len(prober.runs) <= 2 * math.ceil(math.log2(len(CANDIDATES))) + 2
+    # every run is [candidates..., victim] in the order they first ran, the last two alike
+    assert all(run[-1] == VICTIM for run in prober.runs)
+    assert prober.runs[-1] == prober.runs[-2] == [culprit, VICTIM]
+
+
+def test_a_provider_is_found_for_a_test_that_needs_one() -> None:
+    provider = CANDIDATES[3]
+    prober = FakeProber(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
+    search = _bisect(prober, task(Category.DEPENDS_ON_OTHERS))
+    assert search.culprits == (provider,)
+
+
+def test_a_flaky_victim_gets_no_culprit_by_chance() -> None:
+    # it passes and fails by turns, whatever ran before it
+    prober = FakeProber(lambda _, n: Outcome.PASSED if n % 2 else Outcome.FAILED)
+    search = _bisect(prober, task(Category.DEPENDS_ON_OTHERS))
+    assert search.culprits == ()
+    assert search.note.startswith("not reproduced")
+
+
+def test_a_search_cut_by_the_budget_names_no_culprit() -> None:
+    culprit = CANDIDATES[5]
+    prober = FakeProber(
+        lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED, budget_runs=3
+    )
+    search = _bisect(prober, task(Category.ORDER_DEPENDENT))
+    assert search.culprits == ()
+    assert search.note.startswith("search cut by budget after 3 run(s), down to")
