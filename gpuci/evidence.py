@@ -213,8 +213,8 @@ def _gather(
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
     matters least: one alone-run per suspect (it decides the category), poisoned runs and
-    culprit searches for the isolation findings, compute-sanitizer on the roots, then the
-    remaining alone-runs (which tell a flaky test from a consistent one)."""
+    culprit searches for the isolation findings, compute-sanitizer on the roots, a check of
+    each thread-unsafe test alone in threads, then the remaining alone-runs."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
     first = {i: min(n, 1) for i, n in wanted.items()}
     found = run_alone(prober, first, progress=progress) if any(first.values()) else {}
@@ -228,12 +228,12 @@ def _gather(
     if not prober.poisoned:  # a --poison check ran everything poisoned already
         found = run_poisoned(prober, victims, found, progress=progress)
     found = search_culprits(prober, results, classified, found, progress=progress)
+    if sanitize is not False:  # the kernel of a root before the rest
+        found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
     if unsafe and Mode.THREADS in results:
         threads = results[Mode.THREADS].run.threads
         found = run_threaded(prober, unsafe, thread_args(threads), found, progress=progress)
-    if sanitize is not False:
-        found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
     return _more_alone(prober, rest, found, progress)
 
