@@ -60,12 +60,29 @@ def classify_results(
         first = reference is not None and first_in_interpreter(reference, test_id)
         found[test_id] = Classified(
             id=test_id,
-            category=classify_test(outcomes, reruns, first_in_file=first),
+            category=classify_test(
+                outcomes, reruns + _seen_alone(mine, orders, test_id), first_in_file=first
+            ),
             outcomes=outcomes,
             reruns=reruns,
             results=mine,
         )
     return found
+
+
+def _seen_alone(
+    mine: Mapping[Mode, TestResult], orders: Mapping[Mode, Order], test_id: str
+) -> tuple[Outcome, ...]:
+    """The isolated outcome of a test that ran first in its fresh interpreter: an alone-run
+    in all but name (the evidence counts it as one), so a flaky test that passed there and
+    failed its alone-run is flaky, not one that needs others."""
+    isolated = mine.get(Mode.ISOLATED)
+    order = orders.get(Mode.ISOLATED)
+    if isolated is None or order is None or isolated.inferred:
+        return ()
+    if isolated.outcome not in (Outcome.PASSED, Outcome.FAILED):
+        return ()
+    return (isolated.outcome,) if first_in_interpreter(order, test_id) else ()
 
 
 def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in one place

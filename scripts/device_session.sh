@@ -8,6 +8,7 @@ OUT="${OUT:-out/device}"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=/tmp/dev
+rm -rf "$WORK"  # a warm machine keeps the last command's files (the flaky test's counter)
 mkdir -p "$WORK"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 3

@@ -918,3 +918,15 @@ def regenerate() -> None:
 
 if __name__ == "__main__":
     regenerate()
+
+
+def test_first_in_its_isolated_file_counts_as_seen_alone(tmp_path: Path) -> None:
+    # the only test of its file: isolated ran it alone in all but name. It passed there and
+    # failed its one alone-run (the evidence counts isolated as the other): flaky, not a
+    # test that needs others because it also passed in suite
+    test_id = f"{A}::test_counter"
+    for mode, outcome in ((ISO, P), (PAR, F), (SUI, P)):
+        reruns = (F,) if mode is PAR else ()
+        write_run(tmp_path, mode_run(mode, [result(test_id, outcome, *reruns)]))
+    verdict = diff_results(tmp_path, baseline=None, policy=Policy())
+    assert {t.id: t.category for t in verdict.tests} == {test_id: Category.FLAKY}
