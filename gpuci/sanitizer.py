@@ -34,6 +34,7 @@ CUDA_HOME_VARS = ("CUDA_HOME", "CUDA_PATH")  # toolkit roots, as CuPy and PyTorc
 CUDA_DEFAULT = Path("/usr/local/cuda/bin") / TOOL  # where the CUDA toolkit puts it
 TIMEOUT_S = 300.0  # one memcheck run, never more than the budget left
 NOT_RUN = "not run (budget)"
+MIN_RUN_S = 15.0  # less budget left than this: not started (memcheck took 4-5 s on an H100)
 # boost-style `--opt=value`: one argument each. No --error-exitcode: an exit code other
 # than pytest's own would read as an interpreter dying after pytest finished.
 OPTIONS = (
@@ -174,7 +175,10 @@ def sanitize_roots(
     for test_id in roots:
         if prober.stopping():
             break
-        text = NOT_RUN if prober.exhausted() else run_memcheck(prober, test_id, tool)
+        left = prober.left()
+        # a run the budget cannot finish is killed half way and tells nothing
+        starved = prober.exhausted() or (left is not None and left < MIN_RUN_S)
+        text = NOT_RUN if starved else run_memcheck(prober, test_id, tool)
         before = merged.get(test_id, TestEvidence(id=test_id))
         merged[test_id] = dataclasses.replace(before, sanitizer=text)
         _say(progress, f"  {test_id}: sanitizer: {(text.splitlines() or [''])[0]}")
