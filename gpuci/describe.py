@@ -6,10 +6,11 @@ cost and what the budget cut.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from gpuci.model import SUITE_UNIT, Evidence, Leftover, Stranger, TestVerdict
+from gpuci.formats import strays_to_json
+from gpuci.model import SUITE_UNIT, Evidence, TestVerdict
 from gpuci.results import ModeResults
 
 
@@ -24,13 +25,9 @@ def describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -
         "spent_s": round(evidence.spent_s, 3),
         "runs": evidence.runs,
         "cut": cut,
-        **({"leftovers": _by_file(evidence.leftovers)} if evidence.leftovers else {}),
-        **({"strangers": _by_file(evidence.strangers)} if evidence.strangers else {}),
+        **({"leftovers": strays_to_json(evidence.leftovers)} if evidence.leftovers else {}),
+        **({"strangers": strays_to_json(evidence.strangers)} if evidence.strangers else {}),
     }
-
-
-def _by_file(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
-    return {file: [x.to_json() for x in entries] for file, entries in found.items()}
 
 
 def describe_mode(results: ModeResults) -> dict[str, Any]:

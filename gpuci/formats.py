@@ -320,8 +320,8 @@ def evidence_to_json(evidence: Evidence) -> dict[str, Any]:
         "runs": evidence.runs,
         **({"phases": evidence.phases} if evidence.phases else {}),
         "tests": [_test_evidence_to_json(t) for t in evidence.tests],
-        **({"leftovers": _by_file(evidence.leftovers)} if evidence.leftovers else {}),
-        **({"strangers": _by_file(evidence.strangers)} if evidence.strangers else {}),
+        **({"leftovers": strays_to_json(evidence.leftovers)} if evidence.leftovers else {}),
+        **({"strangers": strays_to_json(evidence.strangers)} if evidence.strangers else {}),
     }
 
 
@@ -339,7 +339,8 @@ def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
     }
 
 
-def _by_file(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
+def strays_to_json(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
+    """Leftovers or strangers by file, in their JSON form (evidence.json, verdict.json)."""
     return {file: [x.to_json() for x in entries] for file, entries in found.items()}
 
 
