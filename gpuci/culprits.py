@@ -36,7 +36,7 @@ from gpuci.model import (
     printable,
 )
 from gpuci.probe import Prober
-from gpuci.reproduce import Order, gpu_of, interpreter_order, ran_beside
+from gpuci.reproduce import Order, gpu_of, ran_beside
 from gpuci.results import ModeResults
 
 PHASE = "culprits"
@@ -70,10 +70,10 @@ def search_culprits(
     classified: Mapping[str, Classified],
     found: Mapping[str, TestEvidence],
     *,
+    orders: Mapping[Mode, Order],
     progress: TextIO,
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression, added to the evidence by test id."""
-    orders = {mode: interpreter_order(results[mode]) for mode in results}
     # victims in the order they ran in one interpreter, so that an early victim's culprit
     # is found first and tried on the later ones (a cascade)
     reference = results.get(Mode.SUITE) or next(iter(results.values()))

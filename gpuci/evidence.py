@@ -223,11 +223,12 @@ def _gather(
     again = {i: n - 1 for i, n in wanted.items() if n > 1 and Outcome.PASSED not in found[i].alone}
     found = _more_alone(prober, again, found, progress)
     first = {i: n + again.get(i, 0) for i, n in first.items()}
-    classified = classify_results(results, {i: t.alone for i, t in found.items()})
+    orders = {mode: interpreter_order(results[mode]) for mode in results}  # once for both
+    classified = classify_results(results, {i: t.alone for i, t in found.items()}, orders)
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
     if not prober.poisoned:  # a --poison check ran everything poisoned already
         found = run_poisoned(prober, victims, found, progress=progress)
-    found = search_culprits(prober, results, classified, found, progress=progress)
+    found = search_culprits(prober, results, classified, found, orders=orders, progress=progress)
     if sanitize is not False:  # the kernel of a root before the rest
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
