@@ -20,6 +20,7 @@ from gpuci.discover import Discovery, can_import, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
 from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
+from gpuci.outdir import check_run_id, forget_replaced, new_run_id, prepare_out, replace_earlier
 from gpuci.plan import (
     choose_workers,
     cpu_count,
@@ -35,13 +36,12 @@ from gpuci.plan import (
 from gpuci.results import load_mode_results
 from gpuci.resume import (
     check_extra_modes,
-    earlier_results,
     earlier_run,
     given_paths,
     has_results,
     was_interrupted,
 )
-from gpuci.run import RunOptions, prepare_out, run_mode
+from gpuci.run import RunOptions, run_mode
 from gpuci.sanitizer import choose_sanitizer
 
 DEFAULT_MODES = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
@@ -50,16 +50,16 @@ RUN_PARALLEL = "pytest_run_parallel"  # what runs each test in threads (threads 
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
 
 
-def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
-    """Every mode of `--modes`, in order, then the evidence; the runs as written."""
-    modes = check_modes(args.modes, args.python)
-    sanitize: bool | None = getattr(args, "sanitize", None)
-    choose_sanitizer(sanitize)  # --sanitize without the tool: refused before anything runs
+def run_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun]:
+    """Every mode of `modes` (from check_options), in order, then the evidence; the runs."""
+    sanitize: bool | None = args.sanitize
     # isolated after parallel or threads runs lazily: only the files that did not pass there
     before = modes[: modes.index(Mode.ISOLATED)] if Mode.ISOLATED in modes else []
     lazy = [m for m in CONFIRMED_BY if m in before]
-    earlier = _earlier_check(args, modes)  # refused before anything is touched
+    earlier = _resumed_check(args, modes) if args.resume else {}  # refused, nothing touched
     discovery = discover(args)  # once: every mode runs the same collected tests
+    if not args.resume:  # only now: a suite that cannot be collected replaces nothing
+        _replace_earlier(args)
     runs: dict[Mode, ModeRun] = {}
     for mode in modes:
         prior = earlier.get(mode)
@@ -78,6 +78,7 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
         else:
             timed_by = runs.get(Mode.SUITE) if mode is Mode.PARALLEL else None
             runs[mode] = run_one_mode(args, mode, discovery, timed_by=timed_by, resume=prior)
+    forget_replaced(args.out)  # the check has results of its own now
     main_s = sum(run.wall_s for run in runs.values())
     budget = args.evidence_budget if args.evidence_budget is not None else main_s
     gather_evidence(
@@ -116,25 +117,40 @@ def explain_results(args: argparse.Namespace) -> None:
     )
 
 
-def _earlier_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun]:
-    """With --resume, the runs of an interrupted check; without, say what it replaces."""
-    out: Path = args.out
-    if args.resume:
-        check_extra_modes(out, modes)
-        found = {m: _earlier(args, m) for m in modes}
-        return {m: run for m, run in found.items() if run is not None}
-    replaced = earlier_results(out)
+def _replace_earlier(args: argparse.Namespace) -> None:
+    """A fresh check: move OUT's earlier results aside, under a new run id (`args.run_id`)."""
+    args.run_id = new_run_id()
+    replaced = replace_earlier(args.out, args.run_id)
     if replaced:
         _say(
-            f"replacing the earlier results in {out}: {', '.join(replaced)}"
+            f"replacing the earlier results in {args.out}: {', '.join(replaced)}"
             " (--resume continues an interrupted check instead)"
         )
-    for mode in Mode:  # a mode this check does not run would be diffed with it
-        if mode not in modes and has_results(out / mode.value):
-            shutil.rmtree(out / mode.value, ignore_errors=True)
-    for name in ("verdict.json", "report.html", "comment.md"):
-        (out / name).unlink(missing_ok=True)
-    return {}
+
+
+def _resumed_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun]:
+    """--resume: the runs of the interrupted check (its run id's, no other's); sets
+    `args.run_id` to its id."""
+    out: Path = args.out
+    run_id = check_run_id(out)
+    if run_id is None:
+        raise UsageError(
+            f"--resume: {out} holds no check that gpuci started (no {out}/.gpuci/check.json);"
+            " run without --resume to start one"
+        )
+    args.run_id = run_id
+    check_extra_modes(out, modes)
+    found: dict[Mode, ModeRun] = {}
+    for mode in modes:
+        run = _earlier(args, mode)
+        if run is not None and run.run_id != run_id:
+            _say(
+                f"{mode.value}: its results in {_mode_dir(args, mode)} are another run's"
+                f" ({run.run_id or 'no run id'}), not the interrupted check's; running it again"
+            )
+        elif run is not None:
+            found[mode] = run
+    return found
 
 
 def _earlier(args: argparse.Namespace, mode: Mode) -> ModeRun | None:
@@ -155,15 +171,16 @@ def _threads(args: argparse.Namespace, mode: Mode) -> int | None:
 
 def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
     """`gpuci run`: one mode, then its own alone-reruns (a CI job has no later evidence)."""
-    if mode is Mode.THREADS:
-        require_run_parallel(args.python, "--mode threads")
     mode_dir = _mode_dir(args, mode)
     prior = None
+    args.run_id = new_run_id()
     if args.resume:
         prior = _earlier(args, mode)
         if prior is not None and not prior.interrupted:
             _say(f"{mode.value}: finished earlier, nothing to resume ({mode_dir})")
             return prior
+        if prior is not None:
+            args.run_id = prior.run_id or args.run_id  # the run it continues
     elif has_results(mode_dir):
         _say(
             f"replacing the earlier {mode.value} results in {mode_dir}"
@@ -177,6 +194,20 @@ def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
         budget_s=args.evidence_budget,
         python=args.python,
     )
+
+
+def check_options(args: argparse.Namespace, mode: Mode | None = None) -> list[Mode]:
+    """The modes of `gpuci run --mode` (`mode`) or `gpuci check`; what is malformed or
+    missing is refused here, before OUT is touched and collection starts."""
+    parse_workers(args.workers)
+    _shard(args)
+    parse_gpus_per_slot(args.gpus_per_slot, detect_gpus(args.gpus, os.environ))
+    if mode is not None:
+        if mode is Mode.THREADS:
+            require_run_parallel(args.python, "--mode threads")
+        return [mode]
+    choose_sanitizer(args.sanitize)  # --sanitize without the tool
+    return check_modes(args.modes, args.python)
 
 
 def check_modes(text: str | None, python: str) -> list[Mode]:
@@ -325,6 +356,7 @@ def run_one_mode(
         paths=given_paths(args.paths),
         poison=args.poison,
         resume=resume,
+        run_id=args.run_id,
     )
     estimates = durations if in_seconds else {}
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuci import __version__
+from gpuci.masking import known_secrets, mask_secrets, withhold_secrets
 from gpuci.model import GpuciError, Mode, Outcome, UsageError
 
 if TYPE_CHECKING:
@@ -211,9 +213,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in args_in:
         split = args_in.index("--")
         args_in, pytest_args = args_in[:split], args_in[split + 1 :]
+    if not args_in:  # bare `gpuci`: what it can do, not one line about a missing command
+        print(build_parser().format_help(), file=sys.stderr)
+        return 2
     try:
         args = build_parser().parse_args(args_in)
         args.pytest_args = tuple(pytest_args)
+        # before any child starts: no test, discovery or evidence run sees gpuci's secrets
+        args.secrets = () if args.command == "publish" else tuple(withhold_secrets(os.environ))
         handler = {
             "run": _cmd_run,
             "merge": _cmd_merge,
@@ -232,6 +239,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+@contextlib.contextmanager
+def _holding(out: Path, command: str) -> Iterator[None]:
+    """OUT's lock for the whole command: a second gpuci writing there exits 2."""
+    from gpuci.outdir import locked
+
+    notes: list[str] = []
+    with locked(out, f"gpuci {command}", notes):
+        for note in notes:
+            print(f"gpuci: {note}", file=sys.stderr)
+        yield
+
+
 def _adopt_orphans() -> None:
     """Make gpuci adopt what its interpreters leave behind (Linux), so it can end it."""
     from gpuci.reaper import become_subreaper
@@ -240,10 +259,12 @@ def _adopt_orphans() -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from gpuci.check import run_mode_with_reruns
+    from gpuci.check import check_options, run_mode_with_reruns
 
+    check_options(args, Mode(args.mode))
     _adopt_orphans()
-    run = run_mode_with_reruns(args, Mode(args.mode))
+    with _holding(args.out, "run"):
+        run = run_mode_with_reruns(args, Mode(args.mode))
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
     return 1 if bad else 0
 
@@ -264,14 +285,17 @@ def _write_verdict(args: argparse.Namespace, out: Path, path: Path) -> int:
     policy = parse_policy(args.fail_on, args.allow)
     baseline = read_baseline(args.baseline) if args.baseline else None
     verdict = diff_results(out, baseline=baseline, policy=policy)
-    write_verdict(verdict, path)
-    print(format_summary(verdict))
+    secrets = known_secrets(os.environ, args.secrets)
+    write_verdict(verdict, path, secrets)
+    print(mask_secrets(format_summary(verdict), secrets))
     return 1 if verdict.verdict == "fail" else 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     path = args.output or args.out / "verdict.json"
-    code = _write_verdict(args, args.out, path)
+    into_out = args.out.is_dir() and args.out.resolve() in path.resolve().parents
+    with _holding(args.out, "diff") if into_out else contextlib.nullcontext():
+        code = _write_verdict(args, args.out, path)
     print(f"gpuci: wrote {path}")
     return code
 
@@ -280,7 +304,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from gpuci.report import write_reports
 
     html, markdown = write_reports(
-        args.verdict, html=args.html, markdown=args.markdown, environ=os.environ
+        args.verdict,
+        html=args.html,
+        markdown=args.markdown,
+        environ=os.environ,
+        secrets=args.secrets,
     )
     print(f"gpuci: report {html}, comment {markdown}")
     return 0
@@ -296,22 +324,29 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from gpuci.check import explain_results
 
     _adopt_orphans()
-    explain_results(args)
-    verdict_path = args.out / "verdict.json"
-    code = _write_verdict(args, args.out, verdict_path)
+    if not args.out.is_dir():  # not made by the lock: a missing OUT is the user's mistake
+        raise UsageError(f"{args.out}: no such directory; give the --out directory of `gpuci run`")
+    with _holding(args.out, "explain"):
+        explain_results(args)
+        verdict_path = args.out / "verdict.json"
+        code = _write_verdict(args, args.out, verdict_path)
     print(f"gpuci: evidence {args.out / 'evidence'}, verdict {verdict_path}")
     return code
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from gpuci.check import run_check
+    from gpuci.check import check_options, run_check
     from gpuci.report import write_reports
 
+    modes = check_options(args)
     _adopt_orphans()
-    run_check(args)
-    verdict_path = args.out / "verdict.json"
-    code = _write_verdict(args, args.out, verdict_path)
-    html, markdown = write_reports(verdict_path, html=None, markdown=None, environ=os.environ)
+    with _holding(args.out, "check"):
+        run_check(args, modes)
+        verdict_path = args.out / "verdict.json"
+        code = _write_verdict(args, args.out, verdict_path)
+        html, markdown = write_reports(
+            verdict_path, html=None, markdown=None, environ=os.environ, secrets=args.secrets
+        )
     print(f"gpuci: verdict {verdict_path}, report {html}, comment {markdown}")
     print(f"gpuci: reproduce this check: {shlex.join(['gpuci', *sys.argv[1:]])}")
     return code

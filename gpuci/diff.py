@@ -8,6 +8,7 @@ classifies each test (`gpuci.classify`), adds its reproduce command
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from gpuci.formats import (
     verdict_to_json,
     write_json_atomic,
 )
+from gpuci.masking import mask_secrets
 from gpuci.model import (
     ISOLATION_CATEGORIES,
     NOT_PASSING,
@@ -132,10 +134,16 @@ def read_baseline(path: Path) -> Verdict:
         ) from None
 
 
-def write_verdict(verdict: Verdict, path: Path) -> None:
-    """Write `verdict.json` atomically: a reader never sees half of it."""
+def write_verdict(verdict: Verdict, path: Path, secrets: Sequence[str] = ()) -> None:
+    """Write `verdict.json` atomically (a reader never sees half of it), `secrets` masked
+    wherever a test's output brought one in."""
+    data = verdict_to_json(verdict)
+    text = json.dumps(data, ensure_ascii=False)
+    masked = mask_secrets(text, secrets)
+    if masked != text:
+        data = json.loads(masked)
     try:
-        write_json_atomic(path, verdict_to_json(verdict))
+        write_json_atomic(path, data)
     except OSError as exc:
         raise GpuciError(f"{path}: cannot write the verdict ({exc.strerror or exc})") from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,8 @@ PLUGIN = "gpuci.pytest_plugin"
 POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
 # pytest's exit code for a command-line usage error
 PYTEST_USAGE_ERROR = 4
+_CONFTEST_ERROR = re.compile(r"ImportError while loading conftest '([^']+)'")
+_FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +38,14 @@ class Discovery:
     serial: frozenset[str] = frozenset()  # files holding a gpu_serial test
     errors: dict[str, str] = field(default_factory=dict)  # file -> collection error
     deselected: tuple[str, ...] = ()  # files whose every test the pytest arguments left out
+
+    @property
+    def broken_dirs(self) -> frozenset[str]:
+        """Directories whose conftest.py failed to import: pytest, handed one, would end
+        at once, so gpuci reports discovery's error for them and runs the other files."""
+        return frozenset(
+            f for f in self.errors if f not in self.tests and (self.rootdir / f).is_dir()
+        )
 
     @property
     def test_count(self) -> int:
@@ -111,11 +122,25 @@ def discover_tests(
     output = (proc.stdout + proc.stderr).decode("utf-8", "replace").strip()
     collected = [e for e in events if e.get("e") == "collected"]
     if proc.returncode == PYTEST_USAGE_ERROR or not collected:
-        tail = " | ".join(output.splitlines()[-3:]) or f"exit code {proc.returncode}"
         raise (UsageError if proc.returncode == PYTEST_USAGE_ERROR else GpuciError)(
-            f"pytest could not collect {' '.join(paths)}: {tail}"
+            _collection_failure(paths, output, proc.returncode)
         )
     return _build(paths, collected[-1], events)
+
+
+def _collection_failure(paths: Sequence[str], output: str, code: int) -> str:
+    """Why pytest collected nothing: a conftest.py that failed to import names its file and
+    line; otherwise the last lines pytest printed."""
+    lines = output.splitlines()
+    conftest = _CONFTEST_ERROR.search(output)
+    if conftest:
+        where = [m[1] for m in map(_FRAME.match, lines) if m and not m[1].startswith("<")]
+        error = [line.removeprefix("E").strip() for line in lines if line.startswith("E ")]
+        place = where[-1] if where else conftest[1]
+        why = error[-1] if error else f"see `pytest --collect-only {' '.join(paths)}`"
+        return f"{place}: conftest.py failed to import: {why}"
+    tail = " | ".join(lines[-3:]) or f"exit code {code} before collecting anything"
+    return f"pytest could not collect {' '.join(paths)}: {tail}"
 
 
 def _read_events(journal: Path) -> list[dict[str, object]]:
@@ -164,10 +189,13 @@ def _check_every_path_has_tests(paths: Sequence[str], discovery: Discovery) -> N
     for path in paths:
         target = Path(path).resolve()
         if not any(f == target or target in f.parents for f in found):
-            raise UsageError(
-                f"{path}: no tests collected (is it a test file that pytest's"
-                " python_files / python_functions settings match?)"
+            hint = (
+                "does it hold files that pytest's python_files setting matches?"
+                if target.is_dir()
+                else "is it a test file that pytest's python_files / python_functions"
+                " settings match?"
             )
+            raise UsageError(f"{path}: no tests collected ({hint})")
 
 
 def pytest_target(rootdir: Path, file: str) -> str:

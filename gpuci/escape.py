@@ -29,6 +29,7 @@ from markupsafe import Markup
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n\u0085\u2028\u2029]")
 _PLAIN_MD = re.compile("[A-Za-z0-9 ,;:()'=+\u00d7\u2013-]*")  # and the times and en-dash signs
 _SAFE_URL = re.compile(r"https?://[^\s<>()\[\]{}\"'`\\|^]+", re.ASCII)
@@ -101,6 +102,14 @@ def md_finalize(value: object) -> object:
     if isinstance(value, str):
         raise TypeError(f"comment template printed unescaped text {value[:40]!r}: use md_cell")
     raise TypeError(f"comment template printed a {type(value).__name__}")
+
+
+def html_finalize(value: object) -> object:
+    """Every value the report prints, test output included: ANSI colours and control
+    characters (ESC, NUL, ...) gone, line breaks and tabs kept; markup gpuci built stays."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return _CONTROL_BUT_LINES.sub("", _ANSI.sub("", value))
+    return value
 
 
 def cut(text: str, limit: int) -> str:

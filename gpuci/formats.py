@@ -75,6 +75,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
     """The `run.json` form of a mode's run."""
     return {
         "schema": RUN_SCHEMA,
+        **({"run_id": run.run_id} if run.run_id else {}),
         "mode": run.mode.value,
         "command": list(run.command),
         "pytest_args": list(run.pytest_args),
@@ -143,6 +144,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
         shard = data.get("shard")
         return ModeRun(
             mode=Mode(data["mode"]),
+            run_id=str(data.get("run_id", "")),
             command=tuple(data["command"]),
             pytest_args=tuple(data.get("pytest_args", ())),
             rootdir=data["rootdir"],

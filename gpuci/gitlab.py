@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import requests
 import urllib3.exceptions
 
+from gpuci.masking import mask_secrets
 from gpuci.model import InputError
 
 MARKER = "<!-- gpuci-report -->"
@@ -28,7 +29,6 @@ BACKOFF_S = 1.0  # the wait after the first 5xx or lost connection; doubles each
 MAX_WAIT_S = 60.0  # the longest one wait may be, whatever Retry-After asks for
 PER_PAGE = 100  # GitLab's largest page
 MAX_PAGES = 1000  # 100,000 notes: more means the server's next-page links loop
-MASK = "[MASKED]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,11 +61,7 @@ class MaybeWritten(Exception):
 
 def mask_token(text: str, token: str) -> str:
     """`text` with every spelling of `token` (plain, URL-quoted, repr-escaped) masked."""
-    if not token:
-        return text
-    for spelling in {token, urllib.parse.quote(token, safe=""), repr(token)[1:-1]}:
-        text = text.replace(spelling, MASK)
-    return text
+    return mask_secrets(text, [token])
 
 
 def read_target(environ: Mapping[str, str]) -> Target | str:

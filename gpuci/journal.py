@@ -74,15 +74,7 @@ class JournalState:
 
     def results(self) -> list[TestResult]:
         """Collection errors and finished tests; the unfinished one is the caller's call."""
-        errors = [
-            TestResult(
-                id=i,
-                file=file_of(i),
-                outcome=Outcome.FAILED,
-                message=f"collection error: {message}",
-            )
-            for i, message in self.errors.items()
-        ]
+        errors = [collection_error(i, message) for i, message in self.errors.items()]
         return errors + [
             TestResult(
                 id=i,
@@ -98,6 +90,16 @@ class JournalState:
         """Collected tests that neither finished nor were running, in order."""
         done = set(self.finished) | {self.started}
         return [i for i in self.collected or () if i not in done]
+
+
+def collection_error(node_id: str, message: str) -> TestResult:
+    """A file or directory pytest could not import or collect, as a failed pseudo test."""
+    return TestResult(
+        id=node_id,
+        file=file_of(node_id),
+        outcome=Outcome.FAILED,
+        message=f"collection error: {message}",
+    )
 
 
 def not_run(test_id: str, message: str) -> TestResult:

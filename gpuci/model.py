@@ -233,6 +233,7 @@ class ModeRun:
     resumed: bool = False  # it continued an interrupted run of this mode (--resume)
     gpu_check: str = ""  # how GPU memory holders were checked: "nvidia-smi", or why not
     poison: bool = False  # every interpreter filled fresh device allocations (--poison)
+    run_id: str = ""  # the check (or `gpuci run`) that made it: what --resume keeps
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,11 +28,13 @@ from gpuci.gitlab import (
     mask_token,
     read_target,
 )
+from gpuci.masking import known_secrets, mask_secrets
 from gpuci.model import GpuciError, InputError
 
 __all__ = ["MARKER", "NOTE_LIMIT", "TRIES", "publish_comment"]
 
 NOTE_LIMIT = 1_000_000  # GitLab refuses a longer note body (characters)
+REPORT_NAME = "report.html"  # the report beside the comment, which the note links
 
 
 def read_comment(path: Path) -> str:
@@ -65,7 +67,9 @@ def publish_comment(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Create or update gpuci's note on this pipeline's merge request; the exit code."""
-    body = read_comment(comment)
+    secrets = known_secrets(environ)
+    body = mask_secrets(read_comment(comment), secrets)
+    _mask_report(comment.with_name(REPORT_NAME), secrets, out)
     target = read_target(environ)
     if isinstance(target, str):
         print(f"gpuci: {target}", file=out)
@@ -80,6 +84,18 @@ def publish_comment(
         # every message passes here once more, in case one embedded the token
         raise type(exc)(mask_token(str(exc), target.token)) from None
     return 0
+
+
+def _mask_report(report: Path, secrets: list[str], out: TextIO) -> None:
+    """The report the note links (beside the comment, an artifact) with its secrets masked."""
+    try:
+        text = report.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # not beside the comment: the note links none
+    masked = mask_secrets(text, secrets)
+    if masked != text:
+        report.write_text(masked, encoding="utf-8")
+        print(f"gpuci: masked a secret in {report}", file=out)
 
 
 def _publish(gitlab: GitLab, body: str, *, dry_run: bool) -> None:

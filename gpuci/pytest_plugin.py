@@ -38,14 +38,16 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
 MESSAGE_LIMIT = 500
+_FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
 SERIAL_MARK = "gpu_serial"
 POISON_BYTE = 0xFF
 # pytest-run-parallel's plugin object; its run_in_parallel maps the ids it runs threaded
@@ -95,6 +97,20 @@ class Journal:
         """Remember which files lost tests to -m, -k or --deselect (not to GPUCI_ONLY)."""
         if not os.environ.get("GPUCI_ONLY"):
             self._deselected.update(item.nodeid.split("::", 1)[0] for item in items)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        """A file (or conftest) that calls sys.exit while pytest imports it is a collection
+        error of that file: pytest would end the whole session there, the other files unrun."""
+        try:
+            return (yield)
+        except SystemExit as exc:
+            excinfo = pytest.ExceptionInfo.from_exception(exc)
+            return pytest.CollectReport(
+                collector.nodeid, "failed", collector.repr_failure(excinfo), []
+            )
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Record a file that could not be imported or collected."""
@@ -289,8 +305,12 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
             text = f"error in {report.when}: {text}"
     lines = [line for line in text.splitlines() if line.strip()]
     if isinstance(report, pytest.CollectReport) and lines:
-        # collection errors print a whole traceback; its last line names the error
-        return lines[-1].removeprefix("E").strip()[:MESSAGE_LIMIT]
+        # collection errors print a whole traceback; its last line names the error, and
+        # its innermost frame in the suite's own files (a relative path) says where
+        frames = map(_FRAME.match, str(longrepr).splitlines())
+        where = [m[1] for m in frames if m and not m[1].startswith(("/", "<"))]
+        text = lines[-1].removeprefix("E").strip()
+        return (f"{text} ({where[-1]})" if where else text)[:MESSAGE_LIMIT]
     return lines[0][:MESSAGE_LIMIT] if lines else ""
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -30,6 +30,7 @@ from gpuci.comment_data import (
 )
 from gpuci.escape import (
     csp_hash,
+    html_finalize,
     md_cell,
     md_code,
     md_fence,
@@ -40,6 +41,7 @@ from gpuci.escape import (
     safe_url,
 )
 from gpuci.formats import read_verdict
+from gpuci.masking import known_secrets, mask_secrets
 from gpuci.model import Verdict
 from gpuci.report_data import html_data
 
@@ -107,14 +109,17 @@ def write_reports(
     html: Path | None,
     markdown: Path | None,
     environ: Mapping[str, str],
+    secrets: Sequence[str] = (),
 ) -> tuple[Path, Path]:
-    """Render both reports of `verdict_path` (default: beside it) and write them atomically."""
+    """Render both reports of `verdict_path` (default: beside it) and write them atomically,
+    every secret gpuci knows (`secrets` and those in `environ`) masked."""
     verdict = read_verdict(verdict_path)
     html = html if html is not None else verdict_path.parent / "report.html"
     markdown = markdown if markdown is not None else verdict_path.parent / "comment.md"
     links = links_from_env(environ, _artifact_path(html, environ))
-    _write_text_atomic(html, render_html(verdict))
-    _write_text_atomic(markdown, render_markdown(verdict, links=links))
+    masked = known_secrets(environ, secrets)
+    _write_text_atomic(html, mask_secrets(render_html(verdict), masked))
+    _write_text_atomic(markdown, mask_secrets(render_markdown(verdict, links=links), masked))
     return html, markdown
 
 
@@ -131,7 +136,7 @@ def _environment(*, html: bool) -> jinja2.Environment:
     dirs = [str(d) for d in _TEMPLATE_DIRS if d.is_dir()]
     if not dirs:
         raise FileNotFoundError(f"gpuci's templates are missing: looked in {_TEMPLATE_DIRS}")
-    finalize: Callable[[object], object] | None = None if html else md_finalize
+    finalize: Callable[[object], object] = html_finalize if html else md_finalize
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(dirs),
         # The comment is Markdown, not HTML: the md_* filters escape it, and md_finalize

@@ -26,8 +26,6 @@ from gpuci.model import (
     UsageError,
 )
 
-CHECK_OUTPUTS = ("verdict.json", "report.html", "comment.md", "evidence")
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Earlier:
@@ -118,12 +116,6 @@ def check_extra_modes(out: Path, modes: Sequence[Mode]) -> None:
             f"--resume: {out} also holds {', '.join(extra)}, which --modes leaves out;"
             " give the same --modes, or leave out --resume to replace it"
         )
-
-
-def earlier_results(out: Path) -> list[str]:
-    """What a check without --resume replaces in OUT: mode directories and its outputs."""
-    found = [m.value for m in Mode if has_results(out / m.value)]
-    return found + [name for name in CHECK_OUTPUTS if (out / name).exists()]
 
 
 def _describe(paths: Sequence[str], pytest_args: Sequence[str]) -> str:

@@ -12,7 +12,6 @@ import dataclasses
 import datetime
 import os
 import queue
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from gpuci.discover import POISON_ENV, Discovery, child_env, file_of, pytest_tar
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.gpus import describe_environment
 from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch
+from gpuci.journal import collection_error
 from gpuci.junit import kept_junit, write_file_junit, write_mode_junit
 from gpuci.model import (
     INTERRUPTED,
@@ -36,7 +36,6 @@ from gpuci.model import (
     ModeRun,
     Outcome,
     TestResult,
-    UsageError,
 )
 from gpuci.plan import Schedule, thread_args
 from gpuci.progress import Progress
@@ -68,6 +67,7 @@ class RunOptions:
     gpus_per_slot: int | None = None
     paths: tuple[str, ...] = ()  # PATHS as given, absolute
     resume: ModeRun | None = None  # an interrupted run of this mode to continue (--resume)
+    run_id: str = ""  # the check's (or this run's): recorded in run.json
 
 
 def start_interpreters(
@@ -114,11 +114,17 @@ class _UnitRunner:
 
         After an interrupted run (--resume), the tests it finished are kept, the rest run.
         """
+        broken = self.discovery.broken_dirs
+        if key in broken:  # nothing pytest could be handed: discovery's error stands
+            now = self.interpreters.now()
+            error = collection_error(key, self.discovery.errors[key])
+            status = FileStatus.COLLECTION_ERROR
+            return FileRun(file=key, status=status, slot=slot, gpu=gpu, start=now, end=now), [error]
         earlier = self.earlier
         junit_dir = self.interpreters.out / "junit"
         stem = SUITE_STEM if key == SUITE_UNIT else key
         targets = (
-            tuple(self.target(f) for f in self.discovery.files)
+            tuple(self.target(f) for f in self.discovery.files if f not in broken)
             if key == SUITE_UNIT
             else (self.target(key),)
         )
@@ -162,6 +168,8 @@ class _UnitRunner:
                         message=f"{INTERRUPTED} before this test ran",
                     ),
                 )
+        if key == SUITE_UNIT:
+            results.update((f, collection_error(f, self.discovery.errors[f])) for f in broken)
         ordered = list(results.values())
         if kept:  # in the order of an uninterrupted run
             place = {test_id: n for n, test_id in enumerate(ids)}
@@ -206,30 +214,6 @@ class _UnitRunner:
 def _worst(statuses: Iterator[FileStatus] | Sequence[FileStatus]) -> FileStatus:
     order = list(FileStatus)
     return min(statuses, key=order.index)
-
-
-def prepare_out(out: Path, *, keep: bool = False) -> None:
-    """Make the mode directory, replacing an earlier run of the same mode unless `keep`."""
-    if out.exists() and not keep:
-        if (
-            any(out.iterdir())
-            and not (out / "run.json").exists()
-            and not (out / "journal").exists()
-        ):
-            raise UsageError(
-                f"{out}: exists and is not a gpuci result directory; choose another --out"
-            )
-        for name in ("junit", "journal", "logs"):
-            shutil.rmtree(out / name, ignore_errors=True)
-        for name in ("run.json", "junit.xml"):
-            (out / name).unlink(missing_ok=True)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".gpuci-write-test"
-        probe.write_text("", encoding="utf-8")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"{out}: cannot write results there ({exc.strerror or exc})") from None
 
 
 def run_mode(
@@ -282,6 +266,7 @@ def run_mode(
             tests += more
         run = ModeRun(
             mode=options.mode,
+            run_id=options.run_id,
             command=options.command,
             pytest_args=options.pytest_args,
             threads=options.threads,

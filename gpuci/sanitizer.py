@@ -25,7 +25,7 @@ from typing import TextIO
 
 from gpuci.classify import Classified
 from gpuci.interpreter import EXIT_ID
-from gpuci.model import Category, Outcome, TestEvidence, UsageError, printable
+from gpuci.model import Category, Outcome, TestEvidence, TestResult, UsageError, printable
 from gpuci.probe import Prober
 
 PHASE = "sanitizer"
@@ -127,9 +127,21 @@ def choose_sanitizer(sanitize: bool | None, environ: Mapping[str, str] | None = 
     return tool
 
 
+# how a crash message names a signal a faulting native call dies of (interpreter.describe_exit)
+NATIVE_CRASH = re.compile(r"killed by SIG(?:SEGV|BUS|ABRT|ILL|FPE)\b")
+
+
 def is_cuda_fault(message: str) -> bool:
     """Whether a failure message says the GPU faulted (an illegal address, a launch failure)."""
     return CUDA_FAULT.search(message) is not None
+
+
+def _gpu_fault(result: TestResult) -> bool:
+    """A CUDA fault in its message or crash log, or a native crash (a segfault in a driver
+    call); a plain SIGKILL or exit code says nothing about the GPU unless its log does."""
+    if is_cuda_fault(result.message) or is_cuda_fault(result.log):
+        return True
+    return result.outcome is Outcome.CRASHED and NATIVE_CRASH.search(result.message) is not None
 
 
 def sanitizer_roots(
@@ -147,8 +159,7 @@ def sanitizer_roots(
             continue
         if test.category not in (Category.FAILED, Category.CRASHED) and test.id not in culprits:
             continue
-        crashed = Outcome.CRASHED in (*test.outcomes.values(), *test.reruns)
-        if crashed or any(is_cuda_fault(r.message) for r in test.seen):
+        if any(_gpu_fault(r) for r in test.seen):
             roots.append(test.id)
     return roots
 

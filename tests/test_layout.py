@@ -15,7 +15,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuci"
 # The order data flows in: a module imports only modules listed before it.
 STAGES = (
     "model",
+    "masking",
     "formats",
+    "outdir",
     "pytest_plugin",
     "discover",
     "plan",

@@ -585,6 +585,14 @@ def test_html_escapes_everything_untrusted() -> None:
     assert not [a for t, a in page.tags if t == "a" and "javascript" in (a.get("href") or "")]
 
 
+def test_html_strips_control_characters_from_test_output() -> None:
+    verdict = read_verdict(VERDICT_ALL)
+    tests = tuple(replace(t, message=f"{HOSTILE[-2]} in {t.id}") for t in verdict.tests)
+    html = render_html(replace(verdict, tests=tests))
+    assert "\x1b" not in html and "\x00" not in html  # ESC and NUL bytes from test output
+    assert "red and a  nul and a \t tab" in html
+
+
 def test_html_shows_the_verdict_findings_and_evidence() -> None:
     verdict = read_verdict(VERDICT_ALL)
     html = render_html(verdict)

@@ -296,11 +296,14 @@ def test_sanitize_on_without_the_tool_is_a_usage_error(
     assert choose_sanitizer(None, nothing) == str(tool)
 
 
-def _classified(test_id: str, category: Category, *outcomes: tuple[Outcome, str]) -> Classified:
-    modes = list(Mode)
+def _classified(
+    test_id: str, category: Category, *outcomes: tuple[Outcome, str] | tuple[Outcome, str, str]
+) -> Classified:
+    """A classified test; each outcome is (outcome, message) or (outcome, message, log)."""
+    file = test_id.partition("::")[0]
     results = {
-        modes[i]: TestResult(id=test_id, file=test_id.partition("::")[0], outcome=o, message=m)
-        for i, (o, m) in enumerate(outcomes)
+        mode: TestResult(id=test_id, file=file, outcome=outcome, message=message, log="".join(log))
+        for mode, (outcome, message, *log) in zip(Mode, outcomes, strict=False)
     }
     return Classified(
         id=test_id,
@@ -335,6 +338,20 @@ def test_roots_are_failing_or_culprit_tests_with_a_cuda_fault_not_victims() -> N
     found = {i: TestEvidence(id=i, culprits=c) for i, c in named.items()}
     roots = sanitizer_roots({t.id: t for t in tests}, found)
     assert roots == ["a.py::test_root", "b.py::test_segv", "c.py::test_culprit"]
+
+
+def test_a_plain_sigkill_is_no_cuda_fault_unless_its_log_says_so() -> None:
+    killed = "interpreter died while this test ran: killed by SIGKILL (signal 9)"
+    tests = [
+        _classified("a.py::test_oom_killed", Category.CRASHED, (Outcome.CRASHED, killed)),
+        _classified("a.py::test_exit", Category.CRASHED, (Outcome.CRASHED, "exit code 3")),
+        _classified(
+            "b.py::test_sticky",
+            Category.CRASHED,
+            (Outcome.CRASHED, killed, "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access"),
+        ),
+    ]
+    assert sanitizer_roots({t.id: t for t in tests}, {}) == ["b.py::test_sticky"]
 
 
 # -- end to end: gpuci check with a fake compute-sanitizer on PATH ---------------------

@@ -1,0 +1,140 @@
+"""OUT: one command at a time (an exclusive lock), the check's run id, and replacing for real.
+
+Every command that writes into OUT holds `OUT/.gpuci/lock` (an `flock`, released by the
+kernel when its holder dies) and writes its pid there; a second command exits 2 naming
+it. A check that starts afresh moves OUT's earlier results into `OUT/.gpuci/replaced-ID`
+before its first interpreter starts and removes them once it has results of its own, so
+an interrupted check never leaves the previous check's modes in place. Its run id, in
+`OUT/.gpuci/check.json` and every mode's `run.json`, is what `--resume` keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from gpuci.model import Mode, UsageError, printable
+
+STATE_DIR = ".gpuci"  # inside OUT: the lock, the check's run id, what a check replaced
+LOCK_NAME = "lock"
+CHECK_NAME = "check.json"
+REPLACED_PREFIX = "replaced-"
+# what a check writes into OUT besides its mode directories
+CHECK_OUTPUTS = ("verdict.json", "report.html", "comment.md", "evidence", "junit.xml")
+
+
+def new_run_id() -> str:
+    """A fresh run id: what ties a mode's results to the check that made them."""
+    return uuid.uuid4().hex[:12]
+
+
+@contextlib.contextmanager
+def locked(out: Path, command: str, say: list[str] | None = None) -> Iterator[None]:
+    """Hold OUT's lock while the block runs; refuse (exit 2) where another command holds it.
+
+    `say` collects the note about a lock taken over from a process that died holding it.
+    """
+    state = out / STATE_DIR
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        handle = (state / LOCK_NAME).open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write results there ({exc.strerror or exc})") from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"{out}: in use by {_holder(handle)}; wait for it to finish, or choose"
+                " another --out"
+            ) from None
+        handle.seek(0)
+        left = handle.read().strip()
+        if left and say is not None:  # its holder died before it could clear it
+            say.append(f"took over the lock on {out} left by {printable(left)}, no longer running")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} ({command})\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()  # released in order: nothing for the next one to take over
+
+
+def _holder(handle: IO[str]) -> str:
+    """Who holds the lock, as its holder wrote it."""
+    with contextlib.suppress(OSError):
+        handle.seek(0)
+        text = handle.read().strip()
+        if text:
+            return printable(text)
+    return "another gpuci process"
+
+
+def replace_earlier(out: Path, run_id: str) -> list[str]:
+    """Move OUT's earlier results aside (one rename each) and record `run_id` as the
+    check's; what was moved, by name."""
+    state = out / STATE_DIR
+    _forget_replaced(state)  # an earlier check interrupted before it could
+    aside = state / f"{REPLACED_PREFIX}{run_id}"
+    names = [m.value for m in Mode] + list(CHECK_OUTPUTS)
+    moved = [name for name in names if (out / name).exists()]
+    if moved:
+        aside.mkdir(parents=True, exist_ok=True)
+    for name in moved:
+        (out / name).rename(aside / name)
+    (state / CHECK_NAME).write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")
+    return moved
+
+
+def forget_replaced(out: Path) -> None:
+    """The check has results of its own: remove what it replaced."""
+    _forget_replaced(out / STATE_DIR)
+
+
+def _forget_replaced(state: Path) -> None:
+    for old in state.glob(f"{REPLACED_PREFIX}*"):
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def check_run_id(out: Path) -> str | None:
+    """The run id of the check that last started in OUT, if one did."""
+    try:
+        data = json.loads((out / STATE_DIR / CHECK_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    run_id = data.get("run_id") if isinstance(data, dict) else None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def prepare_out(out: Path, *, keep: bool = False) -> None:
+    """Make the mode directory, replacing an earlier run of the same mode unless `keep`."""
+    if out.exists() and not keep:
+        if (
+            any(out.iterdir())
+            and not (out / "run.json").exists()
+            and not (out / "journal").exists()
+        ):
+            raise UsageError(
+                f"{out}: exists and is not a gpuci result directory; choose another --out"
+            )
+        for name in ("junit", "journal", "logs"):
+            shutil.rmtree(out / name, ignore_errors=True)
+        for name in ("run.json", "junit.xml"):
+            (out / name).unlink(missing_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".gpuci-write-test"
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write results there ({exc.strerror or exc})") from None
