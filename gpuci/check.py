@@ -1,7 +1,7 @@
 """Check: the modes of `gpuci run` and `gpuci check` planned from the command line, in order.
 
 `gpuci check` runs suite, then parallel ordered longest first by the suite's per-file
-times, then threads (where pytest-run-parallel is installed), then isolated only for the
+times, then threads (where the suite asks for it: `gpuci.modes`), then isolated only for the
 files that did not pass in parallel or threads (the rest is inferred), then gathers the
 evidence once for the whole check, within a budget that defaults to the main passes'
 wall time.
@@ -16,10 +16,18 @@ import shutil
 import sys
 from pathlib import Path
 
-from gpuci.discover import Discovery, can_import, discover_tests
+from gpuci.discover import Discovery, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
-from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
+from gpuci.model import GpuciError, InputError, Mode, ModeRun, printable
+from gpuci.modes import (
+    asked_modes,
+    choose_modes,
+    mode_settings,
+    require_run_parallel,
+    runs_or_not,
+    threads_from_suite,
+)
 from gpuci.plan import (
     choose_workers,
     cpu_count,
@@ -44,22 +52,25 @@ from gpuci.resume import (
 from gpuci.run import RunOptions, prepare_out, run_mode
 from gpuci.sanitizer import choose_sanitizer
 
-DEFAULT_MODES = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
-RUN_PARALLEL = "pytest_run_parallel"  # what runs each test in threads (threads mode)
 # a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
 
 
 def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     """Every mode of `--modes`, in order, then the evidence; the runs as written."""
-    modes = check_modes(args.modes, args.python)
+    asked = asked_modes(args)  # refused before anything runs
     sanitize: bool | None = getattr(args, "sanitize", None)
     choose_sanitizer(sanitize)  # --sanitize without the tool: refused before anything runs
+    discovery = discover(args)  # once: every mode runs the same collected tests
+    modes, why = choose_modes(asked, discovery)
+    args.mode_plan = (modes, why)
+    threads_from_suite(args, discovery)
+    shown = [*modes, *(m for m in Mode if m not in modes)]
+    _say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel or threads runs lazily: only the files that did not pass there
     before = modes[: modes.index(Mode.ISOLATED)] if Mode.ISOLATED in modes else []
     lazy = [m for m in CONFIRMED_BY if m in before]
     earlier = _earlier_check(args, modes)  # refused before anything is touched
-    discovery = discover(args)  # once: every mode runs the same collected tests
     runs: dict[Mode, ModeRun] = {}
     for mode in modes:
         prior = earlier.get(mode)
@@ -179,37 +190,6 @@ def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
     )
 
 
-def check_modes(text: str | None, python: str) -> list[Mode]:
-    """The modes of `--modes`; by default every mode, but threads where `python` cannot
-    import pytest-run-parallel."""
-    if text is None:
-        threads = can_import(python, RUN_PARALLEL)
-        return [m for m in DEFAULT_MODES if threads or m is not Mode.THREADS]
-    modes = parse_modes(text)
-    if Mode.THREADS in modes:
-        require_run_parallel(python, f"--modes {text}")
-    return modes
-
-
-def require_run_parallel(python: str, asked: str) -> None:
-    """Refuse threads mode, in one line, where `python` cannot import pytest-run-parallel."""
-    if not can_import(python, RUN_PARALLEL):
-        raise UsageError(
-            f"{asked}: threads mode needs pytest-run-parallel, which {python} cannot import;"
-            " pip install pytest-run-parallel where the suite runs, or leave threads out"
-        )
-
-
-def parse_modes(text: str) -> list[Mode]:
-    """The modes of `--modes`, in the order given."""
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    valid = [m.value for m in Mode]
-    unknown = [m for m in names if m not in valid]
-    if unknown or not names or len(set(names)) != len(names):
-        raise UsageError(f"--modes {text!r}: choose each at most once from {', '.join(valid)}")
-    return [Mode(m) for m in names]
-
-
 def _shard(args: argparse.Namespace) -> tuple[int, int] | None:
 
     return parse_shard(args.shard) if args.shard else shard_from_env(os.environ)
@@ -325,6 +305,7 @@ def run_one_mode(
         paths=given_paths(args.paths),
         poison=args.poison,
         resume=resume,
+        settings=mode_settings(args, mode),
     )
     estimates = durations if in_seconds else {}
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)

@@ -8,13 +8,10 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from gpuci import __version__
 from gpuci.model import GpuciError, Mode, Outcome, UsageError
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
@@ -77,10 +74,10 @@ def _run_options() -> _Parser:
     parent = _Parser(add_help=False)
     parent.add_argument("paths", nargs="+", metavar="PATH", help="test files or directories")
     parent.add_argument("--out", required=True, type=Path, help="results directory")
-    parent.add_argument("--workers", default="auto", help="parallel interpreters: N or auto")
+    parent.add_argument("--workers", help="parallel interpreters: N or auto (default auto)")
     parent.add_argument("--timeout", type=_positive_float, help="most seconds one test may run")
     parent.add_argument(
-        "--reruns", type=_count, default=2, help="alone-reruns per non-passing test"
+        "--reruns", type=_count, help="alone-reruns per non-passing test (default 2)"
     )
     parent.add_argument("--shard", help="run shard I of N (default: CI_NODE_INDEX/CI_NODE_TOTAL)")
     parent.add_argument("--gpus", help="GPUs every interpreter sees, e.g. 0,1 (default: all)")
@@ -97,8 +94,8 @@ def _run_options() -> _Parser:
     parent.add_argument(
         "--threads",
         type=_threads,
-        default=4,
-        help="threads mode: run each test in N threads at once (default 4)",
+        help="threads mode: run each test in N threads at once (default: the suite's"
+        " --parallel-threads where its pytest configuration sets one, else 4)",
     )
     parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
     parent.add_argument(
@@ -165,9 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--modes",
-        help="modes to run, in order (comma list; default suite,parallel,threads,isolated,"
-        " threads only where pytest-run-parallel is installed); isolated after parallel or"
-        " threads runs only the files that did not pass there, isolated first runs them all",
+        help="modes to run, in order (comma list; default suite,parallel,isolated, with"
+        " threads before isolated where the suite's pytest configuration sets"
+        " --parallel-threads); isolated after parallel or threads runs only the files that"
+        " did not pass there, isolated first runs them all",
     )
     check.add_argument(
         "--sanitize",
@@ -214,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(args_in)
         args.pytest_args = tuple(pytest_args)
+        _configure(args)
         handler = {
             "run": _cmd_run,
             "merge": _cmd_merge,
@@ -230,6 +229,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuci: interrupted", file=sys.stderr)
         return 130
+
+
+# the options [tool.gpuci] may set, by command
+CONFIGURED = {
+    "run": ("workers", "timeout", "threads", "reruns", "evidence_budget", "gpus", "gpus_per_slot"),
+    "check": (
+        "modes",
+        "workers",
+        "timeout",
+        "threads",
+        "reruns",
+        "evidence_budget",
+        "gpus",
+        "gpus_per_slot",
+        "fail_on",
+        "allow",
+    ),
+    "diff": ("fail_on", "allow"),
+    "explain": ("evidence_budget", "fail_on", "allow"),
+}
+
+
+def _configure(args: argparse.Namespace) -> None:
+    """Fill what the command line left out from the suite's `[tool.gpuci]`, then the
+    defaults; `args.settings` says where each value came from, `args.config` is the table."""
+    from gpuci.config import Config, effective_settings, load_config
+
+    names = CONFIGURED.get(args.command)
+    if names is None:
+        return
+    if args.command in ("run", "check"):
+        config = load_config(args.paths)
+    else:  # a results directory: configured by the suite it ran, where that is here
+        rootdir = _rootdir_of(args.out)
+        config = load_config([rootdir]) if rootdir is not None else Config()
+    settings = effective_settings({n: getattr(args, n, None) for n in names}, config)
+    for name in names:
+        value = settings[name].value
+        if name == "modes" and isinstance(value, tuple):
+            value = ",".join(m.value for m in value)  # as --modes spells it
+        setattr(args, name, value)
+    args.config = config
+    args.settings = settings
+
+
+def _rootdir_of(out: Path) -> Path | None:
+    """The suite directory an OUT's runs record, where it exists on this machine."""
+    from gpuci.formats import read_mode_run
+
+    for path in sorted(out.glob("*/run.json")) + sorted(out.glob("*/shard-*/run.json")):
+        try:
+            rootdir = Path(read_mode_run(path).rootdir)
+        except GpuciError:
+            continue
+        return rootdir if rootdir.is_dir() else None
+    return None
 
 
 def _adopt_orphans() -> None:

@@ -134,6 +134,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
         **({"threads": run.threads} if run.threads else {}),
         **({"poison": True} if run.poison else {}),
+        **({"settings": run.settings} if run.settings else {}),
     }
 
 
@@ -200,6 +201,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             gpu_check=str(data.get("gpu_check", "")),
             threads=int(data["threads"]) if data.get("threads") else None,
             poison=bool(data.get("poison", False)),
+            settings=dict(data.get("settings", {})),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"{source}: malformed run.json ({type(exc).__name__}: {exc})") from None

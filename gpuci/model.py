@@ -233,6 +233,9 @@ class ModeRun:
     resumed: bool = False  # it continued an interrupted run of this mode (--resume)
     gpu_check: str = ""  # how GPU memory holders were checked: "nvidia-smi", or why not
     poison: bool = False  # every interpreter filled fresh device allocations (--poison)
+    # the effective settings: key -> {"value", "from"} (command line, [tool.gpuci], default);
+    # "modes" adds "why": mode -> why it ran or did not
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuci"
 STAGES = (
     "model",
     "formats",
+    "config",
     "pytest_plugin",
     "discover",
     "plan",
@@ -38,6 +39,7 @@ STAGES = (
     "culprits",
     "sanitizer",
     "evidence",
+    "modes",
     "check",
     "merge",
     "describe",
