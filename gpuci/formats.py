@@ -218,7 +218,10 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "schema": VERDICT_SCHEMA,
         "verdict": verdict.verdict,
         "reasons": list(verdict.reasons),
-        "summary": {c.value: verdict.summary.get(c.value, 0) for c in Category},
+        "summary": {
+            c.value: verdict.summary[c.value] for c in Category if c.value in verdict.summary
+        },
+        **({"checked": verdict.checked} if verdict.checked else {}),
         "modes": verdict.modes,
         "environment": verdict.environment,
         "evidence": verdict.evidence,
@@ -242,6 +245,8 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"threaded": t.threaded} if t.threaded is not None else {}),
                 **({"diagnosis": t.diagnosis} if t.diagnosis else {}),
                 **({"sanitizer": t.sanitizer} if t.sanitizer else {}),
+                **({"notes": list(t.notes)} if t.notes else {}),
+                **({"with_provider": t.with_provider} if t.with_provider else {}),
             }
             for t in verdict.tests
         ],
@@ -266,6 +271,7 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
             reasons=tuple(data.get("reasons", ())),
             summary={str(k): int(v) for k, v in data["summary"].items()},
             modes=dict(data.get("modes", {})),
+            checked={str(k): dict(v) for k, v in data.get("checked", {}).items()},
             environment=dict(data.get("environment", {})),
             evidence=dict(data.get("evidence", {})),
             tests=tuple(
@@ -288,6 +294,8 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     threaded=t.get("threaded"),
                     diagnosis=str(t.get("diagnosis", "")),
                     sanitizer=str(t.get("sanitizer", "")),
+                    notes=tuple(str(n) for n in t.get("notes", ())),
+                    with_provider=str(t.get("with_provider", "")),
                 )
                 for t in data["tests"]
             ),
