@@ -2,7 +2,8 @@
 
 `gpuci check` runs suite, then parallel ordered longest first by the suite's per-file
 times, then threads (where the suite asks for it: `gpuci.modes`), then isolated only for the
-files that did not pass in parallel or threads (the rest is inferred), then gathers the
+files that did not pass in parallel or threads (the rest inferred from parallel; after
+threads without parallel, every file: a threads pass stands in for nothing), then gathers the
 evidence once for the whole check, within a budget that defaults to the main passes'
 wall time.
 """
@@ -54,6 +55,10 @@ from gpuci.sanitizer import choose_sanitizer
 
 # a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
+# ... but only a parallel pass stands in for isolated: a pass in threads does not (fresh
+# worker threads see no earlier test's thread-local state; pytest-run-parallel 0.10 passes
+# a test that fails by a warning), so threads alone never makes isolated lazy
+INFERRED_FROM = Mode.PARALLEL
 
 
 def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
@@ -69,7 +74,7 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     _say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel or threads runs lazily: only the files that did not pass there
     before = modes[: modes.index(Mode.ISOLATED)] if Mode.ISOLATED in modes else []
-    lazy = [m for m in CONFIRMED_BY if m in before]
+    lazy = [m for m in CONFIRMED_BY if m in before] if INFERRED_FROM in before else []
     earlier = _earlier_check(args, modes)  # refused before anything is touched
     runs: dict[Mode, ModeRun] = {}
     for mode in modes:
@@ -83,7 +88,7 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
                 mode,
                 discovery,
                 only=files_to_confirm(*(runs[m] for m in lazy)),
-                inferred_from=runs[lazy[0]],
+                inferred_from=runs[INFERRED_FROM],
                 resume=prior,
             )
         else:

@@ -324,7 +324,13 @@ CASES = [
     # a test failing by a warning as passed in threads): these fail alone and everywhere else
     ("fails alone, passes in threads", {SUI: F, THR: P}, (F, F), False, Category.FAILED),
     ("first test, passes only in threads", {SUI: F, THR: P}, (F, F), True, Category.FAILED),
-    ("fails alone and isolated, passes in threads", {ISO: F, THR: P}, (F, F), False, Category.FAILED),
+    (
+        "fails alone and isolated, passes in threads",
+        {ISO: F, THR: P},
+        (F, F),
+        False,
+        Category.FAILED,
+    ),
 ]
 
 
