@@ -26,8 +26,7 @@ def describe_checked(results: Mapping[Mode, ModeResults]) -> dict[str, dict[str,
     return {
         m.value: {
             "ran": m in results,
-            "why": why.get(m.value)
-            or ("results in OUT" if m in results else "no results in OUT"),
+            "why": why.get(m.value) or ("results in OUT" if m in results else "no results in OUT"),
         }
         for m in Mode
     }

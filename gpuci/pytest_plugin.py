@@ -310,10 +310,10 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 def _threads_asked_by_gpuci(config: pytest.Config) -> bool:
-    """Whether gpuci's own command line gives `--parallel-threads` (threads mode, and the
-    evidence's runs in threads), not the suite's addopts."""
-    args = config.invocation_params.args
-    return any(str(a).startswith(THREADS_OPTION) for a in args)
+    """Whether gpuci gives `--parallel-threads`: on the command line (threads mode) or in
+    PYTEST_ADDOPTS (the evidence's runs in threads), not in the suite's ini addopts."""
+    args = [*map(str, config.invocation_params.args), *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    return any(a.startswith(THREADS_OPTION) for a in args)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-run-parallel registered its runner
