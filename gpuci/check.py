@@ -69,6 +69,8 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     discovery = discover(args)  # once: every mode runs the same collected tests
     modes, why = choose_modes(asked, discovery)
     args.mode_plan = (modes, why)
+    parse_workers(args.workers)  # refused in one line before the check says anything
+    parse_gpus_per_slot(args.gpus_per_slot, detect_gpus(args.gpus, os.environ))
     threads_from_suite(args, discovery)
     shown = [*modes, *(m for m in Mode if m not in modes)]
     _say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
