@@ -1,8 +1,9 @@
 """Check: the modes of `gpuci run` and `gpuci check` planned from the command line, in order.
 
 `gpuci check` runs suite, then parallel ordered longest first by the suite's per-file
-times, then threads (where pytest-run-parallel is installed), then isolated only for the
-files that did not pass in parallel or threads (the rest is inferred), then gathers the
+times, then threads (where the suite asks for it: `gpuci.modes`), then isolated only for the
+files that did not pass in parallel or threads (the rest inferred from parallel; after
+threads without parallel, every file: a threads pass stands in for nothing), then gathers the
 evidence once for the whole check, within a budget that defaults to the main passes'
 wall time.
 """
@@ -16,10 +17,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from gpuci.discover import Discovery, can_import, discover_tests
+from gpuci.discover import Discovery, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
 from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
+from gpuci.modes import (
+    AskedModes,
+    asked_modes,
+    choose_modes,
+    mode_settings,
+    require_run_parallel,
+    runs_or_not,
+    threads_from_suite,
+)
 from gpuci.outdir import check_run_id, forget_replaced, new_run_id, prepare_out, replace_earlier
 from gpuci.plan import (
     choose_workers,
@@ -44,22 +54,29 @@ from gpuci.resume import (
 from gpuci.run import RunOptions, run_mode
 from gpuci.sanitizer import choose_sanitizer
 
-DEFAULT_MODES = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
-RUN_PARALLEL = "pytest_run_parallel"  # what runs each test in threads (threads mode)
 # a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
+# ... but only a parallel pass stands in for isolated: a pass in threads does not (fresh
+# worker threads see no earlier test's thread-local state; pytest-run-parallel 0.10 passes
+# a test that fails by a warning), so threads alone never makes isolated lazy
+INFERRED_FROM = Mode.PARALLEL
 
 
-def run_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun]:
-    """Every mode of `modes` (from check_options), in order, then the evidence; the runs."""
+def run_check(args: argparse.Namespace, asked: AskedModes) -> dict[Mode, ModeRun]:
+    """The modes asked for (from check_options) or chosen, in order, then the evidence."""
     sanitize: bool | None = args.sanitize
-    # isolated after parallel or threads runs lazily: only the files that did not pass there
-    before = modes[: modes.index(Mode.ISOLATED)] if Mode.ISOLATED in modes else []
-    lazy = [m for m in CONFIRMED_BY if m in before]
-    earlier = _resumed_check(args, modes) if args.resume else {}  # refused, nothing touched
     discovery = discover(args)  # once: every mode runs the same collected tests
+    modes, why = choose_modes(asked, discovery)
+    args.mode_plan = (modes, why)
+    threads_from_suite(args, discovery)
+    earlier = _resumed_check(args, modes) if args.resume else {}  # refused, nothing touched
     if not args.resume:  # only now: a suite that cannot be collected replaces nothing
         _replace_earlier(args)
+    shown = [*modes, *(m for m in Mode if m not in modes)]
+    _say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
+    # isolated after parallel or threads runs lazily: only the files that did not pass there
+    before = modes[: modes.index(Mode.ISOLATED)] if Mode.ISOLATED in modes else []
+    lazy = [m for m in CONFIRMED_BY if m in before] if INFERRED_FROM in before else []
     runs: dict[Mode, ModeRun] = {}
     for mode in modes:
         prior = earlier.get(mode)
@@ -72,7 +89,7 @@ def run_check(args: argparse.Namespace, modes: list[Mode]) -> dict[Mode, ModeRun
                 mode,
                 discovery,
                 only=files_to_confirm(*(runs[m] for m in lazy)),
-                inferred_from=runs[lazy[0]],
+                inferred_from=runs[INFERRED_FROM],
                 resume=prior,
             )
         else:
@@ -196,49 +213,18 @@ def run_mode_with_reruns(args: argparse.Namespace, mode: Mode) -> ModeRun:
     )
 
 
-def check_options(args: argparse.Namespace, mode: Mode | None = None) -> list[Mode]:
-    """The modes of `gpuci run --mode` (`mode`) or `gpuci check`; what is malformed or
-    missing is refused here, before OUT is touched and collection starts."""
+def check_options(args: argparse.Namespace, mode: Mode | None = None) -> AskedModes:
+    """The modes `gpuci run --mode` (`mode`) or `gpuci check` asks for; what is malformed
+    or missing is refused here, before OUT is touched and collection starts."""
     parse_workers(args.workers)
     _shard(args)
     parse_gpus_per_slot(args.gpus_per_slot, detect_gpus(args.gpus, os.environ))
     if mode is not None:
         if mode is Mode.THREADS:
             require_run_parallel(args.python, "--mode threads")
-        return [mode]
+        return AskedModes(modes=[mode], asker=f"--mode {mode.value}")
     choose_sanitizer(args.sanitize)  # --sanitize without the tool
-    return check_modes(args.modes, args.python)
-
-
-def check_modes(text: str | None, python: str) -> list[Mode]:
-    """The modes of `--modes`; by default every mode, but threads where `python` cannot
-    import pytest-run-parallel."""
-    if text is None:
-        threads = can_import(python, RUN_PARALLEL)
-        return [m for m in DEFAULT_MODES if threads or m is not Mode.THREADS]
-    modes = parse_modes(text)
-    if Mode.THREADS in modes:
-        require_run_parallel(python, f"--modes {text}")
-    return modes
-
-
-def require_run_parallel(python: str, asked: str) -> None:
-    """Refuse threads mode, in one line, where `python` cannot import pytest-run-parallel."""
-    if not can_import(python, RUN_PARALLEL):
-        raise UsageError(
-            f"{asked}: threads mode needs pytest-run-parallel, which {python} cannot import;"
-            " pip install pytest-run-parallel where the suite runs, or leave threads out"
-        )
-
-
-def parse_modes(text: str) -> list[Mode]:
-    """The modes of `--modes`, in the order given."""
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    valid = [m.value for m in Mode]
-    unknown = [m for m in names if m not in valid]
-    if unknown or not names or len(set(names)) != len(names):
-        raise UsageError(f"--modes {text!r}: choose each at most once from {', '.join(valid)}")
-    return [Mode(m) for m in names]
+    return asked_modes(args)
 
 
 def _shard(args: argparse.Namespace) -> tuple[int, int] | None:
@@ -357,6 +343,7 @@ def run_one_mode(
         poison=args.poison,
         resume=resume,
         run_id=args.run_id,
+        settings=mode_settings(args, mode),
     )
     estimates = durations if in_seconds else {}
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)

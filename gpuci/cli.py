@@ -9,14 +9,12 @@ import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from gpuci import __version__
+from gpuci.config import configure
 from gpuci.masking import known_secrets, mask_secrets, withhold_secrets
 from gpuci.model import GpuciError, Mode, Outcome, UsageError
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
@@ -79,10 +77,10 @@ def _run_options() -> _Parser:
     parent = _Parser(add_help=False)
     parent.add_argument("paths", nargs="+", metavar="PATH", help="test files or directories")
     parent.add_argument("--out", required=True, type=Path, help="results directory")
-    parent.add_argument("--workers", default="auto", help="parallel interpreters: N or auto")
+    parent.add_argument("--workers", help="parallel interpreters: N or auto (default auto)")
     parent.add_argument("--timeout", type=_positive_float, help="most seconds one test may run")
     parent.add_argument(
-        "--reruns", type=_count, default=2, help="alone-reruns per non-passing test"
+        "--reruns", type=_count, help="alone-reruns per non-passing test (default 2)"
     )
     parent.add_argument("--shard", help="run shard I of N (default: CI_NODE_INDEX/CI_NODE_TOTAL)")
     parent.add_argument("--gpus", help="GPUs every interpreter sees, e.g. 0,1 (default: all)")
@@ -99,8 +97,8 @@ def _run_options() -> _Parser:
     parent.add_argument(
         "--threads",
         type=_threads,
-        default=4,
-        help="threads mode: run each test in N threads at once (default 4)",
+        help="threads mode: run each test in N threads at once (default: the suite's"
+        " --parallel-threads where its pytest configuration sets one, else 4)",
     )
     parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
     parent.add_argument(
@@ -167,9 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--modes",
-        help="modes to run, in order (comma list; default suite,parallel,threads,isolated,"
-        " threads only where pytest-run-parallel is installed); isolated after parallel or"
-        " threads runs only the files that did not pass there, isolated first runs them all",
+        help="modes to run, in order (comma list; default suite,parallel,isolated, with"
+        " threads before isolated where the suite's pytest configuration sets"
+        " --parallel-threads); isolated after parallel or threads runs only the files that"
+        " did not pass there, isolated first runs them all",
     )
     check.add_argument(
         "--sanitize",
@@ -219,8 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(args_in)
         args.pytest_args = tuple(pytest_args)
+        configure(args)
         # before any child starts: no test, discovery or evidence run sees gpuci's secrets
-        args.secrets = () if args.command == "publish" else tuple(withhold_secrets(os.environ))
+        secret_names = args.config.secrets if hasattr(args, "config") else ()
+        args.secrets = (
+            () if args.command == "publish" else tuple(withhold_secrets(os.environ, secret_names))
+        )
         handler = {
             "run": _cmd_run,
             "merge": _cmd_merge,
@@ -338,10 +341,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from gpuci.check import check_options, run_check
     from gpuci.report import write_reports
 
-    modes = check_options(args)
+    asked = check_options(args)
     _adopt_orphans()
     with _holding(args.out, "check"):
-        run_check(args, modes)
+        run_check(args, asked)
         verdict_path = args.out / "verdict.json"
         code = _write_verdict(args, args.out, verdict_path)
         html, markdown = write_reports(

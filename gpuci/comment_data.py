@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci.cards import root_links
+from gpuci.describe import checked_lines
 from gpuci.escape import Md, cut, safe_url
 from gpuci.model import Category, TestVerdict, Verdict
 from gpuci.report_data import (
@@ -100,7 +101,7 @@ def markdown_data(
     first = section("main", "Needs attention", main, main_rows)
     details = [
         section("victims", "Victims of the roots above", _victims(blames), detail_rows),
-        section("known", "Known isolation regressions", known, detail_rows),
+        section("known", "Known isolation problems", known, detail_rows),
         section("flaky", "Flaky tests", groups[Category.FLAKY], detail_rows),
         section("not-run", "Not run", groups[Category.NOT_RUN], detail_rows),
     ]
@@ -119,6 +120,7 @@ def markdown_data(
         "counts": counts(verdict),
         "total": len(verdict.tests),
         "notes": mode_notes(verdict),
+        "checked": checked_lines(verdict.checked),
         "links": ReportLinks(
             report_url=safe_url(links.report_url),
             pipeline_url=safe_url(links.pipeline_url),
@@ -142,6 +144,7 @@ def _reproduce(blames: Sequence[Blame], rows: Sequence[Row], id_chars: int) -> l
     """Comment and command lines: each root's minimal command, then each finding's."""
     found = [(b.headline.text(), reproduce_of(b)) for b in blames]
     found += [(r.id, r.reproduce) for r in rows]
+    found += [(f"{r.id} passes after its provider", r.with_provider) for r in rows]
     return [
         line
         for title, command in found

@@ -6,12 +6,30 @@ cost and what the budget cut.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuci.formats import strays_to_json
-from gpuci.model import SUITE_UNIT, Evidence, TestVerdict
+from gpuci.model import SUITE_UNIT, Evidence, Mode, TestVerdict
 from gpuci.results import ModeResults
+
+
+def describe_checked(results: Mapping[Mode, ModeResults]) -> dict[str, dict[str, Any]]:
+    """Every mode: whether it ran and why, or why not (from the check's run.json settings;
+    a mode without results in OUT, where no check says more, was not run here)."""
+    why: dict[str, str] = {}
+    for mode_results in results.values():
+        recorded = mode_results.run.settings.get("modes", {})
+        if isinstance(recorded, dict) and isinstance(recorded.get("why"), dict):
+            why = {str(k): str(v) for k, v in recorded["why"].items()}
+            break
+    return {
+        m.value: {
+            "ran": m in results,
+            "why": why.get(m.value) or ("results in OUT" if m in results else "no results in OUT"),
+        }
+        for m in Mode
+    }
 
 
 def describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -> dict[str, Any]:
@@ -64,3 +82,18 @@ def describe_mode(results: ModeResults) -> dict[str, Any]:
             for f in part.files
         ],
     }
+
+
+def checked_lines(checked: Mapping[str, Any]) -> list[str]:
+    """`suite, parallel, isolated ran: default`, `threads not run: not asked for ...`: which
+    modes ran and which did not, grouped by why."""
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for mode, entry in checked.items():
+        if isinstance(entry, Mapping):
+            key = (bool(entry.get("ran")), str(entry.get("why", "")))
+            groups.setdefault(key, []).append(str(mode))
+    ordered = sorted(groups.items(), key=lambda item: not item[0][0])  # ran first
+    return [
+        f"{', '.join(modes)} {'ran' if ran else 'not run'}{': ' + why if why else ''}"
+        for (ran, why), modes in ordered
+    ]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.classify import classify_results
-from gpuci.describe import describe_evidence, describe_mode
+from gpuci.describe import describe_checked, describe_evidence, describe_mode
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
@@ -26,6 +26,7 @@ from gpuci.formats import (
 )
 from gpuci.masking import mask_secrets
 from gpuci.model import (
+    FOUND_ONLY_BY,
     ISOLATION_CATEGORIES,
     NOT_PASSING,
     Category,
@@ -45,6 +46,7 @@ from gpuci.reproduce import (
     culprit_command,
     interpreter_order,
     poisoned_command,
+    provider_command,
     reproduce_command,
 )
 from gpuci.results import ModeResults, load_mode_results
@@ -191,14 +193,20 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                     )
                 ),
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
+                notes=test.notes + _isolated_note(test.category, test.outcomes),
+                with_provider=provider_command(
+                    test_id, test.category, ev.culprits if ev else (), results
+                ),
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, test.category) if ev else {}),
             )
         )
     verdicts.sort(key=_sort_key)
-    summary = {c.value: 0 for c in Category}
+    summary = {
+        c.value: 0 for c in Category if c not in FOUND_ONLY_BY or FOUND_ONLY_BY[c] in results
+    }
     for verdict in verdicts:
-        summary[verdict.category.value] += 1
+        summary[verdict.category.value] = summary.get(verdict.category.value, 0) + 1
     outcome, reasons = _decide(
         verdicts, results, policy, with_baseline=baseline is not None, evidence=evidence
     )
@@ -209,10 +217,23 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
         reasons=tuple(reasons),
         summary=summary,
         modes={m.value: describe_mode(results[m]) for m in modes},
+        checked=describe_checked(results),
         environment=dict(environment_from.run.environment),
         evidence=describe_evidence(evidence, verdicts),
         tests=tuple(verdicts),
     )
+
+
+ISOLATED_NOTE = (
+    "isolated runs a fresh interpreter per file: the tests before it in its file ran first"
+)
+
+
+def _isolated_note(category: Category, outcomes: Mapping[Mode, Outcome]) -> tuple[str, ...]:
+    """Why an order-dependent victim failed in `isolated`, which sounds like "alone"."""
+    if category is Category.ORDER_DEPENDENT and outcomes.get(Mode.ISOLATED) is Outcome.FAILED:
+        return (ISOLATED_NOTE,)
+    return ()
 
 
 def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
@@ -354,8 +375,12 @@ def _reason_order(item: tuple[str, int]) -> int:
 
 
 def _reason(key: str, n: int) -> str:
+    # Without a baseline nothing regressed: findings are problems; with one, new ones
+    # are regressions and known ones problems the target branch has too.
+    if key == "new isolation":
+        return f"{n} new isolation regression{'s' if n != 1 else ''}"
     if "isolation" in key:
-        return f"{n} {key} regression{'s' if n != 1 else ''}"
+        return f"{n} {key} problem{'s' if n != 1 else ''}"
     if key == Category.NOT_RUN.value:
         return f"{n} test{'s' if n != 1 else ''} not run"
     return f"{n} {key} test{'s' if n != 1 else ''}"

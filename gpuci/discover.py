@@ -38,6 +38,9 @@ class Discovery:
     serial: frozenset[str] = frozenset()  # files holding a gpu_serial test
     errors: dict[str, str] = field(default_factory=dict)  # file -> collection error
     deselected: tuple[str, ...] = ()  # files whose every test the pytest arguments left out
+    # what the suite's pytest configuration (addopts) sets --parallel-threads to, above 1:
+    # the suite asks for the threads mode
+    parallel_threads: int | None = None
 
     @property
     def broken_dirs(self) -> frozenset[str]:
@@ -171,7 +174,9 @@ def _build(
     assert isinstance(serial_ids, list)
     deselected = collected.get("deselected", [])
     assert isinstance(deselected, list)
+    asked = collected.get("parallel_threads")
     discovery = Discovery(
+        parallel_threads=asked if isinstance(asked, int) and asked > 1 else None,
         rootdir=rootdir,
         files=tuple(order),
         tests={f: tuple(v) for f, v in tests.items()},

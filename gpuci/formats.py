@@ -135,6 +135,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
         **({"threads": run.threads} if run.threads else {}),
         **({"poison": True} if run.poison else {}),
+        **({"settings": run.settings} if run.settings else {}),
     }
 
 
@@ -202,6 +203,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             gpu_check=str(data.get("gpu_check", "")),
             threads=int(data["threads"]) if data.get("threads") else None,
             poison=bool(data.get("poison", False)),
+            settings=dict(data.get("settings", {})),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"{source}: malformed run.json ({type(exc).__name__}: {exc})") from None
@@ -218,7 +220,10 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "schema": VERDICT_SCHEMA,
         "verdict": verdict.verdict,
         "reasons": list(verdict.reasons),
-        "summary": {c.value: verdict.summary.get(c.value, 0) for c in Category},
+        "summary": {
+            c.value: verdict.summary[c.value] for c in Category if c.value in verdict.summary
+        },
+        **({"checked": verdict.checked} if verdict.checked else {}),
         "modes": verdict.modes,
         "environment": verdict.environment,
         "evidence": verdict.evidence,
@@ -242,6 +247,8 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"threaded": t.threaded} if t.threaded is not None else {}),
                 **({"diagnosis": t.diagnosis} if t.diagnosis else {}),
                 **({"sanitizer": t.sanitizer} if t.sanitizer else {}),
+                **({"notes": list(t.notes)} if t.notes else {}),
+                **({"with_provider": t.with_provider} if t.with_provider else {}),
             }
             for t in verdict.tests
         ],
@@ -266,6 +273,7 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
             reasons=tuple(data.get("reasons", ())),
             summary={str(k): int(v) for k, v in data["summary"].items()},
             modes=dict(data.get("modes", {})),
+            checked={str(k): dict(v) for k, v in data.get("checked", {}).items()},
             environment=dict(data.get("environment", {})),
             evidence=dict(data.get("evidence", {})),
             tests=tuple(
@@ -288,6 +296,8 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     threaded=t.get("threaded"),
                     diagnosis=str(t.get("diagnosis", "")),
                     sanitizer=str(t.get("sanitizer", "")),
+                    notes=tuple(str(n) for n in t.get("notes", ())),
+                    with_provider=str(t.get("with_provider", "")),
                 )
                 for t in data["tests"]
             ),

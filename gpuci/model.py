@@ -84,6 +84,9 @@ def printable(text: str) -> str:
     return _CONTROL.sub("?", _ANSI_ESCAPE.sub("", text))
 
 
+# Categories only one mode can find: without it, a count of 0 would claim a check not made.
+FOUND_ONLY_BY = {Category.CONCURRENCY: Mode.PARALLEL, Category.THREAD_UNSAFE: Mode.THREADS}
+
 ISOLATION_CATEGORIES = frozenset(
     {
         Category.ORDER_DEPENDENT,
@@ -234,6 +237,9 @@ class ModeRun:
     gpu_check: str = ""  # how GPU memory holders were checked: "nvidia-smi", or why not
     poison: bool = False  # every interpreter filled fresh device allocations (--poison)
     run_id: str = ""  # the check (or `gpuci run`) that made it: what --resume keeps
+    # the effective settings: key -> {"value", "from"} (command line, [tool.gpuci], default);
+    # "modes" adds "why": mode -> why it ran or did not
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,6 +291,8 @@ class TestVerdict:
     threaded: str | None = None  # Outcome value alone in the threads mode's threads, if run
     diagnosis: str = ""  # what the GPU-native evidence says the bug is
     sanitizer: str = ""  # compute-sanitizer's first error block
+    notes: tuple[str, ...] = ()  # what an outcome did not decide, and why (threads)
+    with_provider: str = ""  # depends-on-others: the command that passes, its provider first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,6 +317,8 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)  # what the evidence runs cost
     tests: tuple[TestVerdict, ...] = ()
     roots: tuple[Root, ...] = ()  # culprits with their victims, most victims first
+    # every mode: {"ran": bool, "why": str}, why it ran or did not
+    checked: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,7 @@ once, so whatever happened survives an interpreter that dies the next instant:
 
     {"e": "collected", "ids": [...], "serial": [...], "rootdir": "...",
      "deselected": [files whose tests -m, -k or --deselect left out],
-     "threads": 4, "single_threaded": [...]}
+     "parallel_threads": 4, "threads": 4, "single_threaded": [...]}
     {"e": "collect-error", "id": "tests/test_x.py", "message": "..."}
     {"e": "poison", "libs": ["cupy", "torch"], "errors": {"cupy": "..."}}
     {"e": "start", "id": "..."}
@@ -13,6 +13,10 @@ once, so whatever happened survives an interpreter that dies the next instant:
      "message": "..."}
     {"e": "end", "exitstatus": 1}
 
+`parallel_threads` is what `--parallel-threads` says (the suite's addopts, or gpuci's
+threads runs), where above 1: how discovery learns that the suite asks for threads.
+Outside gpuci's threads runs (no `--parallel-threads` on gpuci's own command line) the
+plugin takes pytest-run-parallel's runner out, so those modes run each test once.
 `threads` is there only under pytest-run-parallel with `--parallel-threads` above 1: each
 test ran in that many threads at once, except those in `single_threaded` (marked
 `thread_unsafe` and the like), which ran in one. A failure in any thread is the test's
@@ -52,6 +56,7 @@ SERIAL_MARK = "gpu_serial"
 POISON_BYTE = 0xFF
 # pytest-run-parallel's plugin object; its run_in_parallel maps the ids it runs threaded
 RUN_PARALLEL_PLUGIN = "_run-parallel"
+THREADS_OPTION = "--parallel-threads"  # how gpuci asks pytest-run-parallel for threads
 # Poisoning turns on torch's deterministic mode (warn_only), which warns about every op
 # without a deterministic kernel and about cuBLAS; in a suite that errors on warnings those
 # would read as failures caused by poison, i.e. as reads of uninitialized memory.
@@ -130,6 +135,9 @@ class Journal:
             "rootdir": str(session.config.rootpath),
             "deselected": sorted(self._deselected),
         }
+        asked = _configured_threads(session.config)
+        if asked > 1:  # the suite's configuration (or arguments) ask for threads
+            event["parallel_threads"] = asked
         threads = _parallel_threads(session.config)
         if threads > 1:
             event["threads"] = threads
@@ -269,6 +277,13 @@ class Poisoner:
 
 def _parallel_threads(config: pytest.Config) -> int:
     """How many threads pytest-run-parallel runs each test in (1 where it is not loaded)."""
+    if not config.pluginmanager.has_plugin(RUN_PARALLEL_PLUGIN):
+        return 1
+    return _configured_threads(config)
+
+
+def _configured_threads(config: pytest.Config) -> int:
+    """What `--parallel-threads` says, from the command line, addopts or the ini file."""
     value = config.getoption("parallel_threads", default=None)
     if value is None:
         return 1
@@ -314,8 +329,22 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
     return lines[0][:MESSAGE_LIMIT] if lines else ""
 
 
+def _threads_asked_by_gpuci(config: pytest.Config) -> bool:
+    """Whether gpuci gives `--parallel-threads`: on the command line (threads mode) or in
+    PYTEST_ADDOPTS (the evidence's runs in threads), not in the suite's ini addopts."""
+    args = [*map(str, config.invocation_params.args), *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    return any(a.startswith(THREADS_OPTION) for a in args)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-run-parallel registered its runner
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the journal when gpuci started this interpreter."""
+    """Register the journal when gpuci started this interpreter; outside gpuci's threads
+    runs, take pytest-run-parallel's runner out (its markers and fixtures stay), so every
+    other mode runs each test once, in one thread, whatever the suite's addopts say."""
+    if os.environ.get("GPUCI_JOURNAL") and not _threads_asked_by_gpuci(config):
+        runner = config.pluginmanager.get_plugin(RUN_PARALLEL_PLUGIN)
+        if runner is not None:
+            config.pluginmanager.unregister(runner, RUN_PARALLEL_PLUGIN)
     config.addinivalue_line(
         "markers", f"{SERIAL_MARK}: gpuci runs this test's file alone, after the parallel pool"
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.cards import RootLink, badge, root_cards, root_links, row_anchors, sanitizer_block
+from gpuci.describe import checked_lines
 from gpuci.escape import clean_log, cut, safe_url
 from gpuci.model import ISOLATION_CATEGORIES, Category, Mode, Outcome, TestVerdict, Verdict
 from gpuci.roots import blame_of, blamed_roots, culprit_note, sanitizer_line
@@ -36,7 +37,7 @@ FINDING_ORDER = (
     Category.NOT_RUN,
 )
 
-# The HTML report's sections after the isolation regressions: category, title, intro, logs.
+# The HTML report's sections after the isolation problems: category, title, intro, logs.
 HTML_SECTIONS = (
     (
         Category.FAILED,
@@ -80,7 +81,8 @@ class Row:
     log_open: bool = False
     anchor: str = ""  # the row's HTML id
     root: RootLink | None = None  # a blamed victim's root: the row links to its card
-    note: str = ""  # why an isolation finding has no culprit ("culprit: not searched")
+    note: str = ""  # why an isolation finding has no culprit, and the test's own notes
+    with_provider: str = ""  # depends-on-others: the command that passes, provider first
     diagnosis: str = ""  # what the GPU-native evidence says the bug is
     sanitizer: str = ""  # compute-sanitizer's first error block (HTML)
     sanitizer_line: str = ""  # its first line (the comment)
@@ -191,7 +193,8 @@ def finding_row(
         log_open=log_open,
         anchor=anchor,
         root=root,
-        note=note,
+        note="; ".join(p for p in (note, *test.notes) if p),
+        with_provider="" if root else test.with_provider,
         diagnosis=test.diagnosis,
         sanitizer=sanitizer_block(test.sanitizer) if test.sanitizer else "",
         sanitizer_line=sanitizer_line(test.sanitizer),
@@ -224,6 +227,8 @@ def regressions(groups: Mapping[Category, list[TestVerdict]]) -> list[TestVerdic
 
 def counts(verdict: Verdict) -> list[dict[str, Any]]:
     """Tests per category, each marked whether it is a finding."""
+    # a category only a mode that did not run could find has no count: 0 would claim a
+    # check that was not made (verdict.json leaves it out of its summary)
     return [
         {
             "name": c.value,
@@ -231,6 +236,7 @@ def counts(verdict: Verdict) -> list[dict[str, Any]]:
             "finding": c not in (Category.PASSED, Category.SKIPPED),
         }
         for c in Category
+        if c.value in verdict.summary or not verdict.summary
     ]
 
 
@@ -296,7 +302,7 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
     sections = [
         Section(
             key="regressions",
-            title="Isolation regressions",
+            title="Isolation problems",
             intro="Pass alone in a fresh interpreter, fail only together with other tests"
             " (order-dependent, depends-on-others), beside other processes (concurrency)"
             " or in several threads at once (thread-unsafe).",
@@ -335,6 +341,7 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
         "timeline": timeline(verdict),
         "durations": durations(verdict, columns),
         "notes": mode_notes(verdict),
+        "checked": checked_lines(verdict.checked),
         "environment": _environment_rows(verdict),
         "title": verdict.environment.get("commit", ""),
     }

@@ -176,6 +176,21 @@ def culprit_command(
     return ""
 
 
+def provider_command(
+    test_id: str,
+    category: Category,
+    culprits: Sequence[str],
+    results: Mapping[Mode, ModeResults],
+) -> str:
+    """A depends-on-others finding's other half: its providers, then it (it passes), where
+    its reproduce command runs it alone (it fails)."""
+    target = _selectable(test_id)
+    if category is not Category.DEPENDS_ON_OTHERS or not culprits or not target:
+        return ""
+    run = next(iter(results.values())).run
+    return pytest_command(run, [*culprits, target], serial_gpu(run))
+
+
 def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:
     """The test alone with every fresh device allocation poisoned, as the evidence ran it:
     the command that shows a read of uninitialized memory as the test's own failure."""

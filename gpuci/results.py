@@ -154,6 +154,7 @@ def _merge_shards(parts: Sequence[ModeRun]) -> ModeRun:
         started_at=min(started) if started else "",
         interrupted=any(p.interrupted for p in parts),
         environment=first.environment,
+        settings=first.settings,
         files=tuple(f for part in parts for f in part.files),
         tests=tuple(tests.values()),
     )

@@ -16,9 +16,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuci.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.formats import mode_run_to_json, write_json_atomic
@@ -68,6 +68,7 @@ class RunOptions:
     paths: tuple[str, ...] = ()  # PATHS as given, absolute
     resume: ModeRun | None = None  # an interrupted run of this mode to continue (--resume)
     run_id: str = ""  # the check's (or this run's): recorded in run.json
+    settings: dict[str, Any] = field(default_factory=dict)  # run.json's effective settings
 
 
 def start_interpreters(
@@ -271,6 +272,7 @@ def run_mode(
             pytest_args=options.pytest_args,
             threads=options.threads,
             poison=options.poison,
+            settings=options.settings,
             rootdir=str(discovery.rootdir),
             workers=schedule.workers,
             gpus=options.gpus,

@@ -3,6 +3,7 @@ with its evidence, the verdict."""
 
 from __future__ import annotations
 
+from gpuci.describe import checked_lines
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
 from gpuci.roots import Blame, blame_of, blamed_roots, culprit_note, reproduce_of, sanitizer_line
 from gpuci.strays import verdict_lines
@@ -41,6 +42,7 @@ def format_summary(verdict: Verdict) -> str:
     lines += [
         printable(f"warning: {line}") for line in verdict_lines(verdict.modes, verdict.evidence)
     ]
+    lines += [printable(f"modes: {line}") for line in checked_lines(verdict.checked)]
     why = f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""
     lines.append(printable(f"verdict: {verdict.verdict}{why}"))
     return "\n".join(lines)
@@ -72,14 +74,15 @@ def _root_lines(blame: Blame) -> list[str]:
     ]
     if len(blame.victims) > MAX_VICTIMS:
         lines.append(f"      ... and {len(blame.victims) - MAX_VICTIMS} more victims")
+    notes = dict.fromkeys(n for v in blame.victims for n in v.notes)  # each once
+    lines += [printable(f"    {note}") for note in notes]
     first_error = next((t for t in blame.culprits if t and t.sanitizer), None)
     if first_error:
         line = sanitizer_line(first_error.sanitizer)
         lines.append(printable(f"    compute-sanitizer ({first_error.id}): {line}"))
     command = reproduce_of(blame)
-    if command:
-        lines.append(printable(f"    reproduce: {command}"))
-    return lines
+    first = next((v for v in blame.victims if v.reproduce == command), None)
+    return lines + _commands(command, first.with_provider if first else "")
 
 
 def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
@@ -87,11 +90,19 @@ def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
     lines = [
         printable(f"{test.category.value:<17} {_tag(test.new):<5} {test.id}  {_evidence(test)}")
     ]
-    for what in (test.diagnosis, culprit_note(test, blamed)):
+    for what in (test.diagnosis, culprit_note(test, blamed), *test.notes):
         if what:
             lines.append(printable(f"    {what}"))
     if test.sanitizer:
         lines.append(printable(f"    compute-sanitizer: {sanitizer_line(test.sanitizer)}"))
-    if test.reproduce:
-        lines.append(printable(f"    reproduce: {test.reproduce}"))
+    lines += _commands(test.reproduce, test.with_provider)
     return lines
+
+
+def _commands(reproduce: str, with_provider: str) -> list[str]:
+    """The reproduce command; for depends-on-others, the command that fails alone and the
+    one that passes after its provider."""
+    if not with_provider:
+        return [printable(f"    reproduce: {reproduce}")] if reproduce else []
+    lines = [printable(f"    fails alone: {reproduce}")] if reproduce else []
+    return [*lines, printable(f"    passes after its provider: {with_provider}")]

@@ -240,6 +240,28 @@ def test_a_suite_printing_its_environment_posts_no_secret(tmp_path: Path) -> Non
     assert TOKEN not in report and JOB_TOKEN not in report
 
 
+def test_variables_the_configuration_names_secret_reach_no_test(tmp_path: Path) -> None:
+    root = write(
+        tmp_path / "suite",
+        {
+            "pyproject.toml": '[tool.gpuci]\nsecrets = ["DEPLOY_KEY"]\n',
+            "test_env.py": """
+                import os
+
+                def test_sees_no_deploy_key():
+                    print(dict(os.environ))
+                    assert "DEPLOY_KEY" not in os.environ, os.environ["DEPLOY_KEY"]
+            """,
+        },
+    )
+    env = clean_env() | {"DEPLOY_KEY": "deploy-Key-0123456789"}
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for path in (root / "out").rglob("*"):
+        if path.is_file():
+            assert "deploy-Key-0123456789" not in path.read_text("utf-8", errors="replace")
+
+
 # --- 4. collection ----------------------------------------------------------------------
 
 

@@ -311,7 +311,7 @@ def test_comment_rendered_by_gitlab_is_inert_and_its_tables_are_whole() -> None:
 
 def test_comment_puts_new_regressions_first_and_known_ones_in_details() -> None:
     markdown = render_markdown(read_verdict(VERDICT_ALL), links=LINKS)
-    main, _, rest = markdown.partition("<details><summary>Known isolation regressions (2)")
+    main, _, rest = markdown.partition("<details><summary>Known isolation problems (2)")
     assert "test_rows[fp16]" in main and "test_uninit_buffer" in main
     assert "test_concurrent_alloc" not in main and "test_concurrent_alloc" in rest
     assert main.index("🆕 order-dependent") < main.index("| failed |") < main.index("| crashed |")
@@ -334,7 +334,7 @@ def test_comment_without_links_or_findings() -> None:
     )
     markdown = render_markdown(verdict, links=ReportLinks())
     assert "### ✅ gpuci verdict: pass" in markdown
-    assert "No isolation regressions, failures, crashes or timeouts." in markdown
+    assert "No isolation problems, failures, crashes or timeouts." in markdown
     assert "| category | test |" not in markdown and "<details>" not in markdown
     assert "`report.html` in the job's artifacts" in markdown
     assert "](" not in markdown
@@ -499,7 +499,7 @@ def test_comment_of_50000_tests_is_capped_and_says_what_was_cut() -> None:
     # Main table: 1,250 new regressions + failed + crashed + timed-out, 30 shown.
     main = 750 + 250 + 250 + 2_000 + 1_000 + 500
     assert f"…and {main - report.MAIN_ROWS} more: see the full report." in markdown
-    assert "<details><summary>Known isolation regressions (1250)</summary>" in markdown
+    assert "<details><summary>Known isolation problems (1250)</summary>" in markdown
     assert f"…and {1250 - report.DETAIL_ROWS} more" in markdown
     assert f"…and {1000 - report.DETAIL_ROWS} more" in markdown  # flaky and not-run
     assert "| **2000** |" in markdown  # the counts are never cut
@@ -600,13 +600,13 @@ def test_html_shows_the_verdict_findings_and_evidence() -> None:
     assert (
         text.index("FAIL")
         < text.index("3 new isolation regressions")
-        < text.index("Isolation regressions")
+        < text.index("Isolation problems")
     )
     for section in ("Failures", "Crashes", "Timeouts", "Flaky tests", "Not run"):
         assert section in text
     assert "ended by signal 11 (SIGSEGV)" in text
     assert "Fatal Python error: Segmentation fault" in text
-    regressions = text[text.index("Isolation regressions") : text.index("Failures")]
+    regressions = text[text.index("Isolation problems") : text.index("Failures")]
     # New first, each with its badge.
     assert regressions.index("test_rows[fp16]") < regressions.index("test_concurrent_alloc")
     assert regressions.index("test_kernel_cache_race") < regressions.index("test_concurrent_alloc")
@@ -821,7 +821,7 @@ def test_html_cards_tell_who_broke_whom_before_the_findings() -> None:
         in (text["root-1"])
     )
     html = render_html(verdict)
-    assert html.index(">Who broke whom <") < html.index(">Isolation regressions <")
+    assert html.index(">Who broke whom <") < html.index(">Isolation problems <")
     # A copy button after each command: 5 cards, 6 rows (a victim's row has none).
     assert html.count('</code><button type="button" class="copy">copy</button>') == 5 + 6
 

@@ -1,0 +1,51 @@
+"""gpuci's own test run: with GPUCI_FILE_TIMES=1 (`nox -s tests`), one line per test file
+as it finishes, with its time and the time so far, so a long run shows where it is."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+FILE_TIMES = os.environ.get("GPUCI_FILE_TIMES") == "1"
+
+
+class FileTimes:
+    """Prints `tests/test_x.py: 12 tests in 31.2s (4m05s so far)` after each file."""
+
+    def __init__(self, reporter: pytest.TerminalReporter) -> None:
+        self.reporter = reporter
+        self.zero = self.since = time.monotonic()
+        self.file = ""
+        self.count = 0
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        file = nodeid.split("::", 1)[0]
+        if file != self.file:
+            self.flush()
+            self.file, self.count = file, 0
+        self.count += 1
+
+    def pytest_sessionfinish(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.file:
+            return
+        now = time.monotonic()
+        total = now - self.zero
+        self.reporter.write("\n")  # the progress dots do not end their line
+        self.reporter.write_line(
+            f"  {self.file}: {self.count} tests in {now - self.since:.1f}s"
+            f" ({int(total // 60)}m{total % 60:02.0f}s so far)"
+        )
+        self.since = now
+        self.file = ""
+
+
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is registered
+def pytest_configure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if FILE_TIMES and reporter is not None:
+        config.pluginmanager.register(FileTimes(reporter), "gpuci-file-times")
