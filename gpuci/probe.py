@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gpuci.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.interpreter import Interpreters, Launch
-from gpuci.model import Leftover, ModeRun, Outcome, Stranger
+from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.reproduce import serial_gpu
 from gpuci.supervisor import Supervisor
 
@@ -31,6 +31,7 @@ class ProbeRun:
     outcomes: dict[str, Outcome]
     log: Path  # the interpreter's capped log (shared by the runs of one file)
     log_from: int  # where this run's output begins in it
+    results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
 
     def outcome(self, test_id: str) -> Outcome:
         """The test's outcome; `not-run` where the interpreter never got to it."""
@@ -178,7 +179,10 @@ class Prober:
             if attempt.strangers:
                 self.strangers.setdefault(launch.key, []).extend(attempt.strangers)
         return ProbeRun(
-            outcomes={r.id: r.outcome for r in attempt.results}, log=log, log_from=log_from
+            outcomes={r.id: r.outcome for r in attempt.results},
+            log=log,
+            log_from=log_from,
+            results={r.id: r for r in attempt.results},
         )
 
     def run_together(
