@@ -39,6 +39,7 @@ STAGES = (
     "priorities",
     "culprits",
     "sanitizer",
+    "budget",
     "evidence",
     "check",
     "merge",
