@@ -46,6 +46,7 @@ STAGES = (
     "describe",
     "diff",
     "roots",
+    "groups",
     "summary",
     "escape",
     "timeline",
