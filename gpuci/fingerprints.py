@@ -48,7 +48,7 @@ def fingerprint(test_id: str, message: str, where: str = "") -> str:
     for param in _param_ids(test_id):
         text = text.replace(param, "<param>")
     text = _TEMP.sub("<tmp>", text)
-    text = _HEX.sub("0x?", text)
+    text = _HEX.sub("<hex>", text)
     text = _NUMBER.sub("N", text)
     text = _SPACE.sub(" ", printable(text)).strip()
     frame = printable(_frame(where)[:MAX_INPUT].encode("utf-8", "replace").decode("utf-8"))
@@ -74,7 +74,8 @@ def _param_ids(test_id: str) -> list[str]:
     if not name.endswith("]") or "[" not in name:
         return []
     inner = name[name.index("[") + 1 : -1]
-    parts = {p for p in (inner, *inner.split("-")) if len(p) > 1 or p.isalpha()}
+    # a number is normalized as any other; a one-letter id would replace parts of words
+    parts = {p for p in (inner, *inner.split("-")) if len(p) > 1 and not _NUMBER.fullmatch(p)}
     return sorted(parts, key=len, reverse=True)
 
 
