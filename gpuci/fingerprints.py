@@ -51,7 +51,7 @@ def fingerprint(test_id: str, message: str, where: str = "") -> str:
     text = _HEX.sub("<hex>", text)
     text = _NUMBER.sub("N", text)
     text = _SPACE.sub(" ", printable(text)).strip()
-    frame = printable(_frame(where)[:MAX_INPUT].encode("utf-8", "replace").decode("utf-8"))
+    frame = printable(_frame(where[:MAX_INPUT]).encode("utf-8", "replace").decode("utf-8"))
     found = f"{text} @ {frame}" if frame else text
     if len(found) > MAX_FINGERPRINT:
         found = found[: MAX_FINGERPRINT - 1] + "…"
