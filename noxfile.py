@@ -129,8 +129,7 @@ def demo(session: nox.Session) -> None:
     state.mkdir(parents=True)
     env = {"FAKEGPU_DIR": str(state), "GPU_POLLUTED_STATE": str(state)}
     # The planted bugs fail the verdict on purpose: exit code 1 is the expected answer.
-    # Most of its tests are findings, so the evidence (alone-runs, culprit searches) needs
-    # more than the default budget (the main passes' wall) to name every culprit.
+    # The default evidence budget follows the suspects, so every culprit is named.
     session.run(
         "gpuci",
         "check",
@@ -139,8 +138,6 @@ def demo(session: nox.Session) -> None:
         str(out),
         "--timeout",
         "5",
-        "--evidence-budget",
-        "300",
         *session.posargs,
         env=env,
         success_codes=[0, 1],

@@ -4,8 +4,8 @@
 times, then threads (where the suite asks for it: `gpuci.modes`), then isolated only for the
 files that did not pass in parallel or threads (the rest inferred from parallel; after
 threads without parallel, every file: a threads pass stands in for nothing), then gathers the
-evidence once for the whole check, within a budget that defaults to the main passes'
-wall time.
+evidence once for the whole check, within a budget that defaults to what its suspects
+need (`gpuci.budget`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from gpuci.budget import default_budget
 from gpuci.discover import Discovery, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
@@ -96,8 +97,7 @@ def run_check(args: argparse.Namespace, asked: AskedModes) -> dict[Mode, ModeRun
             timed_by = runs.get(Mode.SUITE) if mode is Mode.PARALLEL else None
             runs[mode] = run_one_mode(args, mode, discovery, timed_by=timed_by, resume=prior)
     forget_replaced(args.out)  # the check has results of its own now
-    main_s = sum(run.wall_s for run in runs.values())
-    budget = args.evidence_budget if args.evidence_budget is not None else main_s
+    budget = _budget(args)
     gather_evidence(
         args.out,
         runs=args.reruns,
@@ -120,8 +120,7 @@ def explain_results(args: argparse.Namespace) -> None:
             f"{args.out}: its tests ran in {first.rootdir}, which is not a directory here;"
             " run gpuci explain where the suite is checked out at the same path"
         )
-    main_s = sum(r.run.wall_s for r in results.values())
-    budget = args.evidence_budget if args.evidence_budget is not None else main_s
+    budget = _budget(args)
     shutil.rmtree(args.out / "evidence", ignore_errors=True)  # about earlier runs, if any
     gather_evidence(
         args.out,
@@ -132,6 +131,16 @@ def explain_results(args: argparse.Namespace) -> None:
         pytest_args=args.pytest_args or None,
         sanitize=sanitize,
     )
+
+
+def _budget(args: argparse.Namespace) -> float:
+    """--evidence-budget, else what the suspects of OUT's modes need (gpuci.budget)."""
+    if args.evidence_budget is not None:
+        given: float = args.evidence_budget
+        return given
+    estimate = default_budget(load_mode_results(args.out), args.reruns)
+    _say(estimate.text())
+    return estimate.seconds
 
 
 def _replace_earlier(args: argparse.Namespace) -> None:

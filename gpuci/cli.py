@@ -92,7 +92,10 @@ def _run_options() -> _Parser:
     parent.add_argument(
         "--evidence-budget",
         type=_seconds,
-        help="most seconds of alone-runs after the main passes (default: their wall time)",
+        help="most seconds of evidence runs after the main passes (check's default: what its"
+        " isolation suspects need, from the main passes' times: alone-runs, a poisoned run,"
+        " a culprit search, a compute-sanitizer block each, and 3 alone-runs per group of"
+        " identical failures; x1.5, at most 1800 s; run's default: no limit)",
     )
     parent.add_argument(
         "--threads",
@@ -191,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--evidence-budget",
         type=_seconds,
-        help="most seconds of evidence runs (default: the wall time of the modes in OUT)",
+        help="most seconds of evidence runs (default: what the suspects in OUT need, as check"
+        " computes it)",
     )
     explain.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     explain.add_argument(

@@ -22,6 +22,7 @@ from gpuci.report_data import (
     by_category,
     counts,
     finding_row,
+    grouped_rows,
     mode_columns,
     regressions,
 )
@@ -85,18 +86,21 @@ def markdown_data(
     rootlinks = root_links(blames)
 
     def section(key: str, title: str, tests: Sequence[TestVerdict], cap: int) -> Section:
-        shown = [
-            finding_row(
+        rows = grouped_rows(
+            tests,
+            lambda t, _: finding_row(
                 t,
                 columns,
                 verdict.modes,
                 message_chars=MD_MESSAGE_CHARS,
                 root=rootlinks.get(t.id),
                 note=culprit_note(t, blamed),
-            )
-            for t in tests[:cap]
-        ]
-        return Section(key=key, title=title, intro="", rows=shown, more=len(tests) - len(shown))
+            ),
+            apart=rootlinks,
+        )
+        shown = rows[:cap]
+        more = sum(len(r.members) or 1 for r in rows[cap:])  # tests, not rows, left out
+        return Section(key=key, title=title, intro="", rows=shown, more=more)
 
     first = section("main", "Needs attention", main, main_rows)
     details = [

@@ -10,8 +10,9 @@
 - depends-on-others: the same halving over the tests before it where it passed, keeping
   a half after which it passes: its providers.
 - concurrency: the victim alone, started together with each file that overlapped it in
-  the parallel run (nearest in time first); the first pair that fails names the
-  co-runner. If no pair fails, all of them at once.
+  the parallel run (nearest in time first), both held at their first test until both got
+  there, so that the victim's test runs while the partner's first does; the first pair
+  that fails names the co-runner. If no pair fails, all of them at once.
 
 Every run is evidence: counted against the budget, kept as a `Probe`, and a search the
 budget cut says so.
@@ -261,6 +262,7 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
 def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search:
     """The victim alone beside each overlapping file, then beside all of them."""
     search = _Search([])
+    apart = 0  # pair runs whose interpreters did not all start their tests together
     victim_file = task.victim.partition("::")[0]
     ids_of = _ids_by_file(parallel)
     groups: list[Sequence[str]] = [[c] for c in task.candidates]
@@ -272,11 +274,11 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
             return search
         runs = [([task.victim], gpu_of(parallel, victim_file))]
         runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
-        done = prober.run_together(
-            [(ids, gpu) for ids, gpu in runs if ids],
-            phase=PHASE,
-            label=f"culprits of {task.victim}: beside {len(beside)} file(s)",
+        started = [(ids, gpu) for ids, gpu in runs if ids]
+        done, met = prober.run_together(
+            started, phase=PHASE, label=f"culprits of {task.victim}: beside {len(beside)} file(s)"
         )
+        apart += met < len(started)  # one never reached its first test: no overlap
         outcome = done[0].outcome(task.victim)
         search.probes.append(
             Probe(count=len(beside), shown=tuple(beside[:PROBE_SHOWN]), outcome=outcome)
@@ -288,7 +290,9 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
             )
             return search
     search.note = (
-        f"not reproduced: it passed beside each overlapping file ({len(search.probes)} runs)"
+        f"not reproduced: it passed beside each overlapping file ({len(search.probes)} runs"
+        + (f"; {apart} did not overlap" if apart else "")
+        + ")"
         if search.probes
         else "no file ran beside it"
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuci.classify import classify_results
 from gpuci.describe import describe_checked, describe_evidence, describe_mode
+from gpuci.fingerprints import first_fingerprint
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
@@ -54,6 +55,7 @@ from gpuci.results import ModeResults, load_mode_results
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
 DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
 UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
+FINGERPRINTED = ISOLATION_CATEGORIES | {Category.FAILED, Category.FLAKY}  # grouped in reports
 KNOWN = "known"  # --allow's word for isolation regressions the baseline already had
 # verdict.json's test order: what needs attention first.
 CATEGORY_GROUP = {
@@ -197,6 +199,7 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                 with_provider=provider_command(
                     test_id, test.category, ev.culprits if ev else (), results
                 ),
+                fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, test.category) if ev else {}),
             )
@@ -243,6 +246,7 @@ def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
         "search": found.search if category in ISOLATION_CATEGORIES else "",
         "probes": found.probes if category in ISOLATION_CATEGORIES else (),
         "sanitizer": found.sanitizer,
+        "inferred_from": found.inferred_from if category is Category.FAILED else (),
     }
     if found.poisoned is not None:
         fields["poisoned"] = found.poisoned.value

@@ -123,6 +123,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 "outcome": t.outcome.value,
                 "duration": round(t.duration, 4),
                 "message": t.message,
+                **({"where": t.where} if t.where else {}),
                 "reruns": [r.value for r in t.reruns],
                 **({"log": t.log} if t.log else {}),
                 **({"inferred": True} if t.inferred else {}),
@@ -191,6 +192,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     outcome=Outcome(t["outcome"]),
                     duration=float(t.get("duration", 0.0)),
                     message=t.get("message", ""),
+                    where=str(t.get("where", "")),
                     reruns=tuple(Outcome(r) for r in t.get("reruns", ())),
                     log=t.get("log", ""),
                     inferred=bool(t.get("inferred", False)),
@@ -249,6 +251,8 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"sanitizer": t.sanitizer} if t.sanitizer else {}),
                 **({"notes": list(t.notes)} if t.notes else {}),
                 **({"with_provider": t.with_provider} if t.with_provider else {}),
+                **({"fingerprint": t.fingerprint} if t.fingerprint else {}),
+                **({"inferred_from": list(t.inferred_from)} if t.inferred_from else {}),
             }
             for t in verdict.tests
         ],
@@ -298,6 +302,8 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     sanitizer=str(t.get("sanitizer", "")),
                     notes=tuple(str(n) for n in t.get("notes", ())),
                     with_provider=str(t.get("with_provider", "")),
+                    fingerprint=str(t.get("fingerprint", "")),
+                    inferred_from=tuple(str(i) for i in t.get("inferred_from", ())),
                 )
                 for t in data["tests"]
             ),
@@ -348,6 +354,8 @@ def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
         **({"poisoned": test.poisoned.value} if test.poisoned is not None else {}),
         **({"threaded": test.threaded.value} if test.threaded is not None else {}),
         **({"sanitizer": test.sanitizer} if test.sanitizer else {}),
+        **({"fingerprint": test.fingerprint} if test.fingerprint else {}),
+        **({"inferred_from": list(test.inferred_from)} if test.inferred_from else {}),
     }
 
 
@@ -381,6 +389,8 @@ def read_evidence(path: Path) -> Evidence:
                     poisoned=Outcome(t["poisoned"]) if t.get("poisoned") else None,
                     threaded=Outcome(t["threaded"]) if t.get("threaded") else None,
                     sanitizer=str(t.get("sanitizer", "")),
+                    fingerprint=str(t.get("fingerprint", "")),
+                    inferred_from=tuple(str(i) for i in t.get("inferred_from", ())),
                 )
                 for t in data["tests"]
             ),

@@ -82,6 +82,7 @@ class JournalState:
                 outcome=Outcome(e.get("outcome", "failed")),
                 duration=float(e.get("duration", 0.0)),
                 message=str(e.get("message", "")),
+                where=str(e.get("where", "")),
             )
             for i, e in self.finished.items()
         ]

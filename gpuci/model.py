@@ -119,6 +119,7 @@ class TestResult:
     outcome: Outcome
     duration: float = 0.0
     message: str = ""
+    where: str = ""  # the failure's innermost frame in the suite's own code, `path:line`
     reruns: tuple[Outcome, ...] = ()
     log: str = ""  # the interpreter's log tail, kept for crashes and timeouts
     inferred: bool = False  # not run: concluded from another mode (a lazy isolated pass)
@@ -293,6 +294,8 @@ class TestVerdict:
     sanitizer: str = ""  # compute-sanitizer's first error block
     notes: tuple[str, ...] = ()  # what an outcome did not decide, and why (threads)
     with_provider: str = ""  # depends-on-others: the command that passes, its provider first
+    fingerprint: str = ""  # how it failed, normalized (gpuci.fingerprints): its group's key
+    inferred_from: tuple[str, ...] = ()  # not run alone: its group's representatives were
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,6 +339,8 @@ class TestEvidence:
     poisoned: Outcome | None = None  # alone, every fresh device allocation filled with 0xFF
     threaded: Outcome | None = None  # alone, in the threads mode's N threads
     sanitizer: str = ""  # compute-sanitizer memcheck's first error block, alone
+    fingerprint: str = ""  # its failure's group (gpuci.fingerprints), where it has one
+    inferred_from: tuple[str, ...] = ()  # its group's representatives, which ran alone for it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

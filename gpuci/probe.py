@@ -10,6 +10,7 @@ replays interpreters that ran side by side.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -19,9 +20,11 @@ from pathlib import Path
 
 from gpuci.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.interpreter import Interpreters, Launch
-from gpuci.model import Leftover, ModeRun, Outcome, Stranger
+from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.reproduce import serial_gpu
 from gpuci.supervisor import Supervisor
+
+RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"  # the plugin's: hold the first test until all arrive
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +34,7 @@ class ProbeRun:
     outcomes: dict[str, Outcome]
     log: Path  # the interpreter's capped log (shared by the runs of one file)
     log_from: int  # where this run's output begins in it
+    results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
 
     def outcome(self, test_id: str) -> Outcome:
         """The test's outcome; `not-run` where the interpreter never got to it."""
@@ -178,19 +182,30 @@ class Prober:
             if attempt.strangers:
                 self.strangers.setdefault(launch.key, []).extend(attempt.strangers)
         return ProbeRun(
-            outcomes={r.id: r.outcome for r in attempt.results}, log=log, log_from=log_from
+            outcomes={r.id: r.outcome for r in attempt.results},
+            log=log,
+            log_from=log_from,
+            results={r.id: r for r in attempt.results},
         )
 
     def run_together(
         self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
-    ) -> list[ProbeRun]:
-        """Run each group of ids in its own interpreter, all at once, each with its GPUs."""
-        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
-            futures = [
-                pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu)
-                for ids, gpu in groups
-            ]
-            return [f.result() for f in futures]
+    ) -> tuple[list[ProbeRun], int]:
+        """Run each group of ids in its own interpreter, all at once, each with its GPUs,
+        their first tests held at a rendezvous until every interpreter has reached its own
+        (so that they overlap, whatever each start-up costs). The runs, and how many
+        interpreters reached the rendezvous (all of them: their first tests overlapped)."""
+        with tempfile.TemporaryDirectory(prefix="gpuci-pair-") as scratch:
+            folder = Path(scratch) / "met"
+            env = {RENDEZVOUS_ENV: f"{folder}:{len(groups)}"}
+            with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+                futures = [
+                    pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu, env=env)
+                    for ids, gpu in groups
+                ]
+                runs = [f.result() for f in futures]
+            met = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
+        return runs, met
 
     def phase_json(self) -> dict[str, dict[str, float]]:
         """evidence.json's `phases`: runs and seconds per kind of evidence."""

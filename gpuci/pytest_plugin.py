@@ -10,13 +10,21 @@ once, so whatever happened survives an interpreter that dies the next instant:
     {"e": "poison", "libs": ["cupy", "torch"], "errors": {"cupy": "..."}}
     {"e": "start", "id": "..."}
     {"e": "finish", "id": "...", "outcome": "passed|failed|skipped", "duration": 0.1,
-     "message": "..."}
+     "message": "...", "where": "tests/test_x.py:12"}
     {"e": "end", "exitstatus": 1}
 
 `parallel_threads` is what `--parallel-threads` says (the suite's addopts, or gpuci's
 threads runs), where above 1: how discovery learns that the suite asks for threads.
 Outside gpuci's threads runs (no `--parallel-threads` on gpuci's own command line) the
 plugin takes pytest-run-parallel's runner out, so those modes run each test once.
+`where`, on a failure only, is the innermost frame of the traceback in the suite's own
+code (not under site-packages): with the message it is the failure's fingerprint.
+
+With `GPUCI_RENDEZVOUS` naming a folder and a count (`DIR:N`, given only to the
+interpreters of a concurrency pair), each interpreter holds its first test at its setup
+until N interpreters have reached theirs (at most RENDEZVOUS_WAIT_S), so that the two
+tests run at the same time, whatever each interpreter's start-up cost.
+
 `threads` is there only under pytest-run-parallel with `--parallel-threads` above 1: each
 test ran in that many threads at once, except those in `single_threaded` (marked
 `thread_unsafe` and the like), which ran in one. A failure in any thread is the test's
@@ -44,6 +52,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import IO, Any
@@ -52,6 +61,10 @@ import pytest
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
+RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"
+RENDEZVOUS_WAIT_S = 60.0  # a partner that never gets there does not hold the other forever
+RENDEZVOUS_POLL_S = 0.01
+SITE_DIRS = ("site-packages", "dist-packages")  # whose frames are not the suite's own
 SERIAL_MARK = "gpu_serial"
 POISON_BYTE = 0xFF
 # pytest-run-parallel's plugin object; its run_in_parallel maps the ids it runs threaded
@@ -167,6 +180,7 @@ class Journal:
         reports = self._reports.pop(nodeid, [])
         outcome, message = _outcome(reports)
         duration = sum(r.duration for r in reports)
+        where = next((w for r in reports if r.failed and (w := _innermost_own(r))), "")
         self.write(
             {
                 "e": "finish",
@@ -174,6 +188,7 @@ class Journal:
                 "outcome": outcome,
                 "duration": round(duration, 6),
                 "message": message,
+                **({"where": where} if where else {}),
             }
         )
 
@@ -305,6 +320,42 @@ def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
     return "passed", ""
 
 
+def _innermost_own(report: pytest.TestReport) -> str:
+    """`path:line` of the innermost traceback entry in the suite's own code, or ""."""
+    traceback = getattr(report.longrepr, "reprtraceback", None)
+    entries = getattr(traceback, "reprentries", None) or ()
+    for entry in reversed(entries):
+        location = getattr(entry, "reprfileloc", None)
+        path = str(getattr(location, "path", ""))
+        if path and not path.startswith("<") and not any(d in path for d in SITE_DIRS):
+            return f"{path}:{getattr(location, 'lineno', 0)}"[:MESSAGE_LIMIT]
+    return ""
+
+
+class Rendezvous:
+    """Holds the first test of this interpreter until every partner reached its own."""
+
+    def __init__(self, spec: str) -> None:
+        folder, _, count = spec.rpartition(":")
+        self._folder = Path(folder)
+        self._count = int(count) if count.isdigit() else 2
+        self._done = False
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self) -> None:
+        """Arrive, then wait for the others (once, at the first test)."""
+        if self._done:
+            return
+        self._done = True
+        self._folder.mkdir(parents=True, exist_ok=True)
+        (self._folder / str(os.getpid())).touch()
+        deadline = time.monotonic() + RENDEZVOUS_WAIT_S
+        while time.monotonic() < deadline:
+            if sum(1 for _ in self._folder.iterdir()) >= self._count:
+                return
+            time.sleep(RENDEZVOUS_POLL_S)
+
+
 def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
     """The first line that says what went wrong (or why the test was skipped)."""
     longrepr = report.longrepr
@@ -352,6 +403,9 @@ def pytest_configure(config: pytest.Config) -> None:
     journal = Journal(path) if path else None
     if journal is not None:
         config.pluginmanager.register(journal, "gpuci-journal")
+    rendezvous = os.environ.get(RENDEZVOUS_ENV)
+    if rendezvous:
+        config.pluginmanager.register(Rendezvous(rendezvous), "gpuci-rendezvous")
     if os.environ.get("GPUCI_POISON", "") not in ("", "0"):
         for line in POISON_WARNING_FILTERS:
             config.addinivalue_line("filterwarnings", line)

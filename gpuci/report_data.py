@@ -5,15 +5,17 @@ The HTML report's data is here; the comment's is `gpuci.comment_data`'s, from th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.cards import RootLink, badge, root_cards, root_links, row_anchors, sanitizer_block
 from gpuci.describe import checked_lines
 from gpuci.escape import clean_log, cut, safe_url
+from gpuci.groups import FindingGroup, group_findings
 from gpuci.model import ISOLATION_CATEGORIES, Category, Mode, Outcome, TestVerdict, Verdict
 from gpuci.roots import blame_of, blamed_roots, culprit_note, sanitizer_line
 from gpuci.timeline import durations, file_runs, mode_notes, timeline
@@ -86,6 +88,7 @@ class Row:
     diagnosis: str = ""  # what the GPU-native evidence says the bug is
     sanitizer: str = ""  # compute-sanitizer's first error block (HTML)
     sanitizer_line: str = ""  # its first line (the comment)
+    members: tuple[str, ...] = ()  # a group's tests (gpuci.groups): the row stands for them
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +100,12 @@ class Section:
     intro: str
     rows: Sequence[Row]
     categories: tuple[str, ...] = ()
-    more: int = 0  # rows left out (the comment only)
+    more: int = 0  # tests left out (the comment only)
+
+    @property
+    def total(self) -> int:
+        """The tests the section tells of: a group's row counts its members."""
+        return sum(len(r.members) or 1 for r in self.rows) + self.more
 
 
 @dataclass(slots=True, kw_only=True)
@@ -201,6 +209,32 @@ def finding_row(
     )
 
 
+def grouped_rows(
+    tests: Sequence[TestVerdict],
+    row_of: Callable[[TestVerdict, int], Row],
+    apart: Collection[str] = (),
+) -> list[Row]:
+    """The tests' rows, a group of findings (gpuci.groups) as one: its first member's row
+    with the group's count and places as its name, how they failed, what ran alone."""
+    rows: list[Row] = []
+    for i, entry in enumerate(group_findings(tests, apart=apart)):
+        if isinstance(entry, FindingGroup):
+            first = row_of(entry.members[0], i)
+            rows.append(
+                dataclasses.replace(
+                    first,
+                    id=entry.title(),
+                    message=cut(entry.fingerprint, HTML_MESSAGE_CHARS) or first.message,
+                    reruns=entry.evidence() or first.reruns,
+                    reproduce=entry.reproduce if not first.root else "",
+                    members=tuple(t.id for t in entry.members),
+                )
+            )
+        else:
+            rows.append(row_of(entry, i))
+    return rows
+
+
 def _outcome(value: str, *, inferred: bool = False) -> tuple[str, str]:
     """An outcome's text and CSS class; one we do not know gets a neutral class."""
     if not value:
@@ -282,9 +316,10 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
     links = root_links(blames)
     blamed = blame_of(blames)
 
-    def rows(tests: Iterable[TestVerdict], logs: bool = False) -> list[Row]:
-        return [
-            finding_row(
+    def rows(tests: Sequence[TestVerdict], logs: bool = False) -> list[Row]:
+        return grouped_rows(
+            tests,
+            lambda t, i: finding_row(
                 t,
                 columns,
                 verdict.modes,
@@ -294,9 +329,9 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
                 anchor=anchors.get(t.id, ""),
                 root=links.get(t.id),
                 note=culprit_note(t, blamed),
-            )
-            for i, t in enumerate(tests)
-        ]
+            ),
+            apart=links,
+        )
 
     cards = root_cards(blames, anchors)
     sections = [

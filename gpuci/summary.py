@@ -4,6 +4,7 @@ with its evidence, the verdict."""
 from __future__ import annotations
 
 from gpuci.describe import checked_lines
+from gpuci.groups import FindingGroup, group_findings
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
 from gpuci.roots import Blame, blame_of, blamed_roots, culprit_note, reproduce_of, sanitizer_line
 from gpuci.strays import verdict_lines
@@ -25,11 +26,15 @@ def format_summary(verdict: Verdict) -> str:
     lines = [", ".join(counts) if counts else "no tests"]
     blames = blamed_roots(verdict)
     blamed = blame_of(blames)
-    listed: list[Blame | TestVerdict] = [*blames]
-    listed += [t for t in verdict.tests if t.category in LISTED and t.id not in blamed]
+    listed: list[Blame | TestVerdict | FindingGroup] = [*blames]
+    listed += group_findings(
+        [t for t in verdict.tests if t.category in LISTED and t.id not in blamed]
+    )
     for entry in listed[:MAX_LISTED]:
         if isinstance(entry, Blame):
             lines += _root_lines(entry)
+        elif isinstance(entry, FindingGroup):
+            lines += _group_lines(entry)
         else:
             lines += _finding_lines(entry, blamed)
     if len(listed) > MAX_LISTED:
@@ -59,9 +64,24 @@ def _evidence(test: TestVerdict) -> str:
         evidence += f" reruns={','.join(test.reruns)}"
     if test.inferred:
         evidence += f" inferred={','.join(test.inferred)}"
+    if test.inferred_from:
+        evidence += f" alone=inferred from {len(test.inferred_from)} like it"
     if test.cut:
         evidence += f" ({test.cut})"
     return evidence
+
+
+def _group_lines(group: FindingGroup) -> list[str]:
+    """A group as one finding: its count and places, how it failed, what ran, one command."""
+    new = next((t.new for t in group.members if t.new is not None), None)
+    lines = [printable(f"{group.category.value:<17} {_tag(new):<5} {group.title()}")]
+    if group.fingerprint:
+        lines.append(printable(f"    failure: {group.fingerprint}"))
+    if group.evidence():
+        lines.append(printable(f"    alone: {group.evidence()}"))
+    if group.reproduce:
+        lines.append(printable(f"    reproduce ({group.members[0].id}): {group.reproduce}"))
+    return lines
 
 
 def _root_lines(blame: Blame) -> list[str]:

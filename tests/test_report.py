@@ -29,6 +29,7 @@ import jinja2
 import pytest
 
 from gpuci import report
+from gpuci.comment_data import markdown_data
 from gpuci.escape import flatten
 from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
 from gpuci.model import (
@@ -496,12 +497,25 @@ def test_comment_of_50000_tests_is_capped_and_says_what_was_cut() -> None:
     assert len(verdict.tests) == 50_000
     markdown = render_markdown(verdict, links=LINKS)
     assert len(markdown) <= MARKDOWN_MAX_CHARS < 1_000_000
-    # Main table: 1,250 new regressions + failed + crashed + timed-out, 30 shown.
+    # Main table: 1,250 new regressions + failed + crashed + timed-out, 30 rows shown. The
+    # findings of one category in one file (5 each here) are one row: "more" counts tests.
     main = 750 + 250 + 250 + 2_000 + 1_000 + 500
-    assert f"…and {main - report.MAIN_ROWS} more: see the full report." in markdown
+    data = markdown_data(
+        verdict,
+        LINKS,
+        main_rows=report.MAIN_ROWS,
+        detail_rows=report.DETAIL_ROWS,
+        id_chars=report.MD_ID_CHARS,
+    )
+    rows = data["main"].rows
+    shown = sum(len(r.members) or 1 for r in rows)
+    assert len(rows) == report.MAIN_ROWS and shown > len(rows)
+    assert f"…and {main - shown} more: see the full report." in markdown
     assert "<details><summary>Known isolation problems (1250)</summary>" in markdown
-    assert f"…and {1250 - report.DETAIL_ROWS} more" in markdown
-    assert f"…and {1000 - report.DETAIL_ROWS} more" in markdown  # flaky and not-run
+    for section, total in zip(data["details"], (1250, 1000, 1000), strict=True):
+        told = sum(len(r.members) or 1 for r in section.rows)
+        assert len(section.rows) == report.DETAIL_ROWS and section.total == total
+        assert f"…and {total - told} more" in markdown  # known, flaky and not-run
     assert "| **2000** |" in markdown  # the counts are never cut
 
 
@@ -671,7 +685,10 @@ def test_html_of_50000_tests_is_fast_small_and_keeps_every_finding() -> None:
     for test in verdict.tests:
         if test.category not in (Category.PASSED, Category.SKIPPED):
             assert f">{test.id}</code>" in html, test.id
-    assert html.count("<tr data-cat=") == 50_000 - 42_000
+    # one row per finding, but one per group of a category's findings in one file (5 here)
+    rows = [r for s in html_data(verdict)["sections"] for r in s.rows]
+    assert sum(len(r.members) or 1 for r in rows) == 50_000 - 42_000
+    assert html.count("<tr data-cat=") == len(rows) < 50_000 - 42_000
     assert '<main class="lazy">' in html  # sections are laid out as they scroll into view
     assert "<main>" in render_html(read_verdict(VERDICT_ALL))
 

@@ -1,0 +1,136 @@
+"""Fingerprints: non-passing tests grouped by how they failed.
+
+A fingerprint is the failure's message (its exception type and words) with what differs
+between tests that fail the same way taken out: numbers, hex addresses, temporary paths,
+the test's own parameter ids; then the innermost frame in the suite's own code. 288
+parametrized tests that error in setup on one deprecation share one fingerprint, so the
+evidence runs a few of them alone instead of all, and the reports show them as one row.
+
+The message is untrusted and may be huge or hold undecodable bytes: a fingerprint is
+always short, printable text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuci.model import Mode, Outcome, TestResult, printable
+
+MAX_INPUT = 2_000  # characters of a message looked at: the rest cannot change the group
+MAX_FINGERPRINT = 240  # characters of a fingerprint
+REPRESENTATIVES = 3  # alone-runs a group of consistent failures gets, spread over its files
+_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+_TEMP = re.compile(
+    r"(?:/private)?(?:/tmp|/var/folders|/var/tmp|/dev/shm)/[^\s'\":,;)\]]*"
+    r"|[A-Za-z]:\\[^\s'\":]*\\Temp\\[^\s'\":,;)\]]*"
+    r"|\S*pytest-of-[^\s'\":,;)\]]*"
+)
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_])[-+]?\d+(?:[.,_]\d+)*(?:[eE][-+]?\d+)?")
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureGroup:
+    """Tests that failed the same way in every mode, under one fingerprint."""
+
+    fingerprint: str
+    members: tuple[str, ...]  # in the order first seen
+    representatives: tuple[str, ...]  # the few that run alone for all of them
+
+
+def fingerprint(test_id: str, message: str, where: str = "") -> str:
+    """The failure's fingerprint: the message normalized, then ` @ ` its own frame."""
+    # the first line names the failure (what the diff shows as its message)
+    text = next(iter(message[:MAX_INPUT].strip().splitlines()), "")
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    for param in _param_ids(test_id):
+        text = text.replace(param, "<param>")
+    text = _TEMP.sub("<tmp>", text)
+    text = _HEX.sub("<hex>", text)
+    text = _NUMBER.sub("N", text)
+    text = _SPACE.sub(" ", printable(text)).strip()
+    frame = printable(_frame(where[:MAX_INPUT]).encode("utf-8", "replace").decode("utf-8"))
+    found = f"{text} @ {frame}" if frame else text
+    if len(found) > MAX_FINGERPRINT:
+        found = found[: MAX_FINGERPRINT - 1] + "…"
+    return found
+
+
+def first_fingerprint(seen: Iterable[TestResult]) -> str:
+    """The fingerprint of the first failure among a test's results ("" where none failed
+    with a message: a crash or a timeout says nothing the others share)."""
+    for test in seen:
+        if test.outcome is Outcome.FAILED and test.message.strip():
+            return fingerprint(test.id, test.message, test.where)
+    return ""
+
+
+def _param_ids(test_id: str) -> list[str]:
+    """The parts of a parametrized test's id (`test_x[float16-3]`: float16, 3), longest
+    first so that one id's part inside another's is not replaced half way."""
+    name = test_id.rpartition("::")[2]
+    if not name.endswith("]") or "[" not in name:
+        return []
+    inner = name[name.index("[") + 1 : -1]
+    # a number is normalized as any other; a one-letter id would replace parts of words
+    parts = {p for p in (inner, *inner.split("-")) if len(p) > 1 and not _NUMBER.fullmatch(p)}
+    return sorted(parts, key=len, reverse=True)
+
+
+def _frame(where: str) -> str:
+    """`path:line` with a temporary folder taken out (the suite may run from one)."""
+    return _TEMP.sub("<tmp>", where)
+
+
+def consistent_failures(
+    results: Mapping[Mode, Sequence[TestResult]], suspects: Iterable[str]
+) -> dict[str, TestResult]:
+    """The suspects that failed (not crashed nor timed out) in every mode that ran them,
+    each with its first result; a test whose outcome differs between modes is not here."""
+    by_mode = {mode: {t.id: t for t in tests} for mode, tests in results.items()}
+    found: dict[str, TestResult] = {}
+    for test_id in suspects:
+        seen = [tests[test_id] for tests in by_mode.values() if test_id in tests]
+        ran = [t for t in seen if t.outcome is not Outcome.NOT_RUN]
+        if ran and all(t.outcome is Outcome.FAILED for t in ran):
+            found[test_id] = ran[0]
+    return found
+
+
+def group_failures(failures: Mapping[str, TestResult]) -> list[FailureGroup]:
+    """Consistent failures by fingerprint, in the order first seen; every group, single
+    members included, with its representatives spread over its files."""
+    groups: dict[str, list[TestResult]] = {}
+    for test in failures.values():
+        groups.setdefault(fingerprint(test.id, test.message, test.where), []).append(test)
+    return [
+        FailureGroup(
+            fingerprint=key,
+            members=tuple(t.id for t in members),
+            representatives=spread(members, REPRESENTATIVES),
+        )
+        for key, members in groups.items()
+    ]
+
+
+def spread(members: Sequence[TestResult], count: int) -> tuple[str, ...]:
+    """`count` members, one per file in turn, the first, the last and the middle of each
+    file's first: a group over several files is tried in each of them."""
+    by_file: dict[str, list[str]] = {}
+    for test in members:
+        by_file.setdefault(test.file, []).append(test.id)
+    queues = [_ends_first(ids) for ids in by_file.values()]
+    chosen: list[str] = []
+    while len(chosen) < count and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < count:
+                chosen.append(queue.pop(0))
+    return tuple(chosen)
+
+
+def _ends_first(ids: Sequence[str]) -> list[str]:
+    """The first, the last, the middle, then the rest in order."""
+    picks = dict.fromkeys([ids[0], ids[-1], ids[len(ids) // 2], *ids])
+    return list(picks)

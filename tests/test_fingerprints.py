@@ -1,0 +1,74 @@
+"""Fingerprints: what varies between identical failures is normalized; bad input stays
+bounded and printable; groups pick representatives spread over their files."""
+
+from __future__ import annotations
+
+from gpuci.fingerprints import (
+    MAX_FINGERPRINT,
+    REPRESENTATIVES,
+    consistent_failures,
+    fingerprint,
+    group_failures,
+    spread,
+)
+from gpuci.model import Mode, Outcome, TestResult
+
+
+def _failed(
+    test_id: str, message: str, where: str = "", outcome: Outcome = Outcome.FAILED
+) -> TestResult:
+    return TestResult(
+        id=test_id, file=test_id.partition("::")[0], outcome=outcome, message=message, where=where
+    )
+
+
+def test_numbers_addresses_paths_and_parameter_ids_are_normalized() -> None:
+    one = fingerprint(
+        "t.py::test_x[float16-large]",
+        "ValueError: float16 large 42 at 0xDEADbeef in /tmp/pytest-of-ci/pytest-7/x0/data.bin",
+        "helpers.py:12",
+    )
+    two = fingerprint(
+        "t.py::test_x[int8-small]",
+        "ValueError: int8 small 7 at 0x1 in /tmp/pytest-of-ci/pytest-9/x3/data.bin",
+        "helpers.py:12",
+    )
+    assert one == two == "ValueError: <param> <param> N at <hex> in <tmp> @ helpers.py:12"
+
+
+def test_another_frame_or_exception_is_another_fingerprint() -> None:
+    base = fingerprint("t.py::a", "ValueError: bad", "helpers.py:12")
+    assert fingerprint("t.py::a", "ValueError: bad", "helpers.py:13") != base
+    assert fingerprint("t.py::a", "TypeError: bad", "helpers.py:12") != base
+
+
+def test_a_message_of_megabytes_or_bad_bytes_stays_bounded_and_printable() -> None:
+    huge = "E: " + "x" * 5_000_000
+    assert len(fingerprint("t.py::a", huge, "h.py:1" * 1_000_000)) <= MAX_FINGERPRINT
+    hostile = "Error: \udcff\ud800 \x1b[31mred\x1b[0m \u202egnp.exe \x00\x07 \ufffd"
+    text = fingerprint("t.py::a", hostile, "h\x1b]8;;x\x07.py:1")
+    assert text.isprintable()
+    text.encode("utf-8")  # no lone surrogate left: it prints and serializes
+    assert "\x1b" not in text and "\u202e" not in text
+
+
+def test_only_failures_alike_in_every_mode_are_consistent() -> None:
+    results = {
+        Mode.ISOLATED: [_failed("a.py::same", "E"), _failed("a.py::differs", "E")],
+        Mode.SUITE: [
+            _failed("a.py::same", "E"),
+            TestResult(id="a.py::differs", file="a.py", outcome=Outcome.PASSED),
+        ],
+    }
+    found = consistent_failures(results, ["a.py::same", "a.py::differs"])
+    assert list(found) == ["a.py::same"]
+
+
+def test_a_group_takes_representatives_over_its_files() -> None:
+    members = [_failed(f"a.py::t[{i}]", f"E: case {i}", "h.py:1") for i in range(10)]
+    members += [_failed(f"b.py::t[{i}]", f"E: case {i}", "h.py:1") for i in range(10)]
+    (group,) = group_failures({t.id: t for t in members})
+    assert len(group.members) == 20
+    assert len(group.representatives) == REPRESENTATIVES
+    assert {r.partition("::")[0] for r in group.representatives} == {"a.py", "b.py"}
+    assert spread(members[:2], 5) == ("a.py::t[0]", "a.py::t[1]")
