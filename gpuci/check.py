@@ -14,10 +14,14 @@ import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from gpuci.discover import Discovery, can_import, discover_tests
+from gpuci.discover import Discovery, can_import, child_env, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
+from gpuci.forkserver import current as current_fork_server
+from gpuci.forkserver import parse_preload
+from gpuci.forkserver import serve as serve_forks
 from gpuci.gpus import detect_gpus
 from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
 from gpuci.plan import (
@@ -60,6 +64,7 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     lazy = [m for m in CONFIRMED_BY if m in before]
     earlier = _earlier_check(args, modes)  # refused before anything is touched
     discovery = discover(args)  # once: every mode runs the same collected tests
+    start_fork_server(args, discovery.rootdir, discovery.files)
     runs: dict[Mode, ModeRun] = {}
     for mode in modes:
         prior = earlier.get(mode)
@@ -102,6 +107,7 @@ def explain_results(args: argparse.Namespace) -> None:
             f"{args.out}: its tests ran in {first.rootdir}, which is not a directory here;"
             " run gpuci explain where the suite is checked out at the same path"
         )
+    start_fork_server(args, Path(first.rootdir), [f.file for f in first.files])
     main_s = sum(r.run.wall_s for r in results.values())
     budget = args.evidence_budget if args.evidence_budget is not None else main_s
     shutil.rmtree(args.out / "evidence", ignore_errors=True)  # about earlier runs, if any
@@ -270,6 +276,7 @@ def run_one_mode(
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
     if discovery is None:
         discovery = discover(args)
+        start_fork_server(args, discovery.rootdir, discovery.files)
     durations, in_seconds = _durations(args, mode, discovery, timed_by)
     files = list(discovery.files)
     if shard:
@@ -328,6 +335,22 @@ def run_one_mode(
     )
     estimates = durations if in_seconds else {}
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)
+
+
+def start_fork_server(args: argparse.Namespace, rootdir: Path, files: Sequence[str]) -> None:
+    """Let the interpreters of this command fork from a pre-imported parent (the test files'
+    imports, or --preload's), unless --no-preload."""
+    if getattr(args, "no_preload", False) or current_fork_server(args.python) is not None:
+        return
+    named: str | None = getattr(args, "preload", None)
+    serve_forks(
+        python=args.python,
+        environ=child_env(os.environ),
+        rootdir=rootdir,
+        files=files,
+        paths=args.paths,
+        preload=parse_preload(named) if named is not None else None,
+    )
 
 
 def _say(text: str) -> None:

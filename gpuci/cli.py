@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -112,8 +113,25 @@ def _run_options() -> _Parser:
         action="store_true",
         help="continue an interrupted OUT: keep what finished, run the rest",
     )
+    _preload_options(parent)
     parent.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     return parent
+
+
+def _preload_options(parser: argparse.ArgumentParser) -> None:
+    """--preload and --no-preload: how interpreters start (run, check, explain)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--preload",
+        metavar="MOD,...",
+        help="modules the fork server imports before forking each interpreter"
+        " (default: those the test files import at top level, never the suite's own)",
+    )
+    group.add_argument(
+        "--no-preload",
+        action="store_true",
+        help="no fork server: every interpreter is a fresh python -m pytest",
+    )
 
 
 def _diff_options() -> _Parser:
@@ -192,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         help="most seconds of evidence runs (default: the wall time of the modes in OUT)",
     )
+    _preload_options(explain)
     explain.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     explain.add_argument(
         "--sanitize",
@@ -239,11 +258,23 @@ def _adopt_orphans() -> None:
     become_subreaper()  # elsewhere, each interpreter's process-group kill is what remains
 
 
+@contextlib.contextmanager
+def _interpreters() -> Iterator[None]:
+    """Adopt orphans while the command runs, and end its fork server, if any, after."""
+    from gpuci.forkserver import stop_all
+
+    _adopt_orphans()
+    try:
+        yield
+    finally:
+        stop_all()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from gpuci.check import run_mode_with_reruns
 
-    _adopt_orphans()
-    run = run_mode_with_reruns(args, Mode(args.mode))
+    with _interpreters():
+        run = run_mode_with_reruns(args, Mode(args.mode))
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
     return 1 if bad else 0
 
@@ -295,8 +326,8 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from gpuci.check import explain_results
 
-    _adopt_orphans()
-    explain_results(args)
+    with _interpreters():
+        explain_results(args)
     verdict_path = args.out / "verdict.json"
     code = _write_verdict(args, args.out, verdict_path)
     print(f"gpuci: evidence {args.out / 'evidence'}, verdict {verdict_path}")
@@ -307,8 +338,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from gpuci.check import run_check
     from gpuci.report import write_reports
 
-    _adopt_orphans()
-    run_check(args)
+    with _interpreters():
+        run_check(args)
     verdict_path = args.out / "verdict.json"
     code = _write_verdict(args, args.out, verdict_path)
     html, markdown = write_reports(verdict_path, html=None, markdown=None, environ=os.environ)

@@ -109,6 +109,8 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                         "start": round(i.start, 3),
                         "end": round(i.end, 3),
                         "log": i.log,
+                        "forked": i.forked,
+                        "gpu_peak_mib": i.gpu_peak_mib,
                     }
                     for i in f.interpreters
                 ],
@@ -175,6 +177,8 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                             start=float(i["start"]),
                             end=float(i["end"]),
                             log=i["log"],
+                            forked=bool(i.get("forked", False)),
+                            gpu_peak_mib=i.get("gpu_peak_mib"),
                         )
                         for i in f.get("interpreters", ())
                     ),

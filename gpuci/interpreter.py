@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.discover import PLUGIN, file_of
+from gpuci.forkserver import ForkedChild, start_interpreter
 from gpuci.holders import StrangerCheck, gpu_watch
 from gpuci.journal import JournalReader, JournalState, not_run
 from gpuci.logs import CappedLog
@@ -45,7 +46,6 @@ from gpuci.reaper import (
     forget_child,
     new_cookie,
     reap_orphans,
-    start_child,
 )
 from gpuci.supervisor import Supervisor, signal_group
 
@@ -185,15 +185,8 @@ class Interpreters:
         reader = JournalReader(journal)
         start = self.now()
         try:
-            proc = start_child(
-                lambda: subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
+            proc = start_interpreter(
+                cmd, env, fresh=bool(launch.wrapper), stopping=self.supervisor.stopping
             )
         except OSError as exc:
             log.close()
@@ -220,6 +213,7 @@ class Interpreters:
             start=start,
             end=self.now(),
             log=log_rel,
+            forked=isinstance(proc, ForkedChild),
         )
         attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
@@ -232,7 +226,7 @@ class Interpreters:
 
     def _watch(
         self,
-        proc: subprocess.Popen[bytes],
+        proc: subprocess.Popen[bytes] | ForkedChild,
         reader: JournalReader,
         log: CappedLog,
         cookie: str,

@@ -131,6 +131,8 @@ class Interpreter:
     start: float  # seconds since the mode started
     end: float
     log: str  # path of its log, relative to the mode directory
+    forked: bool = False  # forked from the pre-imported parent, not started fresh
+    gpu_peak_mib: int | None = None  # its most device memory at once; None: not measured
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,7 +28,6 @@ import ctypes
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from gpuci.model import Leftover
 
@@ -64,7 +63,14 @@ PROC = Path("/proc")
 _TICK_S = 0.02  # how often the grace period looks whether the signalled have gone
 _ROUNDS = 3  # a leftover may start another while it dies: look again, but not forever
 
-_Child = TypeVar("_Child", bound="subprocess.Popen[bytes] | subprocess.Popen[str]")
+
+class _HasPid(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+# a Popen, or a fork server's child (whose Popen-like handle gets its exit status)
+_Child = TypeVar("_Child", bound=_HasPid)
 _children_lock = threading.Lock()  # held while a child starts, and while orphans are reaped
 _waited_for: set[int] = set()  # gpuci's children whose Popen collects their exit status
 _subreaper = False  # become_subreaper() succeeded in this process

@@ -24,6 +24,8 @@ STAGES = (
     "holders",
     "strays",
     "supervisor",
+    "preimport",
+    "forkserver",
     "logs",
     "journal",
     "interpreter",
@@ -89,9 +91,11 @@ def test_imports_flow_one_way(module: str) -> None:
     assert not later, f"gpuci/{module}.py imports {sorted(later)}, which come after it"
 
 
-def test_the_plugin_imports_nothing_of_gpuci() -> None:
-    # it is loaded into every child interpreter: it must stay cheap and self-contained
-    assert _gpuci_imports("pytest_plugin") == set()
+@pytest.mark.parametrize("module", ["pytest_plugin", "preimport"])
+def test_the_child_side_imports_nothing_of_gpuci(module: str) -> None:
+    # loaded into every child interpreter (the plugin) or their parent (the fork server):
+    # it must stay cheap and self-contained
+    assert _gpuci_imports(module) == set()
 
 
 @pytest.mark.parametrize("module", _modules())
