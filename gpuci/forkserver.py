@@ -285,6 +285,8 @@ class ForkServer:
             self.sock.close()
         if self.failure is None:
             self.failure = "closed"
+        if self.ready is None:  # still importing: nothing to wait for
+            self.process.kill()
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
