@@ -22,6 +22,7 @@ from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.forkserver import current as current_fork_server
 from gpuci.forkserver import parse_preload
 from gpuci.forkserver import serve as serve_forks
+from gpuci.gpumem import earlier_peaks
 from gpuci.gpus import detect_gpus
 from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
 from gpuci.plan import (
@@ -332,6 +333,7 @@ def run_one_mode(
         paths=given_paths(args.paths),
         poison=args.poison,
         resume=resume,
+        peaks=earlier_peaks(args.durations, args.out),
     )
     estimates = durations if in_seconds else {}
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)

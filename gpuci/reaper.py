@@ -50,6 +50,7 @@ __all__ = [
     "is_visible",
     "new_cookie",
     "reap_orphans",
+    "session_of",
     "snapshot_pids",
     "start_child",
 ]
@@ -173,6 +174,12 @@ def snapshot_pids() -> frozenset[int]:
 def command_line(pid: int) -> str:
     """The process's command line, shell-quoted and capped; "" where unreadable."""
     return _cmdline(pid)
+
+
+def session_of(pid: int) -> int | None:
+    """The process's session id; None where it is gone or this /proc does not show it."""
+    proc = _read_stat(pid)
+    return proc.session if proc is not None else None
 
 
 def is_visible(pid: int) -> bool:

@@ -23,6 +23,7 @@ from typing import TextIO
 
 from gpuci.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.gpumem import MemoryGate
 from gpuci.gpus import describe_environment
 from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch
 from gpuci.junit import kept_junit, write_file_junit, write_mode_junit
@@ -68,6 +69,7 @@ class RunOptions:
     gpus_per_slot: int | None = None
     paths: tuple[str, ...] = ()  # PATHS as given, absolute
     resume: ModeRun | None = None  # an interrupted run of this mode to continue (--resume)
+    peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)  # MiB, earlier run
 
 
 def start_interpreters(
@@ -86,6 +88,7 @@ def start_interpreters(
         environ=environ,
         clock_zero=clock_zero,
         supervisor=supervisor,
+        gate=MemoryGate(options.peaks),  # a file starts once its GPU has room for it
     )
 
 

@@ -24,6 +24,7 @@ STAGES = (
     "holders",
     "strays",
     "supervisor",
+    "gpumem",
     "preimport",
     "forkserver",
     "logs",
