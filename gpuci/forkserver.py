@@ -258,8 +258,9 @@ class ForkServer:
         """The exit status of a child whose parent died, where gpuci adopted it (subreaper)."""
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:  # not ours, and its status went with its parent
-            self._statuses[pid] = -signal.SIGKILL
+        except ChildProcessError:  # not ours (no subreaper): init reaps it, its status lost
+            if not Path(f"/proc/{pid}").exists():
+                self._statuses[pid] = -signal.SIGKILL  # gone, how unknown: say killed
             return
         if done:
             self._statuses[pid] = os.waitstatus_to_exitcode(status)

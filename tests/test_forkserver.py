@@ -338,3 +338,47 @@ def test_stopping_while_the_parent_imports_starts_nothing(tmp_path: Path) -> Non
         assert served.failure is None  # not refused: asked again later, it would wait
     finally:
         served.close()
+
+
+def test_a_child_of_a_dead_parent_is_adopted_and_its_status_kept(tmp_path: Path) -> None:
+    # gpuci is a subreaper: when the fork server dies, its children re-parent to gpuci,
+    # which collects their exit status itself
+    write(
+        tmp_path,
+        {
+            "pytest.ini": "[pytest]\n",
+            "test_slow.py": """
+                import atexit, os, time
+
+                atexit.register(lambda: os._exit(7))
+
+                def test_slow():
+                    time.sleep(1)
+            """,
+        },
+    )
+    script = f"""
+import os, signal, sys
+from gpuci.discover import child_env
+from gpuci.forkserver import ForkServer
+from gpuci.reaper import become_subreaper
+
+assert become_subreaper()
+env = child_env(os.environ)
+server = ForkServer(python=sys.executable, environ=env, modules=[], roots=[])
+argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_slow.py"]
+child = server.spawn(argv, env, {str(tmp_path)!r})
+os.kill(server.process.pid, signal.SIGKILL)
+print("returncode", child.wait(timeout=60))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env_with(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "returncode 7"
+    assert "fork server lost" in proc.stderr
