@@ -179,7 +179,9 @@ class ForkServer:
     def _said_ready(self) -> None:
         """One line on what the parent imported (and one on what it could not find)."""
         assert self.ready is not None
-        imported: list[str] = self.ready["imported"]
+        imported = [  # the standard library's are imported too, but say little
+            m for m in self.ready["imported"] if m.partition(".")[0] not in sys.stdlib_module_names
+        ]
         shown = ", ".join(imported[:6]) + (
             f" and {len(imported) - 6} more" if len(imported) > 6 else ""
         )
