@@ -53,11 +53,13 @@ def top_level_imports(files: Iterable[Path]) -> list[str]:
     suite's own and left out, as is everything in a file that does not parse.
     """
     found: dict[str, None] = {}
+    rewritten: set[str] = set()
     for path in list(files)[:MAX_SCANNED]:
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
         except (OSError, SyntaxError, ValueError):
             continue
+        rewritten |= _rewritten(tree)
         todo: list[ast.stmt] = list(tree.body)
         while todo:
             node = todo.pop(0)
@@ -73,7 +75,33 @@ def top_level_imports(files: Iterable[Path]) -> list[str]:
                     *getattr(node, "finalbody", ()),
                 ]
     found.pop("__future__", None)
-    return [name for name in found if name.partition(".")[0] != "conftest"]
+    left_out = {"conftest", *(name.partition(".")[0] for name in rewritten)}
+    return [name for name in found if name.partition(".")[0] not in left_out]
+
+
+def _rewritten(tree: ast.Module) -> set[str]:
+    """Modules pytest will import through its assertion rewriter, which warns where one was
+    imported before: `pytest.register_assert_rewrite("m")` and `pytest_plugins = [...]`."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called == "register_assert_rewrite":
+                names.update(
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                )
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets
+        ):
+            names.update(
+                c.value
+                for c in ast.walk(node.value)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            )
+    return names
 
 
 class ForkedChild:
@@ -137,22 +165,26 @@ class ForkServer:
         self._number = 0
         self.failure: str | None = None  # why it cannot be used; None while it can
         self.ready: dict[str, Any] | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         with theirs:
-            self.process = start_child(
-                lambda: subprocess.Popen(
-                    [python, "-m", SERVER, str(theirs.fileno())],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=self.errors,
-                    env=dict(environ),
-                    pass_fds=(theirs.fileno(),),
-                    start_new_session=True,
+            try:
+                self.process = start_child(
+                    lambda: subprocess.Popen(
+                        [python, "-m", SERVER, str(theirs.fileno())],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=self.errors,
+                        env=dict(environ),
+                        pass_fds=(theirs.fileno(),),
+                        start_new_session=True,
+                    )
                 )
-            )
-        self.environ = dict(environ)
-        self.sock.send(
-            json.dumps({"modules": list(modules), "roots": [str(r) for r in roots]}).encode()
-        )
+            except OSError as exc:  # no such Python: discovery would have said so first
+                self._lost(f"could not start {python}: {exc}")
+                return
+        config = {"modules": list(modules), "roots": [str(r) for r in roots]}
+        with contextlib.suppress(OSError):  # it died at once: `usable` reads why
+            self.sock.send(json.dumps(config).encode())
 
     def usable(self, stopping: threading.Event | None = None) -> bool:
         """Wait for its imports the first time; whether children can be forked from it."""
@@ -273,7 +305,9 @@ class ForkServer:
             _say(f"note: fork server lost, the next interpreters start fresh: {why}")
 
     def _died(self) -> str:
-        self.process.poll()
+        assert self.process is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):  # its socket closes as it exits
+            self.process.wait(timeout=1)
         self.errors.seek(0)
         last = [line for line in self.errors.read().decode(errors="replace").splitlines() if line]
         how = (
@@ -288,6 +322,8 @@ class ForkServer:
             self.sock.close()
         if self.failure is None:
             self.failure = "closed"
+        if self.process is None:
+            return
         if self.ready is None:  # still importing: nothing to wait for
             self.process.kill()
         try:

@@ -1,9 +1,10 @@
 """The pre-imported parent: runs in the suite's Python, imports once, forks each interpreter.
 
 gpuci starts it as `python -m gpuci.preimport FD` with one end of a SOCK_SEQPACKET socket
-pair at FD; one JSON object is one message. It imports pytest, pytest's entry-point
-plugins and the modules gpuci names, checking after each that no CUDA driver state was
-created (`cuda_state`), then answers `{"ready": ...}`. For each `{"start": N, "argv":
+pair at FD; one JSON object is one message. It imports pytest and the modules gpuci names,
+but none of the suite's own and none pytest imports through its assertion rewriter
+(plugins' distributions), checking after each that no CUDA driver state was created
+(`cuda_state`), then answers `{"ready": ...}`. For each `{"start": N, "argv":
 [...], "env": {...}, "cwd": ...}` (with the write end of the log pipe attached) it forks a
 child that becomes a fresh `python -m pytest`: its own session, stdin /dev/null, stdout
 and stderr to the log, the environment replaced wholesale, the working directory, the
@@ -117,19 +118,36 @@ def is_users(name: str, roots: list[Path]) -> bool:
     return False
 
 
+def rewritten_by_pytest() -> set[str]:
+    """The top-level modules of every distribution with a pytest11 entry point (plugins).
+
+    pytest imports them through its assertion rewriter, and warns (an error under
+    `filterwarnings = error`) where one was imported before: they are never preloaded.
+    """
+    names: set[str] = set()
+    for dist in importlib.metadata.distributions():
+        if not any(ep.group == "pytest11" for ep in dist.entry_points):
+            continue
+        names.update(ep.module.partition(".")[0] for ep in dist.entry_points)
+        for file in dist.files or ():
+            parts = file.parts
+            if len(parts) == 1 and parts[0].endswith(".py"):
+                names.add(parts[0][:-3])
+            elif len(parts) == 2 and parts[1] == "__init__.py":
+                names.add(parts[0])
+    return names
+
+
 def preload(config: dict[str, Any]) -> dict[str, Any]:
     """Import pytest, its plugins and the modules asked for; the `ready` message."""
     roots = [Path(r).resolve() for r in config.get("roots", ())]
     imported: list[str] = []
     missing: list[str] = []
     skipped: list[str] = []
-    names: list[str] = ["pytest"]
-    if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        names += [ep.module for ep in importlib.metadata.entry_points(group="pytest11")]
-    names += list(config.get("modules", ()))
-    for name in dict.fromkeys(names):
+    rewritten = rewritten_by_pytest()
+    for name in dict.fromkeys(["pytest", *config.get("modules", ())]):
         try:
-            if is_users(name, roots):
+            if name.partition(".")[0] in rewritten or is_users(name, roots):
                 skipped.append(name)
                 continue
             importlib.import_module(name)

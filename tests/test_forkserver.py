@@ -66,12 +66,21 @@ def test_top_level_imports_are_read_from_module_level_only(tmp_path: Path) -> No
                 class TestY:
                     import inside_a_class
                 import conftest
+                import hypothesis_helpers.strategies
+                import myplugin
             """,
             "test_broken.py": "import good\ndef (:\n",
+            "conftest.py": """
+                import pytest
+                pytest.register_assert_rewrite("hypothesis_helpers")
+                pytest_plugins = ["myplugin"]
+            """,
         },
     )
-    found = top_level_imports([tmp_path / "test_a.py", tmp_path / "test_broken.py"])
-    assert found == ["numpy", "json", "cupy.testing", "torch", "fallback", "yaml"]
+    files = [tmp_path / "test_a.py", tmp_path / "test_broken.py", tmp_path / "conftest.py"]
+    found = top_level_imports(files)
+    # pytest rewrites the asserts of the last two: imported early, it could not
+    assert found == ["numpy", "json", "cupy.testing", "torch", "fallback", "yaml", "pytest"]
 
 
 SCRIPTS = {
@@ -323,6 +332,36 @@ def test_the_suites_own_modules_are_never_preloaded(tmp_path: Path) -> None:
         },
     )
     proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, env=env_with())
+    assert proc.returncode == 0, proc.stderr
+    assert forked(run_json(root)) == [True]
+
+
+def test_a_pytest_plugin_is_left_to_pytests_assertion_rewriter(tmp_path: Path) -> None:
+    # pytest imports a plugin's distribution through its assertion rewriter and warns where
+    # a module of it was imported before: preloaded, it broke every filterwarnings=error suite
+    site = write(
+        tmp_path / "site",
+        {
+            "myplug.py": "def pytest_configure(config):\n    pass\n",
+            "myplug-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: myplug\nVersion: 1.0\n",
+            "myplug-1.0.dist-info/entry_points.txt": "[pytest11]\nmyplug = myplug\n",
+            "myplug-1.0.dist-info/RECORD": "myplug.py,,\n",
+        },
+    )
+    root = write(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\nfilterwarnings = error\n",
+            "test_plugged.py": """
+                import json
+                import myplug
+
+                def test_rewritten():
+                    assert type(myplug.__loader__).__name__ == "AssertionRewritingHook"
+            """,
+        },
+    )
+    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, env=env_with(site))
     assert proc.returncode == 0, proc.stderr
     assert forked(run_json(root)) == [True]
 
