@@ -163,6 +163,7 @@ class ForkServer:
         self._statuses: dict[int, int] = {}
         self._started: dict[int, int | str] = {}  # request number -> pid, or why not
         self._number = 0
+        self._refusals: set[str] = set()  # why the parent refused a fork, said once each
         self.failure: str | None = None  # why it cannot be used; None while it can
         self.ready: dict[str, Any] | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -248,6 +249,9 @@ class ForkServer:
         answer = self._started.pop(number, None)
         if not isinstance(answer, int):
             os.close(read)
+            if isinstance(answer, str) and answer not in self._refusals:
+                self._refusals.add(answer)  # once per reason, not once per interpreter
+                _say(f"note: interpreters start fresh, not forked: {answer}")
             return None
         return ForkedChild(self, answer, os.fdopen(read, "rb", buffering=0))
 

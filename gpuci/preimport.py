@@ -195,7 +195,8 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
         ]
         if changed:  # the interpreter read them as it started: a fork would not
             os.close(fds[0])
-            _send(sock, {"failed": number, "reason": f"{', '.join(sorted(changed))} differ"})
+            why = f"{', '.join(sorted(changed))} differ from the pre-imported parent's"
+            _send(sock, {"failed": number, "reason": why})
             continue
         ready_r, ready_w = os.pipe()
         pid = os.fork()

@@ -366,6 +366,16 @@ def test_a_pytest_plugin_is_left_to_pytests_assertion_rewriter(tmp_path: Path) -
     assert forked(run_json(root)) == [True]
 
 
+def test_a_child_whose_python_settings_differ_starts_fresh(server: Any) -> None:
+    # PYTHONPATH, PYTHONHASHSEED...: read as an interpreter starts; a fork keeps the parent's
+    served, root = server
+    write(root, {"test_fresh_one.py": SCRIPTS["passes"]})
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fresh_one.py"]
+    env = {**child_env(os.environ), "PYTHONHASHSEED": "123"}
+    assert served.spawn(argv, env, str(root)) is None
+    assert served.failure is None  # the next one may fork
+
+
 def test_stopping_while_the_parent_imports_starts_nothing(tmp_path: Path) -> None:
     site = write(tmp_path / "site", {"slow.py": "import time\ntime.sleep(30)\n"})
     environ = {**child_env(os.environ), "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
