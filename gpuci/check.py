@@ -65,7 +65,7 @@ def run_check(args: argparse.Namespace) -> dict[Mode, ModeRun]:
     lazy = [m for m in CONFIRMED_BY if m in before]
     earlier = _earlier_check(args, modes)  # refused before anything is touched
     discovery = discover(args)  # once: every mode runs the same collected tests
-    start_fork_server(args, discovery.rootdir, discovery.files)
+    start_fork_server(args, discovery.rootdir, discovery.files, args.paths)
     runs: dict[Mode, ModeRun] = {}
     for mode in modes:
         prior = earlier.get(mode)
@@ -108,7 +108,7 @@ def explain_results(args: argparse.Namespace) -> None:
             f"{args.out}: its tests ran in {first.rootdir}, which is not a directory here;"
             " run gpuci explain where the suite is checked out at the same path"
         )
-    start_fork_server(args, Path(first.rootdir), [f.file for f in first.files])
+    start_fork_server(args, Path(first.rootdir), [f.file for f in first.files], first.paths)
     main_s = sum(r.run.wall_s for r in results.values())
     budget = args.evidence_budget if args.evidence_budget is not None else main_s
     shutil.rmtree(args.out / "evidence", ignore_errors=True)  # about earlier runs, if any
@@ -277,7 +277,7 @@ def run_one_mode(
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
     if discovery is None:
         discovery = discover(args)
-        start_fork_server(args, discovery.rootdir, discovery.files)
+        start_fork_server(args, discovery.rootdir, discovery.files, args.paths)
     durations, in_seconds = _durations(args, mode, discovery, timed_by)
     files = list(discovery.files)
     if shard:
@@ -339,7 +339,9 @@ def run_one_mode(
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)
 
 
-def start_fork_server(args: argparse.Namespace, rootdir: Path, files: Sequence[str]) -> None:
+def start_fork_server(
+    args: argparse.Namespace, rootdir: Path, files: Sequence[str], paths: Sequence[str]
+) -> None:
     """Let the interpreters of this command fork from a pre-imported parent (the test files'
     imports, or --preload's), unless --no-preload."""
     if getattr(args, "no_preload", False) or current_fork_server(args.python) is not None:
@@ -350,7 +352,7 @@ def start_fork_server(args: argparse.Namespace, rootdir: Path, files: Sequence[s
         environ=child_env(os.environ),
         rootdir=rootdir,
         files=files,
-        paths=args.paths,
+        paths=paths,
         preload=parse_preload(named) if named is not None else None,
     )
 
