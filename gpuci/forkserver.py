@@ -354,9 +354,12 @@ def serve(
     None: those the test files and their conftest.py files import.
     """
     tests = [rootdir / f for f in files]
-    modules = (
-        list(preload) if preload is not None else top_level_imports(_with_conftests(rootdir, tests))
-    )
+    found = top_level_imports(_with_conftests(rootdir, tests))
+    # pytest puts the test files' directories first on sys.path: a local `utils.py` wins
+    # there over an installed `utils`, which a parent that preloaded it would hand over
+    local = _local_names(rootdir, tests)
+    modules = list(preload) if preload is not None else found
+    modules = [m for m in modules if m.partition(".")[0] not in local]
     environ = {k: v for k, v in environ.items() if k not in TOKEN_ENV}
     with _servers_lock:
         old = _servers.pop(python, None)
@@ -370,6 +373,18 @@ def serve(
             named=preload or (),
         )
     return server
+
+
+def _local_names(rootdir: Path, tests: Sequence[Path]) -> set[str]:
+    """Modules and packages beside the test files, on their way up to the rootdir, in it."""
+    dirs = {d for p in tests for d in p.parents if d.is_relative_to(rootdir)} | {rootdir}
+    names: set[str] = set()
+    for where in dirs:
+        with contextlib.suppress(OSError):
+            for entry in where.iterdir():
+                if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier()):
+                    names.add(entry.stem if entry.suffix == ".py" else entry.name)
+    return names
 
 
 def _with_conftests(rootdir: Path, tests: Sequence[Path]) -> list[Path]:

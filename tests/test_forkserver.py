@@ -376,6 +376,27 @@ def test_a_child_whose_python_settings_differ_starts_fresh(server: Any) -> None:
     assert served.failure is None  # the next one may fork
 
 
+def test_a_local_module_shadowing_an_installed_one_is_not_preloaded(tmp_path: Path) -> None:
+    # pytest puts tests/ first on sys.path: its `helpers.py` wins over an installed one
+    site = write(tmp_path / "site", {"helpers.py": "WHO = 'installed'\n"})
+    root = write(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\n",
+            "tests/helpers.py": "WHO = 'local'\n",
+            "tests/test_local.py": """
+                import helpers
+
+                def test_local_helpers():
+                    assert helpers.WHO == "local"
+            """,
+        },
+    )
+    proc = gpuci("run", "tests", "--mode", "isolated", "--out", "out", cwd=root, env=env_with(site))
+    assert proc.returncode == 0, proc.stderr
+    assert forked(run_json(root)) == [True]
+
+
 def test_stopping_while_the_parent_imports_starts_nothing(tmp_path: Path) -> None:
     site = write(tmp_path / "site", {"slow.py": "import time\ntime.sleep(30)\n"})
     environ = {**child_env(os.environ), "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
