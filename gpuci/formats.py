@@ -109,8 +109,8 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                         "start": round(i.start, 3),
                         "end": round(i.end, 3),
                         "log": i.log,
-                        "forked": i.forked,
-                        "gpu_peak_mib": i.gpu_peak_mib,
+                        **({"forked": True} if i.forked else {}),
+                        **({"gpu_peak_mib": i.gpu_peak_mib} if i.gpu_peak_mib is not None else {}),
                     }
                     for i in f.interpreters
                 ],

@@ -42,7 +42,7 @@ def run_json(root: Path, mode: str = "isolated") -> dict[str, Any]:
 
 
 def forked(run: dict[str, Any]) -> list[bool]:
-    return [i["forked"] for f in run["files"] for i in f["interpreters"]]
+    return [i.get("forked", False) for f in run["files"] for i in f["interpreters"]]
 
 
 def test_top_level_imports_are_read_from_module_level_only(tmp_path: Path) -> None:
