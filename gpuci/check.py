@@ -20,7 +20,6 @@ from pathlib import Path
 from gpuci.discover import Discovery, can_import, child_env, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.forkserver import current as current_fork_server
-from gpuci.forkserver import parse_preload
 from gpuci.forkserver import serve as serve_forks
 from gpuci.gpumem import earlier_peaks
 from gpuci.gpus import detect_gpus
@@ -37,6 +36,7 @@ from gpuci.plan import (
     shard_files,
     shard_from_env,
 )
+from gpuci.preloads import parse_preload
 from gpuci.results import load_mode_results
 from gpuci.resume import (
     check_extra_modes,

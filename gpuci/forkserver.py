@@ -3,7 +3,7 @@
 A fresh `python -m pytest` spends most of a short file's time importing pytest, NumPy,
 CuPy. `serve()` starts `gpuci.preimport` once per check in the suite's Python; it imports
 pytest, its plugins and the third-party modules the test files import at top level
-(`top_level_imports`), never the suite's own modules or conftest, and checks that no CUDA
+(`gpuci.preloads`), never the suite's own modules or conftest, and checks that no CUDA
 driver state was created. `Interpreters` then asks `current()` for it and `spawn`s each
 interpreter from it: a `ForkedChild` behaves like the `subprocess.Popen` it replaces (pid,
 stdout, poll, wait, returncode), its process group is its pid, and its exit status is the
@@ -13,7 +13,6 @@ created CUDA state, it died) every interpreter starts fresh, after one note line
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import os
@@ -25,17 +24,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from gpuci.model import printable
+from gpuci.preloads import modules_to_preload
 from gpuci.reaper import forget_child, start_child
 
 SERVER = "gpuci.preimport"
 READY_TIMEOUT_S = 600.0  # the most its imports may take (a cold CUDA library: minutes)
 MESSAGE_MAX = 1 << 20
-MAX_SCANNED = 5000  # test files whose imports are read
 # gpuci's secrets: never in the parent's environment, which its children's /proc shows
 TOKEN_ENV = ("GPUCI_GITLAB_TOKEN", "GITLAB_TOKEN")
 _servers: dict[str, ForkServer] = {}  # by the Python they run in: one per gpuci command
@@ -44,64 +43,6 @@ _servers_lock = threading.Lock()
 
 def _say(text: str) -> None:
     print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
-
-
-def top_level_imports(files: Iterable[Path]) -> list[str]:
-    """The modules the files import at module level (not in functions), in first-seen order.
-
-    `import a.b` gives `a.b`, `from a.b import c` gives `a.b`; relative imports are the
-    suite's own and left out, as is everything in a file that does not parse.
-    """
-    found: dict[str, None] = {}
-    rewritten: set[str] = set()
-    for path in list(files)[:MAX_SCANNED]:
-        try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (OSError, SyntaxError, ValueError):
-            continue
-        rewritten |= _rewritten(tree)
-        todo: list[ast.stmt] = list(tree.body)
-        while todo:
-            node = todo.pop(0)
-            if isinstance(node, ast.Import):
-                found.update((alias.name, None) for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                found[node.module] = None
-            elif isinstance(node, ast.If | ast.Try | ast.With):  # still module level
-                todo[:0] = [
-                    *node.body,
-                    *getattr(node, "orelse", ()),
-                    *(s for h in getattr(node, "handlers", ()) for s in h.body),
-                    *getattr(node, "finalbody", ()),
-                ]
-    found.pop("__future__", None)
-    left_out = {"conftest", *(name.partition(".")[0] for name in rewritten)}
-    return [name for name in found if name.partition(".")[0] not in left_out]
-
-
-def _rewritten(tree: ast.Module) -> set[str]:
-    """Modules pytest will import through its assertion rewriter, which warns where one was
-    imported before: `pytest.register_assert_rewrite("m")` and `pytest_plugins = [...]`."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called == "register_assert_rewrite":
-                names.update(
-                    a.value
-                    for a in node.args
-                    if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                )
-        elif isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets
-        ):
-            names.update(
-                c.value
-                for c in ast.walk(node.value)
-                if isinstance(c, ast.Constant) and isinstance(c.value, str)
-            )
-    return names
 
 
 class ForkedChild:
@@ -354,12 +295,7 @@ def serve(
     None: those the test files and their conftest.py files import.
     """
     tests = [rootdir / f for f in files]
-    found = top_level_imports(_with_conftests(rootdir, tests))
-    # pytest puts the test files' directories first on sys.path: a local `utils.py` wins
-    # there over an installed `utils`, which a parent that preloaded it would hand over
-    local = _local_names(rootdir, tests)
-    modules = list(preload) if preload is not None else found
-    modules = [m for m in modules if m.partition(".")[0] not in local]
+    modules = modules_to_preload(rootdir, tests, preload)
     environ = {k: v for k, v in environ.items() if k not in TOKEN_ENV}
     with _servers_lock:
         old = _servers.pop(python, None)
@@ -375,24 +311,6 @@ def serve(
     return server
 
 
-def _local_names(rootdir: Path, tests: Sequence[Path]) -> set[str]:
-    """Modules and packages beside the test files, on their way up to the rootdir, in it."""
-    dirs = {d for p in tests for d in p.parents if d.is_relative_to(rootdir)} | {rootdir}
-    names: set[str] = set()
-    for where in dirs:
-        with contextlib.suppress(OSError):
-            for entry in where.iterdir():
-                if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier()):
-                    names.add(entry.stem if entry.suffix == ".py" else entry.name)
-    return names
-
-
-def _with_conftests(rootdir: Path, tests: Sequence[Path]) -> list[Path]:
-    """The test files, and the conftest.py files on their way up to the rootdir."""
-    dirs = {d for p in tests for d in p.parents if d.is_relative_to(rootdir)}
-    return [*tests, *sorted(d / "conftest.py" for d in dirs if (d / "conftest.py").is_file())]
-
-
 def current(python: str) -> ForkServer | None:
     """The running fork server of `python`, None where there is none (plain interpreters)."""
     with _servers_lock:
@@ -406,11 +324,6 @@ def stop_all() -> None:
         _servers.clear()
     for server in servers:
         server.close()
-
-
-def parse_preload(text: str) -> list[str]:
-    """The module names of `--preload A,B.c`."""
-    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def start_interpreter(

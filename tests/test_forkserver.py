@@ -17,7 +17,8 @@ import pytest
 from cli_runner import gpuci
 
 from gpuci.discover import child_env
-from gpuci.forkserver import ForkServer, top_level_imports
+from gpuci.forkserver import ForkServer
+from gpuci.preloads import top_level_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,6 +26,7 @@ STAGES = (
     "supervisor",
     "gpumem",
     "preimport",
+    "preloads",
     "forkserver",
     "logs",
     "journal",
