@@ -15,11 +15,15 @@ import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpuci.budget import default_budget
-from gpuci.discover import Discovery, discover_tests
+from gpuci.discover import Discovery, child_env, discover_tests
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
+from gpuci.forkserver import current as current_fork_server
+from gpuci.forkserver import serve as serve_forks
+from gpuci.gpumem import earlier_peaks
 from gpuci.gpus import detect_gpus
 from gpuci.model import GpuciError, InputError, Mode, ModeRun, UsageError, printable
 from gpuci.modes import (
@@ -44,6 +48,7 @@ from gpuci.plan import (
     shard_files,
     shard_from_env,
 )
+from gpuci.preloads import parse_preload
 from gpuci.results import load_mode_results
 from gpuci.resume import (
     check_extra_modes,
@@ -73,6 +78,7 @@ def run_check(args: argparse.Namespace, asked: AskedModes) -> dict[Mode, ModeRun
     earlier = _resumed_check(args, modes) if args.resume else {}  # refused, nothing touched
     if not args.resume:  # only now: a suite that cannot be collected replaces nothing
         _replace_earlier(args)
+    start_fork_server(args, discovery.rootdir, discovery.files, args.paths)
     shown = [*modes, *(m for m in Mode if m not in modes)]
     _say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel or threads runs lazily: only the files that did not pass there
@@ -120,6 +126,7 @@ def explain_results(args: argparse.Namespace) -> None:
             f"{args.out}: its tests ran in {first.rootdir}, which is not a directory here;"
             " run gpuci explain where the suite is checked out at the same path"
         )
+    start_fork_server(args, Path(first.rootdir), [f.file for f in first.files], first.paths)
     budget = _budget(args)
     shutil.rmtree(args.out / "evidence", ignore_errors=True)  # about earlier runs, if any
     gather_evidence(
@@ -296,6 +303,7 @@ def run_one_mode(
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
     if discovery is None:
         discovery = discover(args)
+        start_fork_server(args, discovery.rootdir, discovery.files, args.paths)
     durations, in_seconds = _durations(args, mode, discovery, timed_by)
     files = list(discovery.files)
     if shard:
@@ -353,9 +361,29 @@ def run_one_mode(
         resume=resume,
         run_id=args.run_id,
         settings=mode_settings(args, mode),
+        peaks=earlier_peaks(args.durations, args.out),
     )
     estimates = durations if in_seconds else {}
     return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)
+
+
+def start_fork_server(
+    args: argparse.Namespace, rootdir: Path, files: Sequence[str], paths: Sequence[str]
+) -> None:
+    """Let the interpreters of this command fork from a pre-imported parent (the test files'
+    imports, or --preload's), unless --no-preload."""
+    if getattr(args, "no_preload", False) or current_fork_server(args.python) is not None:
+        return
+    named: str | None = getattr(args, "preload", None)
+    configured = args.config.preload if hasattr(args, "config") else None  # [tool.gpuci]
+    serve_forks(
+        python=args.python,
+        environ=child_env(os.environ),
+        rootdir=rootdir,
+        files=files,
+        paths=paths,
+        preload=parse_preload(named) if named is not None else configured,
+    )
 
 
 def _say(text: str) -> None:

@@ -115,8 +115,25 @@ def _run_options() -> _Parser:
         action="store_true",
         help="continue an interrupted OUT: keep what finished, run the rest",
     )
+    _preload_options(parent)
     parent.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     return parent
+
+
+def _preload_options(parser: argparse.ArgumentParser) -> None:
+    """--preload and --no-preload: how interpreters start (run, check, explain)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--preload",
+        metavar="MOD,...",
+        help="modules the fork server imports before forking each interpreter"
+        " (default: those the test files import at top level, never the suite's own)",
+    )
+    group.add_argument(
+        "--no-preload",
+        action="store_true",
+        help="no fork server: every interpreter is a fresh python -m pytest",
+    )
 
 
 def _diff_options() -> _Parser:
@@ -197,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="most seconds of evidence runs (default: what the suspects in OUT need, as check"
         " computes it)",
     )
+    _preload_options(explain)
     explain.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     explain.add_argument(
         "--sanitize",
@@ -265,12 +283,23 @@ def _adopt_orphans() -> None:
     become_subreaper()  # elsewhere, each interpreter's process-group kill is what remains
 
 
+@contextlib.contextmanager
+def _interpreters() -> Iterator[None]:
+    """Adopt orphans while the command runs, and end its fork server, if any, after."""
+    from gpuci.forkserver import stop_all
+
+    _adopt_orphans()
+    try:
+        yield
+    finally:
+        stop_all()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from gpuci.check import check_options, run_mode_with_reruns
 
     check_options(args, Mode(args.mode))
-    _adopt_orphans()
-    with _holding(args.out, "run"):
+    with _interpreters(), _holding(args.out, "run"):
         run = run_mode_with_reruns(args, Mode(args.mode))
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
     return 1 if bad else 0
@@ -330,10 +359,9 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from gpuci.check import explain_results
 
-    _adopt_orphans()
     if not args.out.is_dir():  # not made by the lock: a missing OUT is the user's mistake
         raise UsageError(f"{args.out}: no such directory; give the --out directory of `gpuci run`")
-    with _holding(args.out, "explain"):
+    with _interpreters(), _holding(args.out, "explain"):
         explain_results(args)
         verdict_path = args.out / "verdict.json"
         code = _write_verdict(args, args.out, verdict_path)
@@ -346,8 +374,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from gpuci.report import write_reports
 
     asked = check_options(args)
-    _adopt_orphans()
-    with _holding(args.out, "check"):
+    with _interpreters(), _holding(args.out, "check"):
         run_check(args, asked)
         verdict_path = args.out / "verdict.json"
         code = _write_verdict(args, args.out, verdict_path)

@@ -103,16 +103,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 **({"inferred": True} if f.inferred else {}),
                 **({"leftovers": [x.to_json() for x in f.leftovers]} if f.leftovers else {}),
                 **({"strangers": [x.to_json() for x in f.strangers]} if f.strangers else {}),
-                "interpreters": [
-                    {
-                        "exit_code": i.exit_code,
-                        "signal": i.signal,
-                        "start": round(i.start, 3),
-                        "end": round(i.end, 3),
-                        "log": i.log,
-                    }
-                    for i in f.interpreters
-                ],
+                "interpreters": [i.to_json() for i in f.interpreters],
             }
             for f in run.files
         ],
@@ -172,16 +163,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     inferred=bool(f.get("inferred", False)),
                     leftovers=tuple(Leftover.from_json(x) for x in f.get("leftovers", ())),
                     strangers=tuple(Stranger.from_json(x) for x in f.get("strangers", ())),
-                    interpreters=tuple(
-                        Interpreter(
-                            exit_code=i.get("exit_code"),
-                            signal=i.get("signal"),
-                            start=float(i["start"]),
-                            end=float(i["end"]),
-                            log=i["log"],
-                        )
-                        for i in f.get("interpreters", ())
-                    ),
+                    interpreters=tuple(Interpreter.from_json(i) for i in f.get("interpreters", ())),
                 )
                 for f in data["files"]
             ),

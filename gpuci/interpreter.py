@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.discover import PLUGIN, file_of
+from gpuci.forkserver import ForkedChild, start_interpreter
+from gpuci.gpumem import MemoryGate, sampler
 from gpuci.holders import StrangerCheck, gpu_watch
 from gpuci.journal import JournalReader, JournalState, not_run
 from gpuci.logs import CappedLog
@@ -45,7 +47,6 @@ from gpuci.reaper import (
     forget_child,
     new_cookie,
     reap_orphans,
-    start_child,
 )
 from gpuci.supervisor import Supervisor, signal_group
 
@@ -125,7 +126,9 @@ class Interpreters:
         environ: Mapping[str, str],
         clock_zero: float,
         supervisor: Supervisor,
+        gate: MemoryGate | None = None,  # holds a start back until its GPU has room
     ) -> None:
+        self.gate = gate
         self.out = out  # journal/ and logs/ go here
         self.python = python
         self.pytest_args = pytest_args
@@ -183,22 +186,18 @@ class Interpreters:
         cmd = self.command(launch)
         log = CappedLog(out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         reader = JournalReader(journal)
+        if self.gate is not None:
+            self.gate.wait(launch.key, launch.gpu, self.supervisor)
         start = self.now()
         try:
-            proc = start_child(
-                lambda: subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
+            proc = start_interpreter(
+                cmd, env, fresh=bool(launch.wrapper), stopping=self.supervisor.stopping
             )
         except OSError as exc:
             log.close()
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         self.supervisor.add(proc)
+        sampler().watch(proc.pid)
         left: list[Leftover] = []
         try:
             timeout = launch.timeout if launch.timeout is not None else self.timeout
@@ -220,6 +219,8 @@ class Interpreters:
             start=start,
             end=self.now(),
             log=log_rel,
+            forked=isinstance(proc, ForkedChild),
+            gpu_peak_mib=sampler().done(proc.pid),
         )
         attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
@@ -232,7 +233,7 @@ class Interpreters:
 
     def _watch(
         self,
-        proc: subprocess.Popen[bytes],
+        proc: subprocess.Popen[bytes] | ForkedChild,
         reader: JournalReader,
         log: CappedLog,
         cookie: str,

@@ -135,6 +135,33 @@ class Interpreter:
     start: float  # seconds since the mode started
     end: float
     log: str  # path of its log, relative to the mode directory
+    forked: bool = False  # forked from the pre-imported parent, not started fresh
+    gpu_peak_mib: int | None = None  # its most device memory at once; None: not measured
+
+    def to_json(self) -> dict[str, Any]:
+        """The run.json form (forked and gpu_peak_mib only where true or measured)."""
+        return {
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "start": round(self.start, 3),
+            "end": round(self.end, 3),
+            "log": self.log,
+            **({"forked": True} if self.forked else {}),
+            **({"gpu_peak_mib": self.gpu_peak_mib} if self.gpu_peak_mib is not None else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Interpreter:
+        """Read the run.json form back."""
+        return cls(
+            exit_code=data.get("exit_code"),
+            signal=data.get("signal"),
+            start=float(data["start"]),
+            end=float(data["end"]),
+            log=data["log"],
+            forked=bool(data.get("forked", False)),
+            gpu_peak_mib=data.get("gpu_peak_mib"),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,22 +42,23 @@ just then (first, and again after a test undid it); `errors`, only where one cou
 be, says why. A test ran poisoned where such an event for its library precedes its
 `finish`: one that imports the library in its own body is poisoned from the next test on.
 
-This module imports nothing of gpuci's, so loading it costs the child next to nothing.
+It imports only `gpuci.plugin_poison` (the poisoning, itself light), so loading it costs the
+child next to nothing.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
-import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+
+from gpuci.plugin_poison import POISON_WARNING_FILTERS, Poisoner
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
@@ -66,17 +67,9 @@ RENDEZVOUS_WAIT_S = 60.0  # a partner that never gets there does not hold the ot
 RENDEZVOUS_POLL_S = 0.01
 SITE_DIRS = ("site-packages", "dist-packages")  # whose frames are not the suite's own
 SERIAL_MARK = "gpu_serial"
-POISON_BYTE = 0xFF
 # pytest-run-parallel's plugin object; its run_in_parallel maps the ids it runs threaded
 RUN_PARALLEL_PLUGIN = "_run-parallel"
 THREADS_OPTION = "--parallel-threads"  # how gpuci asks pytest-run-parallel for threads
-# Poisoning turns on torch's deterministic mode (warn_only), which warns about every op
-# without a deterministic kernel and about cuBLAS; in a suite that errors on warnings those
-# would read as failures caused by poison, i.e. as reads of uninitialized memory.
-POISON_WARNING_FILTERS = (
-    "ignore:.*does not have a deterministic implementation:UserWarning",
-    "ignore:Deterministic behavior was enabled:UserWarning",
-)
 
 
 class Journal:
@@ -198,98 +191,6 @@ class Journal:
         self.write({"e": "end", "exitstatus": int(exitstatus)})
 
 
-class PoisonedAllocator:
-    """A CuPy allocator that fills every block it hands out with 0xFF bytes first."""
-
-    def __init__(self, cupy: Any, allocate: Callable[[int], Any]) -> None:
-        self._cuda = cupy.cuda
-        self._allocate = allocate
-
-    def __call__(self, size: int) -> Any:
-        """Allocate with the wrapped allocator, then fill on the current stream."""
-        memptr = self._allocate(size)
-        if size > 0:
-            # the allocating thread's current stream: the fill is ordered before any use on it
-            stream = self._cuda.get_current_stream().ptr
-            self._cuda.runtime.memsetAsync(memptr.ptr, POISON_BYTE, size, stream)
-        return memptr
-
-
-def poison_cupy(cupy: Any) -> bool:
-    """Wrap CuPy's current allocator in a PoisonedAllocator; False if it already is one."""
-    current = cupy.cuda.get_allocator()  # the default pool's malloc unless the suite chose
-    if isinstance(current, PoisonedAllocator):
-        return False
-    cupy.cuda.set_allocator(PoisonedAllocator(cupy, current))
-    return True
-
-
-def poison_torch(torch: Any) -> bool:
-    """Make torch fill uninitialized memory (NaN, max int); False if it already does."""
-    deterministic: Any = importlib.import_module("torch.utils.deterministic")
-    changed = False
-    if not torch.are_deterministic_algorithms_enabled():
-        # the fill only happens in deterministic mode; warn_only keeps ops that have no
-        # deterministic kernel running instead of raising (a suite's own strict mode stays)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        changed = True
-    if not deterministic.fill_uninitialized_memory:
-        deterministic.fill_uninitialized_memory = True
-        changed = True
-    return changed
-
-
-POISONERS: dict[str, Callable[[Any], bool]] = {"cupy": poison_cupy, "torch": poison_torch}
-
-
-class Poisoner:
-    """Poisons the GPU libraries already imported, at collection and before every test."""
-
-    def __init__(self, journal: Journal | None) -> None:
-        self._journal = journal
-        self._poisoned: set[str] = set()
-        self._errors: dict[str, str] = {}
-
-    def poison(self) -> None:
-        """Poison each library in sys.modules that is not poisoned now; journal what changed."""
-        libs: list[str] = []
-        errors: dict[str, str] = {}
-        for name, poison in POISONERS.items():
-            module = sys.modules.get(name)
-            if module is None:  # importing it here would cost seconds; a later hook retries
-                continue
-            try:
-                changed = poison(module)
-            except Exception as exc:  # a failure here must not fail the test it precedes
-                message = f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT]
-                if self._errors.get(name) != message:
-                    errors[name] = self._errors[name] = message
-                continue
-            self._errors.pop(name, None)
-            if changed or name not in self._poisoned:
-                self._poisoned.add(name)
-                libs.append(name)
-        if (libs or errors) and self._journal is not None:
-            self._journal.write(
-                {"e": "poison", "libs": libs, **({"errors": errors} if errors else {})}
-            )
-
-    @pytest.hookimpl(trylast=True)  # after the journal's "collected"
-    def pytest_collection_finish(self) -> None:
-        """Poison what the test modules and conftests imported."""
-        self.poison()
-
-    @pytest.hookimpl(tryfirst=True)  # before the test's fixtures allocate
-    def pytest_runtest_setup(self) -> None:
-        """Poison what an earlier test imported lazily, or re-poison what it undid."""
-        self.poison()
-
-    @pytest.hookimpl(tryfirst=True)  # after the fixtures, which may have imported one
-    def pytest_runtest_call(self) -> None:
-        """Poison what this test's fixtures imported."""
-        self.poison()
-
-
 def _parallel_threads(config: pytest.Config) -> int:
     """How many threads pytest-run-parallel runs each test in (1 where it is not loaded)."""
     if not config.pluginmanager.has_plugin(RUN_PARALLEL_PLUGIN):
@@ -409,7 +310,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("GPUCI_POISON", "") not in ("", "0"):
         for line in POISON_WARNING_FILTERS:
             config.addinivalue_line("filterwarnings", line)
-        config.pluginmanager.register(Poisoner(journal), "gpuci-poison")
+        write = journal.write if journal is not None else None
+        config.pluginmanager.register(Poisoner(write), "gpuci-poison")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

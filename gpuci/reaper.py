@@ -28,7 +28,6 @@ import ctypes
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from gpuci.model import Leftover
 
@@ -51,6 +50,7 @@ __all__ = [
     "is_visible",
     "new_cookie",
     "reap_orphans",
+    "session_of",
     "snapshot_pids",
     "start_child",
 ]
@@ -64,7 +64,14 @@ PROC = Path("/proc")
 _TICK_S = 0.02  # how often the grace period looks whether the signalled have gone
 _ROUNDS = 3  # a leftover may start another while it dies: look again, but not forever
 
-_Child = TypeVar("_Child", bound="subprocess.Popen[bytes] | subprocess.Popen[str]")
+
+class _HasPid(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+# a Popen, or a fork server's child (whose Popen-like handle gets its exit status)
+_Child = TypeVar("_Child", bound=_HasPid)
 _children_lock = threading.Lock()  # held while a child starts, and while orphans are reaped
 _waited_for: set[int] = set()  # gpuci's children whose Popen collects their exit status
 _subreaper = False  # become_subreaper() succeeded in this process
@@ -167,6 +174,12 @@ def snapshot_pids() -> frozenset[int]:
 def command_line(pid: int) -> str:
     """The process's command line, shell-quoted and capped; "" where unreadable."""
     return _cmdline(pid)
+
+
+def session_of(pid: int) -> int | None:
+    """The process's session id; None where it is gone or this /proc does not show it."""
+    proc = _read_stat(pid)
+    return proc.session if proc is not None else None
 
 
 def is_visible(pid: int) -> bool:

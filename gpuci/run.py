@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from gpuci.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.gpumem import MemoryGate
 from gpuci.gpus import describe_environment
 from gpuci.interpreter import SUITE_STEM, Attempt, Interpreters, Launch
 from gpuci.journal import collection_error
@@ -69,6 +70,7 @@ class RunOptions:
     resume: ModeRun | None = None  # an interrupted run of this mode to continue (--resume)
     run_id: str = ""  # the check's (or this run's): recorded in run.json
     settings: dict[str, Any] = field(default_factory=dict)  # run.json's effective settings
+    peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)  # MiB, earlier run
 
 
 def start_interpreters(
@@ -87,6 +89,7 @@ def start_interpreters(
         environ=environ,
         clock_zero=clock_zero,
         supervisor=supervisor,
+        gate=MemoryGate(options.peaks),  # a file starts once its GPU has room for it
     )
 
 

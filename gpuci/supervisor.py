@@ -9,10 +9,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Protocol
+
+
+class Child(Protocol):
+    """A child interpreter: a `subprocess.Popen`, or a fork server's `ForkedChild`; its pid
+    is its process group."""
+
+    @property
+    def pid(self) -> int: ...
 
 
 class Supervisor:
@@ -21,16 +29,16 @@ class Supervisor:
     def __init__(self) -> None:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
-        self._live: set[subprocess.Popen[bytes]] = set()
+        self._live: set[Child] = set()
 
-    def add(self, proc: subprocess.Popen[bytes]) -> None:
+    def add(self, proc: Child) -> None:
         """Track a child so a stop can reach it."""
         with self._lock:
             self._live.add(proc)
             if self.stopping.is_set():
                 signal_group(proc, signal.SIGKILL)
 
-    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+    def discard(self, proc: Child) -> None:
         """Forget a child that is gone."""
         with self._lock:
             self._live.discard(proc)
@@ -65,7 +73,7 @@ class Supervisor:
                 signal.signal(signum, handler)
 
 
-def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+def signal_group(proc: Child, signum: int) -> None:
     """Signal the child's whole process group: a test's own children die with it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signum)

@@ -19,6 +19,7 @@ STAGES = (
     "formats",
     "outdir",
     "config",
+    "plugin_poison",
     "pytest_plugin",
     "discover",
     "plan",
@@ -27,6 +28,10 @@ STAGES = (
     "holders",
     "strays",
     "supervisor",
+    "gpumem",
+    "preimport",
+    "preloads",
+    "forkserver",
     "logs",
     "journal",
     "interpreter",
@@ -97,9 +102,14 @@ def test_imports_flow_one_way(module: str) -> None:
     assert not later, f"gpuci/{module}.py imports {sorted(later)}, which come after it"
 
 
-def test_the_plugin_imports_nothing_of_gpuci() -> None:
-    # it is loaded into every child interpreter: it must stay cheap and self-contained
-    assert _gpuci_imports("pytest_plugin") == set()
+CHILD_SIDE = ("plugin_poison", "pytest_plugin", "preimport")
+
+
+@pytest.mark.parametrize("module", CHILD_SIDE)
+def test_the_child_side_imports_nothing_of_gpuci(module: str) -> None:
+    # loaded into every child interpreter (the plugin and its poisoning) or their parent
+    # (the fork server): it must stay cheap and self-contained
+    assert _gpuci_imports(module) <= set(CHILD_SIDE)
 
 
 @pytest.mark.parametrize("module", _modules())

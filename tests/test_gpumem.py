@@ -1,0 +1,106 @@
+"""GPU memory: peaks per interpreter, and when a slot may start a file."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.gpumem import MARGIN_MIB, MemoryGate, PeakSampler, earlier_peaks, may_start, read_peaks
+from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun
+from gpuci.supervisor import Supervisor
+
+
+@pytest.mark.parametrize(
+    ("need", "free", "others", "starts"),
+    [
+        (None, 100, True, True),  # no history: start freely
+        (1000, None, True, True),  # free memory unknown (no NVML, no nvidia-smi)
+        (1000, 0, False, True),  # nothing else of gpuci's runs: waiting frees nothing
+        (1000, 1000, True, False),  # exactly its peak: no margin left
+        (1000, 1100 + MARGIN_MIB, True, True),  # its peak, 10 % and the fixed margin
+        (1000, 1099 + MARGIN_MIB, True, False),
+    ],
+)
+def test_a_slot_starts_a_file_only_where_its_peak_fits(
+    need: int | None, free: int | None, others: bool, starts: bool
+) -> None:
+    assert may_start(need, free, others_running=others) is starts
+
+
+def test_a_peak_is_the_most_an_interpreters_session_held_at_once() -> None:
+    sampler = PeakSampler(source=None)
+    sampler._peaks = {100: None, 200: None}  # two interpreters, followed
+    sessions = {100: 100, 101: 100, 200: 200, 300: 300}
+    sampler.record({100: 500, 101: 250, 300: 9000}, sessions)  # 300: not gpuci's
+    sampler.record({100: 600}, sessions)
+    assert sampler.done(100) == 750  # 500 + 250 at once, more than 600 later
+    assert sampler.done(200) is None  # never seen on a GPU: not measured, not 0
+    assert sampler.done(100) is None
+
+
+def test_without_a_gpu_nothing_is_followed() -> None:
+    sampler = PeakSampler(source=None)
+    sampler.watch(123)
+    assert sampler.done(123) is None
+    assert sampler._thread is None
+
+
+def write_run(path: Path, peaks: dict[str, list[int | None]]) -> Path:
+    """A parallel run.json whose files' interpreters peaked as given (run.json's own writer)."""
+    files = tuple(
+        FileRun(
+            file=name,
+            status=FileStatus.PASSED,
+            slot=0,
+            gpu="0",
+            start=0.0,
+            end=1.0,
+            interpreters=tuple(
+                Interpreter(exit_code=0, start=0.0, end=1.0, log="x", gpu_peak_mib=peak)
+                for peak in file_peaks
+            ),
+        )
+        for name, file_peaks in peaks.items()
+    )
+    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir=".", workers=2, files=files)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, mode_run_to_json(run))
+    return path
+
+
+def test_peaks_are_read_per_file_from_an_earlier_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_run(out / "parallel" / "run.json", {"a.py": [300, 700], "b.py": [None], "c.py": []})
+    assert read_peaks(out / "parallel") == {"a.py": 700}
+    assert earlier_peaks(None, out) == {"a.py": 700}
+    other = write_run(tmp_path / "elsewhere.json", {"d.py": [50]})
+    assert earlier_peaks(other, out) == {"d.py": 50}  # --durations wins
+    assert earlier_peaks(None, tmp_path / "empty") == {}
+
+
+def test_the_gate_waits_for_room_while_others_run() -> None:
+    free = [0]
+    supervisor = Supervisor()
+    gate = MemoryGate({"big.py": 1000}, free_mib=lambda device: free[0])
+    supervisor._live.add(object())  # type: ignore[arg-type]  # one interpreter runs
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (gate.wait("big.py", "1,0", supervisor), done.set()))
+    waiter.start()
+    time.sleep(0.3)
+    assert not done.is_set()  # no room on GPU 1
+    free[0] = 2000
+    assert done.wait(5)
+    waiter.join()
+    gate.wait("small.py", "0", supervisor)  # no history: at once
+
+
+def test_the_gate_lets_a_file_start_once_nothing_else_runs() -> None:
+    supervisor = Supervisor()
+    gate = MemoryGate({"big.py": 10**6}, free_mib=lambda device: 0)
+    started = time.monotonic()
+    gate.wait("big.py", "0", supervisor)
+    assert time.monotonic() - started < 1
