@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# This session's device runs (issues 18, 19, 20), each step timed in one command; logs and
+# results under $OUT (the device returns few files: one tarball and a summary).
+#   scripts/device_screens.sh STEP...   steps: subset startup polluted storm
+# subset:   CuPy v14.2.0's 18-file subset (cupy-tests/): plain pytest warm, gpuci check
+#           (default: screens, no threads), gpuci check with threads on, plain pytest again
+# startup:  fresh against forked interpreter start-up per file, files importing CuPy
+# polluted: examples/gpu_polluted at the default budget against expected.json, then the
+#           same with --serial-modes (its wall beside the screens')
+# storm:    the failure-storm replica (scripts/device_storm.sh)
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-out/device}"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=/tmp/dev
+rm -rf "$WORK" && mkdir -p "$WORK"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH="/tmp/site:$PWD"
+ROOT=$PWD
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$WORK/gpu.txt"
+C=tests/cupy_tests/cuda_tests
+K=tests/cupy_tests/core_tests
+SUBSET=($C/test_device.py $C/test_driver.py $C/test_runtime.py $C/test_stream.py
+        $C/test_pinned_memory.py $C/test_memory_hook.py $C/test_memory.py
+        $C/test_compiler_cache.py $C/test_graph.py $K/test_iter.py $K/test_flags.py
+        $K/test_ndarray_conversion.py $K/test_scan.py $K/test_carray.py $K/test_include.py
+        $K/test_core.py $K/test_internal.py tests/cupy_tests/random_tests/test_bit_generator.py)
+MARK="not slow and not multi_gpu"
+
+timed() {  # timed NAME LIMIT COMMAND...: its wall into walls.txt, its output into NAME.log
+    local name=$1 limit=$2; shift 2
+    local start=$(date +%s.%N)
+    timeout "$limit" "$@" > "$WORK/$name.log" 2>&1
+    local rc=$?
+    local wall=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
+    echo "$name: exit $rc, wall $wall s" | tee -a "$WORK/walls.txt"
+}
+
+findings() {  # the verdict's line, the modes it ran, and every finding
+    python3 - "$1" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+print("verdict:", v["verdict"], v["reasons"])
+print("summary:", {k: n for k, n in v["summary"].items() if n})
+print("checked:", {m: c.get("ran") for m, c in v.get("checked", {}).items()})
+print("modes:", {m: d["wall_s"] for m, d in v["modes"].items()})
+for t in v["tests"]:
+    if t["category"] not in ("passed", "skipped") or t.get("notes"):
+        print(" ", t["category"], t["id"], t["outcomes"], t.get("notes", ""))
+PY
+}
+
+for step in "$@"; do
+    case "$step" in
+    subset)
+        cd "$ROOT/cupy-tests" || exit 3
+        python3 -c "import cupy; print('warm', int(cupy.arange(10).sum()))"
+        for run in 1 2; do  # the first warms CuPy's kernel cache
+            timed pytest-$run 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
+            tail -1 "$WORK/pytest-$run.log"
+        done
+        timed check-default 500 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-default" \
+            --timeout 120 -- -m "$MARK"
+        grep "^gpuci: modes\|^gpuci: screens\|^verdict" "$WORK/check-default.log"
+        findings "$WORK/o-default/verdict.json"
+        timed check-threads 500 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-threads" \
+            --modes suite,parallel,threads,isolated --timeout 120 -- -m "$MARK"
+        grep "^verdict" "$WORK/check-threads.log"
+        findings "$WORK/o-threads/verdict.json"
+        timed pytest-3 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
+        tail -1 "$WORK/pytest-3.log"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["pytest-2"]) + float(walls["pytest-3"])) / 2
+for name in ("check-default", "check-threads"):
+    print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+PY
+        python3 - "$WORK/o-default" <<'PY'
+import json, sys, pathlib, statistics
+for mode in ("suite", "parallel", "isolated"):
+    path = pathlib.Path(sys.argv[1]) / mode / "run.json"
+    if path.exists():
+        run = json.loads(path.read_text())
+        its = [i for f in run["files"] for i in f["interpreters"]]
+        print(mode, "interpreters", len(its), "forked", sum(bool(i.get("forked")) for i in its),
+              "peak MiB", max((i.get("gpu_peak_mib") or 0) for i in its) if its else 0)
+PY
+        cd "$ROOT" ;;
+    startup)
+        timed startup 300 python3 benchmarks/bench_startup.py --files 8 \
+            --imports numpy,cupy,cupy.testing --repeat 2
+        cat "$WORK/startup.log" ;;
+    polluted)
+        for how in default serial; do
+            extra=(); [ "$how" = serial ] && extra=(--serial-modes)
+            GPU_POLLUTED_STATE="$WORK/state-$how" timed polluted-$how 450 python3 -m gpuci check \
+                examples/gpu_polluted --out "$WORK/p-$how" --timeout 120 "${extra[@]}"
+            grep "^gpuci: modes\|^gpuci: evidence budget\|^evidence\|^verdict" "$WORK/polluted-$how.log"
+            python3 scripts/compare_expected.py "$WORK/p-$how/verdict.json" \
+                examples/gpu_polluted/expected.json | tee "$WORK/polluted-$how.txt"
+        done
+        findings "$WORK/p-default/verdict.json" ;;
+    storm)
+        OUT="$WORK/storm" timeout 500 bash scripts/device_storm.sh > "$WORK/storm.txt" 2>&1
+        cat "$WORK/storm/storm-summary.txt"; tail -25 "$WORK/storm/storm-terminal.txt" ;;
+    esac
+    echo "== $step done"
+done
+cat "$WORK/walls.txt"
+find "$WORK" -name '*.jsonl' -path '*journal*' -size +1M -delete
+tar -czf "$OUT/device.tgz" -C "$WORK" . 2>/dev/null
+ls -la "$OUT"
