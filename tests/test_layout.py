@@ -30,6 +30,8 @@ STAGES = (
     "junit",
     "progress",
     "resume",
+    "unit",
+    "pool",
     "run",
     "results",
     "reproduce",
