@@ -223,22 +223,23 @@ def _mode_dir(args: argparse.Namespace, mode: Mode) -> Path:
 
 def _durations(
     args: argparse.Namespace, mode: Mode, discovery: Discovery, timed_by: ModeRun | None
-) -> tuple[dict[str, float], bool]:
+) -> tuple[dict[str, float], bool, bool]:
     """What to order files by: --durations, else an earlier run in OUT, else this check's
-    suite pass (its tests' times per file), else tests per file.
+    suite pass (its tests' times per file), else tests per file; whether they are seconds,
+    and whether they include interpreter start-up (only an earlier run's file times do).
 
     Isolated never reads its own OUT: a sharded isolated run that read its sibling shards'
     results would plan differently from them.
     """
 
     if args.durations is not None:
-        return read_durations(args.durations), True
+        return read_durations(args.durations), True, True
     if mode is not Mode.ISOLATED:
         for earlier in (Mode.ISOLATED, Mode.PARALLEL):
             directory = args.out / earlier.value
             if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
                 with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
-                    return read_durations(directory), True
+                    return read_durations(directory), True, True
     if timed_by is not None:
         # Without start-up, but what longest-first needs: a file that compiles for 10 s
         # with 2 tests is long here, where its number of tests would call it short.
@@ -246,9 +247,9 @@ def _durations(
         for test in timed_by.tests:
             per_file[test.file] = per_file.get(test.file, 0.0) + test.duration
         if per_file:
-            return per_file, True
+            return per_file, True, False
     # no earlier run: a file's number of tests stands in for its length
-    return {f: float(len(ids)) for f, ids in discovery.tests.items()}, False
+    return {f: float(len(ids)) for f, ids in discovery.tests.items()}, False, True
 
 
 def run_one_mode(
@@ -270,7 +271,7 @@ def run_one_mode(
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
     if discovery is None:
         discovery = discover(args)
-    durations, in_seconds = _durations(args, mode, discovery, timed_by)
+    durations, in_seconds, with_startup = _durations(args, mode, discovery, timed_by)
     files = list(discovery.files)
     if shard:
         files = shard_files(files, durations, *shard)
@@ -327,7 +328,14 @@ def run_one_mode(
         resume=resume,
     )
     estimates = durations if in_seconds else {}
-    return run_mode(discovery, schedule, options, estimates=estimates, inferred_from=inferred_from)
+    return run_mode(
+        discovery,
+        schedule,
+        options,
+        estimates=estimates,
+        with_startup=with_startup,
+        inferred_from=inferred_from,
+    )
 
 
 def _say(text: str) -> None:

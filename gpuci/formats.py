@@ -109,6 +109,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                         "start": round(i.start, 3),
                         "end": round(i.end, 3),
                         "log": i.log,
+                        **({"startup_s": round(i.startup_s, 3)} if i.startup_s is not None else {}),
                     }
                     for i in f.interpreters
                 ],
@@ -175,6 +176,9 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                             start=float(i["start"]),
                             end=float(i["end"]),
                             log=i["log"],
+                            startup_s=(
+                                float(i["startup_s"]) if i.get("startup_s") is not None else None
+                            ),
                         )
                         for i in f.get("interpreters", ())
                     ),

@@ -100,6 +100,13 @@ def describe_exit(code: int | None, signum: int | None) -> str:
     return f"exit code {code}"
 
 
+def startup_of(events: list[dict[str, Any]], started_at: float) -> float | None:
+    """Seconds from the interpreter's start (wall clock) to its first stamped journal event:
+    interpreter start-up, imports and collection; None where it never got that far."""
+    stamp = next((e["t"] for e in events if isinstance(e.get("t"), int | float)), None)
+    return None if stamp is None else max(0.0, float(stamp) - started_at)
+
+
 @dataclass(frozen=True, slots=True)
 class _Ending:
     """How an interpreter ended, and what that makes of the test it was running."""
@@ -184,6 +191,7 @@ class Interpreters:
         log = CappedLog(out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         reader = JournalReader(journal)
         start = self.now()
+        started_at = time.time()  # the plugin stamps its first events with this clock
         try:
             proc = start_child(
                 lambda: subprocess.Popen(
@@ -220,6 +228,7 @@ class Interpreters:
             start=start,
             end=self.now(),
             log=log_rel,
+            startup_s=startup_of(events, started_at),
         )
         attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)

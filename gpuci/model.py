@@ -131,6 +131,7 @@ class Interpreter:
     start: float  # seconds since the mode started
     end: float
     log: str  # path of its log, relative to the mode directory
+    startup_s: float | None = None  # from its start to its journal's first event (collection)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -79,18 +79,23 @@ def run_mode(
     options: RunOptions,
     *,
     estimates: Mapping[str, float] | None = None,
+    with_startup: bool = True,
     progress: TextIO = sys.stderr,
     inferred_from: ModeRun | None = None,
 ) -> ModeRun:
     """Run one mode of the schedule and write its directory; with `inferred_from` (a lazy
-    isolated pass), the files the schedule leaves out take that run's outcomes, inferred."""
+    isolated pass), the files the schedule leaves out take that run's outcomes, inferred.
+    `with_startup`: whether `estimates` include interpreter start-up (an earlier run's file
+    times do; tests' own times do not)."""
     out = options.out
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     zero = time.monotonic() - (options.resume.wall_s if options.resume else 0.0)  # goes on
     supervisor = Supervisor()
     interpreters = start_interpreters(options, out, zero, supervisor)
     runner = UnitRunner(interpreters, discovery, options.resume)
-    reporter = Progress(progress, options.mode, schedule, estimates or {}, zero)
+    reporter = Progress.for_mode(
+        progress, options.mode, schedule, estimates or {}, zero, with_startup=with_startup
+    )
     file_runs: dict[str, FileRun] = {}
     results: dict[str, list[TestResult]] = {}
     keys = _keys(options.mode, schedule)
