@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage="gpuci run PATHS... --mode MODE --out OUT [options] [-- PYTEST_ARGS...]",
     )
     run.add_argument("--mode", required=True, choices=[m.value for m in Mode])
+    # check's alone: parsed here too, so that `gpuci run --serial-modes` is told why not
+    run.add_argument("--serial-modes", action="store_true", help=argparse.SUPPRESS)
 
     merge = sub.add_parser("merge", help="merge JUnit XML of files, shards and modes")
     merge.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
@@ -168,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="modes to run, in order (comma list; default suite,parallel,threads,isolated,"
         " threads only where pytest-run-parallel is installed); isolated after parallel or"
         " threads runs only the files that did not pass there, isolated first runs them all",
+    )
+    check.add_argument(
+        "--serial-modes",
+        action="store_true",
+        help="run the modes one after another, as before the screens (default: suite, parallel"
+        " and threads at once in one pool of slots, each finding confirmed by strict runs)",
     )
     check.add_argument(
         "--sanitize",
@@ -242,6 +250,10 @@ def _adopt_orphans() -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from gpuci.check import run_mode_with_reruns
 
+    if args.serial_modes:
+        raise UsageError(
+            "--serial-modes: only for gpuci check; gpuci run runs one mode (--mode) already"
+        )
     _adopt_orphans()
     run = run_mode_with_reruns(args, Mode(args.mode))
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))

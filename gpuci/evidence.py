@@ -1,11 +1,10 @@
 """Evidence: what gpuci runs after the main passes to tell a polluted test from a broken one.
 
-The alone-runs: each test that did not pass in some mode runs by itself in a fresh
-interpreter, K times (default 2) for the whole check, one at a time, with the same GPUs
-as every other interpreter of the check. A test whose isolated run was the first of its
-interpreter was already seen alone once; a test that timed out gets one alone run at
-most. `--evidence-budget` caps the seconds spent; what it cuts is recorded per test
-("not rerun: budget"), never silently classified.
+In order, within one budget: alone-runs (`gpuci.alone`: they decide the categories),
+poisoned runs of order-dependent victims, culprit searches (each failing interpreter's
+earlier tests replayed, or the pair with a co-running file), compute-sanitizer on the
+roots, and each thread-unsafe test alone in threads. These are the strict runs: nothing
+else runs on their GPUs, but passing alone-runs, which may run beside each other.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from gpuci.alone import alone_runs_wanted, more_alone, run_alone
 from gpuci.classify import classify_results
 from gpuci.culprits import search_culprits
 from gpuci.discover import POISON_ENV
@@ -28,9 +28,7 @@ from gpuci.formats import (
     mode_run_to_json,
     write_json_atomic,
 )
-from gpuci.interpreter import EXIT_ID
 from gpuci.model import (
-    NOT_PASSING,
     SUITE_UNIT,
     Category,
     Evidence,
@@ -44,93 +42,14 @@ from gpuci.model import (
 )
 from gpuci.plan import thread_args
 from gpuci.probe import Prober
-from gpuci.reproduce import first_in_interpreter, interpreter_order
+from gpuci.reproduce import interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
 from gpuci.sanitizer import choose_sanitizer, sanitize_roots
 from gpuci.strays import leftover_line, stranger_line
 from gpuci.supervisor import Supervisor
 
-CUT_BY_BUDGET = "not rerun: budget"
 ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
-
-
-def is_suspect(test: TestResult) -> bool:
-    """A real test (not a pseudo test for an interpreter's death) that did not pass."""
-    return test.outcome in NOT_PASSING and not test.id.endswith(EXIT_ID) and "::" in test.id
-
-
-def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[str, int]:
-    """How many alone-runs each suspect of these modes needs, in the order found."""
-    isolated = results.get(Mode.ISOLATED)
-    order = interpreter_order(isolated) if isolated is not None else None
-    seen: dict[str, TestResult] = {}
-    timed_out: set[str] = set()
-    done: dict[str, int] = {}  # alone-runs a `gpuci run` job already did in its mode
-    for mode_results in results.values():
-        for test in mode_results.run.tests:
-            if is_suspect(test):
-                seen.setdefault(test.id, test)
-                if test.outcome is Outcome.TIMED_OUT:
-                    timed_out.add(test.id)
-            if test.reruns:
-                done[test.id] = max(done.get(test.id, 0), len(test.reruns))
-    wanted: dict[str, int] = {}
-    for test_id in seen:
-        iso = _isolated_result(isolated, test_id)
-        # isolated ran it first in a fresh interpreter: the same conditions as alone
-        seen_alone = (
-            order is not None
-            and iso is not None
-            and not iso.inferred
-            and iso.outcome is not Outcome.NOT_RUN
-            and first_in_interpreter(order, test_id)
-        )
-        n = runs - (1 if seen_alone else 0)
-        n = min(n, 1) if test_id in timed_out else n
-        wanted[test_id] = max(0, n - done.get(test_id, 0))
-    return wanted
-
-
-def _isolated_result(isolated: ModeResults | None, test_id: str) -> TestResult | None:
-    if isolated is None:
-        return None
-    return next((t for t in isolated.run.tests if t.id == test_id), None)
-
-
-def run_alone(
-    prober: Prober, wanted: Mapping[str, int], *, progress: TextIO
-) -> dict[str, TestEvidence]:
-    """Every suspect's alone-runs, round by round, so a cut budget spreads evenly."""
-    alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
-    cut: set[str] = set()
-    _say(
-        progress,
-        f"evidence: running {sum(1 for n in wanted.values() if n)} test(s) alone,"
-        f" {sum(wanted.values())} run(s){_budget(prober)}",
-    )
-    for round_ in range(max(wanted.values(), default=0)):
-        for test_id, n in wanted.items():
-            if n <= round_ or prober.stopping():
-                continue
-            if prober.exhausted():
-                cut.add(test_id)
-                continue
-            ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}")
-            alone[test_id].append(ran.outcome(test_id))
-    found = {
-        i: TestEvidence(id=i, alone=tuple(o), cut=CUT_BY_BUDGET if i in cut else "")
-        for i, o in alone.items()
-    }
-    for test in found.values():
-        outcomes = ", ".join(o.value for o in test.alone) or "-"
-        _say(progress, f"  {test.id}: alone: {outcomes}{f' ({test.cut})' if test.cut else ''}")
-    return found
-
-
-def _budget(prober: Prober) -> str:
-    left = prober.left()
-    return "" if left is None else f", budget left {left:.0f}s"
 
 
 def _say(progress: TextIO, text: str) -> None:
@@ -156,12 +75,14 @@ def gather_evidence(
     progress: TextIO = sys.stderr,
     pytest_args: tuple[str, ...] | None = None,
     sanitize: bool | None = None,
+    workers: int = 1,
 ) -> Evidence:
     """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
 
     In order, within one budget: alone-runs (they decide the categories), poisoned runs of
     order-dependent victims, culprit searches, then compute-sanitizer on the roots
     (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
+    `workers`: how many alone-runs may go at once (the check's slots); the rest is strict.
     """
     tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
@@ -182,7 +103,9 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
+            found = _gather(
+                prober, results, runs, progress, sanitize=sanitize, tool=tool, workers=workers
+            )
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -210,6 +133,7 @@ def _gather(
     *,
     sanitize: bool | None,
     tool: str | None,
+    workers: int = 1,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
     matters least: one alone-run per suspect (it decides the category), poisoned runs and
@@ -217,11 +141,13 @@ def _gather(
     each thread-unsafe test alone in threads, then the remaining alone-runs."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
     first = {i: min(n, 1) for i, n in wanted.items()}
-    found = run_alone(prober, first, progress=progress) if any(first.values()) else {}
+    found = (
+        run_alone(prober, first, progress=progress, workers=workers) if any(first.values()) else {}
+    )
     # Failing alone, a second alone-run comes at once: it tells a flaky test from a real
     # failure or a test that needs others, before any provider is searched for it.
     again = {i: n - 1 for i, n in wanted.items() if n > 1 and Outcome.PASSED not in found[i].alone}
-    found = _more_alone(prober, again, found, progress)
+    found = more_alone(prober, again, found, progress, workers)
     first = {i: n + again.get(i, 0) for i, n in first.items()}
     orders = {mode: interpreter_order(results[mode]) for mode in results}  # once for both
     classified = classify_results(results, {i: t.alone for i, t in found.items()}, orders)
@@ -236,22 +162,7 @@ def _gather(
         threads = results[Mode.THREADS].run.threads
         found = run_threaded(prober, unsafe, thread_args(threads), found, progress=progress)
     rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
-    return _more_alone(prober, rest, found, progress)
-
-
-def _more_alone(
-    prober: Prober, wanted: Mapping[str, int], found: Mapping[str, TestEvidence], progress: TextIO
-) -> dict[str, TestEvidence]:
-    """More alone-runs of `wanted`, added to what was found."""
-    merged = dict(found)
-    if not wanted:
-        return merged
-    for test_id, extra in run_alone(prober, wanted, progress=progress).items():
-        before = merged.get(test_id, TestEvidence(id=test_id))
-        merged[test_id] = dataclasses.replace(
-            before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
-        )
-    return merged
+    return more_alone(prober, rest, found, progress, workers)
 
 
 def run_threaded(

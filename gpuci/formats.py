@@ -133,6 +133,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"paths": list(run.paths)} if run.paths else {}),
         **({"resumed": True} if run.resumed else {}),
         **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
+        **({"beside": [m.value for m in run.beside]} if run.beside else {}),
         **({"threads": run.threads} if run.threads else {}),
         **({"poison": True} if run.poison else {}),
     }
@@ -202,6 +203,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             paths=tuple(str(p) for p in data.get("paths", ())),
             resumed=bool(data.get("resumed", False)),
             gpu_check=str(data.get("gpu_check", "")),
+            beside=tuple(Mode(m) for m in data.get("beside", ())),
             threads=int(data["threads"]) if data.get("threads") else None,
             poison=bool(data.get("poison", False)),
         )

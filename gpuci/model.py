@@ -234,6 +234,7 @@ class ModeRun:
     resumed: bool = False  # it continued an interrupted run of this mode (--resume)
     gpu_check: str = ""  # how GPU memory holders were checked: "nvidia-smi", or why not
     poison: bool = False  # every interpreter filled fresh device allocations (--poison)
+    beside: tuple[Mode, ...] = ()  # screens whose interpreters shared its pool at once (check)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -73,6 +73,105 @@ def prepare_out(out: Path, *, keep: bool = False) -> None:
         raise UsageError(f"{out}: cannot write results there ({exc.strerror or exc})") from None
 
 
+class ModeSession:
+    """One mode's part of a pass: its interpreters, its units run so far, its directory.
+
+    `run_mode` drives one session on its own; the check's screens drive several in one
+    pool (`gpuci.screens`), each writing its own directory.
+    """
+
+    def __init__(
+        self,
+        discovery: Discovery,
+        schedule: Schedule,
+        options: RunOptions,
+        *,
+        zero: float,
+        supervisor: Supervisor,
+        inferred_from: ModeRun | None = None,
+    ) -> None:
+        self.discovery = discovery
+        self.schedule = schedule
+        self.options = options
+        self.inferred_from = inferred_from
+        self.started_at = datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        self.zero = zero - (options.resume.wall_s if options.resume else 0.0)  # goes on
+        self.supervisor = supervisor
+        self.interpreters = start_interpreters(options, options.out, self.zero, supervisor)
+        self.runner = UnitRunner(self.interpreters, discovery, options.resume)
+        self.file_runs: dict[str, FileRun] = {}
+        self.results: dict[str, list[TestResult]] = {}
+        self.keys = _keys(options.mode, schedule)
+
+    @property
+    def mode(self) -> Mode:
+        """The mode this session runs."""
+        return self.options.mode
+
+    def units(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Its units: those that may run beside others, then those that run alone."""
+        if self.mode is Mode.SUITE:
+            return (SUITE_UNIT,), ()
+        return self.schedule.pool, self.schedule.serial
+
+    def run_unit(self, key: str, slot: int, gpu: str | None) -> tuple[FileRun, list[TestResult]]:
+        """Run one unit to the end in `slot`, with `gpu` visible; kept for `finish`."""
+        file_run, tests = self.runner.run_unit(key, discovery_ids(self.discovery, key), slot, gpu)
+        self.file_runs[key] = file_run
+        self.results[key] = tests
+        return file_run, tests
+
+    def finish(self, beside: tuple[Mode, ...] = ()) -> ModeRun:
+        """The mode's run from its units, written to its directory (run.json, JUnit)."""
+        file_runs, keys, options = dict(self.file_runs), list(self.keys), self.options
+        tests = [t for key in keys for t in self.results.get(key, [])]
+        for key in keys:
+            if key not in file_runs:  # interrupted before it started
+                file_runs[key], left = _never_started(self.discovery, key, self.runner.earlier)
+                tests += left
+        if self.inferred_from is not None:
+            gpu = self.schedule.slot_gpus[0]
+            runs, more = _inferred(self.inferred_from, self.discovery, set(keys), gpu)
+            file_runs.update((f.file, f) for f in runs)
+            keys += [f.file for f in runs]
+            tests += more
+        ends = [f.end for f in self.file_runs.values()]
+        run = ModeRun(
+            mode=options.mode,
+            command=options.command,
+            pytest_args=options.pytest_args,
+            threads=options.threads,
+            poison=options.poison,
+            rootdir=str(self.discovery.rootdir),
+            workers=self.schedule.workers,
+            gpus=options.gpus,
+            gpus_per_slot=options.gpus_per_slot,
+            shard=options.shard,
+            timeout=options.timeout,
+            reruns=options.reruns,
+            # beside other modes, its wall ends with its last unit, not with the pool
+            wall_s=max(ends) if beside and ends else time.monotonic() - self.zero,
+            started_at=self.started_at,
+            interrupted=self.supervisor.stopping.is_set(),
+            environment=describe_environment(os.environ, options.python),
+            files=tuple(file_runs[k] for k in keys),
+            tests=tuple(tests),
+            paths=options.paths,
+            resumed=options.resume is not None,
+            gpu_check=self.interpreters.strangers.method,
+            beside=beside,
+        )
+        write_mode_junit(options.out, [k for k in keys if file_runs[k].interpreters])
+        write_json_atomic(options.out / "run.json", mode_run_to_json(run))
+        return run
+
+    def close(self) -> None:
+        """Remove its interpreters' scratch files."""
+        self.interpreters.close()
+
+
 def run_mode(
     discovery: Discovery,
     schedule: Schedule,
@@ -87,75 +186,35 @@ def run_mode(
     isolated pass), the files the schedule leaves out take that run's outcomes, inferred.
     `with_startup`: whether `estimates` include interpreter start-up (an earlier run's file
     times do; tests' own times do not)."""
-    out = options.out
-    started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    zero = time.monotonic() - (options.resume.wall_s if options.resume else 0.0)  # goes on
     supervisor = Supervisor()
-    interpreters = start_interpreters(options, out, zero, supervisor)
-    runner = UnitRunner(interpreters, discovery, options.resume)
-    reporter = Progress.for_mode(
-        progress, options.mode, schedule, estimates or {}, zero, with_startup=with_startup
+    session = ModeSession(
+        discovery,
+        schedule,
+        options,
+        zero=time.monotonic(),
+        supervisor=supervisor,
+        inferred_from=inferred_from,
     )
-    file_runs: dict[str, FileRun] = {}
-    results: dict[str, list[TestResult]] = {}
-    keys = _keys(options.mode, schedule)
+    reporter = Progress.for_mode(
+        progress, options.mode, schedule, estimates or {}, session.zero, with_startup=with_startup
+    )
 
     def run_one(key: str, slot: int) -> None:
-        ids = discovery_ids(discovery, key)
-        file_run, tests = runner.run_unit(key, ids, slot, schedule.slot_gpus[slot])
-        file_runs[key] = file_run
-        results[key] = tests
+        file_run, tests = session.run_unit(key, slot, schedule.slot_gpus[slot])
         if not supervisor.stopping.is_set():
             reporter.file_done(file_run, tests)
 
     try:
         with supervisor.handling_signals():
-            if options.mode is Mode.SUITE:
-                run_one(SUITE_UNIT, 0)
-            else:
-                run_slots(schedule.pool, schedule.workers, run_one, supervisor)
-                run_slots(schedule.serial, 1, run_one, supervisor)
-            tests = [t for key in keys for t in results.get(key, [])]
-        interrupted = supervisor.stopping.is_set()
-        for key in keys:
-            if key not in file_runs:  # interrupted before it started
-                file_runs[key], left = _never_started(discovery, key, runner.earlier)
-                tests += left
-        if inferred_from is not None:
-            runs, more = _inferred(inferred_from, discovery, set(keys), schedule.slot_gpus[0])
-            file_runs.update((f.file, f) for f in runs)
-            keys += [f.file for f in runs]
-            tests += more
-        run = ModeRun(
-            mode=options.mode,
-            command=options.command,
-            pytest_args=options.pytest_args,
-            threads=options.threads,
-            poison=options.poison,
-            rootdir=str(discovery.rootdir),
-            workers=schedule.workers,
-            gpus=options.gpus,
-            gpus_per_slot=options.gpus_per_slot,
-            shard=options.shard,
-            timeout=options.timeout,
-            reruns=options.reruns,
-            wall_s=time.monotonic() - zero,
-            started_at=started_at,
-            interrupted=interrupted,
-            environment=describe_environment(os.environ, options.python),
-            files=tuple(file_runs[k] for k in keys),
-            tests=tuple(tests),
-            paths=options.paths,
-            resumed=options.resume is not None,
-            gpu_check=interpreters.strangers.method,
-        )
-        write_mode_junit(out, [k for k in keys if file_runs[k].interpreters])
-        write_json_atomic(out / "run.json", mode_run_to_json(run))
+            pool, serial = session.units()
+            run_slots(pool, schedule.workers, run_one, supervisor)
+            run_slots(serial, 1, run_one, supervisor)
+        run = session.finish()
     finally:
-        interpreters.close()
+        session.close()
     reporter.mode_done(run)
-    if interrupted:
-        raise Interrupted(f"interrupted; what finished is in {out}")
+    if run.interrupted:
+        raise Interrupted(f"interrupted; what finished is in {options.out}")
     return run
 
 
