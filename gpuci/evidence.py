@@ -28,7 +28,9 @@ from gpuci.formats import (
     mode_run_to_json,
     write_json_atomic,
 )
+from gpuci.interpreter import EXIT_ID
 from gpuci.model import (
+    PROBE_SHOWN,
     SUITE_UNIT,
     Category,
     Evidence,
@@ -36,13 +38,14 @@ from gpuci.model import (
     Mode,
     ModeRun,
     Outcome,
+    Probe,
     TestEvidence,
     TestResult,
     printable,
 )
 from gpuci.plan import thread_args
 from gpuci.probe import Prober
-from gpuci.reproduce import interpreter_order
+from gpuci.reproduce import Order, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
 from gpuci.sanitizer import choose_sanitizer, sanitize_roots
@@ -160,7 +163,14 @@ def _gather(
     unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
     if unsafe and Mode.THREADS in results:
         threads = results[Mode.THREADS].run.threads
-        found = run_threaded(prober, unsafe, thread_args(threads), found, progress=progress)
+        found = run_threaded(
+            prober,
+            unsafe,
+            thread_args(threads),
+            found,
+            progress=progress,
+            order=orders.get(Mode.THREADS),
+        )
     rest = {i: n - first[i] for i, n in wanted.items() if n > first[i]}
     return more_alone(prober, rest, found, progress, workers)
 
@@ -172,9 +182,14 @@ def run_threaded(
     found: Mapping[str, TestEvidence],
     *,
     progress: TextIO,
+    order: Order | None = None,
 ) -> dict[str, TestEvidence]:
     """Each thread-unsafe test alone in the threads mode's threads, as its reproduce command
-    runs it: whether that command shows the race, or only its file's order in threads does."""
+    runs it: whether that command shows the race, or only its file's order in threads does.
+
+    Where it passes alone in threads, its threads interpreter's earlier tests are replayed
+    before it, in threads, strictly (nothing else running): a threads screen ran beside
+    other interpreters, and only a strict run makes its failure a finding (a Probe)."""
     merged = dict(found)
     addopts = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *threads]))
     _say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
@@ -185,9 +200,38 @@ def run_threaded(
             [test_id], phase="threads", label=f"threads: {test_id}", env={ADDOPTS: addopts}
         )
         before = merged.get(test_id, TestEvidence(id=test_id))
-        merged[test_id] = dataclasses.replace(before, threaded=ran.outcome(test_id))
-        _say(progress, f"  {test_id}: alone in threads: {ran.outcome(test_id).value}")
+        outcome = ran.outcome(test_id)
+        merged[test_id] = dataclasses.replace(before, threaded=outcome)
+        _say(progress, f"  {test_id}: alone in threads: {outcome.value}")
+        earlier = _earlier_in(order, test_id)
+        if outcome is Outcome.PASSED and earlier and not prober.exhausted():
+            ran = prober.run(
+                [*earlier, test_id],
+                phase="threads",
+                label=f"threads: {test_id} after {len(earlier)} test(s)",
+                env={ADDOPTS: addopts},
+            )
+            replay = Probe(
+                count=len(earlier),
+                shown=tuple(earlier[-PROBE_SHOWN:]),
+                outcome=ran.outcome(test_id),
+            )
+            merged[test_id] = dataclasses.replace(merged[test_id], probes=(replay,))
+            _say(
+                progress,
+                f"  {test_id}: after its file's earlier tests in threads: {replay.outcome.value}",
+            )
     return merged
+
+
+def _earlier_in(order: Order | None, test_id: str) -> list[str]:
+    """The tests that ran before `test_id` in its interpreter (real tests only)."""
+    where = order.where.get(test_id) if order is not None else None
+    if order is None or where is None:
+        return []
+    segment, position, _ = where
+    before = [t.id for t in order.segments[segment][:position]]
+    return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]
 
 
 def _poisonable(prober: Prober) -> bool:

@@ -246,6 +246,8 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"threaded": t.threaded} if t.threaded is not None else {}),
                 **({"diagnosis": t.diagnosis} if t.diagnosis else {}),
                 **({"sanitizer": t.sanitizer} if t.sanitizer else {}),
+                **({"strict": t.strict} if t.strict else {}),
+                **({"note": t.note} if t.note else {}),
             }
             for t in verdict.tests
         ],
@@ -292,6 +294,8 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     threaded=t.get("threaded"),
                     diagnosis=str(t.get("diagnosis", "")),
                     sanitizer=str(t.get("sanitizer", "")),
+                    strict=str(t.get("strict", "")),
+                    note=str(t.get("note", "")),
                 )
                 for t in data["tests"]
             ),

@@ -286,6 +286,8 @@ class TestVerdict:
     threaded: str | None = None  # Outcome value alone in the threads mode's threads, if run
     diagnosis: str = ""  # what the GPU-native evidence says the bug is
     sanitizer: str = ""  # compute-sanitizer's first error block
+    strict: str = ""  # the strict runs (nothing else on its GPUs) that decided its category
+    note: str = ""  # e.g. why a screen failure is `passed`: strict runs never reproduced it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,6 +38,7 @@ STAGES = (
     "results",
     "reproduce",
     "classify",
+    "strict",
     "probe",
     "alone",
     "culprits",
