@@ -125,11 +125,13 @@ def _run_screened(
         )
     gpus = detect_gpus(args.gpus, os.environ)
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
-    workers, _ = pool_workers(parse_workers(args.workers), gpus, per_slot, len(discovery.files))
+    screened = [m for m in modes if m is not Mode.ISOLATED and m not in runs]
+    # as many slots as parallel would take, but never more than the screens have units
+    units = sum(1 if m is Mode.SUITE else len(discovery.files) for m in screened)
+    workers, _ = pool_workers(parse_workers(args.workers), gpus, per_slot, units)
     screens = [
         plan_mode(args, mode, discovery, resume=earlier.get(mode), pool=workers)[0]
-        for mode in modes
-        if mode is not Mode.ISOLATED and mode not in runs
+        for mode in screened
     ]
     if screens:
         slot_gpus = visible_gpus(gpus, workers, per_slot)
