@@ -16,8 +16,8 @@ from benchlib import TESTS_DIR, Samples, run_timed, say, shown, verdict_word
 from check_plants import CHECK_MIN_FILES, Plant, expected_summary, plant_failures, reset_plants
 from gensuite import generate_suite
 
-TARGET_CHECK_CLEAN = 1.6  # gpuci check / plain pytest, a suite with nothing wrong in it
-TARGET_CHECK_POLLUTED = 5.0  # the same with planted failures: their evidence costs more
+TARGET_CHECK_CLEAN = 1.5  # gpuci check / plain pytest, a suite with nothing wrong in it
+TARGET_CHECK_POLLUTED = 3.0  # the same with planted failures: their evidence costs more
 
 
 @dataclass(slots=True)
@@ -28,6 +28,8 @@ class CheckResults:
     clean_check: Samples
     polluted_pytest: Samples
     polluted_check: Samples
+    clean_serial: Samples  # gpuci check --serial-modes: one mode after another, as before
+    polluted_serial: Samples
     plants: list[Plant]
     expected: dict[str, int]
     clean_outs: list[dict[str, Any]] = field(default_factory=list)
@@ -90,8 +92,11 @@ def measure_check(
     pytest_cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS_DIR]
     collect_cmd = [*pytest_cmd[:-1], "--collect-only", TESTS_DIR]
 
-    def check_cmd(out: Path) -> list[str]:
-        return [py, "-m", "gpuci", "check", TESTS_DIR, "--out", str(out), "--workers", str(workers)]
+    def check_cmd(out: Path, *more: str) -> list[str]:
+        cmd = [py, "-m", "gpuci", "check", TESTS_DIR, "--out", str(out), "--workers", str(workers)]
+        return cmd + list(more)
+
+    serial = "--serial-modes"
 
     def out_of(r: int, kind: str) -> Path:
         return work / f"check-out-{r + 1}" / kind
@@ -101,6 +106,8 @@ def measure_check(
         clean_check=Samples(shown(check_cmd(out_of(0, "clean")), clean)),
         polluted_pytest=Samples(shown(pytest_cmd, polluted)),
         polluted_check=Samples(shown(check_cmd(out_of(0, "polluted")), polluted)),
+        clean_serial=Samples(shown(check_cmd(out_of(0, "clean-serial"), serial), clean)),
+        polluted_serial=Samples(shown(check_cmd(out_of(0, "polluted-serial"), serial), polluted)),
         plants=plants,
         expected=expected_summary(plants, files * tests + len(plants)),
     )
@@ -122,6 +129,15 @@ def measure_check(
         )
         results.clean_check.add(measure)
         results.clean_outs.append(read_check_out(out, measure.exit_code))
+        say(f"{tag} (f) gpuci check --workers {workers} {serial}, clean suite")
+        results.clean_serial.add(
+            run_timed(
+                check_cmd(out_of(r, "clean-serial"), serial),
+                cwd=clean,
+                log=logs / f"check-clean-serial-{r}.log",
+                allow=(0, 1),
+            )
+        )
 
         say(f"{tag} (f) plain pytest, polluted suite")
         reset_plants(polluted)
@@ -138,6 +154,16 @@ def measure_check(
         )
         results.polluted_check.add(measure)
         results.polluted_outs.append(read_check_out(out, measure.exit_code))
+        say(f"{tag} (f) gpuci check --workers {workers} {serial}, polluted suite")
+        reset_plants(polluted)
+        results.polluted_serial.add(
+            run_timed(
+                check_cmd(out_of(r, "polluted-serial"), serial),
+                cwd=polluted,
+                log=logs / f"check-polluted-serial-{r}.log",
+                allow=(0, 1),
+            )
+        )
     return results
 
 
@@ -163,6 +189,15 @@ def check_report(
         f" {results.polluted_check.cpu:>7.2f}  {polluted_ratio:>6.3f} check/pytest    "
         f"<= {TARGET_CHECK_POLLUTED:<5} {verdict_word(polluted_ratio, TARGET_CHECK_POLLUTED)}",
     ]
+    for kind, pytest_s, samples in (
+        ("clean", results.clean_pytest, results.clean_serial),
+        ("polluted", results.polluted_pytest, results.polluted_serial),
+    ):  # the same run's plain pytest: the screens' gain over one mode after another
+        lines.append(
+            f"{check + ' --serial-modes, ' + kind:<44} {samples.wall:>9.2f} {samples.cpu:>7.2f}"
+            f"  {samples.wall / pytest_s.wall:>6.3f} check/pytest    (the screens: "
+            f"{(results.clean_check if kind == 'clean' else results.polluted_check).wall:.2f}s)"
+        )
     floor, floor_data = check_floor(results, startup_s)
     lines += [floor, ""]
     for kind, samples, outs in (

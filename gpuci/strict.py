@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuci.classify import Classified
+from gpuci.culprits import NOT_REPRODUCED, PAIRED
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults
 
-NOT_REPRODUCED = "not reproduced"  # how a culprit search that never saw it again begins
 NO_PAIR = "no file ran beside it"
 # the categories a screen alone can suggest, and the strict run each needs
 CONFIRMED_BY = {
@@ -47,6 +47,9 @@ def confirm_strictly(
     if category not in CONFIRMED_BY:
         decided = category in (Category.FAILED, Category.FLAKY, Category.DEPENDS_ON_OTHERS)
         return Strict(category=category, strict=alone if decided else "")
+    if category is Category.ORDER_DEPENDENT and evidence and evidence.search.startswith(PAIRED):
+        # its replay showed nothing, a pair with a co-running file did (culprits.py)
+        return Strict(category=Category.CONCURRENCY, strict=CONFIRMED_BY[Category.CONCURRENCY])
     shown = _shown_strictly(test, evidence)
     if shown:
         return Strict(category=category, strict=shown)
