@@ -199,7 +199,7 @@ def _co_runners(results: Mapping[Mode, ModeResults], file: str) -> tuple[str, ..
                     clock += test.duration
     for name, start, end in spans:
         overlap = min(end, mine.end) - max(start, mine.start)
-        if overlap > 0 and name != file:  # its own file would share its journal
+        if overlap > 0:  # its own file too: the suite or threads may run it meanwhile
             overlaps[name] = overlaps.get(name, 0.0) + overlap
     more = sorted((f for f in overlaps if f not in found), key=lambda f: -overlaps[f])
     return tuple((found + more)[:MAX_BESIDE])
