@@ -126,9 +126,12 @@ def _run_screened(
     gpus = detect_gpus(args.gpus, os.environ)
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
     screened = [m for m in modes if m is not Mode.ISOLATED and m not in runs]
-    # as many slots as parallel would take, but never more than the screens have units
+    # parallel's slots, and one more for the suite interpreter, which holds its slot from
+    # start to end: the parallel files still run W at a time; never more than the units
     units = sum(1 if m is Mode.SUITE else len(discovery.files) for m in screened)
     workers, _ = pool_workers(parse_workers(args.workers), gpus, per_slot, units)
+    if Mode.SUITE in screened and len(screened) > 1:
+        workers = min(workers + 1, units)
     screens = [
         plan_mode(args, mode, discovery, resume=earlier.get(mode), pool=workers)[0]
         for mode in screened

@@ -199,7 +199,9 @@ def _co_runners(results: Mapping[Mode, ModeResults], file: str) -> tuple[str, ..
                     clock += test.duration
     for name, start, end in spans:
         overlap = min(end, mine.end) - max(start, mine.start)
-        if overlap > 0:  # its own file too: the suite or threads may run it meanwhile
+        # not its own file: two copies of one file at once happen only in the screens (a
+        # big test's copies run out of memory together), never in a run of one mode
+        if overlap > 0 and name != file:
             overlaps[name] = overlaps.get(name, 0.0) + overlap
     more = sorted((f for f in overlaps if f not in found), key=lambda f: -overlaps[f])
     return tuple((found + more)[:MAX_BESIDE])

@@ -148,11 +148,10 @@ class Prober:
         env: Mapping[str, str] | None = None,
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
-        key: str | None = None,
     ) -> ProbeRun:
         files = list(dict.fromkeys(file_of(i) for i in ids))
         launch = Launch(
-            key=key or files[-1],  # the victim's file: its journal and log
+            key=files[-1],  # the victim's file: its journal and log
             ids=tuple(ids),
             targets=tuple(pytest_target(self.rootdir, f) for f in files),
             slot=0,
@@ -185,20 +184,11 @@ class Prober:
     def run_together(
         self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
     ) -> list[ProbeRun]:
-        """Run each group of ids in its own interpreter, all at once, each with its GPUs.
-
-        Two of one file (a test beside another interpreter of its own file, as the screens
-        ran them) get journals and logs of their own: `FILE`, then `FILE+beside`."""
-        keys: list[str] = []
-        seen: dict[str, int] = {}
-        for ids, _ in groups:
-            key = file_of(ids[-1])
-            keys.append(key + "+beside" * seen.get(key, 0))
-            seen[key] = seen.get(key, 0) + 1
+        """Run each group of ids in its own interpreter, all at once, each with its GPUs."""
         with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
             futures = [
-                pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu, key=key)
-                for (ids, gpu), key in zip(groups, keys, strict=True)
+                pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu)
+                for ids, gpu in groups
             ]
             return [f.result() for f in futures]
 

@@ -40,7 +40,7 @@ LOAD_SUITE = {
     """,
 }
 COUNT = "test_b_count.py::test_count"
-MODES = ("--modes", "suite,parallel,isolated", "--workers", "3", "--evidence-budget", "60")
+MODES = ("--modes", "suite,parallel,isolated", "--workers", "2", "--evidence-budget", "60")
 
 
 def write_suite(root: Path, files: dict[str, str]) -> Path:
