@@ -171,12 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         " threads only where pytest-run-parallel is installed); isolated after parallel or"
         " threads runs only the files that did not pass there, isolated first runs them all",
     )
-    check.add_argument(
-        "--serial-modes",
-        action="store_true",
-        help="run the modes one after another, as before the screens (default: suite, parallel"
-        " and threads at once in one pool of slots, each finding confirmed by strict runs)",
-    )
+    check.add_argument("--serial-modes", action="store_true", help="one mode after another")
     check.add_argument(
         "--sanitize",
         action=argparse.BooleanOptionalAction,

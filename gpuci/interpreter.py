@@ -25,7 +25,7 @@ from typing import Any
 
 from gpuci.discover import PLUGIN, file_of
 from gpuci.holders import StrangerCheck, gpu_watch
-from gpuci.journal import JournalReader, JournalState, not_run
+from gpuci.journal import JournalReader, JournalState, not_run, startup_of
 from gpuci.logs import CappedLog
 from gpuci.model import (
     INTERRUPTED,
@@ -98,13 +98,6 @@ def describe_exit(code: int | None, signum: int | None) -> str:
         except ValueError:
             return f"killed by signal {signum}"
     return f"exit code {code}"
-
-
-def startup_of(events: list[dict[str, Any]], started_at: float) -> float | None:
-    """Seconds from the interpreter's start (wall clock) to its first stamped journal event:
-    interpreter start-up, imports and collection; None where it never got that far."""
-    stamp = next((e["t"] for e in events if isinstance(e.get("t"), int | float)), None)
-    return None if stamp is None else max(0.0, float(stamp) - started_at)
 
 
 @dataclass(frozen=True, slots=True)

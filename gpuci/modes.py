@@ -125,8 +125,7 @@ def plan_mode(
     resume: ModeRun | None = None,
     pool: int | None = None,
 ) -> tuple[Screen, bool]:
-    """Discover and plan one mode, and prepare its directory; whether its estimates include
-    start-up. `pool`: the mode is a screen in a pool of that many slots, shared."""
+    """Plan one mode (a screen in a pool of `pool` slots), and prepare its directory."""
     requested_workers = parse_workers(args.workers)
     shard = shard_of(args)
     mode_dir = mode_dir_of(args, mode)
@@ -141,13 +140,12 @@ def plan_mode(
     if only is not None:
         files = [f for f in files if f in only]
     workers, why = (1, "one at a time")
-    threads = threads_of(args, mode)
-    if threads:
-        why += f", each test in {threads} threads"
-    if mode is Mode.PARALLEL or pool is not None:
+    if mode is Mode.PARALLEL:
         workers, why = pool_workers(requested_workers, gpus, per_slot, len(files))
     if pool is not None:
         workers, why = pool, f"the screens' {pool} slots, shared"
+    threads = threads_of(args, mode)
+    why += f", each test in {threads} threads" if threads else ""
     schedule = plan_schedule(
         files,
         mode=mode,

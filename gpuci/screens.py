@@ -1,11 +1,11 @@
 """Screens: a check's main passes run at once, in one pool of slots on the same GPUs.
 
-The suite interpreter starts first (it is the longest unit), then the parallel files
-(longest first) and the threads files; files marked gpu_serial run last, one at a time,
-with nothing beside them. Each mode still writes its own directory (run.json, JUnit,
-journals, logs), and its run.json names the modes that ran beside it (`beside`): what
-failed there failed under the check's combined load, and only a strict run (evidence)
-may call it a finding.
+The suite interpreter starts first (it is the longest unit) and holds slot 0 to its end;
+the parallel files (longest first) and the threads files share the other slots; files
+marked gpu_serial run last, one at a time, with nothing beside them. Each mode still
+writes its own directory (run.json, JUnit, journals, logs), and its run.json names the
+modes that ran beside it (`beside`): what failed there failed under the check's combined
+load, and only a strict run (evidence) may call it a finding.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TextIO
 from gpuci.discover import Discovery
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
 from gpuci.plan import Schedule
-from gpuci.pool import run_slots
+from gpuci.pool import run_beside, run_slots
 from gpuci.progress import Progress
 from gpuci.run import Interrupted, ModeSession, RunOptions
 from gpuci.supervisor import Supervisor
@@ -103,7 +103,17 @@ def run_screens(
                 reporter.file_done(file_run, tests, unit=unit, label=mode.value)
 
         with supervisor.handling_signals():
-            run_slots(pool, workers, run_one, supervisor)
+            suite = next((j for j in pool if j[0] is Mode.SUITE), None)
+            rest = [j for j in pool if j is not suite]
+            if suite is None:
+                run_slots(rest, workers, run_one, supervisor)
+            else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
+                run_beside(
+                    suite,
+                    0,
+                    run_one,
+                    lambda: run_slots(rest, workers - 1, run_one, supervisor, first_slot=1),
+                )
             run_slots(alone, 1, run_one, supervisor)
         modes = tuple(sessions)
         runs = {

@@ -6,7 +6,7 @@ import io
 import re
 import time
 
-from gpuci.interpreter import startup_of
+from gpuci.journal import startup_of
 from gpuci.model import FileRun, FileStatus, Interpreter
 
 FILES = [f"test_{i}.py" for i in range(5)]
