@@ -21,7 +21,7 @@ from gpuci.discover import Discovery, can_import
 from gpuci.evidence import gather_evidence, rerun_mode_suspects
 from gpuci.gpus import detect_gpus
 from gpuci.model import InputError, Mode, ModeRun, UsageError
-from gpuci.modes import (
+from gpuci.plan_mode import (
     discover,
     mode_dir_of,
     plan_mode,

@@ -34,7 +34,7 @@ STAGES = (
     "pool",
     "run",
     "screens",
-    "modes",
+    "plan_mode",
     "results",
     "reproduce",
     "classify",
