@@ -13,9 +13,10 @@ A benchmark, not a timed test. It generates a suite whose tests sleep a seeded 5
     max(longest file, sum of file durations / W) taken from (a): target <= 1.15;
 (d) `pytest -n W --dist loadfile` (pytest-xdist) against the same bound, for comparison;
 (e) `gpuci run --mode suite` against a bare `python -m pytest SUITE`;
-(f) `gpuci check --workers W` (default modes, evidence, diff, report) against a plain
-    `python -m pytest tests`, on the suite as generated (target <= 1.6) and on a copy with
-    planted failures (target <= 5): an order-dependent victim of a flag another file leaves
+(f) `gpuci check --workers W` (default: the screens at once; and `--serial-modes` beside it,
+    the same run's ratio) against a plain
+    `python -m pytest tests`, on the suite as generated (target <= 1.5) and on a copy with
+    planted failures (target <= 3): an order-dependent victim of a flag another file leaves
     in a shared module, a real failure, a flaky test (it loses every other run), and a
     concurrency victim of an fcntl lock two files hold; it prints the verdict's summary
     against what was planted, and the floor under check/pytest: the check's own passes

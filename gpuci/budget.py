@@ -22,9 +22,10 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gpuci.alone import alone_runs_wanted
 from gpuci.fingerprints import fingerprint
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestResult
-from gpuci.priorities import alone_runs_wanted, prioritize
+from gpuci.priorities import prioritize
 from gpuci.reproduce import MAX_BESIDE, Order, interpreter_order, ran_beside
 from gpuci.results import ModeResults
 from gpuci.sanitizer import MIN_RUN_S, is_cuda_fault

@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage="gpuci run PATHS... --mode MODE --out OUT [options] [-- PYTEST_ARGS...]",
     )
     run.add_argument("--mode", required=True, choices=[m.value for m in Mode])
+    # check's alone: parsed here too, so that `gpuci run --serial-modes` is told why not
+    run.add_argument("--serial-modes", action="store_true", help=argparse.SUPPRESS)
 
     merge = sub.add_parser("merge", help="merge JUnit XML of files, shards and modes")
     merge.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
@@ -190,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         " --parallel-threads); isolated after parallel or threads runs only the files that"
         " did not pass there, isolated first runs them all",
     )
+    check.add_argument("--serial-modes", action="store_true", help="one mode after another")
     check.add_argument(
         "--sanitize",
         action=argparse.BooleanOptionalAction,
@@ -298,6 +301,10 @@ def _interpreters() -> Iterator[None]:
 def _cmd_run(args: argparse.Namespace) -> int:
     from gpuci.check import check_options, run_mode_with_reruns
 
+    if args.serial_modes:
+        raise UsageError(
+            "--serial-modes: only for gpuci check; gpuci run runs one mode (--mode) already"
+        )
     check_options(args, Mode(args.mode))
     with _interpreters(), _holding(args.out, "run"):
         run = run_mode_with_reruns(args, Mode(args.mode))

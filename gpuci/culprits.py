@@ -37,11 +37,13 @@ from gpuci.model import (
     printable,
 )
 from gpuci.probe import Prober
-from gpuci.reproduce import Order, gpu_of, ran_beside
+from gpuci.reproduce import MAX_BESIDE, Order, gpu_of, ran_beside
 from gpuci.results import ModeResults
 
 PHASE = "culprits"
 NOT_SEARCHED = "not searched (budget)"
+NOT_REPRODUCED = "not reproduced"  # how a search that never saw the finding again begins
+PAIRED = "pair: "  # how a search that found a co-running file begins
 SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 
@@ -54,6 +56,7 @@ class _Task:
     category: Category
     candidates: tuple[str, ...]
     rank: tuple[int, int]  # (kind, place in the suite's order): earlier victims first
+    pairs: tuple[str, ...] = ()  # files to pair it with where a screen's replay shows nothing
 
 
 @dataclass(slots=True)
@@ -104,6 +107,8 @@ def search_culprits(
             search = _search_pairs(prober, results[Mode.PARALLEL], task)
         else:
             search = _cascade(prober, task, roots) or _bisect(prober, task)
+            if task.pairs and search.note.startswith(NOT_REPRODUCED):
+                search = _paired_instead(prober, results[Mode.PARALLEL], task, search)
         searches[task.victim] = search
         if search.culprits and search.culprits not in roots:
             roots.append(search.culprits)
@@ -129,13 +134,21 @@ def _plan(
         parallel = results.get(Mode.PARALLEL)
         if parallel is None:
             return None
-        beside = ran_beside(parallel, test.results[Mode.PARALLEL].file)
         return _Task(
             victim=test.id,
             category=test.category,
-            candidates=tuple(beside),
+            candidates=_co_runners(results, test.results[Mode.PARALLEL].file),
             rank=(2, place),
         )
+    parallel = results.get(Mode.PARALLEL)
+    pairs: tuple[str, ...] = ()
+    if (  # it failed in the parallel screen too: maybe beside a file, not after one
+        parallel is not None
+        and parallel.run.beside
+        and test.category is Category.ORDER_DEPENDENT
+        and test.outcomes.get(Mode.PARALLEL) in NOT_PASSING
+    ):
+        pairs = _co_runners(results, test.results[Mode.PARALLEL].file)
     wanted: set[Outcome] = (
         set(NOT_PASSING) if test.category is Category.ORDER_DEPENDENT else {Outcome.PASSED}
     )
@@ -154,8 +167,59 @@ def _plan(
         candidates = tuple(i for i in before if _selectable(i))
         if candidates and (best is None or len(candidates) < len(best.candidates)):
             rank = (0 if test.category is Category.ORDER_DEPENDENT else 1, place)
-            best = _Task(victim=test.id, category=test.category, candidates=candidates, rank=rank)
+            best = _Task(
+                victim=test.id,
+                category=test.category,
+                candidates=candidates,
+                rank=rank,
+                pairs=pairs,
+            )
     return best
+
+
+def _co_runners(results: Mapping[Mode, ModeResults], file: str) -> tuple[str, ...]:
+    """The files that ran beside `file`'s parallel interpreter, longest overlap first: the
+    parallel files, then, where the screens ran at once, the threads files and the files
+    the suite interpreter ran meanwhile (its tests' times laid end to end)."""
+    parallel = results[Mode.PARALLEL]
+    found = ran_beside(parallel, file, limit=None)
+    mine = next((f for p in parallel.parts for f in p.files if f.file == file), None)
+    if mine is None or not parallel.run.beside:
+        return tuple(found[:MAX_BESIDE])
+    overlaps: dict[str, float] = {}
+    spans: list[tuple[str, float, float]] = []
+    for mode in (Mode.THREADS, Mode.SUITE):
+        for part in results[mode].parts if mode in results else ():
+            if mode is Mode.THREADS:
+                spans += [(f.file, f.start, f.end) for f in part.files]
+            elif part.files and part.files[0].interpreters:
+                first = part.files[0].interpreters[0]
+                clock = first.start + (first.startup_s or 0.0)
+                for test in part.tests:
+                    spans.append((test.file, clock, clock + test.duration))
+                    clock += test.duration
+    for name, start, end in spans:
+        overlap = min(end, mine.end) - max(start, mine.start)
+        # not its own file: two copies of one file at once happen only in the screens (a
+        # big test's copies run out of memory together), never in a run of one mode
+        if overlap > 0 and name != file:
+            overlaps[name] = overlaps.get(name, 0.0) + overlap
+    more = sorted((f for f in overlaps if f not in found), key=lambda f: -overlaps[f])
+    return tuple((found + more)[:MAX_BESIDE])
+
+
+def _paired_instead(prober: Prober, parallel: ModeResults, task: _Task, replay: _Search) -> _Search:
+    """A screen's order-dependent suspect whose replay showed nothing, paired instead with
+    what ran beside it in the parallel screen: a pair that fails makes it concurrency."""
+    paired = _search_pairs(
+        prober,
+        parallel,
+        dataclasses.replace(task, category=Category.CONCURRENCY, candidates=task.pairs),
+    )
+    if not paired.culprits:
+        paired.note = f"{replay.note}; {paired.note}"
+    paired.probes = replay.probes + paired.probes
+    return paired
 
 
 def _selectable(test_id: str) -> bool:
@@ -285,7 +349,7 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
         )
         if _shows(task, outcome):
             search.culprits = tuple(beside)
-            search.note = f"pair: {len(search.probes)} run(s)" + (
+            search.note = f"{PAIRED}{len(search.probes)} run(s)" + (
                 f"; only all {len(beside)} together" if len(beside) > 1 else ""
             )
             return search

@@ -51,6 +51,7 @@ from gpuci.reproduce import (
     reproduce_command,
 )
 from gpuci.results import ModeResults, load_mode_results
+from gpuci.strict import confirm_strictly
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
 DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
@@ -167,26 +168,28 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
     )
     verdicts = []
     for test_id, test in classify_results(results, alone, orders).items():
-        new = None
-        if baseline is not None and test.category in ISOLATION_CATEGORIES:
-            new = test_id not in known
         ev = found.get(test_id)
+        strict = confirm_strictly(test, ev, results)  # a screen's finding, confirmed or not
+        category = strict.category
+        new = None
+        if baseline is not None and category in ISOLATION_CATEGORIES:
+            new = test_id not in known
         verdicts.append(
             TestVerdict(
                 id=test_id,
                 file=test.seen[0].file,
-                category=test.category,
+                category=category,
                 outcomes={m.value: o.value for m, o in test.outcomes.items()},
                 reruns=tuple(r.value for r in test.reruns),
                 new=new,
                 message=_first_failure(test.seen),
-                log=_crash_log(test.seen, test.category),
+                log=_crash_log(test.seen, category),
                 reproduce=(
-                    (poisoned_command(test_id, results) if _diagnosed(ev, test.category) else "")
-                    or culprit_command(test_id, test.category, ev.culprits if ev else (), results)
+                    (poisoned_command(test_id, results) if _diagnosed(ev, category) else "")
+                    or culprit_command(test_id, category, ev.culprits if ev else (), results)
                     or reproduce_command(
                         test_id,
-                        test.category,
+                        category,
                         outcomes=test.outcomes,
                         reruns=test.reruns,
                         results=results,
@@ -195,13 +198,16 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                     )
                 ),
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
-                notes=test.notes + _isolated_note(test.category, test.outcomes),
+                notes=test.notes
+                + _isolated_note(category, test.outcomes)
+                + ((strict.note,) if strict.note else ()),
                 with_provider=provider_command(
                     test_id, test.category, ev.culprits if ev else (), results
                 ),
                 fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
-                **(_evidence_fields(ev, test.category) if ev else {}),
+                **(_evidence_fields(ev, category) if ev else {}),
+                strict=strict.strict,
             )
         )
     verdicts.sort(key=_sort_key)

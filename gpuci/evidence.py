@@ -2,10 +2,13 @@
 
 One budget (`--evidence-budget`) for the whole check, spent most telling first
 (`gpuci.priorities` says who runs alone, how often, in what order): the isolation
-suspects' alone-runs, poisoned runs and culprit searches; then the tests that failed the
-same way everywhere, a few of each fingerprint's group; compute-sanitizer on the roots;
-the thread-unsafe tests alone in threads; the remaining alone-runs. What the budget cuts
-is recorded per test, never silently classified.
+suspects' alone-runs (`gpuci.alone`), poisoned runs and culprit searches (each failing
+interpreter's earlier tests replayed, or the pair with a co-running file); then the tests
+that failed the same way everywhere, a few of each fingerprint's group; compute-sanitizer
+on the roots; the thread-unsafe tests alone in threads; the remaining alone-runs. These
+are the strict runs: nothing else runs on their GPUs, but passing alone-runs, which may
+run beside each other. What the budget cuts is recorded per test, never silently
+classified.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from gpuci.alone import alone_runs_wanted, more_alone, run_alone
 from gpuci.classify import classify_results
 from gpuci.culprits import search_culprits
 from gpuci.discover import POISON_ENV
@@ -28,29 +32,25 @@ from gpuci.formats import (
     mode_run_to_json,
     write_json_atomic,
 )
+from gpuci.interpreter import EXIT_ID
 from gpuci.model import (
+    PROBE_SHOWN,
     SUITE_UNIT,
     Category,
     Evidence,
     FileRun,
     Mode,
     ModeRun,
+    Outcome,
+    Probe,
     TestEvidence,
     TestResult,
     printable,
 )
 from gpuci.plan import thread_args
-from gpuci.priorities import (
-    alone_runs_wanted,
-    describe_cuts,
-    first_alone,
-    more_alone,
-    prioritize,
-    run_alone,
-    run_representatives,
-)
+from gpuci.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.probe import Prober
-from gpuci.reproduce import interpreter_order
+from gpuci.reproduce import Order, interpreter_order
 from gpuci.results import ModeResults, load_mode_results
 from gpuci.run import Interrupted
 from gpuci.sanitizer import choose_sanitizer, sanitize_roots
@@ -83,12 +83,14 @@ def gather_evidence(
     progress: TextIO = sys.stderr,
     pytest_args: tuple[str, ...] | None = None,
     sanitize: bool | None = None,
+    workers: int = 1,
 ) -> Evidence:
     """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
 
     In order, within one budget: alone-runs (they decide the categories), poisoned runs of
     order-dependent victims, culprit searches, then compute-sanitizer on the roots
     (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
+    `workers`: how many alone-runs may go at once (the check's slots); the rest is strict.
     """
     tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
@@ -109,7 +111,9 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
+            found = _gather(
+                prober, results, runs, progress, sanitize=sanitize, tool=tool, workers=workers
+            )
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -137,6 +141,7 @@ def _gather(
     *,
     sanitize: bool | None,
     tool: str | None,
+    workers: int = 1,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
     matters least: the isolation suspects' first alone-runs (a second at once for one that
@@ -147,16 +152,16 @@ def _gather(
     alone in threads; then the remaining alone-runs."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
     plan = prioritize(results, wanted)
-    found, had = first_alone(prober, plan.isolation, {}, progress)
+    found, had = first_alone(prober, plan.isolation, {}, progress, workers)
     once = {i: min(n, 1) for i, n in plan.consistent.items()}
-    found = more_alone(prober, once, found, progress)
+    found = more_alone(prober, once, found, progress, workers)
     had |= once
     found, split = run_representatives(prober, plan.groups, found, progress=progress)
     for group in plan.groups:
         for member in group.members:
             # a representative's one run, or the others' none, is all a kept group needs
             wanted[member] = 0 if found[member].inferred_from else min(wanted[member], 1)
-    found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress)
+    found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress, workers)
     had |= more
     orders = {mode: interpreter_order(results[mode]) for mode in results}  # built once
     classified = classify_results(results, {i: t.alone for i, t in found.items()}, orders)
@@ -169,9 +174,16 @@ def _gather(
     unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
     if unsafe and Mode.THREADS in results:
         threads = results[Mode.THREADS].run.threads
-        found = run_threaded(prober, unsafe, thread_args(threads), found, progress=progress)
+        found = run_threaded(
+            prober,
+            unsafe,
+            thread_args(threads),
+            found,
+            progress=progress,
+            order=orders.get(Mode.THREADS),
+        )
     rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
-    return describe_cuts(more_alone(prober, rest, found, progress), wanted)
+    return describe_cuts(more_alone(prober, rest, found, progress, workers), wanted)
 
 
 def run_threaded(
@@ -181,9 +193,14 @@ def run_threaded(
     found: Mapping[str, TestEvidence],
     *,
     progress: TextIO,
+    order: Order | None = None,
 ) -> dict[str, TestEvidence]:
     """Each thread-unsafe test alone in the threads mode's threads, as its reproduce command
-    runs it: whether that command shows the race, or only its file's order in threads does."""
+    runs it: whether that command shows the race, or only its file's order in threads does.
+
+    Where it passes alone in threads, its threads interpreter's earlier tests are replayed
+    before it, in threads, strictly (nothing else running): a threads screen ran beside
+    other interpreters, and only a strict run makes its failure a finding (a Probe)."""
     merged = dict(found)
     addopts = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *threads]))
     _say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
@@ -194,9 +211,38 @@ def run_threaded(
             [test_id], phase="threads", label=f"threads: {test_id}", env={ADDOPTS: addopts}
         )
         before = merged.get(test_id, TestEvidence(id=test_id))
-        merged[test_id] = dataclasses.replace(before, threaded=ran.outcome(test_id))
-        _say(progress, f"  {test_id}: alone in threads: {ran.outcome(test_id).value}")
+        outcome = ran.outcome(test_id)
+        merged[test_id] = dataclasses.replace(before, threaded=outcome)
+        _say(progress, f"  {test_id}: alone in threads: {outcome.value}")
+        earlier = _earlier_in(order, test_id)
+        if outcome is Outcome.PASSED and earlier and not prober.exhausted():
+            ran = prober.run(
+                [*earlier, test_id],
+                phase="threads",
+                label=f"threads: {test_id} after {len(earlier)} test(s)",
+                env={ADDOPTS: addopts},
+            )
+            replay = Probe(
+                count=len(earlier),
+                shown=tuple(earlier[-PROBE_SHOWN:]),
+                outcome=ran.outcome(test_id),
+            )
+            merged[test_id] = dataclasses.replace(merged[test_id], probes=(replay,))
+            _say(
+                progress,
+                f"  {test_id}: after its file's earlier tests in threads: {replay.outcome.value}",
+            )
     return merged
+
+
+def _earlier_in(order: Order | None, test_id: str) -> list[str]:
+    """The tests that ran before `test_id` in its interpreter (real tests only)."""
+    where = order.where.get(test_id) if order is not None else None
+    if order is None or where is None:
+        return []
+    segment, position, _ = where
+    before = [t.id for t in order.segments[segment][:position]]
+    return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]
 
 
 def _poisonable(prober: Prober) -> bool:

@@ -125,6 +125,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"paths": list(run.paths)} if run.paths else {}),
         **({"resumed": True} if run.resumed else {}),
         **({"gpu_check": run.gpu_check} if run.gpu_check else {}),
+        **({"beside": [m.value for m in run.beside]} if run.beside else {}),
         **({"threads": run.threads} if run.threads else {}),
         **({"poison": True} if run.poison else {}),
         **({"settings": run.settings} if run.settings else {}),
@@ -185,6 +186,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             paths=tuple(str(p) for p in data.get("paths", ())),
             resumed=bool(data.get("resumed", False)),
             gpu_check=str(data.get("gpu_check", "")),
+            beside=tuple(Mode(m) for m in data.get("beside", ())),
             threads=int(data["threads"]) if data.get("threads") else None,
             poison=bool(data.get("poison", False)),
             settings=dict(data.get("settings", {})),
@@ -235,6 +237,7 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"with_provider": t.with_provider} if t.with_provider else {}),
                 **({"fingerprint": t.fingerprint} if t.fingerprint else {}),
                 **({"inferred_from": list(t.inferred_from)} if t.inferred_from else {}),
+                **({"strict": t.strict} if t.strict else {}),
             }
             for t in verdict.tests
         ],
@@ -286,6 +289,7 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     with_provider=str(t.get("with_provider", "")),
                     fingerprint=str(t.get("fingerprint", "")),
                     inferred_from=tuple(str(i) for i in t.get("inferred_from", ())),
+                    strict=str(t.get("strict", "")),
                 )
                 for t in data["tests"]
             ),

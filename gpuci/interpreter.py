@@ -27,7 +27,7 @@ from gpuci.discover import PLUGIN, file_of
 from gpuci.forkserver import ForkedChild, start_interpreter
 from gpuci.gpumem import MemoryGate, sampler
 from gpuci.holders import StrangerCheck, gpu_watch
-from gpuci.journal import JournalReader, JournalState, not_run
+from gpuci.journal import JournalReader, JournalState, not_run, startup_of
 from gpuci.logs import CappedLog
 from gpuci.model import (
     INTERRUPTED,
@@ -189,6 +189,7 @@ class Interpreters:
         if self.gate is not None:
             self.gate.wait(launch.key, launch.gpu, self.supervisor)
         start = self.now()
+        started_at = time.time()  # the plugin stamps its first events with this clock
         try:
             proc = start_interpreter(
                 cmd, env, fresh=bool(launch.wrapper), stopping=self.supervisor.stopping
@@ -221,6 +222,7 @@ class Interpreters:
             log=log_rel,
             forked=isinstance(proc, ForkedChild),
             gpu_peak_mib=sampler().done(proc.pid),
+            startup_s=startup_of(events, started_at),
         )
         attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)

@@ -105,3 +105,10 @@ def collection_error(node_id: str, message: str) -> TestResult:
 
 def not_run(test_id: str, message: str) -> TestResult:
     return TestResult(id=test_id, file=file_of(test_id), outcome=Outcome.NOT_RUN, message=message)
+
+
+def startup_of(events: list[dict[str, Any]], started_at: float) -> float | None:
+    """Seconds from the interpreter's start (wall clock) to its first stamped journal event:
+    interpreter start-up, imports and collection; None where it never got that far."""
+    stamp = next((e["t"] for e in events if isinstance(e.get("t"), int | float)), None)
+    return None if stamp is None else max(0.0, float(stamp) - started_at)

@@ -137,6 +137,7 @@ class Interpreter:
     log: str  # path of its log, relative to the mode directory
     forked: bool = False  # forked from the pre-imported parent, not started fresh
     gpu_peak_mib: int | None = None  # its most device memory at once; None: not measured
+    startup_s: float | None = None  # from its start to its journal's first event (collection)
 
     def to_json(self) -> dict[str, Any]:
         """The run.json form (forked and gpu_peak_mib only where true or measured)."""
@@ -148,6 +149,7 @@ class Interpreter:
             "log": self.log,
             **({"forked": True} if self.forked else {}),
             **({"gpu_peak_mib": self.gpu_peak_mib} if self.gpu_peak_mib is not None else {}),
+            **({"startup_s": round(self.startup_s, 3)} if self.startup_s is not None else {}),
         }
 
     @classmethod
@@ -161,6 +163,7 @@ class Interpreter:
             log=data["log"],
             forked=bool(data.get("forked", False)),
             gpu_peak_mib=data.get("gpu_peak_mib"),
+            startup_s=float(data["startup_s"]) if data.get("startup_s") is not None else None,
         )
 
 
@@ -268,6 +271,7 @@ class ModeRun:
     # the effective settings: key -> {"value", "from"} (command line, [tool.gpuci], default);
     # "modes" adds "why": mode -> why it ran or did not
     settings: dict[str, Any] = field(default_factory=dict)
+    beside: tuple[Mode, ...] = ()  # screens whose interpreters shared its pool at once (check)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -323,6 +327,7 @@ class TestVerdict:
     with_provider: str = ""  # depends-on-others: the command that passes, its provider first
     fingerprint: str = ""  # how it failed, normalized (gpuci.fingerprints): its group's key
     inferred_from: tuple[str, ...] = ()  # not run alone: its group's representatives were
+    strict: str = ""  # the strict runs (nothing else on its GPUs) that decided its category
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

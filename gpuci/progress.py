@@ -5,10 +5,19 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from gpuci.model import FileRun, FileStatus, Mode, ModeRun, Outcome, TestResult, printable
+from gpuci.model import (
+    SUITE_UNIT,
+    FileRun,
+    FileStatus,
+    Mode,
+    ModeRun,
+    Outcome,
+    TestResult,
+    printable,
+)
 from gpuci.plan import Schedule
 from gpuci.strays import run_lines
 
@@ -24,44 +33,83 @@ OUTCOME_WORDS = (
 
 
 class Progress:
-    """One quiet line per finished file: counts, failures, elapsed time, an estimate."""
+    """One quiet line per finished unit: counts, failures, elapsed time, an estimate.
+
+    The estimate counts interpreter start-up: what the finished units' interpreters took
+    from their start to their first journal event, on top of per-file test times (which
+    leave it out). Without that, a pass of short files read `~0s left` from its start.
+    """
 
     def __init__(
         self,
+        out: TextIO,
+        units: Sequence[str],
+        workers: int,
+        estimates: Mapping[str, float],
+        zero: float,
+        *,
+        with_startup: bool = True,
+    ) -> None:
+        self.out = out
+        self.total = len(units) or 1
+        self.workers = max(1, workers)
+        self.estimates = {u: estimates[u] for u in units if u in estimates}
+        self.with_startup = with_startup  # whether the estimates include start-up already
+        self.zero = zero
+        self.done = 0
+        self.startups: list[float] = []
+        self.left_s = sum(self.estimates.values())
+        self.lock = threading.Lock()
+
+    @classmethod
+    def for_mode(
+        cls,
         out: TextIO,
         mode: Mode,
         schedule: Schedule,
         estimates: Mapping[str, float],
         zero: float,
-    ) -> None:
-        self.out = out
-        self.total = 1 if mode is Mode.SUITE else len(schedule.files) or 1
-        self.workers = schedule.workers
-        self.estimates = estimates
-        self.zero = zero
-        self.done = 0
-        self.left_s = sum(estimates.get(f, 0.0) for f in schedule.files)
-        self.lock = threading.Lock()
+        *,
+        with_startup: bool = True,
+    ) -> Progress:
+        """The progress of one mode run on its own."""
+        units = [SUITE_UNIT] if mode is Mode.SUITE else list(schedule.files)
+        if mode is Mode.SUITE:  # its estimate: the suite's files, one after the other
+            estimates = {SUITE_UNIT: sum(estimates.get(f, 0.0) for f in schedule.files)}
+        return cls(out, units, schedule.workers, estimates, zero, with_startup=with_startup)
 
-    def file_done(self, file_run: FileRun, tests: list[TestResult]) -> None:
+    def eta(self, elapsed: float) -> float:
+        """Seconds left: the estimates of the units left (with the start-up measured so far)
+        over the slots they can use; without estimates, the pace so far."""
+        left = self.total - self.done
+        if left <= 0:
+            return 0.0
+        if self.estimates and self.left_s > 0:
+            startup = sum(self.startups) / len(self.startups) if self.startups else 0.0
+            left_s = self.left_s + (0.0 if self.with_startup else startup * left)
+            return left_s / min(self.workers, left)
+        return elapsed / self.done * left if self.done else 0.0
+
+    def file_done(
+        self, file_run: FileRun, tests: list[TestResult], *, unit: str = "", label: str = ""
+    ) -> None:
+        """Say that a unit finished: `unit` keys its estimate (default: its file), `label`
+        goes before its name (the mode, when several run at once)."""
         with self.lock:
             self.done += 1
+            self.startups += [i.startup_s for i in file_run.interpreters if i.startup_s]
             counts = dict.fromkeys(OUTCOME_WORDS, 0)
             for test in tests:
                 counts[test.outcome] += 1
             said = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "no tests"
             elapsed = time.monotonic() - self.zero
-            self.left_s -= self.estimates.get(file_run.file, 0.0)
-            if self.done >= self.total:
-                eta = 0.0
-            elif self.estimates and self.left_s > 0:
-                eta = self.left_s / self.workers
-            else:
-                eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+            self.left_s -= self.estimates.get(unit or file_run.file, 0.0)
+            eta = self.eta(elapsed)
             flag = "" if file_run.status in (FileStatus.PASSED,) else f" [{file_run.status.value}]"
             width = len(str(self.total))
+            name = printable(f"{label} {file_run.file}" if label else file_run.file)
             print(
-                f"gpuci: [{self.done:>{width}}/{self.total}] {printable(file_run.file)}: {said}"
+                f"gpuci: [{self.done:>{width}}/{self.total}] {name}: {said}"
                 f" ({file_run.duration:.1f}s){flag}  elapsed {elapsed:.0f}s, ~{eta:.0f}s left",
                 file=self.out,
                 flush=True,

@@ -126,7 +126,14 @@ class Journal:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Record a file that could not be imported or collected."""
         if report.failed:
-            self.write({"e": "collect-error", "id": report.nodeid, "message": _first_line(report)})
+            self.write(
+                {
+                    "e": "collect-error",
+                    "id": report.nodeid,
+                    "message": _first_line(report),
+                    "t": time.time(),
+                }
+            )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Record the ids that will run, which must run alone, and in how many threads."""
@@ -140,6 +147,7 @@ class Journal:
             ],
             "rootdir": str(session.config.rootpath),
             "deselected": sorted(self._deselected),
+            "t": time.time(),  # the wall clock: the parent measures start-up against it
         }
         asked = _configured_threads(session.config)
         if asked > 1:  # the suite's configuration (or arguments) ask for threads

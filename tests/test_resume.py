@@ -181,7 +181,9 @@ def test_check_resume_keeps_finished_modes_and_resumes_the_interrupted_one(
 ) -> None:
     root = write_suite(tmp_path / "suite")
     modes = ("--modes", "parallel,suite,isolated")  # the interrupted mode is not the first
-    args = ("check", ".", "--out", "out", "--workers", "2", *modes)
+    # one mode after another: parallel has finished when suite is interrupted (in the
+    # screens the two run at once, and an interrupt stops both)
+    args = ("check", ".", "--out", "out", "--workers", "2", "--serial-modes", *modes)
     interrupt_while_blocked(root, "suite", *args)
     assert not (root / "out" / "verdict.json").exists()
     parallel_before = (root / "out" / "parallel" / "run.json").read_bytes()

@@ -540,3 +540,12 @@ def test_a_malformed_junit_file_is_rebuilt_from_the_journal(tmp_path: Path) -> N
     assert cases["test_a"].is_passed
     assert not cases["test_b"].is_passed
     assert xml.tests == 2
+
+
+def test_every_interpreter_records_its_startup(troubled: tuple[str, Path, Any]) -> None:
+    _, out, _ = troubled
+    data = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    started = [i for f in data["files"] for i in f["interpreters"] if "startup_s" in i]
+    assert started, "no interpreter measured its start-up"
+    for interpreter in started:  # from its start to collection: within its own lifetime
+        assert 0 < interpreter["startup_s"] <= interpreter["end"] - interpreter["start"] + 0.1

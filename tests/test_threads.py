@@ -139,7 +139,10 @@ def test_a_thread_race_is_thread_unsafe_and_nothing_else_changes(
     assert race["new"] is None
     assert verdict["reasons"] == ["1 isolation problem"]  # no baseline: nothing regressed
     assert verdict["summary"]["thread-unsafe"] == 1
-    assert "threads: 2 files, 5 tests, workers one at a time, each test in 4 threads" in output
+    # a screen: its files share the pool's slots with parallel's (the suite holds slot 0)
+    assert (
+        "threads: 2 files, 5 tests, workers the screens' 3 slots, shared, each test in 4" in output
+    )
     # shown with the other isolation problems
     html = (out / "report.html").read_text(encoding="utf-8")
     regressions = html[html.index("Isolation problems") : html.index("Flaky tests")]
@@ -156,8 +159,10 @@ def test_threads_mode_runs_each_test_in_threads_and_honours_the_marker(
     threads = read(out / "threads" / "run.json")
     assert threads["threads"] == 4
     assert threads["pytest_args"] == []  # kept apart from the user's arguments
-    assert threads["workers"] == 1
-    assert {f["gpu"] for f in threads["files"]} == {"0,1"}  # what every serial interpreter sees
+    # the screens' pool: its files take slots 1.. beside the suite interpreter's slot 0,
+    # each seeing both GPUs, rotated by slot as parallel's files do
+    assert threads["workers"] == read(out / "parallel" / "run.json")["workers"] == 3
+    assert all(f["gpu"] == ("0,1", "1,0")[f["slot"] % 2] for f in threads["files"])
     for mode in EVERY_MODE - {"threads"}:
         assert "threads" not in read(out / mode / "run.json")
     log = (out / "threads" / "logs" / "test_race.py.log").read_text(encoding="utf-8")

@@ -1,0 +1,100 @@
+"""End-to-end: `gpuci check` runs its screens at once, and only strict runs make findings."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from cli_runner import gpuci
+
+# test_count fails when two interpreters hold the shared resource at once: in the screens
+# the suite interpreter and the parallel file both hold it while the parallel test_count
+# looks; no strict run (alone, isolated, the pair with test_a_hold.py) ever has two holders
+LOAD_SUITE = {
+    "pytest.ini": "[pytest]\n",
+    "test_a_hold.py": """
+        import os, pathlib, threading, time
+
+        def test_hold():
+            held = pathlib.Path(os.environ["HOLD_DIR"])
+            held.mkdir(exist_ok=True)
+            me = held / f"{os.getpid()}-{threading.get_ident()}"
+            me.write_text("")
+            time.sleep(2.0)
+            me.unlink(missing_ok=True)
+    """,
+    "test_b_count.py": """
+        import os, pathlib, time
+
+        def test_count():
+            held = pathlib.Path(os.environ["HOLD_DIR"])
+            most, deadline = 0, time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                holders = {p.name.split("-")[0] for p in held.glob("*")} if held.exists() else set()
+                most = max(most, len(holders))
+                time.sleep(0.02)
+            assert most < 2, f"{most} interpreters held the shared resource at once"
+    """,
+}
+COUNT = "test_b_count.py::test_count"
+MODES = ("--modes", "suite,parallel,isolated", "--workers", "2", "--evidence-budget", "60")
+
+
+def write_suite(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, source in files.items():
+        (root / name).write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
+    return root
+
+
+def verdict_of(out: Path) -> dict[str, dict[str, Any]]:
+    data = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    return {t["id"]: t for t in data["tests"]}
+
+
+def test_a_failure_only_under_combined_load_is_passed_with_a_note(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "suite", LOAD_SUITE)
+    env = dict(os.environ, HOLD_DIR=str(tmp_path / "held"))
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parallel = json.loads((root / "out" / "parallel" / "run.json").read_text(encoding="utf-8"))
+    count = next(t for t in parallel["tests"] if t["id"] == COUNT)
+    assert count["outcome"] == "failed", "the screens did not overlap: the suite proves nothing"
+    assert parallel["beside"] == ["suite"]
+    test = verdict_of(root / "out")[COUNT]
+    assert test["category"] == "passed"
+    assert test["note"].startswith("failed once under the check's combined load (parallel);")
+    assert "passed in" in test["note"]
+    assert "pair" in test["strict"]
+    assert test["reruns"] and set(test["reruns"]) == {"passed"}
+    # one pool: the suite interpreter and both parallel files started together
+    suite = json.loads((root / "out" / "suite" / "run.json").read_text(encoding="utf-8"))
+    starts = [f["start"] for f in parallel["files"]] + [suite["files"][0]["start"]]
+    assert max(starts) - min(starts) < 1.5, starts
+
+
+def test_serial_modes_run_one_mode_after_another(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "suite", LOAD_SUITE)
+    env = dict(os.environ, HOLD_DIR=str(tmp_path / "held"))
+    proc = gpuci("check", ".", "--out", "out", *MODES, "--serial-modes", cwd=root, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = root / "out"
+    suite = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
+    parallel = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
+    assert "beside" not in suite and "beside" not in parallel
+    # parallel began after the suite interpreter had ended (each mode's clock starts at 0)
+    assert all(t["outcome"] == "passed" for t in parallel["tests"])
+    assert verdict_of(out)[COUNT]["category"] == "passed"
+    assert "note" not in verdict_of(out)[COUNT]
+
+
+def test_serial_modes_is_refused_by_gpuci_run(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "suite", LOAD_SUITE)
+    proc = gpuci("run", ".", "--mode", "suite", "--out", "out", "--serial-modes", cwd=root)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gpuci: error: --serial-modes: only for gpuci check")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (root / "out").exists()

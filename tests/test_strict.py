@@ -1,0 +1,79 @@
+"""Strict: a screen's finding stands only where a strict run shows it."""
+
+from __future__ import annotations
+
+from gpuci.classify import Classified
+from gpuci.model import Category, Mode, ModeRun, Outcome, Probe, TestEvidence, TestResult
+from gpuci.results import ModeResults
+from gpuci.strict import confirm_strictly
+
+VICTIM = "test_b.py::test_count"
+
+
+def results(*, beside: tuple[Mode, ...]) -> dict[Mode, ModeResults]:
+    runs = {
+        mode: ModeRun(mode=mode, command=("gpuci",), rootdir="/x", workers=2, beside=beside)
+        for mode in (Mode.SUITE, Mode.PARALLEL)
+    }
+    return {
+        m: ModeResults(run=r, parts=(r,), part_shards=(1,), total_shards=1) for m, r in runs.items()
+    }
+
+
+def suspect(category: Category = Category.CONCURRENCY) -> Classified:
+    failed = TestResult(id=VICTIM, file="test_b.py", outcome=Outcome.FAILED)
+    return Classified(
+        id=VICTIM,
+        category=category,
+        outcomes={Mode.SUITE: Outcome.PASSED, Mode.PARALLEL: Outcome.FAILED},
+        reruns=(Outcome.PASSED, Outcome.PASSED),
+        results={Mode.PARALLEL: failed},
+    )
+
+
+NO_PAIR_FAILED = TestEvidence(
+    id=VICTIM,
+    alone=(Outcome.PASSED, Outcome.PASSED),
+    search="not reproduced: it passed beside each overlapping file (1 runs)",
+    probes=(Probe(count=1, shown=("test_a.py",), outcome=Outcome.PASSED),),
+)
+
+
+def test_a_screen_failure_no_strict_run_reproduces_is_passed_with_a_note() -> None:
+    found = confirm_strictly(suspect(), NO_PAIR_FAILED, results(beside=(Mode.SUITE,)))
+    assert found.category is Category.PASSED
+    assert found.note == (
+        "failed once under the check's combined load (parallel); passed in 3 strict runs"
+    )
+    assert found.strict == "alone-runs; the pair with a co-running file"
+
+
+def test_with_serial_modes_the_category_stands() -> None:
+    found = confirm_strictly(suspect(), NO_PAIR_FAILED, results(beside=()))
+    assert found.category is Category.CONCURRENCY
+    assert not found.note
+
+
+def test_a_search_the_budget_cut_leaves_the_category_standing() -> None:
+    cut = TestEvidence(id=VICTIM, alone=(Outcome.PASSED,), search="not searched (budget)")
+    found = confirm_strictly(suspect(), cut, results(beside=(Mode.SUITE,)))
+    assert found.category is Category.CONCURRENCY
+    assert not found.note and not found.strict
+
+
+def test_a_failing_pair_confirms_it_and_says_so() -> None:
+    paired = TestEvidence(id=VICTIM, culprits=("test_a.py",), search="pair: 1 run(s)")
+    found = confirm_strictly(suspect(), paired, results(beside=(Mode.SUITE,)))
+    assert found.category is Category.CONCURRENCY
+    assert found.strict == "the pair with a co-running file"
+    # a screen's order-dependent suspect whose pair failed instead is concurrency
+    found = confirm_strictly(
+        suspect(Category.ORDER_DEPENDENT), paired, results(beside=(Mode.SUITE,))
+    )
+    assert found.category is Category.CONCURRENCY
+
+
+def test_alone_runs_decide_a_real_failure() -> None:
+    found = confirm_strictly(suspect(Category.FAILED), None, results(beside=(Mode.SUITE,)))
+    assert found.category is Category.FAILED
+    assert found.strict == "alone-runs"
