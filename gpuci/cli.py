@@ -145,12 +145,25 @@ def _diff_options() -> _Parser:
     return parent
 
 
+def _sanitize_options() -> _Parser:
+    """--sanitize, shared by `check` and `explain`."""
+    parent = _Parser(add_help=False)
+    parent.add_argument(
+        "--sanitize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rerun each root that crashed or failed with a CUDA error alone under"
+        " compute-sanitizer memcheck (default: where compute-sanitizer is found)",
+    )
+    return parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, with one subcommand per stage."""
     parser = _Parser(prog="gpuci", description="Catch GPU test-isolation regressions in CI.")
     parser.add_argument("--version", action="version", version=f"gpuci {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run_parent, diff_parent = _run_options(), _diff_options()
+    run_parent, diff_parent, sanitize_parent = _run_options(), _diff_options(), _sanitize_options()
 
     run = sub.add_parser(
         "run",
@@ -181,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser(
         "check",
-        parents=[run_parent, diff_parent],
+        parents=[run_parent, diff_parent, sanitize_parent],
         help="all modes, diff and report in one",
         usage="gpuci check PATHS... --out OUT [options] [-- PYTEST_ARGS...]",
     )
@@ -193,16 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
         " did not pass there, isolated first runs them all",
     )
     check.add_argument("--serial-modes", action="store_true", help="one mode after another")
-    check.add_argument(
-        "--sanitize",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="rerun each root that crashed or failed with a CUDA error alone under"
-        " compute-sanitizer memcheck (default: where compute-sanitizer is found)",
-    )
     explain = sub.add_parser(
         "explain",
-        parents=[diff_parent],
+        parents=[diff_parent, sanitize_parent],
         help="gather the evidence of a results directory: alone-runs, culprits, diagnoses",
         usage="gpuci explain OUT [options] [-- PYTEST_ARGS...]",
     )
@@ -219,13 +225,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _preload_options(explain)
     explain.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
-    explain.add_argument(
-        "--sanitize",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="rerun each root that crashed or failed with a CUDA error alone under"
-        " compute-sanitizer memcheck (default: where compute-sanitizer is found)",
-    )
     return parser
 
 

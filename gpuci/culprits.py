@@ -324,7 +324,9 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
 
 
 def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search:
-    """The victim alone beside each overlapping file, then beside all of them."""
+    """The victim alone beside each overlapping file, then beside all of them; a pair that
+    shows the finding runs once more, and names its partner only if it shows it again (a
+    flaky victim would otherwise name whoever ran beside it by chance)."""
     search = _Search([])
     apart = 0  # pair runs whose interpreters did not all start their tests together
     victim_file = task.victim.partition("::")[0]
@@ -332,10 +334,9 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
     groups: list[Sequence[str]] = [[c] for c in task.candidates]
     if len(task.candidates) > 1:
         groups.append(list(task.candidates))
-    for beside in groups:
-        if prober.exhausted() or prober.stopping():
-            search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
-            return search
+
+    def pair_shows(beside: Sequence[str]) -> bool:
+        nonlocal apart
         runs = [([task.victim], gpu_of(parallel, victim_file))]
         runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
         started = [(ids, gpu) for ids, gpu in runs if ids]
@@ -347,14 +348,25 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
         search.probes.append(
             Probe(count=len(beside), shown=tuple(beside[:PROBE_SHOWN]), outcome=outcome)
         )
-        if _shows(task, outcome):
+        return _shows(task, outcome) is True
+
+    for beside in groups:
+        if prober.exhausted() or prober.stopping():
+            search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
+            return search
+        if not pair_shows(beside):
+            continue
+        if prober.exhausted() or prober.stopping():
+            search.note = "search cut by budget before the pair was confirmed twice"
+            return search
+        if pair_shows(beside):
             search.culprits = tuple(beside)
-            search.note = f"{PAIRED}{len(search.probes)} run(s)" + (
+            search.note = f"{PAIRED}{len(search.probes)} run(s), confirmed twice" + (
                 f"; only all {len(beside)} together" if len(beside) > 1 else ""
             )
             return search
     search.note = (
-        f"not reproduced: it passed beside each overlapping file ({len(search.probes)} runs"
+        f"not reproduced: no pair showed it twice ({len(search.probes)} runs"
         + (f"; {apart} did not overlap" if apart else "")
         + ")"
         if search.probes

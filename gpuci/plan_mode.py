@@ -182,11 +182,31 @@ def plan_mode(
         f"{mode.value}: {where}{len(files)} files{lazy}, {tests} tests{resuming}, workers {why},"
         f" {gpu_text} -> {mode_dir}"
     )
-    options = RunOptions(
+    options = _run_options(
+        args, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
+    )
+    estimates = durations if in_seconds else {}
+    return Screen(discovery=discovery, schedule=schedule, options=options, estimates=estimates), (
+        with_startup
+    )
+
+
+def _run_options(
+    args: argparse.Namespace,
+    mode: Mode,
+    *,
+    out: Path,
+    shard: tuple[int, int] | None,
+    gpus: tuple[str, ...],
+    per_slot: int | None,
+    resume: ModeRun | None,
+) -> RunOptions:
+    """What the command line asks of this mode's interpreters, as planned, for run.json."""
+    return RunOptions(
         mode=mode,
-        out=mode_dir,
+        out=out,
         pytest_args=args.pytest_args,
-        threads=threads,
+        threads=threads_of(args, mode),
         timeout=args.timeout,
         reruns=args.reruns,
         python=args.python,
@@ -200,10 +220,6 @@ def plan_mode(
         run_id=args.run_id,
         settings=mode_settings(args, mode),
         peaks=earlier_peaks(args.durations, args.out),
-    )
-    estimates = durations if in_seconds else {}
-    return Screen(discovery=discovery, schedule=schedule, options=options, estimates=estimates), (
-        with_startup
     )
 
 

@@ -168,8 +168,9 @@ def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) 
 
     # the pool victim ran after 11 tests in suite; the consumer after 12; the first sticky
     # victim after 2 in its file (isolated); the other four sticky victims 1 run each; the
-    # pool victim first tries the sticky culprit (1 run); each hog 1 pair (2 interpreters)
-    bound = bisection(2) + 4 + (1 + bisection(11)) + bisection(12) + 2 * 2
+    # pool victim first tries the sticky culprit (1 run); each hog 1 pair, confirmed by a
+    # second (2 interpreters each)
+    bound = bisection(2) + 4 + (1 + bisection(11)) + bisection(12) + 2 * 2 * 2
     runs = evidence["phases"]["culprits"]["runs"]
     pairs = sum(len(tests[hog]["probes"]) for hog in HOGS)
     assert runs == sum(len(t.get("probes", ())) for t in tests.values()) + pairs

@@ -34,7 +34,7 @@ def suspect(category: Category = Category.CONCURRENCY) -> Classified:
 NO_PAIR_FAILED = TestEvidence(
     id=VICTIM,
     alone=(Outcome.PASSED, Outcome.PASSED),
-    search="not reproduced: it passed beside each overlapping file (1 runs)",
+    search="not reproduced: no pair showed it twice (1 runs)",
     probes=(Probe(count=1, shown=("test_a.py",), outcome=Outcome.PASSED),),
 )
 
@@ -62,7 +62,9 @@ def test_a_search_the_budget_cut_leaves_the_category_standing() -> None:
 
 
 def test_a_failing_pair_confirms_it_and_says_so() -> None:
-    paired = TestEvidence(id=VICTIM, culprits=("test_a.py",), search="pair: 1 run(s)")
+    paired = TestEvidence(
+        id=VICTIM, culprits=("test_a.py",), search="pair: 2 run(s), confirmed twice"
+    )
     found = confirm_strictly(suspect(), paired, results(beside=(Mode.SUITE,)))
     assert found.category is Category.CONCURRENCY
     assert found.strict == "the pair with a co-running file"
