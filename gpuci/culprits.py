@@ -44,6 +44,8 @@ PHASE = "culprits"
 NOT_SEARCHED = "not searched (budget)"
 NOT_REPRODUCED = "not reproduced"  # how a search that never saw the finding again begins
 PAIRED = "pair: "  # how a search that found a co-running file begins
+# the same run went both ways: identical conditions, both outcomes (a flaky victim)
+SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"
 SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 
@@ -252,7 +254,7 @@ def _probe(prober: Prober, task: _Task, search: _Search, before: Sequence[str]) 
 
 
 def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _Search | None:
-    """A culprit set found for an earlier victim, confirmed on this one in one run."""
+    """A culprit set found for an earlier victim, confirmed on this one in two runs."""
     if task.category is not Category.ORDER_DEPENDENT:
         return None
     candidates = set(task.candidates)
@@ -266,12 +268,35 @@ def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _
         tried += 1
         ordered = [c for c in task.candidates if c in set(culprits)]
         if _probe(prober, task, search, ordered):
-            search.culprits = tuple(ordered)
-            search.note = f"cascade: the culprit of an earlier victim, confirmed in {tried} run(s)"
+            if _confirmed_again(prober, task, search, ordered):
+                search.culprits = tuple(ordered)
+                search.note = (
+                    "cascade: the culprit of an earlier victim, confirmed twice in"
+                    f" {len(search.probes)} run(s)"
+                )
             return search
     if not search.probes:
         return None
     return _bisect(prober, task, search)
+
+
+def _shown(task: _Task) -> str:
+    return "failed" if task.category is Category.ORDER_DEPENDENT else "passed"
+
+
+def _confirmed_again(prober: Prober, task: _Task, search: _Search, current: list[str]) -> bool:
+    """Once more, the same run that just showed the finding: a flaky victim comes out either
+    way after anything, and would otherwise hand the search a culprit by chance. Where it
+    does not show it again, the note says the same run went both ways (`SAME_RUN_BOTH_WAYS`)."""
+    if not prober.exhausted() and _probe(prober, task, search, current):
+        return True
+    search.note = (
+        f"search cut by budget before {len(current)} test(s) were confirmed twice"
+        if prober.exhausted()
+        else f"{NOT_REPRODUCED}: it {_shown(task)} after {len(current)} test(s), then not"
+        f" ({SAME_RUN_BOTH_WAYS})"
+    )
+    return False
 
 
 def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Search:
@@ -301,19 +326,13 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
             return search
         confirmed = _probe(prober, task, search, current)
-    what = "failed" if task.category is Category.ORDER_DEPENDENT else "passed"
     if not confirmed:
         runs = len(search.probes)
-        search.note = f"not reproduced: it never {what} after the tests before it ({runs} runs)"
-        return search
-    # Once more, the same: a flaky victim comes out either way after anything, and would
-    # otherwise hand the search a culprit by chance.
-    if prober.exhausted() or not _probe(prober, task, search, current):
         search.note = (
-            f"search cut by budget before {len(current)} test(s) were confirmed twice"
-            if prober.exhausted()
-            else f"not reproduced: it {what} after {len(current)} test(s), then not (flaky?)"
+            f"not reproduced: it never {_shown(task)} after the tests before it ({runs} runs)"
         )
+        return search
+    if not _confirmed_again(prober, task, search, current):
         return search
     runs = len(search.probes)
     search.culprits = tuple(current)

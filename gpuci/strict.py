@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuci.classify import Classified
-from gpuci.culprits import NOT_REPRODUCED, PAIRED
+from gpuci.culprits import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 from gpuci.reproduce import first_in_interpreter, interpreter_order
 from gpuci.results import ModeResults
 
 NO_PAIR = "no file ran beside it"
+SAME_REPLAY = "the same replay of the tests before it, twice: once each way"
 # the categories a screen alone can suggest, and the strict run each needs
 CONFIRMED_BY = {
     Category.ORDER_DEPENDENT: "the failing interpreter's earlier tests replayed",
@@ -38,12 +39,16 @@ class Strict:
     note: str = ""  # why a screen failure is not a finding
 
 
-def confirm_strictly(
+def confirm_strictly(  # noqa: PLR0911 -- each way a category is decided, in turn
     test: Classified, evidence: TestEvidence | None, results: Mapping[Mode, ModeResults]
 ) -> Strict:
     """`test`'s category as strict runs decide it (see the module's docstring)."""
     category = test.category
     alone = "alone-runs" if test.reruns else ""
+    if evidence is not None and SAME_RUN_BOTH_WAYS in evidence.search:
+        # the culprit search ran the same command twice: it failed, then passed (or the
+        # other way round) under identical conditions
+        return Strict(category=Category.FLAKY, strict=SAME_REPLAY)
     if category not in CONFIRMED_BY:
         decided = category in (Category.FAILED, Category.FLAKY, Category.DEPENDS_ON_OTHERS)
         return Strict(category=category, strict=alone if decided else "")
@@ -104,7 +109,8 @@ def _never_reproduced(
         replayed = bool(evidence.probes) or first_in_threads
         return evidence.threaded is Outcome.PASSED and replayed
     if category is Category.ORDER_DEPENDENT and evidence.search.startswith(NOT_REPRODUCED):
-        # "it failed after N test(s), then not (flaky?)": it did fail strictly once
+        # a search that never saw it fail again; one that saw it once was the same run going
+        # both ways, flaky (confirm_strictly)
         return not any(p.outcome in NOT_PASSING for p in evidence.probes)
     return evidence.search.startswith(NOT_REPRODUCED) or evidence.search == NO_PAIR
 

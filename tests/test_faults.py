@@ -7,6 +7,7 @@ reaching the merge request, a file that ends pytest at import, and the smaller o
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,12 +114,14 @@ def test_an_interrupted_fresh_check_leaves_nothing_of_the_previous_one(tmp_path:
     assert first.returncode == 1, first.stderr
     assert verdict_tests(out)["test_fix.py::test_fixed"]["category"] == "failed"
 
+    first_id = check_id(out)
     flag.unlink()  # fixed; the next check is stopped during its suite pass
     hold.touch()
     second = start_check(root, env)
     wait_for_suite_test(out, second)
-    assert not (out / "parallel").exists() and not (out / "isolated").exists()
-    assert not (out / "verdict.json").exists()
+    # what is in OUT now is the new check's: the screens beside the suite, nothing else
+    assert not (out / "isolated").exists() and not (out / "verdict.json").exists()
+    assert first_id not in run_ids(out)
     second.send_signal(signal.SIGINT)
     _, err = second.communicate(timeout=60)
     assert second.returncode == 130, err
@@ -146,8 +149,9 @@ def test_resume_keeps_only_the_interrupted_checks_own_results(tmp_path: Path) ->
     wait_for_suite_test(out, second)
     second.send_signal(signal.SIGINT)
     second.communicate(timeout=60)
-    # the previous check's parallel results put back where the interrupted one would look
+    # the previous check's parallel results put back where the interrupted one's were
     (replaced,) = (out / ".gpuci").glob("replaced-*")
+    shutil.rmtree(out / "parallel", ignore_errors=True)
     (replaced / "parallel").rename(out / "parallel")
     hold.unlink()
     resumed = gpuci("check", ".", "--out", "out", *MODES, "--resume", cwd=root, env=env)

@@ -66,8 +66,8 @@ def test_a_failure_only_under_combined_load_is_passed_with_a_note(tmp_path: Path
     assert parallel["beside"] == ["suite"]
     test = verdict_of(root / "out")[COUNT]
     assert test["category"] == "passed"
-    assert test["note"].startswith("failed once under the check's combined load (parallel);")
-    assert "passed in" in test["note"]
+    assert test["notes"][-1].startswith("failed once under the check's combined load (parallel);")
+    assert "passed in" in test["notes"][-1]
     assert "pair" in test["strict"]
     assert test["reruns"] and set(test["reruns"]) == {"passed"}
     # one pool: the suite interpreter and both parallel files started together
