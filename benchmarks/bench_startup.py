@@ -36,7 +36,11 @@ def run_once(root: Path, forked: bool) -> tuple[float, list[float]]:
     """The mode's wall time and each interpreter's, in seconds."""
     out = root / "out"
     extra = [] if forked else ["--no-preload"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # gpuci from this checkout first; whatever the caller's path holds (its packages) after
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     command = [sys.executable, "-m", "gpuci", "run", ".", "--mode", "isolated", "--out", "out"]
     started = time.monotonic()
     subprocess.run([*command, *extra], cwd=root, env=env, check=True, capture_output=True)

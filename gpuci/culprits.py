@@ -86,9 +86,12 @@ def search_culprits(
     place = {t.id: i for i, t in enumerate(reference.run.tests)}
     tasks = []
     for test in classified.values():
-        # a victim that fails alone when poisoned reads uninitialized memory: its own bug
+        # a victim that fails alone when poisoned reads uninitialized memory: its own bug;
+        # one whose poisoned runs went both ways is flaky: nothing to search for either
         before = found.get(test.id)
-        diagnosed = before is not None and before.poisoned in NOT_PASSING
+        diagnosed = before is not None and (
+            before.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in before.search
+        )
         if test.category in SEARCHED and not diagnosed:
             task = _plan(test, results, orders, place.get(test.id, len(place)))
             if task is not None:

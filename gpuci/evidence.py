@@ -23,7 +23,7 @@ from typing import TextIO
 
 from gpuci.alone import alone_runs_wanted, more_alone, run_alone
 from gpuci.classify import classify_results
-from gpuci.culprits import search_culprits
+from gpuci.culprits import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS, search_culprits
 from gpuci.discover import POISON_ENV
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -34,6 +34,7 @@ from gpuci.formats import (
 )
 from gpuci.interpreter import EXIT_ID
 from gpuci.model import (
+    NOT_PASSING,
     PROBE_SHOWN,
     SUITE_UNIT,
     Category,
@@ -268,7 +269,9 @@ def run_poisoned(
     prober: Prober, victims: Sequence[str], found: Mapping[str, TestEvidence], *, progress: TextIO
 ) -> dict[str, TestEvidence]:
     """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
-    one that fails so reads memory it never wrote (its own bug, not its culprit's)."""
+    one that fails so twice reads memory it never wrote (its own bug, not its culprit's).
+    One that fails poisoned, then passes, went both ways under identical conditions: flaky
+    (its search says so, and none is made)."""
     merged = dict(found)
     if victims and not _poisonable(prober):
         _say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
@@ -278,14 +281,28 @@ def run_poisoned(
     for test_id in victims:
         if prober.exhausted() or prober.stopping():
             break
-        ran = prober.run(
-            [test_id], phase="poisoned", label=f"poisoned: {test_id}", env={POISON_ENV: "1"}
-        )
-        outcome = ran.outcome(test_id)
+        outcomes = [_poisoned_run(prober, test_id)]
+        if outcomes[0] in NOT_PASSING and not prober.exhausted():  # chance, or its bug?
+            outcomes.append(_poisoned_run(prober, test_id))
         before = merged.get(test_id, TestEvidence(id=test_id))
-        merged[test_id] = dataclasses.replace(before, poisoned=outcome)
-        _say(progress, f"  {test_id}: poisoned: {outcome.value}")
+        if len(outcomes) == 2 and outcomes[1] is Outcome.PASSED:
+            merged[test_id] = dataclasses.replace(
+                before,
+                search=f"{NOT_REPRODUCED}: poisoned, it failed, then not ({SAME_RUN_BOTH_WAYS})",
+            )
+        elif outcomes[0] in NOT_PASSING and len(outcomes) == 1:  # unconfirmed: the budget
+            merged[test_id] = before
+        else:
+            merged[test_id] = dataclasses.replace(before, poisoned=outcomes[-1])
+        _say(progress, f"  {test_id}: poisoned: {', '.join(o.value for o in outcomes)}")
     return merged
+
+
+def _poisoned_run(prober: Prober, test_id: str) -> Outcome:
+    ran = prober.run(
+        [test_id], phase="poisoned", label=f"poisoned: {test_id}", env={POISON_ENV: "1"}
+    )
+    return ran.outcome(test_id)
 
 
 def rerun_mode_suspects(

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpuci.culprits import _bisect, _Task
-from gpuci.model import Category, Outcome
+import pytest
+
+import gpuci.evidence
+from gpuci.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _Task
+from gpuci.evidence import run_poisoned
+from gpuci.model import Category, Outcome, TestEvidence
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -35,7 +40,9 @@ class FakeProber:
     def stopping(self) -> bool:
         return False
 
-    def run(self, ids: Sequence[str], *, phase: str, label: str) -> FakeRun:
+    poisoned: bool = False  # the check runs poisoned already (--poison)
+
+    def run(self, ids: Sequence[str], *, phase: str, label: str, env: object = None) -> FakeRun:
         self.runs.append(list(ids))
         return FakeRun(self.victim(ids, len(self.runs)))
 
@@ -68,6 +75,35 @@ def test_a_flaky_victim_gets_no_culprit_by_chance() -> None:
     search = _bisect(prober, task(Category.DEPENDS_ON_OTHERS))
     assert search.culprits == ()
     assert search.note.startswith("not reproduced")
+
+
+def test_a_cascade_names_an_earlier_culprit_only_when_it_shows_twice() -> None:
+    culprit = CANDIDATES[2]
+    sticky = FakeProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
+    search = _cascade(sticky, task(Category.ORDER_DEPENDENT), [(culprit,)])
+    assert search is not None and search.culprits == (culprit,)
+    assert sticky.runs == [[culprit, VICTIM]] * 2
+    # a flaky victim fails after it once by chance, then passes: the same run both ways
+    flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
+    search = _cascade(flaky, task(Category.ORDER_DEPENDENT), [(culprit,)])
+    assert search is not None and search.culprits == ()
+    assert SAME_RUN_BOTH_WAYS in search.note and len(flaky.runs) == 2
+
+
+def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gpuci.evidence, "_poisonable", lambda prober: True)
+    reader = FakeProber(lambda _, n: Outcome.FAILED)
+    found = run_poisoned(reader, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2
+    flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
+    found = run_poisoned(flaky, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    assert found[VICTIM].poisoned is None
+    assert SAME_RUN_BOTH_WAYS in found[VICTIM].search
+    clean = FakeProber(lambda _, n: Outcome.PASSED)
+    found = run_poisoned(clean, [VICTIM], {VICTIM: TestEvidence(id=VICTIM)}, progress=io.StringIO())  # type: ignore[arg-type]
+    assert found[VICTIM].poisoned is Outcome.PASSED and len(clean.runs) == 1
 
 
 def test_a_search_cut_by_the_budget_names_no_culprit() -> None:

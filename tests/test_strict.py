@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuci.classify import Classified
+from gpuci.culprits import SAME_RUN_BOTH_WAYS
 from gpuci.model import Category, Mode, ModeRun, Outcome, Probe, TestEvidence, TestResult
 from gpuci.results import ModeResults
 from gpuci.strict import confirm_strictly
@@ -79,3 +80,15 @@ def test_alone_runs_decide_a_real_failure() -> None:
     found = confirm_strictly(suspect(Category.FAILED), None, results(beside=(Mode.SUITE,)))
     assert found.category is Category.FAILED
     assert found.strict == "alone-runs"
+
+
+def test_a_replay_that_went_both_ways_makes_the_victim_flaky() -> None:
+    both = TestEvidence(
+        id=VICTIM,
+        alone=(Outcome.PASSED,),
+        search=f"not reproduced: it failed after 1 test(s), then not ({SAME_RUN_BOTH_WAYS})",
+    )
+    for category in (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS):
+        found = confirm_strictly(suspect(category), both, results(beside=(Mode.SUITE,)))
+        assert found.category is Category.FLAKY
+        assert found.strict == "the same replay of the tests before it, twice: once each way"
