@@ -94,7 +94,7 @@ PY
             --imports numpy,cupy,cupy.testing --repeat 2
         cat "$WORK/startup.log" ;;
     polluted)
-        for how in default serial; do
+        for how in ${POLLUTED_HOW:-default serial}; do
             extra=(); [ "$how" = serial ] && extra=(--serial-modes)
             GPU_POLLUTED_STATE="$WORK/state-$how" timed polluted-$how 450 python3 -m gpuci check \
                 examples/gpu_polluted --out "$WORK/p-$how" --timeout 120 "${extra[@]}"
