@@ -209,7 +209,8 @@ def _budget(args: argparse.Namespace) -> float:
 def _replace_earlier(args: argparse.Namespace) -> None:
     """A fresh check: move OUT's earlier results aside, under a new run id (`args.run_id`)."""
     args.run_id = new_run_id()
-    replaced = replace_earlier(args.out, args.run_id)
+    replaced, aside = replace_earlier(args.out, args.run_id)
+    args.history = aside if replaced else None  # the earlier check: its files' times
     if replaced:
         say(
             f"replacing the earlier results in {args.out}: {', '.join(replaced)}"

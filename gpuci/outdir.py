@@ -80,9 +80,10 @@ def _holder(handle: IO[str]) -> str:
     return "another gpuci process"
 
 
-def replace_earlier(out: Path, run_id: str) -> list[str]:
+def replace_earlier(out: Path, run_id: str) -> tuple[list[str], Path]:
     """Move OUT's earlier results aside (one rename each) and record `run_id` as the
-    check's; what was moved, by name."""
+    check's; what was moved, by name, and where to (its file times order the new check's
+    files until it has results of its own)."""
     state = out / STATE_DIR
     _forget_replaced(state)  # an earlier check interrupted before it could
     aside = state / f"{REPLACED_PREFIX}{run_id}"
@@ -93,7 +94,7 @@ def replace_earlier(out: Path, run_id: str) -> list[str]:
     for name in moved:
         (out / name).rename(aside / name)
     (state / CHECK_NAME).write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")
-    return moved
+    return moved, aside
 
 
 def forget_replaced(out: Path) -> None:

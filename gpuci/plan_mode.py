@@ -60,6 +60,12 @@ def mode_dir_of(args: argparse.Namespace, mode: Mode) -> Path:
     return mode_dir / f"shard-{shard[0]}-of-{shard[1]}" if shard else mode_dir
 
 
+def _history(args: argparse.Namespace) -> Path:
+    """Where an earlier run's results are: what a fresh check moved aside, else OUT."""
+    history: Path | None = getattr(args, "history", None)
+    return history if history is not None else args.out
+
+
 def _durations(
     args: argparse.Namespace, mode: Mode, discovery: Discovery, timed_by: ModeRun | None
 ) -> tuple[dict[str, float], bool, bool]:
@@ -75,7 +81,7 @@ def _durations(
         return read_durations(args.durations), True, True
     if mode is not Mode.ISOLATED:
         for earlier in (Mode.ISOLATED, Mode.PARALLEL):
-            directory = args.out / earlier.value
+            directory = _history(args) / earlier.value
             if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
                 with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
                     return read_durations(directory), True, True
@@ -219,7 +225,7 @@ def _run_options(
         resume=resume,
         run_id=args.run_id,
         settings=mode_settings(args, mode),
-        peaks=earlier_peaks(args.durations, args.out),
+        peaks=earlier_peaks(args.durations, _history(args)),
     )
 
 

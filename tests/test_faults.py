@@ -343,3 +343,26 @@ def test_bad_options_are_refused_at_once_and_touch_nothing(tmp_path: Path) -> No
     unwritable = gpuci("check", ".", "--out", "a_file/out", cwd=root)
     assert unwritable.returncode == 2
     assert unwritable.stderr.startswith("gpuci: error: a_file/out: cannot write results there")
+
+
+def test_a_fresh_check_still_orders_its_files_by_the_replaced_checks_times(
+    tmp_path: Path,
+) -> None:
+    root = write(
+        tmp_path / "suite",
+        {
+            "test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(1.5)\n",
+            "test_many.py": "".join(f"def test_{n}():\n    pass\n\n\n" for n in range(6)),
+        },
+    )
+
+    def first_in_parallel() -> str:
+        run = json.loads((root / "out" / "parallel" / "run.json").read_text("utf-8"))
+        return str(min(run["files"], key=lambda f: f["start"])["file"])
+
+    check = ("check", ".", "--out", "out", *MODES, "--workers", "1")
+    assert gpuci(*check, cwd=root).returncode == 0
+    assert first_in_parallel() == "test_many.py"  # no history: the most tests first
+    assert gpuci(*check, cwd=root).returncode == 0
+    # the second check read the first one's times, moved aside: the longest file first
+    assert first_in_parallel() == "test_slow.py"
