@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # This session's device runs (issues 18, 19, 20), each step timed in one command; logs and
 # results under $OUT (the device returns few files: one tarball and a summary).
-#   scripts/device_screens.sh STEP...   steps: subset startup polluted storm
+#   scripts/device_screens.sh STEP...   steps: subset subset2 startup polluted storm
+# subset2:  the same checks twice each into one OUT: the second orders by the first's times
 # subset:   CuPy v14.2.0's 18-file subset (cupy-tests/): plain pytest warm, gpuci check
 #           (default: screens, no threads), gpuci check with threads on, plain pytest again
 # startup:  fresh against forked interpreter start-up per file, files importing CuPy
@@ -87,6 +88,31 @@ for mode in ("suite", "parallel", "isolated"):
         its = [i for f in run["files"] for i in f["interpreters"]]
         print(mode, "interpreters", len(its), "forked", sum(bool(i.get("forked")) for i in its),
               "peak MiB", max((i.get("gpu_peak_mib") or 0) for i in its) if its else 0)
+PY
+        cd "$ROOT" ;;
+    subset2)  # each check twice into one OUT: the second orders by the first's times (CI)
+        cd "$ROOT/cupy-tests" || exit 3
+        for run in 1 2; do
+            timed pytest-$run 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
+        done
+        for run in a b; do
+            timed check-default-$run 300 python3 -m gpuci check "${SUBSET[@]}" \
+                --out "$WORK/o-default" --timeout 120 -- -m "$MARK"
+            findings "$WORK/o-default/verdict.json" | head -3
+        done
+        for run in a b; do
+            timed check-threads-$run 300 python3 -m gpuci check "${SUBSET[@]}" \
+                --out "$WORK/o-threads" --modes suite,parallel,threads,isolated --timeout 120 \
+                -- -m "$MARK"
+            findings "$WORK/o-threads/verdict.json" | head -3
+        done
+        timed pytest-3 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["pytest-2"]) + float(walls["pytest-3"])) / 2
+for name in sorted(w for w in walls if w.startswith("check")):
+    print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
 PY
         cd "$ROOT" ;;
     startup)
