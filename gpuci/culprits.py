@@ -1,21 +1,17 @@
 """Culprits: which test broke which, found by replaying the failing interpreter in pieces.
 
-- order-dependent: the tests that ran before the victim in the interpreter where it failed
-  are halved, keeping a half after which the victim still fails, down to the smallest set
-  (one test, in most real cases): about 2·log2(n) fresh interpreters, each running
-  `[candidates..., victim]` in the original order, then one run that confirms the set.
-- cascades: a culprit set found for one victim is tried first on every later victim that
-  ran after it (one run each), so a sticky CUDA error or a leaked pool limit becomes one
-  root with its victims instead of a bisection per victim.
-- depends-on-others: the same halving over the tests before it where it passed, keeping
-  a half after which it passes: its providers.
-- concurrency: the victim alone, started together with each file that overlapped it in
-  the parallel run (nearest in time first), both held at their first test until both got
-  there, so that the victim's test runs while the partner's first does; the first pair
-  that fails names the co-runner. If no pair fails, all of them at once.
+- order-dependent: the tests before the victim where it failed are halved, keeping a half
+  after which it still fails, down to the smallest set: about 2·log2(n) fresh interpreters
+  running `[candidates..., victim]` in the original order.
+- cascades: a culprit set found for one victim is tried first on every later victim (a
+  sticky CUDA error, a leaked pool limit: one root with its victims).
+- depends-on-others: the same halving, keeping a half after which it passes.
+- concurrency: the victim started with each file that overlapped it (nearest first), both
+  held at their first test until both got there; else with all of them at once.
 
-Every run is evidence: counted against the budget, kept as a `Probe`, and a search the
-budget cut says so.
+Every answer is confirmed by a second identical run; where that run goes the other way,
+the victim is flaky and nothing is named. Every run counts against the budget and is kept
+as a `Probe`; a search the budget cut says so.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from gpuci.beside import beside_suite_test, co_runners
 from gpuci.classify import Classified
 from gpuci.model import (
     NOT_PASSING,
@@ -37,16 +34,16 @@ from gpuci.model import (
     printable,
 )
 from gpuci.probe import Prober
-from gpuci.reproduce import MAX_BESIDE, Order, gpu_of, ran_beside
+from gpuci.reproduce import Order, gpu_of
 from gpuci.results import ModeResults
 
 PHASE = "culprits"
 NOT_SEARCHED = "not searched (budget)"
 NOT_REPRODUCED = "not reproduced"  # how a search that never saw the finding again begins
 PAIRED = "pair: "  # how a search that found a co-running file begins
-# the same run went both ways: identical conditions, both outcomes (a flaky victim)
-SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"
+SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"  # identical runs, both outcomes
 SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
+SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 
 
@@ -142,18 +139,17 @@ def _plan(
         return _Task(
             victim=test.id,
             category=test.category,
-            candidates=_co_runners(results, test.results[Mode.PARALLEL].file),
+            candidates=co_runners(results, test.results[Mode.PARALLEL].file),
             rank=(2, place),
         )
     parallel = results.get(Mode.PARALLEL)
     pairs: tuple[str, ...] = ()
-    if (  # it failed in the parallel screen too: maybe beside a file, not after one
-        parallel is not None
-        and parallel.run.beside
-        and test.category is Category.ORDER_DEPENDENT
-        and test.outcomes.get(Mode.PARALLEL) in NOT_PASSING
-    ):
-        pairs = _co_runners(results, test.results[Mode.PARALLEL].file)
+    if parallel is not None and parallel.run.beside and test.category is Category.ORDER_DEPENDENT:
+        # a screen's failure: maybe beside a file, not after one
+        if test.outcomes.get(Mode.PARALLEL) in NOT_PASSING:
+            pairs = co_runners(results, test.results[Mode.PARALLEL].file)
+        elif test.outcomes.get(Mode.SUITE) in NOT_PASSING:
+            pairs = beside_suite_test(results, test.id)
     wanted: set[Outcome] = (
         set(NOT_PASSING) if test.category is Category.ORDER_DEPENDENT else {Outcome.PASSED}
     )
@@ -180,37 +176,6 @@ def _plan(
                 pairs=pairs,
             )
     return best
-
-
-def _co_runners(results: Mapping[Mode, ModeResults], file: str) -> tuple[str, ...]:
-    """The files that ran beside `file`'s parallel interpreter, longest overlap first: the
-    parallel files, then, where the screens ran at once, the threads files and the files
-    the suite interpreter ran meanwhile (its tests' times laid end to end)."""
-    parallel = results[Mode.PARALLEL]
-    found = ran_beside(parallel, file, limit=None)
-    mine = next((f for p in parallel.parts for f in p.files if f.file == file), None)
-    if mine is None or not parallel.run.beside:
-        return tuple(found[:MAX_BESIDE])
-    overlaps: dict[str, float] = {}
-    spans: list[tuple[str, float, float]] = []
-    for mode in (Mode.THREADS, Mode.SUITE):
-        for part in results[mode].parts if mode in results else ():
-            if mode is Mode.THREADS:
-                spans += [(f.file, f.start, f.end) for f in part.files]
-            elif part.files and part.files[0].interpreters:
-                first = part.files[0].interpreters[0]
-                clock = first.start + (first.startup_s or 0.0)
-                for test in part.tests:
-                    spans.append((test.file, clock, clock + test.duration))
-                    clock += test.duration
-    for name, start, end in spans:
-        overlap = min(end, mine.end) - max(start, mine.start)
-        # not its own file: two copies of one file at once happen only in the screens (a
-        # big test's copies run out of memory together), never in a run of one mode
-        if overlap > 0 and name != file:
-            overlaps[name] = overlaps.get(name, 0.0) + overlap
-    more = sorted((f for f in overlaps if f not in found), key=lambda f: -overlaps[f])
-    return tuple((found + more)[:MAX_BESIDE])
 
 
 def _paired_instead(prober: Prober, parallel: ModeResults, task: _Task, replay: _Search) -> _Search:
@@ -283,21 +248,16 @@ def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _
     return _bisect(prober, task, search)
 
 
-def _shown(task: _Task) -> str:
-    return "failed" if task.category is Category.ORDER_DEPENDENT else "passed"
-
-
 def _confirmed_again(prober: Prober, task: _Task, search: _Search, current: list[str]) -> bool:
-    """Once more, the same run that just showed the finding: a flaky victim comes out either
-    way after anything, and would otherwise hand the search a culprit by chance. Where it
-    does not show it again, the note says the same run went both ways (`SAME_RUN_BOTH_WAYS`)."""
+    """The run that just showed the finding, once more: a flaky victim would otherwise hand
+    the search a culprit by chance (then the note says `SAME_RUN_BOTH_WAYS`)."""
     if not prober.exhausted() and _probe(prober, task, search, current):
         return True
     search.note = (
         f"search cut by budget before {len(current)} test(s) were confirmed twice"
         if prober.exhausted()
-        else f"{NOT_REPRODUCED}: it {_shown(task)} after {len(current)} test(s), then not"
-        f" ({SAME_RUN_BOTH_WAYS})"
+        else f"{NOT_REPRODUCED}: it {SHOWN[task.category]} after {len(current)} test(s),"
+        f" then not ({SAME_RUN_BOTH_WAYS})"
     )
     return False
 
@@ -331,9 +291,8 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
         confirmed = _probe(prober, task, search, current)
     if not confirmed:
         runs = len(search.probes)
-        search.note = (
-            f"not reproduced: it never {_shown(task)} after the tests before it ({runs} runs)"
-        )
+        what = SHOWN[task.category]
+        search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
         return search
     if not _confirmed_again(prober, task, search, current):
         return search
@@ -346,9 +305,8 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
 
 
 def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search:
-    """The victim alone beside each overlapping file, then beside all of them; a pair that
-    shows the finding runs once more, and names its partner only if it shows it again (a
-    flaky victim would otherwise name whoever ran beside it by chance)."""
+    """The victim alone beside each overlapping file, then beside all of them; a pair
+    names its partner only where it shows the finding twice in a row."""
     search = _Search([])
     apart = 0  # pair runs whose interpreters did not all start their tests together
     victim_file = task.victim.partition("::")[0]

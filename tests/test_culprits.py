@@ -45,10 +45,10 @@ def test_{name}_hold():
     ledger = Path(os.environ["HOG_DIR"])
     mine = ledger / "{name}"
     mine.write_text("40%")
-    try:  # it holds its share for 1.5 s, and half way through asks for more
-        time.sleep(0.75)
+    try:  # it holds its share for 3 s, and half way through asks for more
+        time.sleep(1.5)
         others = sorted(p.name for p in ledger.iterdir() if p.name != "{name}")
-        time.sleep(0.75)
+        time.sleep(1.5)
         assert not others, f"out of device memory: held by {{others}}"
     finally:
         mine.unlink()

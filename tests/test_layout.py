@@ -51,6 +51,7 @@ STAGES = (
     "probe",
     "alone",
     "priorities",
+    "beside",
     "culprits",
     "strict",
     "sanitizer",
