@@ -61,7 +61,7 @@ import pytest
 from gpuci.plugin_poison import POISON_WARNING_FILTERS, Poisoner
 
 MESSAGE_LIMIT = 500
-_FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
+_FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
 RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"
 RENDEZVOUS_WAIT_S = 60.0  # a partner that never gets there does not hold the other forever
 RENDEZVOUS_POLL_S = 0.01
@@ -229,15 +229,22 @@ def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
     return "passed", ""
 
 
-def _innermost_own(report: pytest.TestReport) -> str:
-    """`path:line` of the innermost traceback entry in the suite's own code, or ""."""
+def _innermost_own(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """`path:line` of the innermost traceback entry in the suite's own code, or "": from
+    pytest's structured traceback, else from the text it gives some collection errors as."""
     traceback = getattr(report.longrepr, "reprtraceback", None)
     entries = getattr(traceback, "reprentries", None) or ()
-    for entry in reversed(entries):
-        location = getattr(entry, "reprfileloc", None)
-        path = str(getattr(location, "path", ""))
+    places = [
+        (str(getattr(loc, "path", "")), getattr(loc, "lineno", 0))
+        for entry in entries
+        if (loc := getattr(entry, "reprfileloc", None)) is not None
+    ]
+    if not entries:  # `ImportError while importing test module ...`: text only
+        frames = map(_FRAME.match, str(report.longrepr or "").splitlines())
+        places = [(m[1], int(m[2])) for m in frames if m]
+    for path, line in reversed(places):
         if path and not path.startswith("<") and not any(d in path for d in SITE_DIRS):
-            return f"{path}:{getattr(location, 'lineno', 0)}"[:MESSAGE_LIMIT]
+            return f"{path}:{line}"[:MESSAGE_LIMIT]
     return ""
 
 
@@ -281,11 +288,10 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     if isinstance(report, pytest.CollectReport) and lines:
         # collection errors print a whole traceback; its last line names the error, and
-        # its innermost frame in the suite's own files (a relative path) says where
-        frames = map(_FRAME.match, str(longrepr).splitlines())
-        where = [m[1] for m in frames if m and not m[1].startswith(("/", "<"))]
+        # its innermost frame in the suite's own code says where
+        where = _innermost_own(report)
         text = lines[-1].removeprefix("E").strip()
-        return (f"{text} ({where[-1]})" if where else text)[:MESSAGE_LIMIT]
+        return (f"{text} ({where})" if where else text)[:MESSAGE_LIMIT]
     return lines[0][:MESSAGE_LIMIT] if lines else ""
 
 
