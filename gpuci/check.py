@@ -89,6 +89,19 @@ def run_check(args: argparse.Namespace, asked: AskedModes) -> dict[Mode, ModeRun
     return runs
 
 
+def _finished(
+    args: argparse.Namespace, modes: list[Mode], earlier: dict[Mode, ModeRun]
+) -> dict[Mode, ModeRun]:
+    """The modes an interrupted check finished (--resume): kept as they are, and said so."""
+    runs: dict[Mode, ModeRun] = {}
+    for mode in modes:
+        prior = earlier.get(mode)
+        if prior is not None and not prior.interrupted:
+            say(f"{mode.value}: finished earlier, kept ({mode_dir_of(args, mode)})")
+            runs[mode] = prior
+    return runs
+
+
 def _run_serially(
     args: argparse.Namespace,
     modes: list[Mode],
@@ -97,13 +110,12 @@ def _run_serially(
     discovery: Discovery,
 ) -> dict[Mode, ModeRun]:
     """--serial-modes: each mode on its own, one after the other, in the order given."""
-    runs: dict[Mode, ModeRun] = {}
+    runs = _finished(args, modes, earlier)
     for mode in modes:
+        if mode in runs:
+            continue
         prior = earlier.get(mode)
-        if prior is not None and not prior.interrupted:
-            say(f"{mode.value}: finished earlier, kept ({mode_dir_of(args, mode)})")
-            runs[mode] = prior
-        elif mode is Mode.ISOLATED and lazy:
+        if mode is Mode.ISOLATED and lazy:
             runs[mode] = _lazy_isolated(args, discovery, runs, lazy, prior)
         else:
             timed_by = runs.get(Mode.SUITE) if mode is Mode.PARALLEL else None
@@ -120,12 +132,7 @@ def _run_screened(
 ) -> tuple[dict[Mode, ModeRun], int]:
     """The screens at once in one pool (isolated, strict, before them when it comes first in
     --modes, else lazily after them); the runs, and the pool's slots."""
-    runs: dict[Mode, ModeRun] = {}
-    for mode in modes:
-        prior = earlier.get(mode)
-        if prior is not None and not prior.interrupted:
-            say(f"{mode.value}: finished earlier, kept ({mode_dir_of(args, mode)})")
-            runs[mode] = prior
+    runs = _finished(args, modes, earlier)
     if Mode.ISOLATED in modes and not lazy and Mode.ISOLATED not in runs:
         runs[Mode.ISOLATED] = run_one_mode(
             args, Mode.ISOLATED, discovery, resume=earlier.get(Mode.ISOLATED)
