@@ -151,8 +151,10 @@ class ForkServer:
     def _said_ready(self) -> None:
         """One line on what the parent imported (and one on what it could not find)."""
         assert self.ready is not None
-        imported = [  # the standard library's are imported too, but say little
-            m for m in self.ready["imported"] if m.partition(".")[0] not in sys.stdlib_module_names
+        imported = [  # the standard library's and pytest's own are imported too, but say little
+            m
+            for m in self.ready["imported"]
+            if m.partition(".")[0] not in {*sys.stdlib_module_names, "_pytest"}
         ]
         shown = ", ".join(imported[:6]) + (
             f" and {len(imported) - 6} more" if len(imported) > 6 else ""

@@ -20,8 +20,10 @@ It imports nothing of gpuci: it must not be in the children's way.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import ctypes
+import gc
 import importlib
 import importlib.metadata
 import importlib.util
@@ -36,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+MAX_PLUGIN_FILES = 400  # a plugin distribution's files whose imports are read
 MESSAGE_MAX = 1 << 20  # bytes of one request (its environment is the largest part)
 TICK_S = 0.02  # how often the parent looks for children that ended
 CUDA_ERROR_NOT_INITIALIZED = 3
@@ -118,16 +121,47 @@ def is_users(name: str, roots: list[Path]) -> bool:
     return False
 
 
-def rewritten_by_pytest() -> set[str]:
-    """The top-level modules of every distribution with a pytest11 entry point (plugins).
+def module_level_imports(tree: ast.Module) -> list[str]:
+    """What a module imports at module level (not in functions), in first-seen order.
+
+    `import a.b` gives `a.b`, `from a.b import c` gives `a.b`; relative imports are left out.
+    """
+    found: dict[str, None] = {}
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, ast.Import):
+            found.update((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found[node.module] = None
+        elif isinstance(node, ast.If | ast.Try | ast.With):  # still module level
+            todo[:0] = [
+                *node.body,
+                *getattr(node, "orelse", ()),
+                *(s for h in getattr(node, "handlers", ()) for s in h.body),
+                *getattr(node, "finalbody", ()),
+            ]
+    found.pop("__future__", None)
+    return list(found)
+
+
+def _plugins() -> list[importlib.metadata.Distribution]:
+    """Every installed distribution with a pytest11 entry point."""
+    return [
+        dist
+        for dist in importlib.metadata.distributions()
+        if any(ep.group == "pytest11" for ep in dist.entry_points)
+    ]
+
+
+def rewritten_by_pytest(plugins: list[importlib.metadata.Distribution]) -> set[str]:
+    """The top-level modules of the plugins' distributions.
 
     pytest imports them through its assertion rewriter, and warns (an error under
     `filterwarnings = error`) where one was imported before: they are never preloaded.
     """
     names: set[str] = set()
-    for dist in importlib.metadata.distributions():
-        if not any(ep.group == "pytest11" for ep in dist.entry_points):
-            continue
+    for dist in plugins:
         names.update(ep.module.partition(".")[0] for ep in dist.entry_points)
         for file in dist.files or ():
             parts = file.parts
@@ -138,13 +172,44 @@ def rewritten_by_pytest() -> set[str]:
     return names
 
 
+def _pytest_builtins() -> list[str]:
+    """pytest's own default plugins: `import pytest` leaves some for pytest's start-up."""
+    config = sys.modules.get("_pytest.config")
+    return [f"_pytest.{name}" for name in getattr(config, "default_plugins", ())]
+
+
+def plugins_imports(
+    plugins: list[importlib.metadata.Distribution], rewritten: set[str]
+) -> list[str]:
+    """What the plugins' own modules import at module level from outside the plugins.
+
+    Those (NumPy for pytest-run-parallel) are imported plainly, not rewritten: a fresh
+    interpreter would import them as the plugins load, so the parent may import them once.
+    """
+    found: dict[str, None] = {}
+    for dist in plugins:
+        files = [f for f in dist.files or () if f.suffix == ".py" and f.parts[0] in rewritten]
+        for file in files[:MAX_PLUGIN_FILES]:
+            try:
+                tree = ast.parse(Path(str(dist.locate_file(file))).read_bytes())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            found.update(
+                (name, None)
+                for name in module_level_imports(tree)
+                if name.partition(".")[0] not in rewritten
+            )
+    return list(found)
+
+
 def preload(config: dict[str, Any]) -> dict[str, Any]:
     """Import pytest, its plugins and the modules asked for; the `ready` message."""
     roots = [Path(r).resolve() for r in config.get("roots", ())]
     imported: list[str] = []
     missing: list[str] = []
     skipped: list[str] = []
-    rewritten = rewritten_by_pytest()
+    plugins = _plugins()
+    rewritten = rewritten_by_pytest(plugins)
     for name in dict.fromkeys(["pytest", *config.get("modules", ())]):
         try:
             if name.partition(".")[0] in rewritten or is_users(name, roots):
@@ -161,6 +226,19 @@ def preload(config: dict[str, Any]) -> dict[str, Any]:
         state = cuda_state()
         if state is not None:
             return _refuse(f"importing {name} created CUDA state: {state}")
+        imported.append(name)
+    for name in [*_pytest_builtins(), *plugins_imports(plugins, rewritten)]:
+        if name in sys.modules or is_users(name, roots):
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue  # an optional import of the plugin's: its child finds it missing too
+        except BaseException as exc:  # whatever an import raises: fall back
+            return _refuse(f"importing {name} (for a pytest plugin) failed: {exc!r}")
+        state = cuda_state()
+        if state is not None:
+            return _refuse(f"importing {name} (for a pytest plugin) created CUDA state: {state}")
         imported.append(name)
     return {"ready": True, "imported": imported, "missing": missing, "skipped": skipped}
 
@@ -262,6 +340,10 @@ def main() -> None:
     except Exception as exc:  # whatever went wrong: gpuci falls back
         ready = _refuse(f"the pre-imported parent failed: {type(exc).__name__}: {exc}")
     _send(sock, ready)
+    # What the parent imported lives as long as any child: frozen, a child's garbage
+    # collector never walks it (nor touches its pages, which copy-on-write shares).
+    gc.collect()
+    gc.freeze()
     if not ready["ready"] or serve(sock) is None:
         return
     # The forked child: pytest as `python -m pytest` runs it; its SystemExit ends this

@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from gpuci.preimport import module_level_imports
+
 MAX_SCANNED = 5000  # test files whose imports are read
 
 
@@ -43,21 +45,7 @@ def top_level_imports(files: Iterable[Path]) -> list[str]:
         except (OSError, SyntaxError, ValueError):
             continue
         rewritten |= _rewritten(tree)
-        todo: list[ast.stmt] = list(tree.body)
-        while todo:
-            node = todo.pop(0)
-            if isinstance(node, ast.Import):
-                found.update((alias.name, None) for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                found[node.module] = None
-            elif isinstance(node, ast.If | ast.Try | ast.With):  # still module level
-                todo[:0] = [
-                    *node.body,
-                    *getattr(node, "orelse", ()),
-                    *(s for h in getattr(node, "handlers", ()) for s in h.body),
-                    *getattr(node, "finalbody", ()),
-                ]
-    found.pop("__future__", None)
+        found.update((name, None) for name in module_level_imports(tree))
     left_out = {"conftest", *(name.partition(".")[0] for name in rewritten)}
     return [name for name in found if name.partition(".")[0] not in left_out]
 

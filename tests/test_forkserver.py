@@ -367,6 +367,42 @@ def test_a_pytest_plugin_is_left_to_pytests_assertion_rewriter(tmp_path: Path) -
     assert forked(run_json(root)) == [True]
 
 
+def test_a_plugins_plain_dependency_is_imported_once_by_the_parent(tmp_path: Path) -> None:
+    # pytest-run-parallel imports NumPy as it loads: every forked child paid for it again
+    site = write(
+        tmp_path / "site",
+        {
+            "plugdep.py": """
+                import os
+                with open(os.environ["IMPORTS_LOG"], "a") as log:
+                    log.write(f"{os.getpid()}\\n")
+            """,
+            "depplug/__init__.py": "",
+            "depplug/plugin.py": "import plugdep\n\ndef pytest_configure(config):\n    pass\n",
+            "depplug-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: depplug\n",
+            "depplug-1.0.dist-info/entry_points.txt": "[pytest11]\ndepplug = depplug.plugin\n",
+            "depplug-1.0.dist-info/RECORD": "depplug/__init__.py,,\ndepplug/plugin.py,,\n",
+        },
+    )
+    test = """
+        import sys
+
+        def test_loaded():
+            assert "plugdep" in sys.modules
+            assert type(sys.modules["depplug.plugin"].__loader__).__name__ == (
+                "AssertionRewritingHook"
+            )
+    """
+    root = write(tmp_path / "suite", {"test_a.py": test, "test_b.py": test, "test_c.py": test})
+    log = tmp_path / "imports.log"
+    env = {**env_with(site), "IMPORTS_LOG": str(log)}
+    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert forked(run_json(root)) == [True, True, True]
+    # discovery's fresh interpreter, then the parent once: no child imported it again
+    assert len(log.read_text(encoding="utf-8").split()) == 2
+
+
 def test_a_child_whose_python_settings_differ_starts_fresh(server: Any) -> None:
     # PYTHONPATH, PYTHONHASHSEED...: read as an interpreter starts; a fork keeps the parent's
     served, root = server
