@@ -140,12 +140,13 @@ def _run_screened(
     gpus = detect_gpus(args.gpus, os.environ)
     per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
     screened = [m for m in modes if m is not Mode.ISOLATED and m not in runs]
-    # parallel's slots, and one more for the suite interpreter, which holds its slot from
-    # start to end: the parallel files still run W at a time; never more than the units
+    # W slots for each screen of files (the parallel files still run W at a time, the
+    # threads files W of their own beside them), and one for the suite interpreter, which
+    # holds its slot from start to end; never more than the units
     units = sum(1 if m is Mode.SUITE else len(discovery.files) for m in screened)
-    workers, _ = pool_workers(parse_workers(args.workers), gpus, per_slot, units)
-    if Mode.SUITE in screened and len(screened) > 1:
-        workers = min(workers + 1, units)
+    per_screen, _ = pool_workers(parse_workers(args.workers), gpus, per_slot, units)
+    of_files = sum(m is not Mode.SUITE for m in screened)
+    workers = min(per_screen * max(of_files, 1) + (Mode.SUITE in screened and of_files > 0), units)
     screens = [
         plan_mode(args, mode, discovery, resume=earlier.get(mode), pool=workers)[0]
         for mode in screened

@@ -108,9 +108,7 @@ def search_culprits(
         if task.category is Category.CONCURRENCY:
             search = _search_pairs(prober, results[Mode.PARALLEL], task)
         else:
-            search = _cascade(prober, task, roots) or _bisect(prober, task)
-            if task.pairs and search.note.startswith(NOT_REPRODUCED):
-                search = _paired_instead(prober, results[Mode.PARALLEL], task, search)
+            search = _replay(prober, results.get(Mode.PARALLEL), task, roots)
         searches[task.victim] = search
         if search.culprits and search.culprits not in roots:
             roots.append(search.culprits)
@@ -176,6 +174,23 @@ def _plan(
                 pairs=pairs,
             )
     return best
+
+
+def _replay(
+    prober: Prober, parallel: ModeResults | None, task: _Task, roots: list[tuple[str, ...]]
+) -> _Search:
+    """An interpreter's victim: known culprits first, then halving; where the replay never
+    showed it, the files that ran beside it in the parallel screen."""
+    search = _cascade(prober, task, roots) or _bisect(prober, task)
+    # a replay that went both ways made it flaky: no pair can say otherwise
+    if (
+        parallel is not None
+        and task.pairs
+        and search.note.startswith(NOT_REPRODUCED)
+        and SAME_RUN_BOTH_WAYS not in search.note
+    ):
+        return _paired_instead(prober, parallel, task, search)
+    return search
 
 
 def _paired_instead(prober: Prober, parallel: ModeResults, task: _Task, replay: _Search) -> _Search:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from gpuci.discover import Discovery
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
 from gpuci.plan import Schedule
-from gpuci.pool import run_beside, run_slots
+from gpuci.pool import run_beside, run_slots, wait_for
 from gpuci.progress import Progress
 from gpuci.run import Interrupted, ModeSession, RunOptions
 from gpuci.supervisor import Supervisor
@@ -50,6 +51,37 @@ def screen_jobs(sessions: Mapping[Mode, ModeSession]) -> tuple[list[Job], list[J
         pool += [(mode, key) for key in shared]
         alone += [(mode, key) for key in serial]
     return pool, alone
+
+
+def run_by_mode(
+    jobs: Sequence[Job],
+    slots: int,
+    run_one: Callable[[Job, int], None],
+    supervisor: Supervisor,
+    *,
+    first_slot: int = 0,
+) -> None:
+    """Each mode's files in an equal share of the slots, the modes beside each other: the
+    parallel files run W at a time whether or not the threads files run beside them."""
+    modes = list(dict.fromkeys(mode for mode, _ in jobs))
+    if len(modes) <= 1:
+        run_slots(jobs, slots, run_one, supervisor, first_slot=first_slot)
+        return
+    share = max(1, slots // len(modes))
+    with ThreadPoolExecutor(max_workers=len(modes), thread_name_prefix="gpuci-screen") as pool:
+        wait_for(
+            [
+                pool.submit(
+                    run_slots,
+                    [j for j in jobs if j[0] is mode],
+                    share,
+                    run_one,
+                    supervisor,
+                    first_slot=first_slot + k * share,
+                )
+                for k, mode in enumerate(modes)
+            ]
+        )
 
 
 def _estimates(screens: Sequence[Screen]) -> dict[str, float]:
@@ -106,13 +138,13 @@ def run_screens(
             suite = next((j for j in pool if j[0] is Mode.SUITE), None)
             rest = [j for j in pool if j is not suite]
             if suite is None:
-                run_slots(rest, workers, run_one, supervisor)
+                run_by_mode(rest, workers, run_one, supervisor)
             else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
                 run_beside(
                     suite,
                     0,
                     run_one,
-                    lambda: run_slots(rest, workers - 1, run_one, supervisor, first_slot=1),
+                    lambda: run_by_mode(rest, workers - 1, run_one, supervisor, first_slot=1),
                 )
             run_slots(alone, 1, run_one, supervisor)
         modes = tuple(sessions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from collections.abc import Callable, Sequence
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import gpuci.evidence
-from gpuci.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _Task
+from gpuci.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _replay, _Task
 from gpuci.evidence import run_poisoned
 from gpuci.model import Category, Outcome, TestEvidence
 
@@ -88,6 +89,16 @@ def test_a_cascade_names_an_earlier_culprit_only_when_it_shows_twice() -> None:
     search = _cascade(flaky, task(Category.ORDER_DEPENDENT), [(culprit,)])
     assert search is not None and search.culprits == ()
     assert SAME_RUN_BOTH_WAYS in search.note and len(flaky.runs) == 2
+
+
+def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
+    # flaky by its own replay: pairing it with its co-runners spent runs that decide nothing
+    flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
+    screened = dataclasses.replace(task(Category.ORDER_DEPENDENT), pairs=("test_x.py",))
+    parallel = object()  # never read: a pair run would need the parallel screen's files
+    search = _replay(flaky, parallel, screened, [])  # type: ignore[arg-type]
+    assert SAME_RUN_BOTH_WAYS in search.note and search.culprits == ()
+    assert all(run[-1] == VICTIM for run in flaky.runs)
 
 
 def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(

@@ -139,9 +139,9 @@ def test_a_thread_race_is_thread_unsafe_and_nothing_else_changes(
     assert race["new"] is None
     assert verdict["reasons"] == ["1 isolation problem"]  # no baseline: nothing regressed
     assert verdict["summary"]["thread-unsafe"] == 1
-    # a screen: its files share the pool's slots with parallel's (the suite holds slot 0)
+    # a screen: its files take W slots of the pool beside parallel's W (the suite holds 0)
     assert (
-        "threads: 2 files, 5 tests, workers the screens' 3 slots, shared, each test in 4" in output
+        "threads: 2 files, 5 tests, workers the screens' 5 slots, shared, each test in 4" in output
     )
     # shown with the other isolation problems
     html = (out / "report.html").read_text(encoding="utf-8")
@@ -159,9 +159,12 @@ def test_threads_mode_runs_each_test_in_threads_and_honours_the_marker(
     threads = read(out / "threads" / "run.json")
     assert threads["threads"] == 4
     assert threads["pytest_args"] == []  # kept apart from the user's arguments
-    # the screens' pool: its files take slots 1.. beside the suite interpreter's slot 0,
-    # each seeing both GPUs, rotated by slot as parallel's files do
-    assert threads["workers"] == read(out / "parallel" / "run.json")["workers"] == 3
+    # the screens' pool: the suite interpreter's slot 0, then W = 2 slots for parallel's
+    # files and 2 of their own for threads', each seeing both GPUs, rotated by slot
+    parallel = read(out / "parallel" / "run.json")
+    assert threads["workers"] == parallel["workers"] == 5
+    assert {f["slot"] for f in parallel["files"]} <= {1, 2}
+    assert {f["slot"] for f in threads["files"]} <= {3, 4}
     assert all(f["gpu"] == ("0,1", "1,0")[f["slot"] % 2] for f in threads["files"])
     for mode in EVERY_MODE - {"threads"}:
         assert "threads" not in read(out / mode / "run.json")
