@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-MAX_PLUGIN_FILES = 400  # a plugin distribution's files whose imports are read
+MAX_PLUGIN_FILES = 200  # a plugin's own modules whose imports are read
 MESSAGE_MAX = 1 << 20  # bytes of one request (its environment is the largest part)
 TICK_S = 0.02  # how often the parent looks for children that ended
 CUDA_ERROR_NOT_INITIALIZED = 3
@@ -181,24 +181,37 @@ def _pytest_builtins() -> list[str]:
 def plugins_imports(
     plugins: list[importlib.metadata.Distribution], rewritten: set[str]
 ) -> list[str]:
-    """What the plugins' own modules import at module level from outside the plugins.
+    """What loading the plugins imports at module level from outside the plugins.
 
-    Those (NumPy for pytest-run-parallel) are imported plainly, not rewritten: a fresh
-    interpreter would import them as the plugins load, so the parent may import them once.
+    From each pytest11 entry point, through the modules of its own distribution that it
+    imports at module level, to the first module outside them: those (NumPy for
+    pytest-run-parallel) are imported plainly, not rewritten, and a fresh interpreter would
+    import them as the plugin loads. Never a module the plugin only might import (an
+    integration of hypothesis's or jaxtyping's): the parent imports nothing pytest would not.
     """
     found: dict[str, None] = {}
     for dist in plugins:
-        files = [f for f in dist.files or () if f.suffix == ".py" and f.parts[0] in rewritten]
-        for file in files[:MAX_PLUGIN_FILES]:
+        files = {
+            ".".join(f.with_suffix("").parts).removesuffix(".__init__"): f
+            for f in (dist.files or ())
+            if f.suffix == ".py"
+        }
+        todo = [ep.module for ep in dist.entry_points if ep.group == "pytest11"]
+        seen: set[str] = set()
+        while todo and len(seen) < MAX_PLUGIN_FILES:
+            name = todo.pop()
+            if name in seen or name not in files:
+                continue
+            seen.add(name)
             try:
-                tree = ast.parse(Path(str(dist.locate_file(file))).read_bytes())
+                tree = ast.parse(Path(str(dist.locate_file(files[name]))).read_bytes())
             except (OSError, SyntaxError, ValueError):
                 continue
-            found.update(
-                (name, None)
-                for name in module_level_imports(tree)
-                if name.partition(".")[0] not in rewritten
-            )
+            for imported in module_level_imports(tree):
+                if imported.partition(".")[0] in rewritten:
+                    todo.append(imported)
+                else:
+                    found[imported] = None
     return list(found)
 
 

@@ -49,6 +49,8 @@ def confirm_strictly(  # noqa: PLR0911 -- each way a category is decided, in tur
         # the culprit search ran the same command twice: it failed, then passed (or the
         # other way round) under identical conditions
         return Strict(category=Category.FLAKY, strict=SAME_REPLAY)
+    if category in (Category.CRASHED, Category.TIMED_OUT):
+        return _died_under_load(test, results, alone)
     if category not in CONFIRMED_BY:
         decided = category in (Category.FAILED, Category.FLAKY, Category.DEPENDS_ON_OTHERS)
         return Strict(category=category, strict=alone if decided else "")
@@ -76,6 +78,31 @@ def confirm_strictly(  # noqa: PLR0911 -- each way a category is decided, in tur
         note=(
             f"failed once under the check's combined load ({where});"
             f" passed in {passes} strict run{'s' if passes != 1 else ''}"
+        ),
+    )
+
+
+def _died_under_load(test: Classified, results: Mapping[Mode, ModeResults], alone: str) -> Strict:
+    """A crash or a time-out only in screens, where isolated (one file at a time) and every
+    alone-run passed: the combined load's, not a finding."""
+    died = [m for m, o in test.outcomes.items() if o in (Outcome.CRASHED, Outcome.TIMED_OUT)]
+    strict_passes = (
+        test.outcomes.get(Mode.ISOLATED) is Outcome.PASSED
+        and not _inferred(test, Mode.ISOLATED)
+        and test.reruns
+        and all(r is Outcome.PASSED for r in test.reruns)
+    )
+    screened = all(m in results and results[m].run.beside for m in died)
+    if not (died and screened and strict_passes):
+        return Strict(category=test.category, strict=alone)
+    how = "crashed" if test.category is Category.CRASHED else "timed out"
+    passes = 1 + len(test.reruns)
+    return Strict(
+        category=Category.PASSED,
+        strict=f"isolated; {alone}",
+        note=(
+            f"{how} once under the check's combined load ({', '.join(m.value for m in died)});"
+            f" passed in {passes} strict runs"
         ),
     )
 

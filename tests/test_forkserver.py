@@ -378,10 +378,14 @@ def test_a_plugins_plain_dependency_is_imported_once_by_the_parent(tmp_path: Pat
                     log.write(f"{os.getpid()}\\n")
             """,
             "depplug/__init__.py": "",
+            # an integration the plugin never imports as it loads: never the parent's either
+            "depplug/extra.py": "import plugextra\n",
+            "plugextra.py": "raise RuntimeError('imported, though pytest never would')\n",
             "depplug/plugin.py": "import plugdep\n\ndef pytest_configure(config):\n    pass\n",
             "depplug-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: depplug\n",
             "depplug-1.0.dist-info/entry_points.txt": "[pytest11]\ndepplug = depplug.plugin\n",
-            "depplug-1.0.dist-info/RECORD": "depplug/__init__.py,,\ndepplug/plugin.py,,\n",
+            "depplug-1.0.dist-info/RECORD": "depplug/__init__.py,,\ndepplug/plugin.py,,\n"
+            "depplug/extra.py,,\n",
         },
     )
     test = """

@@ -92,3 +92,39 @@ def test_a_replay_that_went_both_ways_makes_the_victim_flaky() -> None:
         found = confirm_strictly(suspect(category), both, results(beside=(Mode.SUITE,)))
         assert found.category is Category.FLAKY
         assert found.strict == "the same replay of the tests before it, twice: once each way"
+
+
+def test_a_time_out_only_under_the_screens_load_is_passed_with_a_note() -> None:
+    # CuPy's test_reuse_between_thread_same_stream hung once in the parallel screen of an
+    # H100 check; isolated and its alone-run passed it
+    hung = Classified(
+        id=VICTIM,
+        category=Category.TIMED_OUT,
+        outcomes={
+            Mode.SUITE: Outcome.PASSED,
+            Mode.PARALLEL: Outcome.TIMED_OUT,
+            Mode.ISOLATED: Outcome.PASSED,
+        },
+        reruns=(Outcome.PASSED,),
+        results={},
+    )
+    found = confirm_strictly(hung, None, results(beside=(Mode.SUITE,)))
+    assert found.category is Category.PASSED
+    assert found.note == (
+        "timed out once under the check's combined load (parallel); passed in 2 strict runs"
+    )
+    # one that hangs alone too, or under --serial-modes, stays timed-out
+    alone_too = confirm_strictly(
+        Classified(
+            id=VICTIM,
+            category=Category.TIMED_OUT,
+            outcomes=hung.outcomes,
+            reruns=(Outcome.TIMED_OUT,),
+            results={},
+        ),
+        None,
+        results(beside=(Mode.SUITE,)),
+    )
+    assert alone_too.category is Category.TIMED_OUT
+    serial = confirm_strictly(hung, None, results(beside=()))
+    assert serial.category is Category.TIMED_OUT
