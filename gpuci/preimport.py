@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import ctypes
-import gc
 import importlib
 import importlib.metadata
 import importlib.util
@@ -353,10 +352,6 @@ def main() -> None:
     except Exception as exc:  # whatever went wrong: gpuci falls back
         ready = _refuse(f"the pre-imported parent failed: {type(exc).__name__}: {exc}")
     _send(sock, ready)
-    # What the parent imported lives as long as any child: frozen, a child's garbage
-    # collector never walks it (nor touches its pages, which copy-on-write shares).
-    gc.collect()
-    gc.freeze()
     if not ready["ready"] or serve(sock) is None:
         return
     # The forked child: pytest as `python -m pytest` runs it; its SystemExit ends this
