@@ -321,7 +321,8 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
 
 def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search:
     """The victim alone beside each overlapping file, then beside all of them; a pair
-    names its partner only where it shows the finding twice in a row."""
+    names its partner only where it shows the finding twice in a row, and a pair that
+    showed it once, then not, ends the search: flaky."""
     search = _Search([])
     apart = 0  # pair runs whose interpreters did not all start their tests together
     victim_file = task.victim.partition("::")[0]
@@ -354,14 +355,21 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
         if prober.exhausted() or prober.stopping():
             search.note = "search cut by budget before the pair was confirmed twice"
             return search
-        if pair_shows(beside):
-            search.culprits = tuple(beside)
-            search.note = f"{PAIRED}{len(search.probes)} run(s), confirmed twice" + (
-                f"; only all {len(beside)} together" if len(beside) > 1 else ""
+        if not pair_shows(beside):
+            # the same pair, started the same way, went both ways: flaky, like a replay
+            shown = ", ".join(beside[:PROBE_SHOWN])
+            search.note = (
+                f"{NOT_REPRODUCED}: beside {shown} it {SHOWN[task.category]},"
+                f" then not ({SAME_RUN_BOTH_WAYS})"
             )
             return search
+        search.culprits = tuple(beside)
+        search.note = f"{PAIRED}{len(search.probes)} run(s), confirmed twice" + (
+            f"; only all {len(beside)} together" if len(beside) > 1 else ""
+        )
+        return search
     search.note = (
-        f"not reproduced: no pair showed it twice ({len(search.probes)} runs"
+        f"{NOT_REPRODUCED}: no pair showed it twice ({len(search.probes)} runs"
         + (f"; {apart} did not overlap" if apart else "")
         + ")"
         if search.probes

@@ -22,6 +22,7 @@ from gpuci.results import ModeResults
 
 NO_PAIR = "no file ran beside it"
 SAME_REPLAY = "the same replay of the tests before it, twice: once each way"
+SAME_PAIR = "the same pair with a co-running file, twice: once each way"
 # the categories a screen alone can suggest, and the strict run each needs
 CONFIRMED_BY = {
     Category.ORDER_DEPENDENT: "the failing interpreter's earlier tests replayed",
@@ -48,7 +49,8 @@ def confirm_strictly(  # noqa: PLR0911 -- each way a category is decided, in tur
     if evidence is not None and SAME_RUN_BOTH_WAYS in evidence.search:
         # the culprit search ran the same command twice: it failed, then passed (or the
         # other way round) under identical conditions
-        return Strict(category=Category.FLAKY, strict=SAME_REPLAY)
+        same = SAME_PAIR if " beside " in evidence.search else SAME_REPLAY
+        return Strict(category=Category.FLAKY, strict=same)
     if category in (Category.CRASHED, Category.TIMED_OUT):
         return _died_under_load(test, results, alone)
     if category not in CONFIRMED_BY:

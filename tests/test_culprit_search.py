@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 import pytest
 
 import gpuci.evidence
-from gpuci.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _replay, _Task
+from gpuci.classify import Classified
+from gpuci.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _replay, _search_pairs, _Task
 from gpuci.evidence import run_poisoned
-from gpuci.model import Category, Outcome, TestEvidence
+from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
+from gpuci.results import ModeResults
+from gpuci.strict import SAME_PAIR, confirm_strictly
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -125,3 +128,48 @@ def test_a_search_cut_by_the_budget_names_no_culprit() -> None:
     search = _bisect(prober, task(Category.ORDER_DEPENDENT))
     assert search.culprits == ()
     assert search.note.startswith("search cut by budget after 3 run(s), down to")
+
+
+@dataclass
+class FakePairProber(FakeProber):
+    """Pair runs too: the victim's outcome on the n-th run, whatever runs beside it."""
+
+    def run_together(
+        self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
+    ) -> tuple[list[FakeRun], int]:
+        self.runs.append([i for ids, _ in groups for i in ids])
+        return [FakeRun(self.victim([], len(self.runs)))], len(groups)
+
+
+def test_a_pair_that_went_both_ways_is_flaky_and_ends_the_search() -> None:
+    # examples/gpu_polluted's alternating test failed beside each file, then passed beside
+    # it: 16 pair runs, 8 failures, and the check called it passed "in 9 strict runs"
+    tests = [
+        TestResult(id=f"test_{f}.py::test_a", file=f"test_{f}.py", outcome=Outcome.PASSED)
+        for f in "xyz"
+    ]
+    tests.append(TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED))
+    run = ModeRun(
+        mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tuple(tests)
+    )
+    parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    concurrency = dataclasses.replace(
+        task(Category.CONCURRENCY), candidates=("test_x.py", "test_y.py", "test_z.py")
+    )
+    alternating = FakePairProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
+    search = _search_pairs(alternating, parallel, concurrency)  # type: ignore[arg-type]
+    assert len(alternating.runs) == 2 and search.culprits == ()
+    assert SAME_RUN_BOTH_WAYS in search.note and "beside test_x.py" in search.note
+    evidence = TestEvidence(id=VICTIM, search=search.note, probes=tuple(search.probes))
+    suspect = Classified(
+        id=VICTIM,
+        category=Category.CONCURRENCY,
+        outcomes={Mode.PARALLEL: Outcome.FAILED},
+        reruns=(Outcome.PASSED,),
+        results={},
+    )
+    found = confirm_strictly(suspect, evidence, {Mode.PARALLEL: parallel})
+    assert found.category is Category.FLAKY and found.strict == SAME_PAIR
+    # a pair that fails twice names its partner
+    always = FakePairProber(lambda _, n: Outcome.FAILED)
+    assert _search_pairs(always, parallel, concurrency).culprits == ("test_x.py",)  # type: ignore[arg-type]
