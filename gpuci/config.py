@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuci.formats import read_mode_run
 from gpuci.model import Category, GpuciError, Mode, UsageError
+from gpuci.modes import Setting
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,14 +58,6 @@ class Config:
     def source(self) -> str:
         """How run.json names where a value came from."""
         return f"{self.path} {TABLE}" if self.path else "default"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Setting:
-    """One effective value and where it came from: `command line`, a file, or `default`."""
-
-    value: Any
-    source: str
 
 
 def find_pyproject(paths: Sequence[str | Path]) -> Path | None:
@@ -248,29 +241,14 @@ def effective_settings(given: Mapping[str, Any], config: Config) -> dict[str, Se
             continue  # the command does not take it
         value = given.get(attribute)
         if value is not None:
-            settings[attribute] = Setting(value=value, source="command line")
+            settings[attribute] = Setting(key=key, value=value, source="command line")
         elif key in config.keys:
-            settings[attribute] = Setting(value=getattr(config, attribute), source=config.source)
+            settings[attribute] = Setting(
+                key=key, value=getattr(config, attribute), source=config.source
+            )
         else:
-            settings[attribute] = Setting(value=DEFAULTS.get(attribute), source="default")
+            settings[attribute] = Setting(key=key, value=DEFAULTS.get(attribute), source="default")
     return settings
-
-
-def settings_to_json(settings: Mapping[str, Setting]) -> dict[str, Any]:
-    """run.json's `settings`: key (as [tool.gpuci] spells it) -> {"value", "from"}."""
-    key_of = {attribute: key for key, (attribute, _) in _PARSERS.items()}
-    return {
-        key_of.get(name, name): {"value": _plain(s.value), "from": s.source}
-        for name, s in settings.items()
-    }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mode):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
 
 
 # the options [tool.gpuci] may set, by command

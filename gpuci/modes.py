@@ -8,10 +8,10 @@ threads); never because pytest-run-parallel happens to be installed.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuci.config import Setting, settings_to_json
 from gpuci.discover import Discovery, can_import
 from gpuci.model import Mode, UsageError
 
@@ -29,6 +29,28 @@ class AskedModes:
 
     modes: list[Mode] | None  # None: nobody asked, the defaults decide
     asker: str  # "--modes suite,threads", or "modes in FILE [tool.gpuci]"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting:
+    """One effective value and where it came from: `command line`, a file, or `default`."""
+
+    key: str  # as [tool.gpuci] spells it ("evidence-budget")
+    value: Any
+    source: str
+
+
+def settings_to_json(settings: Mapping[str, Setting]) -> dict[str, Any]:
+    """run.json's `settings`: key (as [tool.gpuci] spells it) -> {"value", "from"}."""
+    return {s.key: {"value": _plain(s.value), "from": s.source} for s in settings.values()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mode):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def asked_modes(args: argparse.Namespace) -> AskedModes:
@@ -92,7 +114,9 @@ def threads_from_suite(args: argparse.Namespace, discovery: Discovery) -> None:
     if discovery.parallel_threads and (setting is None or setting.source == "default"):
         args.threads = discovery.parallel_threads
         settings["threads"] = Setting(
-            value=args.threads, source="the suite's pytest configuration (--parallel-threads)"
+            key="threads",
+            value=args.threads,
+            source="the suite's pytest configuration (--parallel-threads)",
         )
 
 
