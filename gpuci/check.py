@@ -2,11 +2,11 @@
 
 `gpuci check` runs its screens at once, in one pool of slots on the same GPUs: the suite
 interpreter first, then the parallel files (longest first by an earlier run's times) and
-the threads files (where the suite asks for threads: `gpuci.modes`). Then isolated,
+the threads files (where the suite asks for threads: `gpuci.run.modes`). Then isolated,
 strict (one at a time), only for the files that did not pass in parallel (the rest
 inferred from it; after threads without parallel, every file: a threads pass stands in
 for nothing), then the evidence once for the whole check, within a budget that defaults
-to what its suspects need (`gpuci.budget`). `--serial-modes` runs the modes one after
+to what its suspects need (`gpuci.evidence.budget`). `--serial-modes` runs the modes one after
 another instead, as gpuci did before the screens.
 """
 
@@ -17,12 +17,14 @@ import os
 import shutil
 from pathlib import Path
 
-from gpuci.budget import default_budget
-from gpuci.discover import Discovery
-from gpuci.evidence import gather_evidence, rerun_mode_suspects
-from gpuci.gpus import detect_gpus
+from gpuci.evidence.budget import default_budget
+from gpuci.evidence.engine import gather_evidence, rerun_mode_suspects
+from gpuci.evidence.results import load_mode_results
+from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.model import InputError, Mode, ModeRun, UsageError
-from gpuci.modes import (
+from gpuci.run.discover import Discovery
+from gpuci.run.gpus import detect_gpus
+from gpuci.run.modes import (
     AskedModes,
     asked_modes,
     choose_modes,
@@ -30,9 +32,9 @@ from gpuci.modes import (
     runs_or_not,
     threads_from_suite,
 )
-from gpuci.outdir import check_run_id, forget_replaced, new_run_id, replace_earlier
-from gpuci.plan import files_to_confirm, parse_gpus_per_slot, parse_workers, visible_gpus
-from gpuci.plan_mode import (
+from gpuci.run.outdir import check_run_id, forget_replaced, new_run_id, replace_earlier
+from gpuci.run.plan import files_to_confirm, parse_gpus_per_slot, parse_workers, visible_gpus
+from gpuci.run.plan_mode import (
     discover,
     mode_dir_of,
     plan_mode,
@@ -43,10 +45,8 @@ from gpuci.plan_mode import (
     start_fork_server,
     threads_of,
 )
-from gpuci.results import load_mode_results
-from gpuci.resume import check_extra_modes, earlier_run, has_results
-from gpuci.sanitizer import choose_sanitizer
-from gpuci.screens import run_screens
+from gpuci.run.resume import check_extra_modes, earlier_run, has_results
+from gpuci.run.screens import run_screens
 
 # a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
@@ -204,7 +204,7 @@ def explain_results(args: argparse.Namespace) -> None:
 
 
 def _budget(args: argparse.Namespace) -> float:
-    """--evidence-budget, else what the suspects of OUT's modes need (gpuci.budget)."""
+    """--evidence-budget, else what the suspects of OUT's modes need (gpuci.evidence.budget)."""
     if args.evidence_budget is not None:
         given: float = args.evidence_budget
         return given

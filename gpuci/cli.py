@@ -13,8 +13,8 @@ from typing import NoReturn
 
 from gpuci import __version__
 from gpuci.config import configure
-from gpuci.masking import known_secrets, mask_secrets, withhold_secrets
 from gpuci.model import GpuciError, Mode, Outcome, UsageError
+from gpuci.run.masking import known_secrets, mask_secrets, withhold_secrets
 
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 @contextlib.contextmanager
 def _holding(out: Path, command: str) -> Iterator[None]:
     """OUT's lock for the whole command: a second gpuci writing there exits 2."""
-    from gpuci.outdir import locked
+    from gpuci.run.outdir import locked
 
     notes: list[str] = []
     with locked(out, f"gpuci {command}", notes):
@@ -280,7 +280,7 @@ def _holding(out: Path, command: str) -> Iterator[None]:
 
 def _adopt_orphans() -> None:
     """Make gpuci adopt what its interpreters leave behind (Linux), so it can end it."""
-    from gpuci.reaper import become_subreaper
+    from gpuci.run.reaper import become_subreaper
 
     become_subreaper()  # elsewhere, each interpreter's process-group kill is what remains
 
@@ -288,7 +288,7 @@ def _adopt_orphans() -> None:
 @contextlib.contextmanager
 def _interpreters() -> Iterator[None]:
     """Adopt orphans while the command runs, and end its fork server, if any, after."""
-    from gpuci.forkserver import stop_all
+    from gpuci.run.forkserver import stop_all
 
     _adopt_orphans()
     try:
@@ -312,7 +312,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from gpuci.merge import merge_junit
+    from gpuci.verdict.merge import merge_junit
 
     summary = merge_junit(args.inputs, args.output)
     print(f"gpuci: merged {summary} -> {args.output}")
@@ -321,8 +321,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 def _write_verdict(args: argparse.Namespace, out: Path, path: Path) -> int:
     """Diff a results directory into `path`, print the summary, return the verdict's code."""
-    from gpuci.diff import diff_results, parse_policy, read_baseline, write_verdict
-    from gpuci.summary import format_summary
+    from gpuci.report.summary import format_summary
+    from gpuci.verdict.diff import diff_results, parse_policy, read_baseline, write_verdict
 
     policy = parse_policy(args.fail_on, args.allow)
     baseline = read_baseline(args.baseline) if args.baseline else None
@@ -343,7 +343,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from gpuci.report import write_reports
+    from gpuci.report.render import write_reports
 
     html, markdown = write_reports(
         args.verdict,
@@ -357,7 +357,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from gpuci.publish import publish_comment
+    from gpuci.gitlab.publish import publish_comment
 
     return publish_comment(args.comment, dry_run=args.dry_run, environ=os.environ)
 
@@ -377,7 +377,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from gpuci.check import check_options, run_check
-    from gpuci.report import write_reports
+    from gpuci.report.render import write_reports
 
     asked = check_options(args)
     with _interpreters(), _holding(args.out, "check"):

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-import gpuci.evidence
-from gpuci.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _Task
-from gpuci.evidence import run_poisoned
+import gpuci.evidence.engine
+from gpuci.evidence.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _Task
+from gpuci.evidence.engine import run_poisoned
 from gpuci.model import Category, Outcome, TestEvidence
 
 VICTIM = "test_v.py::test_victim"
@@ -93,7 +93,7 @@ def test_a_cascade_names_an_earlier_culprit_only_when_it_shows_twice() -> None:
 def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence, "_poisonable", lambda prober: True)
+    monkeypatch.setattr(gpuci.evidence.engine, "_poisonable", lambda prober: True)
     reader = FakeProber(lambda _, n: Outcome.FAILED)
     found = run_poisoned(reader, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
     assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2
