@@ -9,7 +9,6 @@ command line overrides every key; `Setting` records where each effective value c
 
 from __future__ import annotations
 
-import argparse
 import configparser
 import os
 import re
@@ -271,25 +270,22 @@ CONFIGURED = {
 }
 
 
-def configure(args: argparse.Namespace) -> None:
-    """Fill what the command line left out from the suite's `[tool.gpuci]`, then the
-    defaults; `args.settings` says where each value came from, `args.config` is the table."""
-    names = CONFIGURED.get(args.command)
+def configure(
+    command: str, given: Mapping[str, Any], *, paths: Sequence[str] = (), out: Path | None = None
+) -> tuple[Config, dict[str, Setting]]:
+    """The suite's `[tool.gpuci]` and each option `command` takes from it: the command
+    line's value (`given`, by attribute), else the table's, else the default, with where it
+    came from. `run` and `check` find the table from their PATHS, the others from the suite
+    an OUT's runs record."""
+    names = CONFIGURED.get(command)
     if names is None:
-        return
-    if args.command in ("run", "check"):
-        config = load_config(args.paths)
+        return Config(), {}
+    if command in ("run", "check"):
+        config = load_config(paths)
     else:  # a results directory: configured by the suite it ran, where that is here
-        rootdir = _rootdir_of(args.out)
+        rootdir = _rootdir_of(out) if out is not None else None
         config = load_config([rootdir]) if rootdir is not None else Config()
-    settings = effective_settings({n: getattr(args, n, None) for n in names}, config)
-    for name in names:
-        value = settings[name].value
-        if name == "modes" and isinstance(value, tuple):
-            value = ",".join(m.value for m in value)  # as --modes spells it
-        setattr(args, name, value)
-    args.config = config
-    args.settings = settings
+    return config, effective_settings({n: given.get(n) for n in names}, config)
 
 
 def _rootdir_of(out: Path) -> Path | None:

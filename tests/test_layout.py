@@ -23,6 +23,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "outdir",
         "discover",
         "modes",
+        "options",
         "plan",
         "gpus",
         "reaper",
@@ -75,7 +76,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "gitlab": ("notes", "publish"),
 }
 # After the packages: these may import any of them, and the ones before them here.
-ON_TOP = ("config", "pytest_plugin", "check", "cli", "__main__")
+ON_TOP = ("config", "options", "pytest_plugin", "check", "cli", "__main__")
 # Loaded into every test interpreter (the plugin and its poisoning) or their pre-imported
 # parent (the fork server): each must stay cheap and self-contained.
 CHILD_SIDE = ("pytest_plugin", "evidence.poison", "run.preimport")

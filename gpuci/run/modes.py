@@ -7,8 +7,7 @@ threads); never because pytest-run-parallel happens to be installed.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,17 +52,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def asked_modes(args: argparse.Namespace) -> AskedModes:
-    """The modes asked for, checked: threads without pytest-run-parallel is refused."""
-    text: str | None = args.modes
+def asked_modes(text: str | None, settings: Mapping[str, Setting], python: str) -> AskedModes:
+    """The modes asked for (`--modes` or [tool.gpuci], as `settings` says), checked:
+    threads where `python` lacks pytest-run-parallel is refused."""
     if text is None:
         return AskedModes(modes=None, asker="")
-    setting = getattr(args, "settings", {}).get("modes")
+    setting = settings.get("modes")
     source = setting.source if setting is not None else "command line"
     asker = f"--modes {text}" if source == "command line" else f"modes in {source}"
     modes = parse_modes(text)
     if Mode.THREADS in modes:
-        require_run_parallel(args.python, asker)
+        require_run_parallel(python, asker)
     return AskedModes(modes=modes, asker=asker)
 
 
@@ -92,12 +91,16 @@ def runs_or_not(ran: bool) -> str:
     return "runs" if ran else "not run"
 
 
-def mode_settings(args: argparse.Namespace, mode: Mode) -> dict[str, Any]:
+def mode_settings(
+    settings: Mapping[str, Setting],
+    mode_plan: tuple[Sequence[Mode], Mapping[Mode, str]] | None,
+    mode: Mode,
+) -> dict[str, Any]:
     """run.json's `settings`: each effective value and where it came from, and which
     modes the check runs and why (`gpuci run`: this one, as --mode asked)."""
 
-    found = settings_to_json(getattr(args, "settings", {}))
-    modes, why = getattr(args, "mode_plan", None) or ([mode], {mode: f"--mode {mode.value}"})
+    found = settings_to_json(settings)
+    modes, why = mode_plan or ([mode], {mode: f"--mode {mode.value}"})
     source = found.get("modes", {}).get("from", "command line")
     found["modes"] = {
         "value": [m.value for m in modes],
@@ -107,17 +110,17 @@ def mode_settings(args: argparse.Namespace, mode: Mode) -> dict[str, Any]:
     return found
 
 
-def threads_from_suite(args: argparse.Namespace, discovery: Discovery) -> None:
-    """Without --threads or `threads` in [tool.gpuci], as many threads as the suite sets."""
-    settings = getattr(args, "settings", {})
+def threads_from_suite(settings: Mapping[str, Setting], discovery: Discovery) -> Setting | None:
+    """Without --threads or `threads` in [tool.gpuci], as many threads as the suite sets:
+    the threads setting that replaces the default, or None where none does."""
     setting = settings.get("threads")
     if discovery.parallel_threads and (setting is None or setting.source == "default"):
-        args.threads = discovery.parallel_threads
-        settings["threads"] = Setting(
+        return Setting(
             key="threads",
-            value=args.threads,
+            value=discovery.parallel_threads,
             source="the suite's pytest configuration (--parallel-threads)",
         )
+    return None
 
 
 def require_run_parallel(python: str, asked: str) -> None:

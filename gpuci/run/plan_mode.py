@@ -8,7 +8,6 @@ check can run several modes at once as screens.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -24,6 +23,7 @@ from gpuci.run.forkserver import serve as serve_forks
 from gpuci.run.gpumem import earlier_peaks
 from gpuci.run.gpus import detect_gpus
 from gpuci.run.modes import mode_settings
+from gpuci.run.options import ModeOptions, Preload
 from gpuci.run.outdir import prepare_out
 from gpuci.run.plan import (
     choose_workers,
@@ -43,31 +43,29 @@ from gpuci.run.screens import Screen
 from gpuci.run.session import RunOptions, run_mode
 
 
-def threads_of(args: argparse.Namespace, mode: Mode) -> int | None:
+def threads_of(options: ModeOptions, mode: Mode) -> int | None:
     """How many threads each test of `mode` runs in: --threads in threads mode, else None."""
-    threads: int = args.threads
-    return threads if mode is Mode.THREADS else None
+    return options.threads if mode is Mode.THREADS else None
 
 
-def shard_of(args: argparse.Namespace) -> tuple[int, int] | None:
+def shard_of(options: ModeOptions) -> tuple[int, int] | None:
 
-    return parse_shard(args.shard) if args.shard else shard_from_env(os.environ)
+    return parse_shard(options.shard) if options.shard else shard_from_env(os.environ)
 
 
-def mode_dir_of(args: argparse.Namespace, mode: Mode) -> Path:
-    shard = shard_of(args)
-    mode_dir: Path = args.out / mode.value
+def mode_dir_of(options: ModeOptions, mode: Mode) -> Path:
+    shard = shard_of(options)
+    mode_dir = options.out / mode.value
     return mode_dir / f"shard-{shard[0]}-of-{shard[1]}" if shard else mode_dir
 
 
-def _history(args: argparse.Namespace) -> Path:
+def _history(options: ModeOptions) -> Path:
     """Where an earlier run's results are: what a fresh check moved aside, else OUT."""
-    history: Path | None = getattr(args, "history", None)
-    return history if history is not None else args.out
+    return options.history if options.history is not None else options.out
 
 
 def _durations(
-    args: argparse.Namespace, mode: Mode, discovery: Discovery, timed_by: ModeRun | None
+    options: ModeOptions, mode: Mode, discovery: Discovery, timed_by: ModeRun | None
 ) -> tuple[dict[str, float], bool, bool]:
     """What to order files by: --durations, else an earlier run in OUT, else this check's
     suite pass (its tests' times per file), else tests per file; whether they are seconds,
@@ -77,11 +75,11 @@ def _durations(
     results would plan differently from them.
     """
 
-    if args.durations is not None:
-        return read_durations(args.durations), True, True
+    if options.durations is not None:
+        return read_durations(options.durations), True, True
     if mode is not Mode.ISOLATED:
         for earlier in (Mode.ISOLATED, Mode.PARALLEL):
-            directory = _history(args) / earlier.value
+            directory = _history(options) / earlier.value
             if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
                 with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
                     return read_durations(directory), True, True
@@ -98,7 +96,7 @@ def _durations(
 
 
 def run_one_mode(
-    args: argparse.Namespace,
+    options: ModeOptions,
     mode: Mode,
     discovery: Discovery | None = None,
     *,
@@ -109,7 +107,7 @@ def run_one_mode(
 ) -> ModeRun:
     """Discover, plan and run one mode; the shared body of `run` and `check`."""
     screen, with_startup = plan_mode(
-        args,
+        options,
         mode,
         discovery,
         only=only,
@@ -128,7 +126,7 @@ def run_one_mode(
 
 
 def plan_mode(
-    args: argparse.Namespace,
+    options: ModeOptions,
     mode: Mode,
     discovery: Discovery | None = None,
     *,
@@ -139,15 +137,17 @@ def plan_mode(
     pool: int | None = None,
 ) -> tuple[Screen, bool]:
     """Plan one mode (a screen in a pool of `pool` slots), and prepare its directory."""
-    requested_workers = parse_workers(args.workers)
-    shard = shard_of(args)
-    mode_dir = mode_dir_of(args, mode)
-    gpus = detect_gpus(args.gpus, os.environ)
-    per_slot = parse_gpus_per_slot(args.gpus_per_slot, gpus)
+    requested_workers = parse_workers(options.workers)
+    shard = shard_of(options)
+    mode_dir = mode_dir_of(options, mode)
+    gpus = detect_gpus(options.gpus, os.environ)
+    per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
     if discovery is None:
-        discovery = discover(args)
-        start_fork_server(args, discovery.rootdir, discovery.files, args.paths)
-    durations, in_seconds, with_startup = _durations(args, mode, discovery, timed_by)
+        discovery = discover(options)
+        start_fork_server(
+            options.preload, options.python, discovery.rootdir, discovery.files, options.paths
+        )
+    durations, in_seconds, with_startup = _durations(options, mode, discovery, timed_by)
     files = list(discovery.files)
     if shard:
         files = shard_files(files, durations, *shard)
@@ -158,7 +158,7 @@ def plan_mode(
         workers, why = pool_workers(requested_workers, gpus, per_slot, len(files))
     if pool is not None:
         workers, why = pool, f"the screens' {pool} slots, shared"
-    threads = threads_of(args, mode)
+    threads = threads_of(options, mode)
     why += f", each test in {threads} threads" if threads else ""
     schedule = plan_schedule(
         files,
@@ -173,7 +173,7 @@ def plan_mode(
         slot_gpus = visible_gpus(gpus, pool, per_slot)
         schedule = replace(schedule, workers=1 if mode is Mode.SUITE else pool, slot_gpus=slot_gpus)
     prepare_out(mode_dir, keep=resume is not None)
-    shutil.rmtree(args.out / "evidence", ignore_errors=True)  # it was about the old runs
+    shutil.rmtree(options.out / "evidence", ignore_errors=True)  # it was about the old runs
     if mode is Mode.SUITE:
         discovery = _restrict(discovery, files)
     tests = sum(len(discovery.tests.get(f, ())) for f in files)
@@ -188,17 +188,17 @@ def plan_mode(
         f"{mode.value}: {where}{len(files)} files{lazy}, {tests} tests{resuming}, workers {why},"
         f" {gpu_text} -> {mode_dir}"
     )
-    options = _run_options(
-        args, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
+    run_options = _run_options(
+        options, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
     )
     estimates = durations if in_seconds else {}
-    return Screen(discovery=discovery, schedule=schedule, options=options, estimates=estimates), (
-        with_startup
-    )
+    return Screen(
+        discovery=discovery, schedule=schedule, options=run_options, estimates=estimates
+    ), (with_startup)
 
 
 def _run_options(
-    args: argparse.Namespace,
+    options: ModeOptions,
     mode: Mode,
     *,
     out: Path,
@@ -211,21 +211,21 @@ def _run_options(
     return RunOptions(
         mode=mode,
         out=out,
-        pytest_args=args.pytest_args,
-        threads=threads_of(args, mode),
-        timeout=args.timeout,
-        reruns=args.reruns,
-        python=args.python,
+        pytest_args=options.pytest_args,
+        threads=threads_of(options, mode),
+        timeout=options.timeout,
+        reruns=options.reruns,
+        python=options.python,
         command=("gpuci", *sys.argv[1:]) if sys.argv[1:] else ("gpuci",),
         shard=shard,
         gpus=gpus,
         gpus_per_slot=per_slot,
-        paths=given_paths(args.paths),
-        poison=args.poison,
+        paths=given_paths(options.paths),
+        poison=options.poison,
         resume=resume,
-        run_id=args.run_id,
-        settings=mode_settings(args, mode),
-        peaks=earlier_peaks(args.durations, _history(args)),
+        run_id=options.run_id,
+        settings=mode_settings(options.settings, options.mode_plan, mode),
+        peaks=earlier_peaks(options.durations, _history(options)),
     )
 
 
@@ -238,16 +238,15 @@ def pool_workers(
 
 
 def start_fork_server(
-    args: argparse.Namespace, rootdir: Path, files: Sequence[str], paths: Sequence[str]
+    preload: Preload, python: str, rootdir: Path, files: Sequence[str], paths: Sequence[str]
 ) -> None:
     """Let the interpreters of this command fork from a pre-imported parent (the test files'
     imports, or --preload's, or [tool.gpuci] preload's), unless --no-preload."""
-    if getattr(args, "no_preload", False) or current_fork_server(args.python) is not None:
+    if preload.off or current_fork_server(python) is not None:
         return
-    named: str | None = getattr(args, "preload", None)
-    configured = args.config.preload if hasattr(args, "config") else None
+    named, configured = preload.named, preload.configured
     serve_forks(
-        python=args.python,
+        python=python,
         environ=child_env(os.environ),
         rootdir=rootdir,
         files=files,
@@ -260,10 +259,13 @@ def say(text: str) -> None:
     print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
 
 
-def discover(args: argparse.Namespace) -> Discovery:
+def discover(options: ModeOptions) -> Discovery:
     """pytest's collection of PATHS, with the suite's own configuration; notes what it left."""
     discovery = discover_tests(
-        args.paths, args.pytest_args, python=args.python, timeout=max(args.timeout or 0, 600)
+        options.paths,
+        options.pytest_args,
+        python=options.python,
+        timeout=max(options.timeout or 0, 600),
     )
     for file in discovery.deselected:
         say(f"{file}: every test deselected by the pytest arguments; not run")
