@@ -163,8 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_lines, data["check"], ok = check_section(work, args, startup_s)
             lines, all_ok = [*lines, "", *check_lines], all_ok and ok
         if args.diff_scale > 0:
-            if importlib.util.find_spec("gpuci.diff") is None:
-                lines += ["", "diff at scale: not measured: gpuci/diff.py is not there yet"]
+            if importlib.util.find_spec("gpuci.verdict.diff") is None:
+                lines += ["", "diff at scale: not measured: gpuci/verdict/diff.py is not there yet"]
                 data["diff"] = None
             else:
                 data["diff"] = measure_diff(work, args.diff_scale, args.seed)

@@ -241,7 +241,7 @@ def measure_diff(work: Path, n: int, seed: int) -> dict[str, Any]:
         "summary": summary,
         "summary_matches": summary == planted,
     }
-    if importlib.util.find_spec("gpuci.report") is None:
+    if importlib.util.find_spec("gpuci.report.render") is None:
         result["report"] = None
         return result
     report_cmd = [sys.executable, "-m", "gpuci", "report", str(verdict_path)]
@@ -277,7 +277,7 @@ def diff_report(result: dict[str, Any]) -> tuple[list[str], bool]:
             f" comment.md {report['markdown_kib']:.0f} KiB)"
         )
     else:
-        lines.append("  gpuci report   not measured: gpuci/report.py is not there yet")
+        lines.append("  gpuci report   not measured: gpuci/report/render.py is not there yet")
     match = "yes" if result["summary_matches"] else f"NO: got {result['summary']}"
     lines += [
         f"  planted {result['planted']}",

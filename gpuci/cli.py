@@ -8,13 +8,14 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
 from gpuci import __version__
-from gpuci.config import configure
-from gpuci.masking import known_secrets, mask_secrets, withhold_secrets
 from gpuci.model import GpuciError, Mode, Outcome, UsageError
+from gpuci.options import Options, build_options
+from gpuci.run.masking import withhold_secrets
 
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
@@ -28,21 +29,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{where}: {message}" if where else message)
 
 
-def _positive_float(text: str) -> float:
+def _float(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+
+
+def _positive_float(text: str) -> float:
+    value = _float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
     return value
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    value = _float(text)
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, got {text}")
     return value
@@ -56,10 +58,7 @@ def _whole(text: str) -> int:
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
@@ -242,12 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(args_in)
         args.pytest_args = tuple(pytest_args)
-        configure(args)
+        options = build_options(args)  # argparse's Namespace stops here
         # before any child starts: no test, discovery or evidence run sees gpuci's secrets
-        secret_names = args.config.secrets if hasattr(args, "config") else ()
-        args.secrets = (
-            () if args.command == "publish" else tuple(withhold_secrets(os.environ, secret_names))
-        )
+        if options.command != "publish":  # which needs its token, and starts no child
+            withheld = withhold_secrets(os.environ, options.withheld)
+            options = replace(options, secrets=tuple(withheld))
         handler = {
             "run": _cmd_run,
             "merge": _cmd_merge,
@@ -256,8 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "publish": _cmd_publish,
             "check": _cmd_check,
             "explain": _cmd_explain,
-        }[args.command]
-        return handler(args)
+        }[options.command]
+        return handler(options)
     except GpuciError as exc:
         print(f"gpuci: {'error: ' if exc.exit_code != 130 else ''}{exc}", file=sys.stderr)
         return exc.exit_code
@@ -269,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 @contextlib.contextmanager
 def _holding(out: Path, command: str) -> Iterator[None]:
     """OUT's lock for the whole command: a second gpuci writing there exits 2."""
-    from gpuci.outdir import locked
+    from gpuci.run.outdir import locked
 
     notes: list[str] = []
     with locked(out, f"gpuci {command}", notes):
@@ -280,7 +278,7 @@ def _holding(out: Path, command: str) -> Iterator[None]:
 
 def _adopt_orphans() -> None:
     """Make gpuci adopt what its interpreters leave behind (Linux), so it can end it."""
-    from gpuci.reaper import become_subreaper
+    from gpuci.run.reaper import become_subreaper
 
     become_subreaper()  # elsewhere, each interpreter's process-group kill is what remains
 
@@ -288,7 +286,7 @@ def _adopt_orphans() -> None:
 @contextlib.contextmanager
 def _interpreters() -> Iterator[None]:
     """Adopt orphans while the command runs, and end its fork server, if any, after."""
-    from gpuci.forkserver import stop_all
+    from gpuci.run.forkserver import stop_all
 
     _adopt_orphans()
     try:
@@ -297,96 +295,84 @@ def _interpreters() -> Iterator[None]:
         stop_all()
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _cmd_run(options: Options) -> int:
     from gpuci.check import check_options, run_mode_with_reruns
 
-    if args.serial_modes:
+    if options.serial_modes:
         raise UsageError(
             "--serial-modes: only for gpuci check; gpuci run runs one mode (--mode) already"
         )
-    check_options(args, Mode(args.mode))
-    with _interpreters(), _holding(args.out, "run"):
-        run = run_mode_with_reruns(args, Mode(args.mode))
+    assert options.mode is not None
+    check_options(options, options.mode)
+    with _interpreters(), _holding(options.out_dir, "run"):
+        run = run_mode_with_reruns(options, options.mode)
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
     return 1 if bad else 0
 
 
-def _cmd_merge(args: argparse.Namespace) -> int:
-    from gpuci.merge import merge_junit
+def _cmd_merge(options: Options) -> int:
+    from gpuci.verdict.merge import merge_junit
 
-    summary = merge_junit(args.inputs, args.output)
-    print(f"gpuci: merged {summary} -> {args.output}")
+    assert options.output is not None
+    summary = merge_junit(options.inputs, options.output)
+    print(f"gpuci: merged {summary} -> {options.output}")
     return 0
 
 
-def _write_verdict(args: argparse.Namespace, out: Path, path: Path) -> int:
-    """Diff a results directory into `path`, print the summary, return the verdict's code."""
-    from gpuci.diff import diff_results, parse_policy, read_baseline, write_verdict
-    from gpuci.summary import format_summary
+def _cmd_diff(options: Options) -> int:
+    from gpuci.check import write_verdict
 
-    policy = parse_policy(args.fail_on, args.allow)
-    baseline = read_baseline(args.baseline) if args.baseline else None
-    verdict = diff_results(out, baseline=baseline, policy=policy)
-    secrets = known_secrets(os.environ, args.secrets)
-    write_verdict(verdict, path, secrets)
-    print(mask_secrets(format_summary(verdict), secrets))
-    return 1 if verdict.verdict == "fail" else 0
-
-
-def _cmd_diff(args: argparse.Namespace) -> int:
-    path = args.output or args.out / "verdict.json"
-    into_out = args.out.is_dir() and args.out.resolve() in path.resolve().parents
-    with _holding(args.out, "diff") if into_out else contextlib.nullcontext():
-        code = _write_verdict(args, args.out, path)
+    out = options.out_dir
+    path = options.output or out / "verdict.json"
+    into_out = out.is_dir() and out.resolve() in path.resolve().parents
+    with _holding(out, "diff") if into_out else contextlib.nullcontext():
+        code = write_verdict(options, path)
     print(f"gpuci: wrote {path}")
     return code
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from gpuci.report import write_reports
+def _cmd_report(options: Options) -> int:
+    from gpuci.report.render import write_reports
 
+    assert options.verdict_file is not None
     html, markdown = write_reports(
-        args.verdict,
-        html=args.html,
-        markdown=args.markdown,
+        options.verdict_file,
+        html=options.html,
+        markdown=options.markdown,
         environ=os.environ,
-        secrets=args.secrets,
+        secrets=options.secrets,
     )
     print(f"gpuci: report {html}, comment {markdown}")
     return 0
 
 
-def _cmd_publish(args: argparse.Namespace) -> int:
-    from gpuci.publish import publish_comment
+def _cmd_publish(options: Options) -> int:
+    from gpuci.gitlab.publish import publish_comment
 
-    return publish_comment(args.comment, dry_run=args.dry_run, environ=os.environ)
+    assert options.comment is not None
+    return publish_comment(options.comment, dry_run=options.dry_run, environ=os.environ)
 
 
-def _cmd_explain(args: argparse.Namespace) -> int:
-    from gpuci.check import explain_results
+def _cmd_explain(options: Options) -> int:
+    from gpuci.check import explain_results, write_verdict
 
-    if not args.out.is_dir():  # not made by the lock: a missing OUT is the user's mistake
-        raise UsageError(f"{args.out}: no such directory; give the --out directory of `gpuci run`")
-    with _interpreters(), _holding(args.out, "explain"):
-        explain_results(args)
-        verdict_path = args.out / "verdict.json"
-        code = _write_verdict(args, args.out, verdict_path)
-    print(f"gpuci: evidence {args.out / 'evidence'}, verdict {verdict_path}")
+    out = options.out_dir
+    if not out.is_dir():  # not made by the lock: a missing OUT is the user's mistake
+        raise UsageError(f"{out}: no such directory; give the --out directory of `gpuci run`")
+    with _interpreters(), _holding(out, "explain"):
+        explain_results(options)
+        verdict_path = out / "verdict.json"
+        code = write_verdict(options, verdict_path)
+    print(f"gpuci: evidence {out / 'evidence'}, verdict {verdict_path}")
     return code
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def _cmd_check(options: Options) -> int:
     from gpuci.check import check_options, run_check
-    from gpuci.report import write_reports
 
-    asked = check_options(args)
-    with _interpreters(), _holding(args.out, "check"):
-        run_check(args, asked)
-        verdict_path = args.out / "verdict.json"
-        code = _write_verdict(args, args.out, verdict_path)
-        html, markdown = write_reports(
-            verdict_path, html=None, markdown=None, environ=os.environ, secrets=args.secrets
-        )
-    print(f"gpuci: verdict {verdict_path}, report {html}, comment {markdown}")
+    asked = check_options(options)
+    with _interpreters(), _holding(options.out_dir, "check"):
+        code, html, markdown = run_check(options, asked)
+    print(f"gpuci: verdict {options.out_dir / 'verdict.json'}, report {html}, comment {markdown}")
     print(f"gpuci: reproduce this check: {shlex.join(['gpuci', *sys.argv[1:]])}")
     return code

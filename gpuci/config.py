@@ -9,7 +9,6 @@ command line overrides every key; `Setting` records where each effective value c
 
 from __future__ import annotations
 
-import argparse
 import configparser
 import os
 import re
@@ -21,6 +20,7 @@ from typing import Any
 
 from gpuci.formats import read_mode_run
 from gpuci.model import Category, GpuciError, Mode, UsageError
+from gpuci.run.modes import Setting
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,14 +57,6 @@ class Config:
     def source(self) -> str:
         """How run.json names where a value came from."""
         return f"{self.path} {TABLE}" if self.path else "default"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Setting:
-    """One effective value and where it came from: `command line`, a file, or `default`."""
-
-    value: Any
-    source: str
 
 
 def find_pyproject(paths: Sequence[str | Path]) -> Path | None:
@@ -248,29 +240,14 @@ def effective_settings(given: Mapping[str, Any], config: Config) -> dict[str, Se
             continue  # the command does not take it
         value = given.get(attribute)
         if value is not None:
-            settings[attribute] = Setting(value=value, source="command line")
+            settings[attribute] = Setting(key=key, value=value, source="command line")
         elif key in config.keys:
-            settings[attribute] = Setting(value=getattr(config, attribute), source=config.source)
+            settings[attribute] = Setting(
+                key=key, value=getattr(config, attribute), source=config.source
+            )
         else:
-            settings[attribute] = Setting(value=DEFAULTS.get(attribute), source="default")
+            settings[attribute] = Setting(key=key, value=DEFAULTS.get(attribute), source="default")
     return settings
-
-
-def settings_to_json(settings: Mapping[str, Setting]) -> dict[str, Any]:
-    """run.json's `settings`: key (as [tool.gpuci] spells it) -> {"value", "from"}."""
-    key_of = {attribute: key for key, (attribute, _) in _PARSERS.items()}
-    return {
-        key_of.get(name, name): {"value": _plain(s.value), "from": s.source}
-        for name, s in settings.items()
-    }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mode):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
 
 
 # the options [tool.gpuci] may set, by command
@@ -293,25 +270,22 @@ CONFIGURED = {
 }
 
 
-def configure(args: argparse.Namespace) -> None:
-    """Fill what the command line left out from the suite's `[tool.gpuci]`, then the
-    defaults; `args.settings` says where each value came from, `args.config` is the table."""
-    names = CONFIGURED.get(args.command)
+def configure(
+    command: str, given: Mapping[str, Any], *, paths: Sequence[str] = (), out: Path | None = None
+) -> tuple[Config, dict[str, Setting]]:
+    """The suite's `[tool.gpuci]` and each option `command` takes from it: the command
+    line's value (`given`, by attribute), else the table's, else the default, with where it
+    came from. `run` and `check` find the table from their PATHS, the others from the suite
+    an OUT's runs record."""
+    names = CONFIGURED.get(command)
     if names is None:
-        return
-    if args.command in ("run", "check"):
-        config = load_config(args.paths)
+        return Config(), {}
+    if command in ("run", "check"):
+        config = load_config(paths)
     else:  # a results directory: configured by the suite it ran, where that is here
-        rootdir = _rootdir_of(args.out)
+        rootdir = _rootdir_of(out) if out is not None else None
         config = load_config([rootdir]) if rootdir is not None else Config()
-    settings = effective_settings({n: getattr(args, n, None) for n in names}, config)
-    for name in names:
-        value = settings[name].value
-        if name == "modes" and isinstance(value, tuple):
-            value = ",".join(m.value for m in value)  # as --modes spells it
-        setattr(args, name, value)
-    args.config = config
-    args.settings = settings
+    return config, effective_settings({n: given.get(n) for n in names}, config)
 
 
 def _rootdir_of(out: Path) -> Path | None:

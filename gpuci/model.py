@@ -325,7 +325,9 @@ class TestVerdict:
     sanitizer: str = ""  # compute-sanitizer's first error block
     notes: tuple[str, ...] = ()  # what an outcome did not decide, and why (threads)
     with_provider: str = ""  # depends-on-others: the command that passes, its provider first
-    fingerprint: str = ""  # how it failed, normalized (gpuci.fingerprints): its group's key
+    fingerprint: str = (
+        ""  # how it failed, normalized (gpuci.evidence.fingerprints): its group's key
+    )
     inferred_from: tuple[str, ...] = ()  # not run alone: its group's representatives were
     strict: str = ""  # the strict runs (nothing else on its GPUs) that decided its category
 
@@ -371,7 +373,7 @@ class TestEvidence:
     poisoned: Outcome | None = None  # alone, every fresh device allocation filled with 0xFF
     threaded: Outcome | None = None  # alone, in the threads mode's N threads
     sanitizer: str = ""  # compute-sanitizer memcheck's first error block, alone
-    fingerprint: str = ""  # its failure's group (gpuci.fingerprints), where it has one
+    fingerprint: str = ""  # its failure's group (gpuci.evidence.fingerprints), where it has one
     inferred_from: tuple[str, ...] = ()  # its group's representatives, which ran alone for it
 
 

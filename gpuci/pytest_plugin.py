@@ -42,7 +42,7 @@ just then (first, and again after a test undid it); `errors`, only where one cou
 be, says why. A test ran poisoned where such an event for its library precedes its
 `finish`: one that imports the library in its own body is poisoned from the next test on.
 
-It imports only `gpuci.plugin_poison` (the poisoning, itself light), so loading it costs the
+It imports only `gpuci.evidence.poison` (the poisoning, itself light), so loading it costs the
 child next to nothing.
 """
 
@@ -58,7 +58,7 @@ from typing import IO, Any
 
 import pytest
 
-from gpuci.plugin_poison import POISON_WARNING_FILTERS, Poisoner
+from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`

@@ -17,9 +17,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import gpuci.forkserver as fs
-from gpuci.discover import child_env
-from gpuci.preloads import modules_to_preload
+import gpuci.run.forkserver as fs
+from gpuci.run.discover import child_env
+from gpuci.run.preloads import modules_to_preload
 
 
 def main() -> None:

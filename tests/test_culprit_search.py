@@ -10,13 +10,20 @@ from dataclasses import dataclass, field
 
 import pytest
 
-import gpuci.evidence
-from gpuci.classify import Classified
-from gpuci.culprits import SAME_RUN_BOTH_WAYS, _bisect, _cascade, _replay, _search_pairs, _Task
-from gpuci.evidence import run_poisoned
+import gpuci.evidence.engine
+from gpuci.evidence.classify import Classified
+from gpuci.evidence.culprits import (
+    SAME_RUN_BOTH_WAYS,
+    _bisect,
+    _cascade,
+    _replay,
+    _search_pairs,
+    _Task,
+)
+from gpuci.evidence.engine import run_poisoned
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
-from gpuci.results import ModeResults
-from gpuci.strict import SAME_PAIR, confirm_strictly
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -107,7 +114,7 @@ def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
 def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence, "_poisonable", lambda prober: True)
+    monkeypatch.setattr(gpuci.evidence.engine, "_poisonable", lambda prober: True)
     reader = FakeProber(lambda _, n: Outcome.FAILED)
     found = run_poisoned(reader, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
     assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2

@@ -1,4 +1,4 @@
-"""Tests of gpuci.diff: classifying tests across modes and alone-reruns, and the verdict.
+"""Tests of gpuci.verdict.diff: classifying tests across modes and alone-reruns, and the verdict.
 
 Result directories are built from the model's own types (`ModeRun`, `TestResult`) and
 written with `mode_run_to_json` + `write_json_atomic`, so they follow the model. The
@@ -18,15 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.classify import classify_test
-from gpuci.diff import (
-    DEFAULT_FAIL_ON,
-    Policy,
-    diff_results,
-    parse_policy,
-    read_baseline,
-    write_verdict,
-)
+from gpuci.evidence.classify import classify_test
+from gpuci.evidence.reproduce import MAX_PRECEDING
+from gpuci.evidence.results import load_mode_results, load_results
 from gpuci.formats import mode_run_to_json, read_json, verdict_to_json, write_json_atomic
 from gpuci.model import (
     Category,
@@ -43,9 +37,15 @@ from gpuci.model import (
     Verdict,
     printable,
 )
-from gpuci.reproduce import MAX_PRECEDING
-from gpuci.results import load_mode_results, load_results
-from gpuci.summary import MAX_LISTED, format_summary
+from gpuci.report.summary import MAX_LISTED, format_summary
+from gpuci.verdict.diff import (
+    DEFAULT_FAIL_ON,
+    Policy,
+    diff_results,
+    parse_policy,
+    read_baseline,
+    write_verdict,
+)
 
 DATA = Path(__file__).parent / "data" / "diff"
 REPO = Path(__file__).parent.parent

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.publish import publish_comment
+from gpuci.gitlab.publish import publish_comment
 from tests.cli_runner import clean_env, gpuci
 from tests.gitlab_server import FakeGitLab
 

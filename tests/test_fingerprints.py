@@ -3,7 +3,7 @@ bounded and printable; groups pick representatives spread over their files."""
 
 from __future__ import annotations
 
-from gpuci.fingerprints import (
+from gpuci.evidence.fingerprints import (
     MAX_FINGERPRINT,
     REPRESENTATIVES,
     consistent_failures,

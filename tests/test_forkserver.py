@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from cli_runner import gpuci
 
-from gpuci.discover import child_env
-from gpuci.forkserver import ForkServer
-from gpuci.preloads import top_level_imports
+from gpuci.run.discover import child_env
+from gpuci.run.forkserver import ForkServer
+from gpuci.run.preloads import top_level_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -470,9 +470,9 @@ def test_a_child_of_a_dead_parent_is_adopted_and_its_status_kept(tmp_path: Path)
     )
     script = f"""
 import os, signal, sys
-from gpuci.discover import child_env
-from gpuci.forkserver import ForkServer
-from gpuci.reaper import become_subreaper
+from gpuci.run.discover import child_env
+from gpuci.run.forkserver import ForkServer
+from gpuci.run.reaper import become_subreaper
 
 assert become_subreaper()
 env = child_env(os.environ)

@@ -9,9 +9,16 @@ from pathlib import Path
 import pytest
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
-from gpuci.gpumem import MARGIN_MIB, MemoryGate, PeakSampler, earlier_peaks, may_start, read_peaks
 from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun
-from gpuci.supervisor import Supervisor
+from gpuci.run.gpumem import (
+    MARGIN_MIB,
+    MemoryGate,
+    PeakSampler,
+    earlier_peaks,
+    may_start,
+    read_peaks,
+)
+from gpuci.run.supervisor import Supervisor
 
 
 @pytest.mark.parametrize(

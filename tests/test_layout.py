@@ -1,7 +1,10 @@
-"""The package's layout: data flows one way, and every room stays small enough to read.
+"""The package's layout: the pipeline in the folders, data flowing one way, small rooms.
 
-Each module may import only the modules before it in STAGES (the shared model first,
-the command line last); a lazy import inside a function counts too.
+`gpuci/` holds the shared model and the command line; the stages are packages, in the
+order data flows through them (PACKAGES). A package's module imports only the shared
+`model` and `formats`, the packages before its own, and the modules of its own package
+listed before it; a lazy import inside a function counts too. The top-level modules after
+the packages (the command line, the check, the child-side plugin) may import any package.
 """
 
 from __future__ import annotations
@@ -11,124 +14,183 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gpuci"
-# The order data flows in: a module imports only modules listed before it.
-STAGES = (
-    "model",
-    "masking",
-    "formats",
-    "outdir",
-    "config",
-    "plugin_poison",
-    "pytest_plugin",
-    "discover",
-    "modes",
-    "plan",
-    "gpus",
-    "reaper",
-    "holders",
-    "strays",
-    "supervisor",
-    "gpumem",
-    "preimport",
-    "preloads",
-    "forkserver",
-    "logs",
-    "journal",
-    "interpreter",
-    "junit",
-    "progress",
-    "resume",
-    "unit",
-    "pool",
-    "run",
-    "screens",
-    "plan_mode",
-    "results",
-    "reproduce",
-    "fingerprints",
-    "classify",
-    "probe",
-    "alone",
-    "priorities",
-    "beside",
-    "culprits",
-    "strict",
-    "sanitizer",
-    "budget",
-    "evidence",
-    "check",
-    "merge",
-    "describe",
-    "diff",
-    "roots",
-    "groups",
-    "summary",
-    "escape",
-    "timeline",
-    "cards",
-    "report_data",
-    "comment_data",
-    "report",
-    "gitlab",
-    "publish",
-    "cli",
-    "__main__",
-)
+ROOT = Path(__file__).resolve().parent.parent / "gpuci"
+SHARED = ("model", "formats")  # the shared types and files, importable by every package
+# The stages in the order data flows, each with its modules in their own one-way order.
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "run": (
+        "masking",
+        "outdir",
+        "discover",
+        "modes",
+        "options",
+        "plan",
+        "gpus",
+        "reaper",
+        "holders",
+        "strays",
+        "supervisor",
+        "gpumem",
+        "preimport",
+        "preloads",
+        "forkserver",
+        "logs",
+        "journal",
+        "interpreter",
+        "junit",
+        "progress",
+        "resume",
+        "unit",
+        "pool",
+        "session",
+        "screens",
+        "plan_mode",
+    ),
+    "evidence": (
+        "poison",
+        "results",
+        "reproduce",
+        "fingerprints",
+        "classify",
+        "probe",
+        "alone",
+        "priorities",
+        "beside",
+        "culprits",
+        "strict",
+        "sanitizer",
+        "budget",
+        "engine",
+    ),
+    "verdict": ("merge", "describe", "diff", "roots"),
+    "report": (
+        "groups",
+        "summary",
+        "escape",
+        "timeline",
+        "cards",
+        "report_data",
+        "comment_data",
+        "render",
+    ),
+    "gitlab": ("notes", "publish"),
+}
+# After the packages: these may import any of them, and the ones before them here.
+ON_TOP = ("config", "options", "pytest_plugin", "check", "cli", "__main__")
+# Loaded into every test interpreter (the plugin and its poisoning) or their pre-imported
+# parent (the fork server): each must stay cheap and self-contained.
+CHILD_SIDE = ("pytest_plugin", "evidence.poison", "run.preimport")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 
 
+def _name(path: Path) -> str:
+    """`run.plan` for gpuci/run/plan.py, `model` for gpuci/model.py."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts)
+
+
 def _modules() -> list[str]:
-    return sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    return sorted(_name(p) for p in ROOT.rglob("*.py"))
+
+
+def _path(module: str) -> Path:
+    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
 
 
 def _gpuci_imports(module: str) -> set[str]:
-    """The gpuci modules `module` imports, at the top or inside functions."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    """The gpuci modules `module` imports (`run.plan`, `model`), at the top or in functions;
+    a package imported as itself (`from gpuci.run import plan`) counts as its module."""
+    tree = ast.parse(_path(module).read_text(encoding="utf-8"))
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "gpuci":
-                found.update(alias.name for alias in node.names if alias.name != "__version__")
-            elif node.module.startswith("gpuci."):
-                found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"gpuci/{module}: a relative import; spell it gpuci.…"
+            if node.module == "gpuci" or (node.module or "").startswith("gpuci."):
+                base = (node.module or "").removeprefix("gpuci").removeprefix(".")
+                for alias in node.names:
+                    if alias.name == "__version__":
+                        continue
+                    found.add(f"{base}.{alias.name}" if base in PACKAGES or not base else base)
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("gpuci."))
-    return found
+            found.update(
+                a.name.removeprefix("gpuci.") for a in node.names if a.name.startswith("gpuci.")
+            )
+    return {name.lstrip(".") for name in found}
+
+
+def _allowed(module: str) -> set[str]:
+    """What `module` may import: SHARED, then every module that comes before it."""
+    if module in SHARED:
+        return set(SHARED[: SHARED.index(module)])
+    allowed = set(SHARED)
+    package, _, own = module.rpartition(".")
+    for name, members in PACKAGES.items():
+        if name == package:
+            return allowed | {f"{name}.{m}" for m in members[: members.index(own)]}
+        allowed |= {name} | {f"{name}.{m}" for m in members}
+    return allowed | set(ON_TOP[: ON_TOP.index(module)])
+
+
+def _ordered() -> list[str]:
+    staged = [f"{p}.{m}" for p, members in PACKAGES.items() for m in members]
+    return [*SHARED, *staged, *ON_TOP]
 
 
 def test_every_module_has_a_place_in_the_flow() -> None:
-    assert sorted(STAGES) == _modules()
+    inits = {"__init__", *(f"{p}.__init__" for p in PACKAGES)}
+    assert sorted(_ordered()) == sorted(set(_modules()) - inits)
 
 
-@pytest.mark.parametrize("module", STAGES)
+def test_the_packages_are_the_stages_in_order() -> None:
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert packages == sorted(PACKAGES)
+
+
+@pytest.mark.parametrize("module", _ordered())
 def test_imports_flow_one_way(module: str) -> None:
-    earlier = set(STAGES[: STAGES.index(module)])
-    later = _gpuci_imports(module) - earlier
-    assert not later, f"gpuci/{module}.py imports {sorted(later)}, which come after it"
+    later = _gpuci_imports(module) - _allowed(module)
+    assert not later, f"gpuci/{module}: imports {sorted(later)}, which come after it"
 
 
-CHILD_SIDE = ("plugin_poison", "pytest_plugin", "preimport")
+@pytest.mark.parametrize("package", ["", *PACKAGES])
+def test_a_package_imports_nothing_as_it_loads(package: str) -> None:
+    # every child interpreter loads gpuci/__init__ and gpuci/evidence/__init__ (the plugin's
+    # poisoning); every package stays as light, so importing one module costs that module
+    init = ROOT / package / "__init__.py"
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    imports = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import) or (isinstance(n, ast.ImportFrom) and n.module != "__future__")
+    ]
+    assert not imports, f"{init} imports something"
 
 
 @pytest.mark.parametrize("module", CHILD_SIDE)
 def test_the_child_side_imports_nothing_of_gpuci(module: str) -> None:
-    # loaded into every child interpreter (the plugin and its poisoning) or their parent
-    # (the fork server): it must stay cheap and self-contained
     assert _gpuci_imports(module) <= set(CHILD_SIDE)
+
+
+def test_the_import_rule_catches_a_later_package() -> None:
+    # the rule itself: evidence may import run, never verdict; a lazy import counts
+    assert "run.plan" in _allowed("evidence.probe")
+    assert "verdict.diff" not in _allowed("evidence.probe")
+    assert "evidence.engine" not in _allowed("evidence.probe")
+    assert "run.session" in _gpuci_imports("evidence.engine")
+    assert {"check", "report.render"} <= _gpuci_imports("cli")  # lazy, inside functions
 
 
 @pytest.mark.parametrize("module", _modules())
 def test_modules_and_functions_stay_small(module: str) -> None:
-    source = (PACKAGE / f"{module}.py").read_text(encoding="utf-8")
+    source = _path(module).read_text(encoding="utf-8")
     lines = source.splitlines()
-    assert len(lines) <= MAX_MODULE_LINES, f"gpuci/{module}.py has {len(lines)} lines"
+    assert len(lines) <= MAX_MODULE_LINES, f"gpuci/{module} has {len(lines)} lines"
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             # a longer function says why on its first line, in a comment
             if length > MAX_FUNCTION_LINES:
                 assert "--" in lines[node.lineno - 1].partition("#")[2], (
-                    f"gpuci/{module}.py: {node.name} has {length} lines and no reason given"
+                    f"gpuci/{module}: {node.name} has {length} lines and no reason given"
                 )

@@ -1,4 +1,4 @@
-"""Tests of gpuci.merge: JUnit files of files, shards and modes merged into one.
+"""Tests of gpuci.verdict.merge: JUnit files of files, shards and modes merged into one.
 
 The inputs under tests/data/merge/out/ are JUnit files written by pytest itself (a small
 suite run per file and whole), laid out as `gpuci run` lays out a result directory:
@@ -22,8 +22,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from gpuci.merge import find_junit_inputs, merge_junit
 from gpuci.model import InputError, Mode, UsageError
+from gpuci.verdict.merge import find_junit_inputs, merge_junit
 
 DATA = Path(__file__).parent / "data" / "merge"
 OUT = DATA / "out"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuci.model import Mode, UsageError
-from gpuci.plan import (
+from gpuci.run.plan import (
     choose_workers,
     order_files,
     parse_gpus_per_slot,

@@ -15,8 +15,8 @@ import pytest
 import requests
 from gitlab_server import DROP, FakeGitLab
 
+from gpuci.gitlab.publish import MARKER, NOTE_LIMIT, TRIES, publish_comment
 from gpuci.model import InputError
-from gpuci.publish import MARKER, NOTE_LIMIT, TRIES, publish_comment
 
 TOKEN = "glpat-Sekr3t-0123456789abcdef"  # noqa: S105 (a test token)
 OTHER_USER = 555

@@ -1,4 +1,4 @@
-"""Tests of gpuci/report.py: escaping, the comment's golden file, size caps, the HTML's safety.
+"""Tests of gpuci/report/render.py: escaping, the golden comment, size caps, the HTML's safety.
 
 The golden comments are tests/data/report/comment_all.md, rendered from verdict_all.json
 (a verdict with every category and hostile test ids), and comment_roots.md, from
@@ -28,9 +28,6 @@ from typing import Any
 import jinja2
 import pytest
 
-from gpuci import report
-from gpuci.comment_data import markdown_data
-from gpuci.escape import flatten
 from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
 from gpuci.model import (
     ISOLATION_CATEGORIES,
@@ -42,7 +39,10 @@ from gpuci.model import (
     TestVerdict,
     Verdict,
 )
-from gpuci.report import (
+from gpuci.report import render as report
+from gpuci.report.comment_data import markdown_data
+from gpuci.report.escape import flatten
+from gpuci.report.render import (
     MARKDOWN_MAX_CHARS,
     MARKER,
     ReportLinks,
@@ -55,7 +55,7 @@ from gpuci.report import (
     render_markdown,
     write_reports,
 )
-from gpuci.report_data import html_data
+from gpuci.report.report_data import html_data
 
 DATA = Path(__file__).parent / "data" / "report"
 VERDICT_ALL = DATA / "verdict_all.json"

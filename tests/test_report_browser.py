@@ -24,7 +24,7 @@ import pytest
 
 from gpuci.formats import read_verdict
 from gpuci.model import Category, Root, TestVerdict
-from gpuci.report import render_html
+from gpuci.report.render import render_html
 
 pytestmark = pytest.mark.browser
 

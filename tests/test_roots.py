@@ -1,4 +1,4 @@
-"""Tests of gpuci/roots.py: which roots are told, with which victims, in which words."""
+"""Tests of gpuci/verdict/roots.py: which roots are told, with which victims, in which words."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from gpuci.formats import read_verdict
 from gpuci.model import Category, Root, TestVerdict, Verdict
-from gpuci.roots import (
+from gpuci.verdict.roots import (
     CULPRITS_SHOWN,
     blame_of,
     blamed_roots,

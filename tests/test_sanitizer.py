@@ -20,12 +20,10 @@ from typing import Any
 import pytest
 from cli_runner import gpuci
 
-from gpuci import sanitizer
-from gpuci.classify import Classified
-from gpuci.evidence import gather_evidence
-from gpuci.interpreter import EXIT_ID
-from gpuci.model import Category, Mode, Outcome, TestEvidence, TestResult, UsageError
-from gpuci.sanitizer import (
+from gpuci.evidence import sanitizer
+from gpuci.evidence.classify import Classified
+from gpuci.evidence.engine import gather_evidence
+from gpuci.evidence.sanitizer import (
     MAX_CHARS,
     MAX_LINES,
     Memcheck,
@@ -38,6 +36,8 @@ from gpuci.sanitizer import (
     sanitizer_roots,
     shorten_signature,
 )
+from gpuci.model import Category, Mode, Outcome, TestEvidence, TestResult, UsageError
+from gpuci.run.interpreter import EXIT_ID
 
 DATA = Path(__file__).parent / "data" / "sanitizer"
 ROOT_ID = "test_cuda.py::test_scatter_rows"

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from gpuci.model import Leftover, Stranger
-from gpuci.strays import CMDLINE_SHOWN, leftover_count, leftover_line, stranger_line, verdict_lines
+from gpuci.run.strays import (
+    CMDLINE_SHOWN,
+    leftover_count,
+    leftover_line,
+    stranger_line,
+    verdict_lines,
+)
 
 
 def _leftover(pid: int, cmdline: str = "sleep 300", *, killed: bool = False) -> dict[str, object]:

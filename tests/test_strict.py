@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gpuci.classify import Classified
-from gpuci.culprits import SAME_RUN_BOTH_WAYS
+from gpuci.evidence.classify import Classified
+from gpuci.evidence.culprits import SAME_RUN_BOTH_WAYS
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.strict import confirm_strictly
 from gpuci.model import Category, Mode, ModeRun, Outcome, Probe, TestEvidence, TestResult
-from gpuci.results import ModeResults
-from gpuci.strict import confirm_strictly
 
 VICTIM = "test_b.py::test_count"
 

@@ -1,4 +1,4 @@
-"""Tests of gpuci/summary.py with roots: each told once, its victims beneath it.
+"""Tests of gpuci/report/summary.py with roots: each told once, its victims beneath it.
 
 The summary of a verdict without roots is tested in tests/test_diff.py.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpuci.formats import read_verdict
 from gpuci.model import Category, Root, TestVerdict, Verdict
-from gpuci.summary import MAX_LISTED, MAX_VICTIMS, format_summary
+from gpuci.report.summary import MAX_LISTED, MAX_VICTIMS, format_summary
 
 VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
 OOB = "tests/gpu/test_oob.py::test_scatter_oob"

@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuci.diff import Policy, diff_results, format_summary, write_verdict
 from gpuci.model import (
     FileRun,
     FileStatus,
@@ -28,6 +27,7 @@ from gpuci.model import (
     mode_run_to_json,
     write_json_atomic,
 )
+from gpuci.verdict.diff import Policy, diff_results, format_summary, write_verdict
 
 FILES = 500
 

@@ -1,0 +1,156 @@
+"""Alone-runs: each suspect by itself in a fresh interpreter, K times for the whole check.
+
+A test whose isolated run was the first of its interpreter was already seen alone once; a
+test that timed out gets one alone run at most. Alone-runs may run beside each other, up
+to the check's slots (a pass answers the question: it passed with more going on, not
+less); a failing one is confirmed alone, with nothing else running, before it counts.
+`--evidence-budget` caps the seconds spent; what it cuts is recorded per test ("not rerun:
+budget"), never silently classified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TextIO
+
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.reproduce import first_in_interpreter, interpreter_order
+from gpuci.evidence.results import ModeResults
+from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence, TestResult, printable
+from gpuci.run.discover import file_of
+from gpuci.run.interpreter import EXIT_ID
+
+CUT_BY_BUDGET = "not rerun: budget"  # no alone-run ran
+
+
+def is_suspect(test: TestResult) -> bool:
+    """A real test (not a pseudo test for an interpreter's death) that did not pass."""
+    return test.outcome in NOT_PASSING and not test.id.endswith(EXIT_ID) and "::" in test.id
+
+
+def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[str, int]:
+    """How many alone-runs each suspect of these modes needs, in the order found."""
+    isolated = results.get(Mode.ISOLATED)
+    order = interpreter_order(isolated) if isolated is not None else None
+    iso_by_id = {t.id: t for t in isolated.run.tests} if isolated is not None else {}
+    seen: dict[str, TestResult] = {}
+    timed_out: set[str] = set()
+    done: dict[str, int] = {}  # alone-runs a `gpuci run` job already did in its mode
+    for mode_results in results.values():
+        for test in mode_results.run.tests:
+            if is_suspect(test):
+                seen.setdefault(test.id, test)
+                if test.outcome is Outcome.TIMED_OUT:
+                    timed_out.add(test.id)
+            if test.reruns:
+                done[test.id] = max(done.get(test.id, 0), len(test.reruns))
+    wanted: dict[str, int] = {}
+    for test_id in seen:
+        iso = iso_by_id.get(test_id)
+        # isolated ran it first in a fresh interpreter: the same conditions as alone
+        seen_alone = (
+            order is not None
+            and iso is not None
+            and not iso.inferred
+            and iso.outcome is not Outcome.NOT_RUN
+            and first_in_interpreter(order, test_id)
+        )
+        n = runs - (1 if seen_alone else 0)
+        n = min(n, 1) if test_id in timed_out else n
+        wanted[test_id] = max(0, n - done.get(test_id, 0))
+    return wanted
+
+
+def run_alone(
+    prober: Prober, wanted: Mapping[str, int], *, progress: TextIO, workers: int = 1
+) -> dict[str, TestEvidence]:
+    """Every suspect's alone-runs, round by round, so a cut budget spreads evenly; with
+    `workers` > 1 a round's runs go beside each other, and a failing one is confirmed
+    alone before it counts."""
+    alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
+    cut: set[str] = set()
+    _say(
+        progress,
+        f"evidence: running {sum(1 for n in wanted.values() if n)} test(s) alone,"
+        f" {sum(wanted.values())} run(s){_budget(prober)}",
+    )
+    for round_ in range(max(wanted.values(), default=0)):
+        todo = [i for i, n in wanted.items() if n > round_]
+        for test_id, outcome in _alone_round(prober, todo, workers, cut).items():
+            alone[test_id].append(outcome)
+    found = {
+        i: TestEvidence(id=i, alone=tuple(o), cut=CUT_BY_BUDGET if i in cut else "")
+        for i, o in alone.items()
+    }
+    for test in found.values():
+        outcomes = ", ".join(o.value for o in test.alone) or "-"
+        _say(progress, f"  {test.id}: alone: {outcomes}{f' ({test.cut})' if test.cut else ''}")
+    return found
+
+
+def _alone_round(
+    prober: Prober, todo: list[str], workers: int, cut: set[str]
+) -> dict[str, Outcome]:
+    """One alone-run of each of `todo`; the outcomes that count, strict ones for failures."""
+
+    def one_by_one(tests: list[str]) -> dict[str, Outcome]:
+        done: dict[str, Outcome] = {}
+        for test_id in tests:
+            if prober.stopping():
+                break
+            if prober.exhausted():
+                cut.add(test_id)
+                continue
+            ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}")
+            done[test_id] = ran.outcome(test_id)
+        return done
+
+    # the tests of one file share its journal and log: one after the other
+    by_file: dict[str, list[str]] = {}
+    for test_id in todo:
+        by_file.setdefault(file_of(test_id), []).append(test_id)
+    if workers <= 1 or len(by_file) <= 1:
+        return one_by_one(todo)  # nothing beside them: strict already
+    with ThreadPoolExecutor(max_workers=min(workers, len(by_file))) as pool:
+        rounds = list(pool.map(one_by_one, by_file.values()))
+    beside = {i: o for done in rounds for i, o in done.items()}
+    # a pass beside others answers the question; a failure may be the others': again,
+    # with nothing else running, and that run is the one that counts
+    failing = [i for i in todo if beside.get(i) in NOT_PASSING]
+    strict = one_by_one(failing)
+    for test_id in failing:
+        if test_id in strict:
+            beside[test_id] = strict[test_id]
+        else:  # its confirmation was cut: a failure beside others does not count
+            beside.pop(test_id, None)
+    return beside
+
+
+def _budget(prober: Prober) -> str:
+    left = prober.left()
+    return "" if left is None else f", budget left {left:.0f}s"
+
+
+def more_alone(
+    prober: Prober,
+    wanted: Mapping[str, int],
+    found: Mapping[str, TestEvidence],
+    progress: TextIO,
+    workers: int = 1,
+) -> dict[str, TestEvidence]:
+    """More alone-runs of `wanted`, added to what was found."""
+    merged = dict(found)
+    if not any(wanted.values()):
+        return merged
+    for test_id, extra in run_alone(prober, wanted, progress=progress, workers=workers).items():
+        before = merged.get(test_id, TestEvidence(id=test_id))
+        merged[test_id] = dataclasses.replace(
+            before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
+        )
+    return merged
+
+
+def _say(progress: TextIO, text: str) -> None:
+    print(printable(f"gpuci: {text}"), file=progress, flush=True)

@@ -1,0 +1,164 @@
+"""The default evidence budget: the seconds the suspects' evidence should take, estimated
+from the main passes, within a cap.
+
+A budget taken from the main passes' wall starves a polluted suite (many findings, a short
+suite) and overfeeds a failure storm (one finding, a long suite). This one follows the
+work. Each interpreter costs its start-up (the main passes' fresh interpreters: their
+wall less their tests' time, the median) plus the tests it runs (their longest time in
+any mode). Then, for each isolation suspect (its outcome differs between modes): its
+alone-runs; a poisoned run where it failed after others in one interpreter; a culprit
+search (2·log2(n)+3 runs over the n tests before it, twice their time; for a failure
+only in parallel, one pair per file beside it and one with them all); one
+compute-sanitizer block per distinct CUDA fault; one run in threads where it failed only
+there. For the tests that failed the same way everywhere: their alone-runs, but 3 per
+large group. The sum, times SLACK (estimates are rough, and a budget not spent costs
+nothing), is capped at CAP_S.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gpuci.evidence.alone import alone_runs_wanted
+from gpuci.evidence.fingerprints import fingerprint
+from gpuci.evidence.priorities import prioritize
+from gpuci.evidence.reproduce import MAX_BESIDE, Order, interpreter_order, ran_beside
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.sanitizer import MIN_RUN_S, is_cuda_fault
+from gpuci.model import NOT_PASSING, Mode, Outcome, TestResult
+
+CAP_S = 1800.0  # at most 30 minutes of evidence, however many suspects
+SLACK = 1.5
+START_S = 2.0  # an interpreter's start-up where the main passes cannot tell
+SANITIZER_SLOWDOWN = 5.0  # memcheck runs a test this many times slower, about
+PER_FILE = (Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)  # a fresh interpreter per file
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """The default budget and what it is made of (seconds)."""
+
+    seconds: float
+    start_s: float  # one interpreter's start-up
+    parts: dict[str, float]  # alone, poisoned, culprits, sanitizer, threads, consistent
+    suspects: int  # isolation suspects
+    capped: bool
+
+    def text(self) -> str:
+        """One line: the budget and how it was reached."""
+        made = ", ".join(f"{k} {v:.0f}s" for k, v in self.parts.items() if v)
+        cap = f", capped at {CAP_S:.0f}s" if self.capped else ""
+        return (
+            f"evidence budget {self.seconds:.0f}s, from {self.suspects} isolation suspect(s)"
+            f" ({made or 'nothing to run'}; {self.start_s:.1f}s start-up per run; x{SLACK}{cap})"
+        )
+
+
+def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
+    """The budget the suspects of `results` need, with `runs` alone-runs each."""
+    start = start_up(results)
+    longest = _longest(results)
+
+    def cost(ids: list[str]) -> float:
+        return start + sum(longest.get(i, 0.0) for i in ids)
+
+    wanted = alone_runs_wanted(results, runs) if runs else {}
+    plan = prioritize(results, wanted)
+    parts = dict.fromkeys(("alone", "poisoned", "culprits", "sanitizer", "threads"), 0.0)
+    parts["consistent"] = 0.0
+    orders = {mode: interpreter_order(r) for mode, r in results.items()}
+    faults: set[str] = set()
+    for test_id, n in plan.isolation.items():
+        seen = {m: t for m, r in results.items() for t in r.run.tests if t.id == test_id}
+        failed = {m for m, t in seen.items() if t.outcome in NOT_PASSING}
+        parts["alone"] += n * cost([test_id])
+        before = _before(orders, test_id, failed)
+        if before:
+            parts["poisoned"] += cost([test_id])
+            searches = 2 * math.ceil(math.log2(len(before))) + 3
+            parts["culprits"] += searches * cost([test_id]) + 2 * sum(
+                longest.get(i, 0.0) for i in before
+            )
+        if failed == {Mode.PARALLEL} and Mode.PARALLEL in results:
+            beside = ran_beside(results[Mode.PARALLEL], seen[Mode.PARALLEL].file)
+            pairs = len(beside[:MAX_BESIDE]) + (1 if len(beside) > 1 else 0)
+            parts["culprits"] += pairs * (cost([test_id]) + _file_s(results, beside))
+        if failed == {Mode.THREADS}:
+            parts["threads"] += cost([test_id])
+        faults |= _faults(test_id, seen.values())
+    for test_id, n in plan.consistent.items():
+        parts["consistent"] += n * cost([test_id])
+        seen_here = [t for r in results.values() for t in r.run.tests if t.id == test_id]
+        faults |= _faults(test_id, seen_here)
+    for group in plan.groups:
+        parts["consistent"] += sum(cost([r]) for r in group.representatives)
+    parts["sanitizer"] = len(faults) * (MIN_RUN_S + SANITIZER_SLOWDOWN * start)
+    total = SLACK * sum(parts.values())
+    return Estimate(
+        seconds=round(min(total, CAP_S), 1),
+        start_s=start,
+        parts=parts,
+        suspects=len(plan.isolation),
+        capped=total > CAP_S,
+    )
+
+
+def start_up(results: Mapping[Mode, ModeResults]) -> float:
+    """One fresh interpreter's start-up: the median over the main passes' per-file
+    interpreters of their wall less their tests' time."""
+    overheads = []
+    for mode in PER_FILE:
+        if mode not in results:
+            continue
+        run = results[mode].run
+        spent: dict[str, float] = {}
+        for test in run.tests:
+            if not test.inferred:
+                spent[test.file] = spent.get(test.file, 0.0) + test.duration
+        for file_run in run.files:
+            if file_run.inferred or not file_run.interpreters:
+                continue
+            wall = file_run.duration - spent.get(file_run.file, 0.0)
+            overheads.append(max(0.0, wall) / len(file_run.interpreters))
+    return round(statistics.median(overheads), 3) if overheads else START_S
+
+
+def _longest(results: Mapping[Mode, ModeResults]) -> dict[str, float]:
+    """Each test's longest time in any mode."""
+    longest: dict[str, float] = {}
+    for mode_results in results.values():
+        for test in mode_results.run.tests:
+            longest[test.id] = max(longest.get(test.id, 0.0), test.duration)
+    return longest
+
+
+def _before(orders: Mapping[Mode, Order], test_id: str, failed: set[Mode]) -> list[str]:
+    """The tests before it in the interpreter where it failed (fewest first), or where it
+    passed for a test that failed alone (its providers are among them)."""
+    found: list[list[str]] = []
+    for order in orders.values():
+        where = order.where.get(test_id)
+        if where is None or where[1] == 0:
+            continue
+        segment, position, _ = where
+        found.append([t.id for t in order.segments[segment][:position]])
+    return min(found, key=len) if found and failed else []
+
+
+def _file_s(results: Mapping[Mode, ModeResults], files: list[str]) -> float:
+    """The longest parallel run of any of `files` (a pair replays the whole file)."""
+    parallel = results[Mode.PARALLEL].run
+    return max((f.duration for f in parallel.files if f.file in files), default=0.0)
+
+
+def _faults(test_id: str, seen: Iterable[TestResult]) -> set[str]:
+    """The fingerprint of a CUDA fault or crash among its results (one sanitizer block
+    serves every victim of one root)."""
+    found: set[str] = set()
+    for test in seen:
+        if test.outcome is Outcome.CRASHED or is_cuda_fault(test.message):
+            found.add(fingerprint(test_id, test.message, test.where) or test.file)
+    return found

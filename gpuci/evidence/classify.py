@@ -1,0 +1,234 @@
+"""Classify: one test's category from its outcome in each mode and its alone-runs.
+
+`classify_test` is the precedence table; `classify_results` applies it to every test of
+a results directory, for the diff and for the evidence engine (which needs the
+categories to know whose culprits to search for).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuci.evidence.reproduce import Order, first_in_interpreter, interpreter_order
+from gpuci.evidence.results import ModeResults, keep_worse
+from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestResult
+
+# The device ran out of memory: CuPy's and PyTorch's OutOfMemoryError (and the CPU
+# example's fake one), the CUDA runtime's and driver's error names, PyTorch's message.
+OUT_OF_MEMORY = re.compile(
+    r"\bOutOfMemoryError\b|\bcudaErrorMemoryAllocation\b|\bCUDA_ERROR_OUT_OF_MEMORY\b"
+    r"|\bCUDA out of memory\b"
+)
+# ... but a pool limit the process set itself (CuPy: "limit set to: N bytes") is process
+# state that every thread shares, which is what the threads mode is there to catch.
+POOL_LIMIT = re.compile(r"limit set to", re.IGNORECASE)
+WARNING = re.compile(r"\b\w*Warning\b")
+
+
+def out_of_device_memory(message: str) -> bool:
+    """Whether a failure's message says the device ran out of memory (not a pool limit)."""
+    return bool(OUT_OF_MEMORY.search(message)) and not POOL_LIMIT.search(message)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Classified:
+    """One test's outcomes across modes, its alone-runs, and the category they give."""
+
+    id: str
+    category: Category
+    outcomes: dict[Mode, Outcome]  # every mode of the results; NOT_RUN where absent
+    reruns: tuple[Outcome, ...]  # alone-runs: each mode's own, then the check's evidence
+    results: dict[Mode, TestResult]  # its result in each mode that has it, in mode order
+    notes: tuple[str, ...] = ()  # what the threads outcome did not decide, and why
+
+    @property
+    def seen(self) -> tuple[TestResult, ...]:
+        """Its results, in mode order."""
+        return tuple(self.results.values())
+
+
+def classify_results(
+    results: Mapping[Mode, ModeResults],
+    alone: Mapping[str, Sequence[Outcome]],
+    orders: Mapping[Mode, Order] | None = None,
+) -> dict[str, Classified]:
+    """Every test of `results`, classified, in the order first seen (modes in pipeline order).
+
+    `alone` holds the evidence's alone-runs by id (on top of those in each run.json).
+    """
+    modes = [m for m in Mode if m in results]
+    if orders is None:
+        orders = {mode: interpreter_order(results[mode]) for mode in modes}
+    by_id: dict[Mode, dict[str, TestResult]] = {}
+    for mode in modes:
+        tests: dict[str, TestResult] = {}
+        for test in results[mode].run.tests:
+            keep_worse(tests, test)
+        by_id[mode] = tests
+    threads = results[Mode.THREADS].run.threads if Mode.THREADS in results else None
+    # who ran first in its file: each of these modes runs a file in a fresh interpreter
+    per_file = (Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)
+    reference = next((orders[m] for m in per_file if m in orders), None)
+    found: dict[str, Classified] = {}
+    for test_id in dict.fromkeys(i for mode in modes for i in by_id[mode]):
+        mine = {m: by_id[m][test_id] for m in modes if test_id in by_id[m]}
+        outcomes = {m: mine[m].outcome if m in mine else Outcome.NOT_RUN for m in modes}
+        reruns = tuple(r for t in mine.values() for r in t.reruns) + tuple(alone.get(test_id, ()))
+        first = reference is not None and first_in_interpreter(reference, test_id)
+        judged, notes = _threads_judged(outcomes, mine, threads)
+        found[test_id] = Classified(
+            id=test_id,
+            category=classify_test(
+                judged, reruns + _seen_alone(mine, orders, test_id), first_in_file=first
+            ),
+            outcomes=outcomes,
+            reruns=reruns,
+            results=mine,
+            notes=notes,
+        )
+    return found
+
+
+def _threads_judged(
+    outcomes: dict[Mode, Outcome], mine: Mapping[Mode, TestResult], threads: int | None
+) -> tuple[dict[Mode, Outcome], tuple[str, ...]]:
+    """The outcomes the category is decided from, and notes on the threads outcome.
+
+    N copies of a test that needs much of the device not fitting at once is not a thread
+    safety bug: a threads failure by device out-of-memory counts as a pass. And a threads
+    pass of a test that fails everywhere else is the harness not seeing the failure
+    (pytest-run-parallel 0.10 reports a test failing by a warning as passed in threads).
+    """
+    result = mine.get(Mode.THREADS)
+    if result is None:
+        return outcomes, ()
+    n = threads or "several"
+    if result.outcome is Outcome.FAILED and out_of_device_memory(result.message):
+        note = (
+            f"failed in {n} threads only by running out of device memory: {n} copies at once"
+            " do not fit; not a thread-safety bug"
+        )
+        return {**outcomes, Mode.THREADS: Outcome.PASSED}, (note,)
+    others = {m: o for m, o in outcomes.items() if m is not Mode.THREADS}
+    ran = {o for o in others.values() if o not in (Outcome.NOT_RUN, Outcome.SKIPPED)}
+    if result.outcome is Outcome.PASSED and ran and ran <= NOT_PASSING:
+        failure = next(
+            (t.message for m, t in mine.items() if m is not Mode.THREADS and t.message), ""
+        )
+        why = (
+            ": it fails by a warning, which pytest-run-parallel reports as a pass in threads"
+            if WARNING.search(failure)
+            else ""
+        )
+        return outcomes, (
+            f"passed in threads, where the threads harness did not see the failure{why}",
+        )
+    return outcomes, ()
+
+
+def _seen_alone(
+    mine: Mapping[Mode, TestResult], orders: Mapping[Mode, Order], test_id: str
+) -> tuple[Outcome, ...]:
+    """The isolated outcome of a test that ran first in its fresh interpreter: an alone-run
+    in all but name (the evidence counts it as one), so a flaky test that passed there and
+    failed its alone-run is flaky, not one that needs others."""
+    isolated = mine.get(Mode.ISOLATED)
+    order = orders.get(Mode.ISOLATED)
+    if isolated is None or order is None or isolated.inferred:
+        return ()
+    if isolated.outcome not in (Outcome.PASSED, Outcome.FAILED):
+        return ()
+    return (isolated.outcome,) if first_in_interpreter(order, test_id) else ()
+
+
+def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in one place
+    outcomes: Mapping[Mode, Outcome],
+    reruns: Sequence[Outcome],
+    *,
+    first_in_file: bool = False,
+) -> Category:
+    """One test's category from its outcome in each mode and its alone-reruns.
+
+    `first_in_file` says that nothing ran before the test in its isolated interpreter (it
+    is its file's first test, or the first after a crash): isolated then ran it under the
+    same conditions as an alone-rerun, so a difference between the two is chance.
+
+    Precedence, first match wins:
+
+    1. Outcomes `not-run` are ignored (a mode, or a mode's shard, that did not run it);
+       when every outcome is `not-run` the test is `not-run`.
+    2. `crashed` in any mode, then `timed-out` in any mode: the interpreter died, or was
+       killed, while the test ran. This holds even when only `suite` saw it: the outcomes
+       per mode in verdict.json show where, and a crash outranks any comparison.
+    3. All remaining outcomes `skipped`: `skipped`. Otherwise a skip says nothing.
+    4. No failure in any mode nor any rerun: `passed`.
+    5. Reruns that both passed and did not pass (failed, crashed or timed out): `flaky`.
+    6. Failed in `isolated` but passed in `parallel`: it runs the file in the same order,
+       with more going on beside it, not less; only chance differs: `flaky`. Not so for
+       `threads`: each test runs in fresh worker threads, so thread-local state an earlier
+       test left (CuPy's current stream, a per-thread cache) does not reach it there; on
+       an H100 a leaked non-blocking stream's victim failed in isolated and passed in
+       threads, every time.
+    7. Alone it fails (every rerun): `depends-on-others` if it passed somewhere other
+       tests ran before it in its interpreter (`suite`; `isolated` or `parallel` unless
+       `first_in_file`); `flaky` if it passed only where nothing ran before it (identical
+       conditions); `failed` if it passed nowhere. A pass in `threads` counts for nothing
+       here: it only ever clears a test of being thread-unsafe (fresh worker threads see
+       no earlier test's thread-local state, and pytest-run-parallel 0.10 reports a test
+       that fails by a warning as passed).
+    8. Alone it passes: `flaky` if it failed in `isolated` with `first_in_file` (identical
+       conditions); `order-dependent` if it failed in `suite` or `isolated`;
+       `concurrency` if it failed in `parallel` (with or without `threads`: a failure
+       with no threads needs none to explain it, and the culprit search can pair files);
+       `thread-unsafe` if it failed only in `threads`.
+
+    Without reruns (`--reruns 0`, or the mode that failed it was interrupted) the isolated
+    outcome stands in for "alone": it is the closest to it, a fresh interpreter with only
+    the test's own file before it. Without that either, "alone" is taken to pass when
+    some mode passed and to fail otherwise.
+    """
+    ran = {m: o for m, o in outcomes.items() if o is not Outcome.NOT_RUN}
+    if not ran:
+        return Category.NOT_RUN
+    if Outcome.CRASHED in ran.values():
+        return Category.CRASHED
+    if Outcome.TIMED_OUT in ran.values():
+        return Category.TIMED_OUT
+    decided = {m: o for m, o in ran.items() if o is not Outcome.SKIPPED}
+    if not decided:
+        return Category.SKIPPED
+    failed = {m for m, o in decided.items() if o is Outcome.FAILED}
+    # A pass in threads only ever clears a test of thread-unsafety: it says nothing about
+    # other tests before it (fresh worker threads), and the harness misses some failures.
+    passed = {m for m, o in decided.items() if o is Outcome.PASSED and m is not Mode.THREADS}
+    rerun_passed = Outcome.PASSED in reruns
+    rerun_failed = any(r in NOT_PASSING for r in reruns)
+    if not failed and not rerun_failed:
+        return Category.PASSED
+    if rerun_passed and rerun_failed:
+        return Category.FLAKY
+    if Mode.ISOLATED in failed and Mode.PARALLEL in passed:
+        return Category.FLAKY
+
+    if rerun_failed or rerun_passed:
+        alone_passes = rerun_passed
+    elif Mode.ISOLATED in decided:
+        alone_passes = decided[Mode.ISOLATED] is Outcome.PASSED
+    else:
+        alone_passes = bool(passed)
+
+    if not alone_passes:
+        # every mode runs the earlier tests of the file first, unless it was first in it
+        after_others = {Mode.SUITE} if first_in_file else set(Mode)
+        if passed & after_others:
+            return Category.DEPENDS_ON_OTHERS
+        return Category.FLAKY if passed else Category.FAILED
+    if Mode.ISOLATED in failed and first_in_file:
+        return Category.FLAKY
+    if failed & {Mode.SUITE, Mode.ISOLATED}:
+        return Category.ORDER_DEPENDENT
+    if Mode.PARALLEL in failed:
+        return Category.CONCURRENCY
+    return Category.THREAD_UNSAFE

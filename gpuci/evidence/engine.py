@@ -1,0 +1,373 @@
+"""Evidence: what gpuci runs after the main passes to tell a polluted test from a broken one.
+
+One budget (`--evidence-budget`) for the whole check, spent most telling first
+(`gpuci.evidence.priorities` says who runs alone, how often, in what order): the isolation
+suspects' alone-runs (`gpuci.evidence.alone`), poisoned runs and culprit searches (each failing
+interpreter's earlier tests replayed, or the pair with a co-running file); then the tests
+that failed the same way everywhere, a few of each fingerprint's group; compute-sanitizer
+on the roots; the thread-unsafe tests alone in threads; the remaining alone-runs. These
+are the strict runs: nothing else runs on their GPUs, but passing alone-runs, which may
+run beside each other. What the budget cuts is recorded per test, never silently
+classified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
+from gpuci.evidence.classify import classify_results
+from gpuci.evidence.culprits import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS, search_culprits
+from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.reproduce import Order, interpreter_order
+from gpuci.evidence.results import ModeResults, load_mode_results
+from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
+from gpuci.formats import (
+    EVIDENCE_DIR,
+    EVIDENCE_FILE,
+    evidence_to_json,
+    mode_run_to_json,
+    write_json_atomic,
+)
+from gpuci.model import (
+    NOT_PASSING,
+    PROBE_SHOWN,
+    SUITE_UNIT,
+    Category,
+    Evidence,
+    FileRun,
+    Mode,
+    ModeRun,
+    Outcome,
+    Probe,
+    TestEvidence,
+    TestResult,
+    printable,
+)
+from gpuci.run.discover import POISON_ENV
+from gpuci.run.interpreter import EXIT_ID
+from gpuci.run.plan import thread_args
+from gpuci.run.session import Interrupted
+from gpuci.run.strays import leftover_line, stranger_line
+from gpuci.run.supervisor import Supervisor
+
+ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
+
+
+def _say(progress: TextIO, text: str) -> None:
+    print(printable(f"gpuci: {text}"), file=progress, flush=True)
+
+
+def _say_strays(prober: Prober, progress: TextIO, where: str) -> None:
+    for file, left in prober.leftovers.items():
+        for leftover in left:
+            _say(progress, f"warning: {leftover_line(file, leftover, where=where)}")
+    for file, strangers in prober.strangers.items():
+        for stranger in strangers:
+            _say(progress, f"warning: {stranger_line(file, stranger, where=where)}")
+
+
+def gather_evidence(
+    out: Path,
+    *,
+    runs: int,
+    budget_s: float | None,
+    timeout: float | None,
+    python: str = sys.executable,
+    progress: TextIO = sys.stderr,
+    pytest_args: tuple[str, ...] | None = None,
+    sanitize: bool | None = None,
+    workers: int = 1,
+) -> Evidence:
+    """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
+
+    In order, within one budget: alone-runs (they decide the categories), poisoned runs of
+    order-dependent victims, culprit searches, then compute-sanitizer on the roots
+    (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
+    `workers`: how many alone-runs may go at once (the check's slots); the rest is strict.
+    """
+    tool = choose_sanitizer(sanitize)
+    results = load_mode_results(out)
+    first = next(iter(results.values())).run
+    if pytest_args is not None:
+        first = dataclasses.replace(first, pytest_args=pytest_args)
+    directory = out / EVIDENCE_DIR
+    supervisor = Supervisor()
+    prober = Prober.start(
+        directory,
+        first,
+        python=python,
+        timeout=timeout,
+        budget_s=budget_s,
+        supervisor=supervisor,
+        mode_name=EVIDENCE_DIR,
+    )
+    found: dict[str, TestEvidence] = {}
+    try:
+        with supervisor.handling_signals():
+            found = _gather(
+                prober, results, runs, progress, sanitize=sanitize, tool=tool, workers=workers
+            )
+    finally:
+        prober.close()
+    _say_strays(prober, progress, "evidence")
+    evidence = Evidence(
+        gpu=prober.gpu,
+        budget_s=budget_s,
+        spent_s=prober.spent() if prober.runs else 0.0,
+        runs=prober.runs,
+        phases=prober.phase_json(),
+        tests=tuple(found.values()),
+        leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
+        strangers={f: tuple(x) for f, x in prober.strangers.items()},
+    )
+    write_json_atomic(directory / EVIDENCE_FILE, evidence_to_json(evidence))
+    if prober.stopping():
+        raise Interrupted(f"interrupted; the evidence gathered so far is in {directory}")
+    return evidence
+
+
+def _gather(
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    runs: int,
+    progress: TextIO,
+    *,
+    sanitize: bool | None,
+    tool: str | None,
+    workers: int = 1,
+) -> dict[str, TestEvidence]:
+    """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
+    matters least: the isolation suspects' first alone-runs (a second at once for one that
+    fails); one alone-run of each test that failed the same way everywhere, but a few of
+    each large group (a victim of a sticky error fails in every mode, yet passes alone:
+    the cascade's first victim, whose culprit every later one is tried with); poisoned
+    runs and culprit searches; compute-sanitizer on the roots; each thread-unsafe test
+    alone in threads; then the remaining alone-runs."""
+    wanted = alone_runs_wanted(results, runs) if runs else {}
+    plan = prioritize(results, wanted)
+    found, had = first_alone(prober, plan.isolation, {}, progress, workers)
+    once = {i: min(n, 1) for i, n in plan.consistent.items()}
+    found = more_alone(prober, once, found, progress, workers)
+    had |= once
+    found, split = run_representatives(prober, plan.groups, found, progress=progress)
+    for group in plan.groups:
+        for member in group.members:
+            # a representative's one run, or the others' none, is all a kept group needs
+            wanted[member] = 0 if found[member].inferred_from else min(wanted[member], 1)
+    found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress, workers)
+    had |= more
+    orders = {mode: interpreter_order(results[mode]) for mode in results}  # built once
+    classified = classify_results(results, {i: t.alone for i, t in found.items()}, orders)
+    victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
+    if not prober.poisoned:  # a --poison check ran everything poisoned already
+        found = run_poisoned(prober, victims, found, progress=progress)
+    found = search_culprits(prober, results, classified, found, orders=orders, progress=progress)
+    if sanitize is not False:  # the kernel of a root before the rest
+        found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
+    unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
+    if unsafe and Mode.THREADS in results:
+        threads = results[Mode.THREADS].run.threads
+        found = run_threaded(
+            prober,
+            unsafe,
+            thread_args(threads),
+            found,
+            progress=progress,
+            order=orders.get(Mode.THREADS),
+        )
+    rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
+    return describe_cuts(more_alone(prober, rest, found, progress, workers), wanted)
+
+
+def run_threaded(
+    prober: Prober,
+    tests: Sequence[str],
+    threads: Sequence[str],
+    found: Mapping[str, TestEvidence],
+    *,
+    progress: TextIO,
+    order: Order | None = None,
+) -> dict[str, TestEvidence]:
+    """Each thread-unsafe test alone in the threads mode's threads, as its reproduce command
+    runs it: whether that command shows the race, or only its file's order in threads does.
+
+    Where it passes alone in threads, its threads interpreter's earlier tests are replayed
+    before it, in threads, strictly (nothing else running): a threads screen ran beside
+    other interpreters, and only a strict run makes its failure a finding (a Probe)."""
+    merged = dict(found)
+    addopts = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *threads]))
+    _say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
+    for test_id in tests:
+        if prober.exhausted() or prober.stopping():
+            break
+        ran = prober.run(
+            [test_id], phase="threads", label=f"threads: {test_id}", env={ADDOPTS: addopts}
+        )
+        before = merged.get(test_id, TestEvidence(id=test_id))
+        outcome = ran.outcome(test_id)
+        merged[test_id] = dataclasses.replace(before, threaded=outcome)
+        _say(progress, f"  {test_id}: alone in threads: {outcome.value}")
+        earlier = _earlier_in(order, test_id)
+        if outcome is Outcome.PASSED and earlier and not prober.exhausted():
+            ran = prober.run(
+                [*earlier, test_id],
+                phase="threads",
+                label=f"threads: {test_id} after {len(earlier)} test(s)",
+                env={ADDOPTS: addopts},
+            )
+            replay = Probe(
+                count=len(earlier),
+                shown=tuple(earlier[-PROBE_SHOWN:]),
+                outcome=ran.outcome(test_id),
+            )
+            merged[test_id] = dataclasses.replace(merged[test_id], probes=(replay,))
+            _say(
+                progress,
+                f"  {test_id}: after its file's earlier tests in threads: {replay.outcome.value}",
+            )
+    return merged
+
+
+def _earlier_in(order: Order | None, test_id: str) -> list[str]:
+    """The tests that ran before `test_id` in its interpreter (real tests only)."""
+    where = order.where.get(test_id) if order is not None else None
+    if order is None or where is None:
+        return []
+    segment, position, _ = where
+    before = [t.id for t in order.segments[segment][:position]]
+    return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]
+
+
+def _poisonable(prober: Prober) -> bool:
+    """Whether the suite's interpreter can import a library the plugin poisons: without one
+    a poisoned run is an alone-run again, and its cost is wasted."""
+    probe = "import importlib.util as u; print(any(u.find_spec(m) for m in ('cupy', 'torch')))"
+    try:
+        found = subprocess.run(
+            [prober.interpreters.python, "-c", probe],
+            cwd=prober.rootdir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: poison, and let the run say
+    return found.stdout.strip() != "False"
+
+
+def run_poisoned(
+    prober: Prober, victims: Sequence[str], found: Mapping[str, TestEvidence], *, progress: TextIO
+) -> dict[str, TestEvidence]:
+    """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
+    one that fails so twice reads memory it never wrote (its own bug, not its culprit's).
+    One that fails poisoned, then passes, went both ways under identical conditions: flaky
+    (its search says so, and none is made)."""
+    merged = dict(found)
+    if victims and not _poisonable(prober):
+        _say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
+        return merged
+    if victims:
+        _say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
+    for test_id in victims:
+        if prober.exhausted() or prober.stopping():
+            break
+        outcomes = [_poisoned_run(prober, test_id)]
+        if outcomes[0] in NOT_PASSING and not prober.exhausted():  # chance, or its bug?
+            outcomes.append(_poisoned_run(prober, test_id))
+        before = merged.get(test_id, TestEvidence(id=test_id))
+        if len(outcomes) == 2 and outcomes[1] is Outcome.PASSED:
+            merged[test_id] = dataclasses.replace(
+                before,
+                search=f"{NOT_REPRODUCED}: poisoned, it failed, then not ({SAME_RUN_BOTH_WAYS})",
+            )
+        elif outcomes[0] in NOT_PASSING and len(outcomes) == 1:  # unconfirmed: the budget
+            merged[test_id] = before
+        else:
+            merged[test_id] = dataclasses.replace(before, poisoned=outcomes[-1])
+        _say(progress, f"  {test_id}: poisoned: {', '.join(o.value for o in outcomes)}")
+    return merged
+
+
+def _poisoned_run(prober: Prober, test_id: str) -> Outcome:
+    ran = prober.run(
+        [test_id], phase="poisoned", label=f"poisoned: {test_id}", env={POISON_ENV: "1"}
+    )
+    return ran.outcome(test_id)
+
+
+def rerun_mode_suspects(
+    run: ModeRun,
+    out: Path,
+    *,
+    runs: int,
+    budget_s: float | None,
+    python: str,
+    progress: TextIO = sys.stderr,
+) -> ModeRun:
+    """`gpuci run`'s alone-reruns inside one mode, with the check's rules; rewrites run.json."""
+    results = {run.mode: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)}
+    wanted = alone_runs_wanted(results, runs) if runs else {}
+    if not any(wanted.values()):
+        return run
+    supervisor = Supervisor()
+    prober = Prober.start(
+        out,
+        run,
+        python=python,
+        timeout=run.timeout,
+        budget_s=budget_s,
+        supervisor=supervisor,
+        mode_name=run.mode.value,
+    )
+    try:
+        with supervisor.handling_signals():
+            found = describe_cuts(run_alone(prober, wanted, progress=progress), wanted)
+    finally:
+        prober.close()
+    _say_strays(prober, progress, run.mode.value)
+    interrupted = prober.stopping()
+    run = dataclasses.replace(
+        run,
+        interrupted=run.interrupted or interrupted,
+        tests=tuple(_with_reruns(t, found) for t in run.tests),
+        files=tuple(_with_strays(f, prober, run.mode) for f in run.files),
+    )
+    write_json_atomic(out / "run.json", mode_run_to_json(run))
+    if interrupted:
+        raise Interrupted(f"interrupted; what finished is in {out}")
+    return run
+
+
+def _with_strays(file_run: FileRun, runner: Prober, mode: Mode) -> FileRun:
+    """The file's run with what its alone-reruns left behind (suite: all of them)."""
+    files = list(runner.leftovers) + list(runner.strangers)
+    if mode is Mode.SUITE:
+        keys = dict.fromkeys(files) if file_run.file == SUITE_UNIT else {}
+    else:
+        keys = {file_run.file: None}
+    leftovers = tuple(x for k in keys for x in runner.leftovers.get(k, ()))
+    strangers = tuple(x for k in keys for x in runner.strangers.get(k, ()))
+    if not leftovers and not strangers:
+        return file_run
+    return dataclasses.replace(
+        file_run,
+        leftovers=file_run.leftovers + leftovers,
+        strangers=file_run.strangers + strangers,
+    )
+
+
+def _with_reruns(test: TestResult, found: Mapping[str, TestEvidence]) -> TestResult:
+    evidence = found.get(test.id)
+    if evidence is None:
+        return test
+    return dataclasses.replace(test, reruns=evidence.alone, cut=evidence.cut)

@@ -1,0 +1,142 @@
+"""Priorities: which suspects run alone, how often, and in what order.
+
+The alone-runs themselves (how many each suspect needs, running them beside each other
+and confirming a failure alone) are `gpuci.evidence.alone`'s; this module orders them.
+
+Isolation suspects (a test whose outcome differs between modes) come first: they are
+what a check is for. Tests that failed the same way in every mode come after, grouped by
+fingerprint: a group of more than REPRESENTATIVES gets one alone-run for each of a few
+representatives, spread over its files; when each fails alone the same way, the others
+are `failed`, inferred from them, without a run of their own. A representative that
+passes alone (or fails differently) splits its group: every member then runs alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from gpuci.evidence.alone import CUT_BY_BUDGET, more_alone
+from gpuci.evidence.fingerprints import (
+    REPRESENTATIVES,
+    FailureGroup,
+    consistent_failures,
+    fingerprint,
+    group_failures,
+)
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.results import ModeResults
+from gpuci.model import Mode, Outcome, TestEvidence, printable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Priorities:
+    """The suspects in the order their evidence runs: isolation suspects, then tests that
+    failed the same way everywhere, alone or as groups."""
+
+    isolation: dict[str, int]  # alone-runs wanted, by id
+    consistent: dict[str, int]  # failed the same way in every mode, not in a large group
+    groups: tuple[FailureGroup, ...]  # large groups of consistent failures
+
+
+def prioritize(results: Mapping[Mode, ModeResults], wanted: Mapping[str, int]) -> Priorities:
+    """Split the suspects: isolation suspects first, then consistent failures by group."""
+    failures = consistent_failures({mode: r.run.tests for mode, r in results.items()}, list(wanted))
+    groups = group_failures({i: t for i, t in failures.items() if t.message.strip()})
+    large = tuple(g for g in groups if len(g.members) > REPRESENTATIVES)
+    grouped = {m for g in large for m in g.members}
+    return Priorities(
+        isolation={i: n for i, n in wanted.items() if i not in failures},
+        consistent={i: n for i, n in wanted.items() if i in failures and i not in grouped},
+        groups=large,
+    )
+
+
+def first_alone(
+    prober: Prober,
+    wanted: Mapping[str, int],
+    found: Mapping[str, TestEvidence],
+    progress: TextIO,
+    workers: int = 1,
+) -> tuple[dict[str, TestEvidence], dict[str, int]]:
+    """One alone-run each; a second at once for a test that failed its first (it tells a
+    flaky test from a real failure before any culprit is searched for). The evidence, and
+    the runs each test has had of those it wanted."""
+    first = {i: min(n, 1) for i, n in wanted.items()}
+    merged = more_alone(prober, first, found, progress, workers)
+    again = {
+        i: n - 1
+        for i, n in wanted.items()
+        if n > 1 and i in merged and Outcome.PASSED not in merged[i].alone and not merged[i].cut
+    }
+    merged = more_alone(prober, again, merged, progress, workers)
+    return merged, {i: n + again.get(i, 0) for i, n in first.items()}
+
+
+def run_representatives(
+    prober: Prober,
+    groups: Sequence[FailureGroup],
+    found: Mapping[str, TestEvidence],
+    *,
+    progress: TextIO,
+) -> tuple[dict[str, TestEvidence], list[str]]:
+    """Each group's representatives alone once; the rest inferred from them where each
+    failed alone the same way. The evidence, and the members of the groups that split."""
+    merged = dict(found)
+    split: list[str] = []
+    for group in groups:
+        reps = group.representatives
+        _say(
+            progress,
+            f"evidence: {len(group.members)} tests failed the same way everywhere;"
+            f" running {len(reps)} of them alone: {group.fingerprint}",
+        )
+        if prober.exhausted() or prober.stopping():
+            for member in group.members:
+                merged[member] = TestEvidence(id=member, cut=CUT_BY_BUDGET)
+            continue
+        same = True
+        for rep in reps:
+            ran = prober.run([rep], phase="alone", label=f"alone (for its group): {rep}")
+            outcome = ran.outcome(rep)
+            result = ran.results.get(rep)
+            alike = (
+                result is not None
+                and outcome is Outcome.FAILED
+                and fingerprint(rep, result.message, result.where) == group.fingerprint
+            )
+            same = same and alike
+            merged[rep] = TestEvidence(id=rep, alone=(outcome,), fingerprint=group.fingerprint)
+            _say(progress, f"  {rep}: alone: {outcome.value}{'' if alike else ' (differs)'}")
+        rest = [m for m in group.members if m not in reps]
+        if same:
+            for member in rest:
+                merged[member] = TestEvidence(
+                    id=member, fingerprint=group.fingerprint, inferred_from=reps
+                )
+            _say(progress, f"  the other {len(rest)}: failed, inferred from them")
+        else:
+            split += rest
+            _say(progress, f"  the group splits: its other {len(rest)} run alone each")
+    return merged, split
+
+
+def describe_cuts(
+    found: Mapping[str, TestEvidence], wanted: Mapping[str, int]
+) -> dict[str, TestEvidence]:
+    """Each cut said as what ran: none (`not rerun: budget`), or how many of how many."""
+    described = dict(found)
+    for test_id, test in found.items():
+        want = wanted.get(test_id, 0)
+        if test.cut and test.alone and want > len(test.alone):
+            missing = want - len(test.alone)
+            described[test_id] = dataclasses.replace(
+                test, cut=f"the budget cut {missing} of {want} alone-runs"
+            )
+    return described
+
+
+def _say(progress: TextIO, text: str) -> None:
+    print(printable(f"gpuci: {text}"), file=progress, flush=True)

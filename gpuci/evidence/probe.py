@@ -1,0 +1,215 @@
+"""Probe: the evidence engine's runs, each a fresh interpreter with the check's environment.
+
+Every evidence run (alone-runs, culprit searches, poisoned runs, compute-sanitizer) goes
+through one `Prober`, so they share one environment (the GPUs of the check's serial
+interpreters, unless a concurrency pair replays the parallel slots' own), one budget and
+one account of what the runs left behind. Runs are serial, except `run_together`, which
+replays interpreters that ran side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuci.evidence.reproduce import serial_gpu
+from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
+from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
+from gpuci.run.interpreter import Interpreters, Launch
+from gpuci.run.supervisor import Supervisor
+
+RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"  # the plugin's: hold the first test until all arrive
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeRun:
+    """What one evidence interpreter did: each test's outcome, and where its output is."""
+
+    outcomes: dict[str, Outcome]
+    log: Path  # the interpreter's capped log (shared by the runs of one file)
+    log_from: int  # where this run's output begins in it
+    results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
+
+    def outcome(self, test_id: str) -> Outcome:
+        """The test's outcome; `not-run` where the interpreter never got to it."""
+        return self.outcomes.get(test_id, Outcome.NOT_RUN)
+
+    def output(self) -> str:
+        """This run's output (the capped log from where it began)."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(self.log_from)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+@dataclass(slots=True)
+class Phase:
+    """The runs and seconds one kind of evidence took."""
+
+    runs: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Prober:
+    """Starts evidence interpreters, one at a time, within one budget."""
+
+    interpreters: Interpreters
+    rootdir: Path
+    gpu: str | None  # what every serial evidence run sees
+    budget_s: float | None
+    poisoned: bool = False  # every run fills fresh device allocations (a --poison check)
+    zero: float = field(default_factory=time.monotonic)
+    runs: int = 0
+    phases: dict[str, Phase] = field(default_factory=dict)
+    leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
+    strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def start(
+        cls,
+        out: Path,
+        run: ModeRun,
+        *,
+        python: str,
+        timeout: float | None,
+        budget_s: float | None,
+        supervisor: Supervisor,
+        mode_name: str,
+    ) -> Prober:
+        """A prober writing journals and logs under `out`, with `run`'s pytest arguments."""
+        environ = child_env(os.environ)
+        environ["GPUCI_MODE"] = mode_name
+        if run.poison:  # one environment: the evidence of a poisoned check is poisoned too
+            environ[POISON_ENV] = "1"
+        interpreters = Interpreters(
+            out=out,
+            python=python,
+            pytest_args=run.pytest_args,
+            timeout=timeout,
+            environ=environ,
+            clock_zero=time.monotonic(),
+            supervisor=supervisor,
+        )
+        return cls(interpreters, Path(run.rootdir), serial_gpu(run), budget_s, run.poison)
+
+    def close(self) -> None:
+        """Remove scratch files; collect adopted zombies."""
+        self.interpreters.close()
+
+    def spent(self) -> float:
+        """Seconds since the prober started."""
+        return time.monotonic() - self.zero
+
+    def left(self) -> float | None:
+        """Seconds of budget left (None: no limit)."""
+        return None if self.budget_s is None else max(0.0, self.budget_s - self.spent())
+
+    def exhausted(self) -> bool:
+        """Whether the budget is spent."""
+        left = self.left()
+        return left is not None and left <= 0
+
+    def stopping(self) -> bool:
+        """Whether gpuci was asked to stop (Ctrl-C, SIGTERM)."""
+        return self.interpreters.supervisor.stopping.is_set()
+
+    def run(
+        self,
+        ids: Sequence[str],
+        *,
+        phase: str,
+        label: str,
+        env: Mapping[str, str] | None = None,
+        wrapper: tuple[str, ...] = (),
+        timeout: float | None = None,
+    ) -> ProbeRun:
+        """Run `ids` in one fresh interpreter with the serial GPUs, in the order given.
+
+        The order must be collection order within each file: pytest is handed the files in
+        the order they first appear, and runs only `ids` of them (GPUCI_ONLY).
+        """
+        return self._run(
+            ids, phase=phase, label=label, gpu=self.gpu, env=env, wrapper=wrapper, timeout=timeout
+        )
+
+    def _run(
+        self,
+        ids: Sequence[str],
+        *,
+        phase: str,
+        label: str,
+        gpu: str | None,
+        env: Mapping[str, str] | None = None,
+        wrapper: tuple[str, ...] = (),
+        timeout: float | None = None,
+    ) -> ProbeRun:
+        files = list(dict.fromkeys(file_of(i) for i in ids))
+        launch = Launch(
+            key=files[-1],  # the victim's file: its journal and log
+            ids=tuple(ids),
+            targets=tuple(pytest_target(self.rootdir, f) for f in files),
+            slot=0,
+            gpu=gpu,
+            attempt=0,
+            junit=None,
+            label=label,
+            env=dict(env or {}),
+            wrapper=wrapper,
+            timeout=timeout,
+        )
+        log = self.interpreters.out / "logs" / f"{launch.stem}.log"
+        started = time.monotonic()
+        with self._lock:
+            log_from = log.stat().st_size if log.exists() else 0
+        attempt = self.interpreters.run(launch)
+        with self._lock:
+            self.runs += 1
+            account = self.phases.setdefault(phase, Phase())
+            account.runs += 1
+            account.seconds += time.monotonic() - started
+            if attempt.leftovers:
+                self.leftovers.setdefault(launch.key, []).extend(attempt.leftovers)
+            if attempt.strangers:
+                self.strangers.setdefault(launch.key, []).extend(attempt.strangers)
+        return ProbeRun(
+            outcomes={r.id: r.outcome for r in attempt.results},
+            log=log,
+            log_from=log_from,
+            results={r.id: r for r in attempt.results},
+        )
+
+    def run_together(
+        self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
+    ) -> tuple[list[ProbeRun], int]:
+        """Run each group of ids in its own interpreter, all at once, each with its GPUs,
+        their first tests held at a rendezvous until every interpreter has reached its own
+        (so that they overlap, whatever each start-up costs). The runs, and how many
+        interpreters reached the rendezvous (all of them: their first tests overlapped)."""
+        with tempfile.TemporaryDirectory(prefix="gpuci-pair-") as scratch:
+            folder = Path(scratch) / "met"
+            env = {RENDEZVOUS_ENV: f"{folder}:{len(groups)}"}
+            with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+                futures = [
+                    pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu, env=env)
+                    for ids, gpu in groups
+                ]
+                runs = [f.result() for f in futures]
+            met = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
+        return runs, met
+
+    def phase_json(self) -> dict[str, dict[str, float]]:
+        """evidence.json's `phases`: runs and seconds per kind of evidence."""
+        return {
+            name: {"runs": p.runs, "seconds": round(p.seconds, 3)}
+            for name, p in self.phases.items()
+        }

@@ -1,0 +1,284 @@
+"""Reproduce: who ran before whom, and the shell command that shows a finding again.
+
+Shared by the diff (a command for every finding), the evidence engine (which replays
+orders to find culprits) and the report. Commands are ready to paste: `shlex`-quoted,
+run from the suite's rootdir.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuci.evidence.results import ModeResults
+from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
+from gpuci.run.discover import PLUGIN, POISON_ENV
+from gpuci.run.plan import thread_args, visible_gpus
+
+PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
+MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
+MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
+RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Order:
+    """Who ran before whom in one mode's interpreters."""
+
+    segments: list[list[TestResult]]  # one per interpreter, in the order they ran
+    blocks: list[list[tuple[str, int]]]  # per segment: (file, position of its first test)
+    mid_file: list[bool]  # per segment: it began in the middle of a file, after a crash
+    where: dict[str, tuple[int, int, int]]  # test id -> (segment, position, block)
+
+
+def interpreter_order(results: ModeResults) -> Order:
+    """Split a mode's tests into interpreters: per file (but in suite), and at crashes."""
+    order = Order(segments=[], blocks=[], mid_file=[], where={})
+    per_file = results.run.mode is not Mode.SUITE
+    for part in results.parts:
+        current: list[TestResult] = []
+        blocks: list[tuple[str, int]] = []
+        previous: TestResult | None = None
+        for test in part.tests:
+            if test.outcome is Outcome.NOT_RUN:
+                continue  # it did not run, so it ran before nothing
+            # The runner resumes in a fresh interpreter after a crash or a timeout.
+            after_crash = previous is not None and previous.outcome in RESTARTING
+            same_file = previous is not None and previous.file == test.file
+            if previous is None or after_crash or (per_file and not same_file):
+                current, blocks = [], []
+                order.segments.append(current)
+                order.blocks.append(blocks)
+                order.mid_file.append(after_crash and same_file)
+            if not blocks or blocks[-1][0] != test.file:
+                blocks.append((test.file, len(current)))
+            order.where.setdefault(
+                test.id, (len(order.segments) - 1, len(current), len(blocks) - 1)
+            )
+            current.append(test)
+            previous = test
+    return order
+
+
+def first_in_interpreter(order: Order, test_id: str) -> bool:
+    place = order.where.get(test_id)
+    return place is not None and place[1] == 0
+
+
+def _selectable(test_id: str) -> str:
+    """What pytest is given to run the test: its id, or its file for a pseudo test."""
+    file, _, name = test_id.partition("::")
+    # No real test's name starts with "[": such an id is the runner's stand-in for an
+    # interpreter that died between tests, and only its file can be run.
+    if name.startswith("["):
+        return "" if file == SUITE_UNIT else file
+    return test_id
+
+
+def _ran_before(order: Order, test_id: str, *, by_file: bool) -> tuple[list[str], int]:
+    """What ran before the test in its interpreter, nearest last, and how many were cut.
+
+    Test ids, or in suite mode the files before the test's own (shorter, and what a plain
+    `pytest` run does); the nearest MAX_PRECEDING are kept, the likeliest polluters.
+    """
+    place = order.where.get(test_id)
+    if place is None:
+        return [], 0
+    segment, position, block = place
+    tests = order.segments[segment]
+    if not by_file or block == 0:
+        start = max(0, position - MAX_PRECEDING)
+        return [t.id for t in tests[start:position]], start
+    blocks = order.blocks[segment]
+    start = max(0, block - MAX_PRECEDING)
+    args = [file for file, _ in blocks[start:block]]
+    if start == 0 and order.mid_file[segment]:
+        # The interpreter began in the middle of the first file (after a crash there):
+        # only that file's later tests ran in it, so name them instead of the file.
+        end = blocks[1][1]
+        head = max(0, end - MAX_PRECEDING)
+        return [t.id for t in tests[head:end]] + args[1:], head
+    return args, start
+
+
+def reproduce_command(
+    test_id: str,
+    category: Category,
+    *,
+    outcomes: Mapping[Mode, Outcome],
+    reruns: Sequence[Outcome],
+    results: Mapping[Mode, ModeResults],
+    orders: Mapping[Mode, Order],
+    alone_in_threads: Outcome | None = None,
+) -> str:
+    """A shell command that shows the finding: the failing order, the files beside it, the
+    test in several threads (thread-unsafe: alone, unless the evidence saw it pass alone in
+    threads; then its file's order up to it), or the test alone.
+
+    Each carries the GPUs the interpreter it replays had (`CUDA_VISIBLE_DEVICES=...`).
+    """
+    if category in (Category.PASSED, Category.SKIPPED):
+        return ""
+    target = _selectable(test_id)
+    if not target:
+        return ""
+    file = target.partition("::")[0]
+    if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        beside = ran_beside(results[Mode.PARALLEL], file)
+        if beside:
+            return _run_together(results[Mode.PARALLEL], [target, *beside])
+    if category is Category.THREAD_UNSAFE and Mode.THREADS in results:
+        run = results[Mode.THREADS].run  # in as many threads as the threads mode ran it
+        earlier: list[str] = []
+        if alone_in_threads is Outcome.PASSED:
+            earlier, _ = _ran_before(orders[Mode.THREADS], test_id, by_file=False)
+        extra = thread_args(run.threads)
+        return pytest_command(run, [*earlier, target], serial_gpu(run), extra=extra)
+    mode = Mode.ISOLATED if Mode.ISOLATED in results else next(iter(results))
+    before: list[str] = []
+    omitted = 0
+    wanted = _shown_only_in_order(category, outcomes, reruns)
+    for failing in (Mode.ISOLATED, Mode.SUITE):
+        if wanted is not None and outcomes.get(failing) is wanted:
+            before, omitted = _ran_before(orders[failing], test_id, by_file=failing is Mode.SUITE)
+            if before:
+                mode = failing
+                break
+    run = results[mode].run
+    # alone, a test sees what every serial interpreter of the check sees
+    gpu = gpu_of(results[mode], SUITE_UNIT if mode is Mode.SUITE else file) if before else None
+    if gpu is None:
+        gpu = serial_gpu(run)
+    command = pytest_command(run, [*before, target], gpu)
+    if omitted:
+        command += f"  # {omitted} earlier in the {mode.value} order left out, see its run.json"
+    return command
+
+
+def culprit_command(
+    test_id: str,
+    category: Category,
+    culprits: Sequence[str],
+    results: Mapping[Mode, ModeResults],
+) -> str:
+    """The minimal command: the culprits, then the victim; or the victim started together
+    with the files beside which it failed. "" where culprits do not make the finding show.
+    """
+    target = _selectable(test_id)
+    if not culprits or not target:
+        return ""
+    if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        return _run_together(results[Mode.PARALLEL], [target, *culprits])
+    if category is Category.ORDER_DEPENDENT:
+        run = next(iter(results.values())).run
+        return pytest_command(run, [*culprits, target], serial_gpu(run))
+    return ""
+
+
+def provider_command(
+    test_id: str,
+    category: Category,
+    culprits: Sequence[str],
+    results: Mapping[Mode, ModeResults],
+) -> str:
+    """A depends-on-others finding's other half: its providers, then it (it passes), where
+    its reproduce command runs it alone (it fails)."""
+    target = _selectable(test_id)
+    if category is not Category.DEPENDS_ON_OTHERS or not culprits or not target:
+        return ""
+    run = next(iter(results.values())).run
+    return pytest_command(run, [*culprits, target], serial_gpu(run))
+
+
+def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:
+    """The test alone with every fresh device allocation poisoned, as the evidence ran it:
+    the command that shows a read of uninitialized memory as the test's own failure."""
+    target = _selectable(test_id)
+    if not target:
+        return ""
+    run = next(iter(results.values())).run
+    command = _pytest(run, [target], serial_gpu(run), poison=True)
+    return f"{shlex.join(['cd', run.rootdir])} && {command}" if run.rootdir else command
+
+
+def serial_gpu(run: ModeRun) -> str | None:
+    """The CUDA_VISIBLE_DEVICES of a check's serial interpreters (slot 0 of the plan)."""
+    return visible_gpus(run.gpus, 1, run.gpus_per_slot)[0]
+
+
+def gpu_of(results: ModeResults, unit: str) -> str | None:
+    """The CUDA_VISIBLE_DEVICES a unit (a file, or the suite) ran with in this mode."""
+    for part in results.parts:
+        for file_run in part.files:
+            if file_run.file == unit:
+                return file_run.gpu
+    return serial_gpu(results.run)
+
+
+def pytest_command(
+    run: ModeRun, targets: Sequence[str], gpu: str | None, *, extra: Sequence[str] = ()
+) -> str:
+    """`cd ROOT && CUDA_VISIBLE_DEVICES=G python -m pytest ARGS EXTRA TARGETS`, for a shell."""
+    command = _pytest(run, targets, gpu, extra)
+    if run.rootdir:
+        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+    return command
+
+
+def _pytest(
+    run: ModeRun,
+    targets: Sequence[str],
+    gpu: str | None,
+    extra: Sequence[str] = (),
+    *,
+    poison: bool = False,
+) -> str:
+    env = f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu)} " if gpu is not None else ""
+    if poison or run.poison:  # gpuci's plugin does the filling
+        env += f"{POISON_ENV}=1 "
+        extra = ["-p", PLUGIN, *extra]
+    return env + shlex.join([*PYTEST, *run.pytest_args, *extra, *targets])
+
+
+def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:
+    """The files whose interpreters overlapped this file's in the parallel run, longest
+    overlap first."""
+    for part in results.parts:
+        mine = next((f for f in part.files if f.file == file), None)
+        if mine is not None:
+            overlaps = [
+                (min(f.end, mine.end) - max(f.start, mine.start), f.file)
+                for f in part.files
+                if f.file != file and f.start < mine.end and mine.start < f.end
+            ]
+            overlaps.sort(key=lambda o: -o[0])
+            return [f for _, f in overlaps][:limit]
+    return []
+
+
+def _run_together(results: ModeResults, targets: Sequence[str]) -> str:
+    """A command that runs each target in its own interpreter, all at once, as gpuci did."""
+    run = results.run
+    each = " & ".join(
+        _pytest(run, [target], gpu_of(results, target.partition("::")[0])) for target in targets
+    )
+    command = f"({each} & wait)"
+    if run.rootdir:
+        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+    return command
+
+
+def _shown_only_in_order(
+    category: Category, outcomes: Mapping[Mode, Outcome], reruns: Sequence[Outcome]
+) -> Outcome | None:
+    """The outcome that only the failing order shows, when running it alone would not."""
+    if category is Category.ORDER_DEPENDENT:
+        return Outcome.FAILED
+    if category in (Category.CRASHED, Category.TIMED_OUT):
+        # A crash that alone-reruns and isolated mode did not repeat happened after
+        # other tests: the test alone would just pass.
+        outcome = Outcome(category.value)
+        if outcome not in reruns and outcomes.get(Mode.ISOLATED) is not outcome:
+            return outcome
+    return None

@@ -1,0 +1,1 @@
+"""Report: `verdict.json` told as a terminal summary, an HTML report and an MR comment."""

@@ -1,0 +1,160 @@
+"""The merge-request comment's data: roots first, one line each, then the findings' tables.
+
+A root's victims are counted on its line and listed once, collapsed, below; they are not
+repeated as unrelated rows of the first table. Every string here is still untrusted or
+our own words: the template passes each through an `md_*` filter (`gpuci.report.escape`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuci.model import Category, TestVerdict, Verdict
+from gpuci.report.cards import root_links
+from gpuci.report.escape import Md, cut, safe_url
+from gpuci.report.report_data import (
+    VERDICT_EMOJI,
+    Row,
+    Section,
+    by_category,
+    counts,
+    finding_row,
+    grouped_rows,
+    mode_columns,
+    regressions,
+)
+from gpuci.report.timeline import mode_notes
+from gpuci.verdict.describe import checked_lines
+from gpuci.verdict.roots import (
+    Blame,
+    Headline,
+    blame_of,
+    blamed_roots,
+    culprit_note,
+    reproduce_of,
+    sanitizer_line,
+)
+
+MARKER = "<!-- gpuci-report -->"
+MAIN_ROWS = 30  # findings in the comment's first table
+DETAIL_ROWS = 100  # rows in each collapsed table of the comment
+ROOT_LINES = 20  # roots listed before the first table
+MD_ID_CHARS = 240  # a test id longer than this is cut in the comment
+MD_MESSAGE_CHARS = 160
+MD_COMMAND_CHARS = 2_000  # a longer reproduce command is left to the HTML report
+MAIN_CATEGORIES = (Category.FAILED, Category.CRASHED, Category.TIMED_OUT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportLinks:
+    """Where the comment points: the HTML report, the pipeline and the job (all optional)."""
+
+    report_url: str | None = None
+    pipeline_url: str | None = None
+    job_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RootLine:
+    """One root in the comment: `X broke 7 later tests`."""
+
+    headline: Headline
+    new: bool | None
+    sanitizer: str  # the first line of a culprit's compute-sanitizer error, or ""
+
+
+def markdown_data(
+    verdict: Verdict,
+    links: ReportLinks,
+    *,
+    main_rows: int,
+    detail_rows: int,
+    id_chars: int,
+) -> dict[str, Any]:
+    """The comment template's data, with at most `main_rows` and `detail_rows` per table."""
+    columns = mode_columns(verdict)
+    groups = by_category(verdict)
+    blames = blamed_roots(verdict)
+    blamed = blame_of(blames)
+    found = [t for t in regressions(groups) if t.id not in blamed]
+    main = [t for t in found if t.new is not False]
+    known = [t for t in found if t.new is False]
+    main += [t for c in MAIN_CATEGORIES for t in groups[c]]
+    shown_roots = blames[: min(ROOT_LINES, main_rows)]
+    rootlinks = root_links(blames)
+
+    def section(key: str, title: str, tests: Sequence[TestVerdict], cap: int) -> Section:
+        rows = grouped_rows(
+            tests,
+            lambda t, _: finding_row(
+                t,
+                columns,
+                verdict.modes,
+                message_chars=MD_MESSAGE_CHARS,
+                root=rootlinks.get(t.id),
+                note=culprit_note(t, blamed),
+            ),
+            apart=rootlinks,
+        )
+        shown = rows[:cap]
+        more = sum(len(r.members) or 1 for r in rows[cap:])  # tests, not rows, left out
+        return Section(key=key, title=title, intro="", rows=shown, more=more)
+
+    first = section("main", "Needs attention", main, main_rows)
+    details = [
+        section("victims", "Victims of the roots above", _victims(blames), detail_rows),
+        section("known", "Known isolation problems", known, detail_rows),
+        section("flaky", "Flaky tests", groups[Category.FLAKY], detail_rows),
+        section("not-run", "Not run", groups[Category.NOT_RUN], detail_rows),
+    ]
+    return {
+        "marker": Md(MARKER),
+        "emoji": Md(VERDICT_EMOJI.get(verdict.verdict, "❔")),
+        "verdict": verdict.verdict,
+        "reasons": list(verdict.reasons),
+        "all_clear": verdict.verdict == "pass" and not verdict.reasons,
+        "roots": [_root_line(b) for b in shown_roots],
+        "roots_more": len(blames) - len(shown_roots),
+        "columns": columns,
+        "main": first,
+        "reproduce": _reproduce(shown_roots, first.rows, id_chars),
+        "details": [d for d in details if d.rows or d.more],
+        "counts": counts(verdict),
+        "total": len(verdict.tests),
+        "notes": mode_notes(verdict),
+        "checked": checked_lines(verdict.checked),
+        "links": ReportLinks(
+            report_url=safe_url(links.report_url),
+            pipeline_url=safe_url(links.pipeline_url),
+            job_url=safe_url(links.job_url),
+        ),
+        "id_chars": id_chars,
+        "message_chars": MD_MESSAGE_CHARS,
+    }
+
+
+def _root_line(blame: Blame) -> RootLine:
+    errors = [sanitizer_line(t.sanitizer) for t in blame.culprits if t and t.sanitizer]
+    return RootLine(headline=blame.headline, new=blame.new, sanitizer=errors[0] if errors else "")
+
+
+def _victims(blames: Sequence[Blame]) -> list[TestVerdict]:
+    return [v for b in blames for v in b.victims]
+
+
+def _reproduce(blames: Sequence[Blame], rows: Sequence[Row], id_chars: int) -> list[str]:
+    """Comment and command lines: each root's minimal command, then each finding's."""
+    found = [(b.headline.text(), reproduce_of(b)) for b in blames]
+    found += [(r.id, r.reproduce) for r in rows]
+    found += [(f"{r.id} passes after its provider", r.with_provider) for r in rows]
+    return [
+        line
+        for title, command in found
+        if command
+        for line in (
+            f"# {cut(title, id_chars)}",
+            command if len(command) <= MD_COMMAND_CHARS else "# (too long: see the report)",
+        )
+    ]

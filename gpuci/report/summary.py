@@ -1,0 +1,135 @@
+"""The terminal summary of a verdict: counts, roots with their victims, each other finding
+with its evidence, the verdict."""
+
+from __future__ import annotations
+
+from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
+from gpuci.report.groups import FindingGroup, group_findings
+from gpuci.run.strays import verdict_lines
+from gpuci.verdict.describe import checked_lines
+from gpuci.verdict.roots import (
+    Blame,
+    blame_of,
+    blamed_roots,
+    culprit_note,
+    reproduce_of,
+    sanitizer_line,
+)
+
+MAX_LISTED = 25  # roots and tests format_summary lists, two lines each
+MAX_VICTIMS = 10  # victims listed under one root
+LISTED = ISOLATION_CATEGORIES | {
+    Category.FAILED,
+    Category.CRASHED,
+    Category.TIMED_OUT,
+    Category.FLAKY,
+}
+
+
+def format_summary(verdict: Verdict) -> str:
+    """The terminal summary: counts, each root once with its victims beneath, each other
+    finding with its evidence, then the verdict."""
+    counts = [f"{n} {c.value}" for c in Category if (n := verdict.summary.get(c.value, 0))]
+    lines = [", ".join(counts) if counts else "no tests"]
+    blames = blamed_roots(verdict)
+    blamed = blame_of(blames)
+    listed: list[Blame | TestVerdict | FindingGroup] = [*blames]
+    listed += group_findings(
+        [t for t in verdict.tests if t.category in LISTED and t.id not in blamed]
+    )
+    for entry in listed[:MAX_LISTED]:
+        if isinstance(entry, Blame):
+            lines += _root_lines(entry)
+        elif isinstance(entry, FindingGroup):
+            lines += _group_lines(entry)
+        else:
+            lines += _finding_lines(entry, blamed)
+    if len(listed) > MAX_LISTED:
+        lines.append(f"... and {len(listed) - MAX_LISTED} more (see verdict.json)")
+    spent = verdict.evidence.get("spent_s")
+    if spent is not None:
+        budget = verdict.evidence.get("budget_s")
+        limit = f" of a {budget:.0f}s budget" if isinstance(budget, int | float) else ""
+        lines.append(f"evidence: {verdict.evidence.get('runs', 0)} run(s) in {spent:.1f}s{limit}")
+    lines += [
+        printable(f"warning: {line}") for line in verdict_lines(verdict.modes, verdict.evidence)
+    ]
+    lines += [printable(f"modes: {line}") for line in checked_lines(verdict.checked)]
+    why = f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""
+    lines.append(printable(f"verdict: {verdict.verdict}{why}"))
+    return "\n".join(lines)
+
+
+def _tag(new: bool | None) -> str:
+    return "" if new is None else ("new" if new else "known")
+
+
+def _evidence(test: TestVerdict) -> str:
+    """`suite=failed reruns=passed,passed`: what the modes and alone-reruns showed."""
+    evidence = " ".join(f"{mode}={outcome}" for mode, outcome in test.outcomes.items())
+    if test.reruns:
+        evidence += f" reruns={','.join(test.reruns)}"
+    if test.inferred:
+        evidence += f" inferred={','.join(test.inferred)}"
+    if test.inferred_from:
+        evidence += f" alone=inferred from {len(test.inferred_from)} like it"
+    if test.cut:
+        evidence += f" ({test.cut})"
+    return evidence
+
+
+def _group_lines(group: FindingGroup) -> list[str]:
+    """A group as one finding: its count and places, how it failed, what ran, one command."""
+    new = next((t.new for t in group.members if t.new is not None), None)
+    lines = [printable(f"{group.category.value:<17} {_tag(new):<5} {group.title()}")]
+    if group.fingerprint:
+        lines.append(printable(f"    failure: {group.fingerprint}"))
+    if group.evidence():
+        lines.append(printable(f"    alone: {group.evidence()}"))
+    if group.reproduce:
+        lines.append(printable(f"    reproduce ({group.members[0].id}): {group.reproduce}"))
+    return lines
+
+
+def _root_lines(blame: Blame) -> list[str]:
+    """The root's headline, its victims indented beneath it, then its minimal command."""
+    category = blame.root.category.value
+    lines = [printable(f"{category:<17} {_tag(blame.new):<5} {blame.headline.text()}")]
+    lines += [
+        printable(f"      {_tag(v.new) + ' ' if v.new is not None else ''}{v.id}  {_evidence(v)}")
+        for v in blame.victims[:MAX_VICTIMS]
+    ]
+    if len(blame.victims) > MAX_VICTIMS:
+        lines.append(f"      ... and {len(blame.victims) - MAX_VICTIMS} more victims")
+    notes = dict.fromkeys(n for v in blame.victims for n in v.notes)  # each once
+    lines += [printable(f"    {note}") for note in notes]
+    first_error = next((t for t in blame.culprits if t and t.sanitizer), None)
+    if first_error:
+        line = sanitizer_line(first_error.sanitizer)
+        lines.append(printable(f"    compute-sanitizer ({first_error.id}): {line}"))
+    command = reproduce_of(blame)
+    first = next((v for v in blame.victims if v.reproduce == command), None)
+    return lines + _commands(command, first.with_provider if first else "")
+
+
+def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
+    """A finding that no root explains: its evidence, what it is, and how to rerun it."""
+    lines = [
+        printable(f"{test.category.value:<17} {_tag(test.new):<5} {test.id}  {_evidence(test)}")
+    ]
+    for what in (test.diagnosis, culprit_note(test, blamed), *test.notes):
+        if what:
+            lines.append(printable(f"    {what}"))
+    if test.sanitizer:
+        lines.append(printable(f"    compute-sanitizer: {sanitizer_line(test.sanitizer)}"))
+    lines += _commands(test.reproduce, test.with_provider)
+    return lines
+
+
+def _commands(reproduce: str, with_provider: str) -> list[str]:
+    """The reproduce command; for depends-on-others, the command that fails alone and the
+    one that passes after its provider."""
+    if not with_provider:
+        return [printable(f"    reproduce: {reproduce}")] if reproduce else []
+    lines = [printable(f"    fails alone: {reproduce}")] if reproduce else []
+    return [*lines, printable(f"    passes after its provider: {with_provider}")]

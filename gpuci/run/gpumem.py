@@ -1,0 +1,233 @@
+"""GPU memory: each interpreter's peak device memory, and whether a slot may start a file.
+
+`sampler()` is one thread per gpuci command that, while interpreters run, asks NVML
+(pynvml, where gpuci can import it) or else `nvidia-smi --query-compute-apps` which
+processes hold how much device memory, every SAMPLE_S; an interpreter's peak is the most
+its session (it and what it started) held at once. Without either, or where the driver
+lists pids this /proc does not know (a container), there is no peak: run.json says null.
+
+With peaks from an earlier run (`read_peaks`), `MemoryGate.wait` holds a slot back until
+the first GPU it sees has the file's peak free, with a margin (`may_start`); without one,
+or with nothing else of gpuci's running, it starts at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuci.formats import read_mode_run
+from gpuci.model import GpuciError, Mode
+from gpuci.run.holders import gpu_processes, gpu_uuids
+from gpuci.run.reaper import forget_child, session_of, start_child
+from gpuci.run.supervisor import Supervisor
+
+SAMPLE_S = 0.5  # between two samples of every process's device memory
+MARGIN_FRACTION = 0.10  # a file may need a little more than it did last time
+MARGIN_MIB = 256  # and the CUDA context and its allocator's slack
+WAIT_S = 0.5  # between two looks at a GPU's free memory while a slot waits
+EARLIER = (Mode.ISOLATED, Mode.PARALLEL)  # the modes whose files ran one per interpreter
+Usage = dict[int, int]  # pid -> MiB of device memory it holds now
+
+
+def may_start(need_mib: int | None, free_mib: int | None, *, others_running: bool) -> bool:
+    """Whether a slot may start a file whose interpreter peaked at `need_mib` last time.
+
+    Unknown need or free memory: yes (an out-of-memory failure is then a suspect like any
+    other). Nothing else of gpuci's running: yes, waiting would free nothing.
+    """
+    if need_mib is None or free_mib is None or not others_running:
+        return True
+    return free_mib >= need_mib * (1 + MARGIN_FRACTION) + MARGIN_MIB
+
+
+def read_peaks(path: Path) -> dict[str, int]:
+    """Per-file peak device memory (MiB) from an earlier run: a run.json or a mode directory."""
+    candidates = (
+        [path] if path.is_file() else [*path.glob("run.json"), *path.glob("shard-*/run.json")]
+    )
+    peaks: dict[str, int] = {}
+    for candidate in sorted(candidates):
+        for file_run in read_mode_run(candidate).files:
+            seen = [i.gpu_peak_mib for i in file_run.interpreters if i.gpu_peak_mib is not None]
+            if seen:
+                peaks[file_run.file] = max(seen)
+    return peaks
+
+
+def earlier_peaks(durations: Path | None, out: Path) -> dict[str, int]:
+    """Peaks from --durations, else from an earlier isolated or parallel run in OUT; {}."""
+    places = [durations] if durations is not None else [out / m.value for m in EARLIER]
+    for place in places:
+        with contextlib.suppress(GpuciError, OSError):  # unreadable: start freely
+            if peaks := read_peaks(place):
+                return peaks
+    return {}
+
+
+class _Nvml:
+    """Device memory per process and free per GPU, from pynvml; None where not importable."""
+
+    def __init__(self) -> None:
+        import pynvml  # type: ignore[import-not-found,unused-ignore]
+
+        pynvml.nvmlInit()
+        self.nvml: Any = pynvml
+
+    def usage(self) -> Usage:
+        found: Usage = {}
+        nvml = self.nvml
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = proc.usedGpuMemory or 0  # None where the driver will not say
+                found[proc.pid] = found.get(proc.pid, 0) + used // (1 << 20)
+        return found
+
+    def free_mib(self, device: str) -> int | None:
+        nvml = self.nvml
+        with contextlib.suppress(Exception):  # an unknown index or UUID: no answer
+            handle = (
+                nvml.nvmlDeviceGetHandleByIndex(int(device))
+                if device.isdigit()
+                else nvml.nvmlDeviceGetHandleByUUID(device)
+            )
+            return int(nvml.nvmlDeviceGetMemoryInfo(handle).free // (1 << 20))
+        return None
+
+
+class _NvidiaSmi:
+    """The same from nvidia-smi, one call each."""
+
+    def usage(self) -> Usage:
+        found: Usage = {}
+        for holder in gpu_processes():
+            found[holder.pid] = found.get(holder.pid, 0) + (holder.used_mib or 0)
+        return found
+
+    def free_mib(self, device: str) -> int | None:
+        uuids = gpu_uuids() or {}
+        index = next((i for i, u in uuids.items() if u == device), device)
+        try:
+            child = start_child(
+                lambda: subprocess.Popen(
+                    [
+                        "nvidia-smi",
+                        f"--id={index}",
+                        "--query-gpu=memory.free",
+                        "--format=csv,noheader,nounits",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )
+        except OSError:
+            return None
+        try:
+            out, _ = child.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            return None
+        finally:
+            forget_child(child.pid)
+        text = out.strip()
+        return int(text) if child.returncode == 0 and text.isdigit() else None
+
+
+def _source() -> _Nvml | _NvidiaSmi | None:
+    with contextlib.suppress(Exception):  # no pynvml, no NVML library, no driver
+        return _Nvml()
+    if gpu_uuids() is not None:
+        return _NvidiaSmi()
+    return None
+
+
+class PeakSampler:
+    """Samples device memory per process while interpreters run; their peaks by pid."""
+
+    def __init__(self, source: _Nvml | _NvidiaSmi | None) -> None:
+        self.source = source
+        self._lock = threading.Lock()
+        self._peaks: dict[int, int | None] = {}  # interpreter pid -> most MiB at once
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pid: int) -> None:
+        """Start following an interpreter (its pid is its session)."""
+        if self.source is None:
+            return
+        with self._lock:
+            self._peaks[pid] = None
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="gpuci-gpumem", daemon=True)
+                self._thread.start()
+
+    def done(self, pid: int) -> int | None:
+        """Stop following it; its peak in MiB, None where it was never seen on a GPU."""
+        with self._lock:
+            return self._peaks.pop(pid, None)
+
+    def record(self, usage: Usage, sessions: Mapping[int, int | None]) -> None:
+        """Add one sample: per process MiB, and each process's session."""
+        with self._lock:
+            for interpreter, peak in self._peaks.items():
+                held = [mib for pid, mib in usage.items() if sessions.get(pid) == interpreter]
+                if held:
+                    self._peaks[interpreter] = max(peak or 0, sum(held))
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._peaks:
+                    self._thread = None
+                    return
+            assert self.source is not None
+            with contextlib.suppress(Exception):  # a driver hiccup costs one sample
+                usage = self.source.usage()
+                self.record(usage, {pid: session_of(pid) for pid in usage})
+            time.sleep(SAMPLE_S)
+
+
+_sampler: PeakSampler | None = None
+_sampler_lock = threading.Lock()
+
+
+def sampler() -> PeakSampler:
+    """The sampler of this gpuci command (one source looked up once)."""
+    global _sampler  # noqa: PLW0603 -- one per process, like the driver it asks
+    with _sampler_lock:
+        if _sampler is None:
+            _sampler = PeakSampler(_source())
+        return _sampler
+
+
+class MemoryGate:
+    """Holds a slot back until its GPU has room for the file it is about to start."""
+
+    def __init__(
+        self,
+        peaks: Mapping[str, int],
+        free_mib: Callable[[str], int | None] | None = None,
+    ) -> None:
+        self.peaks = dict(peaks)
+        source = _source() if peaks and free_mib is None else None
+        self.free_mib = free_mib or (source.free_mib if source is not None else None)
+
+    def wait(self, key: str, gpus: str | None, supervisor: Supervisor) -> None:
+        """Return once the first GPU of `gpus` has the file's peak free (or waiting is moot)."""
+        need = self.peaks.get(key)
+        if need is None or self.free_mib is None:
+            return
+        device = (gpus or "0").split(",")[0].strip()  # the device a test uses by default
+        while not supervisor.stopping.is_set():
+            free = self.free_mib(device)
+            if may_start(need, free, others_running=supervisor.running() > 0):
+                return
+            time.sleep(WAIT_S)

@@ -1,0 +1,397 @@
+"""One child interpreter: start it, watch it, time it out, cap its log, say how it ended.
+
+Each interpreter is `python -m pytest -p gpuci.pytest_plugin`, in its own process group,
+with its output captured to a size-capped log and its events journaled to a file. gpuci
+reads the journal while the child runs, so it knows which test is running when the
+child dies or hangs: that test is `crashed` or `timed-out`, and the caller may resume
+with the tests after it in a fresh interpreter (`Attempt.resume`).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci.model import (
+    INTERRUPTED,
+    NOT_PASSING,
+    SUITE_UNIT,
+    FileStatus,
+    GpuciError,
+    Interpreter,
+    Leftover,
+    Outcome,
+    Stranger,
+    TestResult,
+)
+from gpuci.run.discover import PLUGIN, file_of
+from gpuci.run.forkserver import ForkedChild, start_interpreter
+from gpuci.run.gpumem import MemoryGate, sampler
+from gpuci.run.holders import StrangerCheck, gpu_watch
+from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
+from gpuci.run.logs import CappedLog
+from gpuci.run.reaper import (
+    COOKIE_ENV,
+    end_leftovers,
+    forget_child,
+    new_cookie,
+    reap_orphans,
+)
+from gpuci.run.supervisor import Supervisor, signal_group
+
+SUITE_STEM = "suite"  # its journal, log and JUnit file names
+EXIT_ID = "[interpreter exit]"  # pseudo test: the interpreter died after its last test
+GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Launch:
+    """One interpreter to start: which tests, from which paths, on which GPUs."""
+
+    key: str  # the scheduled unit: a file, or SUITE_UNIT; names its journal and log
+    ids: tuple[str, ...]  # the tests to run, handed over in GPUCI_ONLY
+    targets: tuple[str, ...]  # the paths handed to pytest
+    slot: int
+    gpu: str | None  # CUDA_VISIBLE_DEVICES, None: leave it alone
+    attempt: int
+    junit: Path | None
+    label: str
+    env: Mapping[str, str] = field(default_factory=dict)  # on top of the interpreters' own
+    wrapper: tuple[str, ...] = ()  # a command the interpreter runs under (compute-sanitizer)
+    timeout: float | None = None  # instead of the interpreters' --timeout (a slow wrapper)
+
+    @property
+    def stem(self) -> str:
+        """The name of its journal, log and JUnit files."""
+        return SUITE_STEM if self.key == SUITE_UNIT else self.key
+
+
+@dataclass(slots=True)
+class Attempt:
+    """What one interpreter did, read back from its journal and exit status."""
+
+    interpreter: Interpreter
+    results: list[TestResult] = field(default_factory=list)
+    resume: list[str] = field(default_factory=list)  # ids to run in a fresh interpreter
+    status: FileStatus = FileStatus.PASSED
+    junit_part: Path | None = None
+    finished: list[dict[str, Any]] = field(default_factory=list)
+    leftovers: list[Leftover] = field(default_factory=list)  # what it left running, ended
+    strangers: list[Stranger] = field(default_factory=list)  # new GPU memory holders after it
+
+
+def describe_exit(code: int | None, signum: int | None) -> str:
+    """`exit code 3` or `killed by SIGSEGV (signal 11)`."""
+    if signum is not None:
+        try:
+            return f"killed by {signal.Signals(signum).name} (signal {signum})"
+        except ValueError:
+            return f"killed by signal {signum}"
+    return f"exit code {code}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Ending:
+    """How an interpreter ended, and what that makes of the test it was running."""
+
+    outcome: Outcome  # of the test that started and never finished
+    status: FileStatus | None  # None: an orderly end says nothing about the file
+    message: str
+    before_tests: str  # the message when it ended before any test was collected
+    resume: bool = True  # whether a fresh interpreter should go on with the rest
+    not_run: str = ""  # the message for tests left behind when not resuming
+
+
+class Interpreters:
+    """Starts interpreters with one command line and environment, into one directory."""
+
+    def __init__(
+        self,
+        *,
+        out: Path,
+        python: str,
+        pytest_args: tuple[str, ...],
+        timeout: float | None,
+        environ: Mapping[str, str],
+        clock_zero: float,
+        supervisor: Supervisor,
+        gate: MemoryGate | None = None,  # holds a start back until its GPU has room
+    ) -> None:
+        self.gate = gate
+        self.out = out  # journal/ and logs/ go here
+        self.python = python
+        self.pytest_args = pytest_args
+        self.timeout = timeout
+        self.environ = environ
+        self.zero = clock_zero
+        self.supervisor = supervisor
+        self.tmp = Path(tempfile.mkdtemp(prefix="gpuci-"))
+        self.strangers = StrangerCheck(gpu_watch())  # the first of a command snapshots
+
+    def now(self) -> float:
+        """Seconds since the clock's zero (the start of the mode)."""
+        return time.monotonic() - self.zero
+
+    def close(self) -> None:
+        """Remove the scratch files of the interpreters started; collect adopted zombies."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        reap_orphans()
+
+    def command(self, launch: Launch) -> list[str]:
+        """The command line of one interpreter."""
+        cmd = [
+            self.python,
+            "-m",
+            "pytest",
+            "-p",
+            PLUGIN,
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+        ]
+        if launch.junit is not None:
+            cmd += ["-o", f"junit_suite_name={launch.key}", f"--junitxml={launch.junit}"]
+        return [*launch.wrapper, *cmd, *self.pytest_args, *launch.targets]
+
+    def run(self, launch: Launch) -> Attempt:
+        """Start one interpreter, watch it to the end, and read what it did."""
+        out = self.out
+        stem = launch.stem
+        journal = out / "journal" / f"{stem}.jsonl"
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        only = self.tmp / f"only-{threading.get_ident()}-{launch.attempt}.txt"
+        only.write_text("".join(f"{i}\n" for i in launch.ids), encoding="utf-8")
+        env = dict(
+            self.environ,
+            GPUCI_JOURNAL=str(journal),
+            GPUCI_ONLY=str(only),
+            GPUCI_SLOT=str(launch.slot),
+            **launch.env,
+        )
+        cookie = env[COOKIE_ENV] = new_cookie()  # inherited by all the interpreter starts
+        if launch.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = launch.gpu
+        log_rel = f"logs/{stem}.log"
+        cmd = self.command(launch)
+        log = CappedLog(out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
+        reader = JournalReader(journal)
+        if self.gate is not None:
+            self.gate.wait(launch.key, launch.gpu, self.supervisor)
+        start = self.now()
+        started_at = time.time()  # the plugin stamps its first events with this clock
+        try:
+            proc = start_interpreter(
+                cmd, env, fresh=bool(launch.wrapper), stopping=self.supervisor.stopping
+            )
+        except OSError as exc:
+            log.close()
+            raise GpuciError(f"could not start {self.python}: {exc}") from None
+        self.supervisor.add(proc)
+        sampler().watch(proc.pid)
+        left: list[Leftover] = []
+        try:
+            timeout = launch.timeout if launch.timeout is not None else self.timeout
+            events, timed_out = self._watch(proc, reader, log, cookie, left, timeout=timeout)
+        finally:
+            # nothing a test started outlives it: first whatever carries its cookie (the
+            # subreaper adopted the orphans), then what is left of its process group
+            left += end_leftovers(cookie, interpreter=proc.pid)
+            signal_group(proc, signal.SIGKILL)
+            self.supervisor.discard(proc)
+            forget_child(proc.pid)
+            reap_orphans()
+        excerpt = log.excerpt()
+        log.close()
+        code = proc.returncode
+        interpreter = Interpreter(
+            exit_code=code if code is None or code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            start=start,
+            end=self.now(),
+            log=log_rel,
+            forked=isinstance(proc, ForkedChild),
+            gpu_peak_mib=sampler().done(proc.pid),
+            startup_s=startup_of(events, started_at),
+        )
+        attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
+        attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
+        attempt.strangers = self.strangers.after(
+            launch.gpu,
+            alone=self.supervisor.running() == 0,
+            ended=[proc.pid, *(leftover.pid for leftover in left)],
+        )
+        return attempt
+
+    def _watch(
+        self,
+        proc: subprocess.Popen[bytes] | ForkedChild,
+        reader: JournalReader,
+        log: CappedLog,
+        cookie: str,
+        left: list[Leftover],
+        *,
+        timeout: float | None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Pump output into the log, follow the journal, enforce the timeout."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        events: list[dict[str, Any]] = []
+        last_progress = time.monotonic()
+        timed_out = False
+        kill_at: float | None = None
+        exited_at: float | None = None
+        eof = False
+        while not eof:
+            wake = 0.1 if kill_at is not None or exited_at is not None else 0.25
+            readable, _, _ = select.select([fd], [], [], wake if timeout else 1.0)
+            if readable:
+                data = os.read(fd, 1 << 16)
+                if data:
+                    log.write(data)
+                else:
+                    eof = True
+            new = reader.read()
+            if new:
+                last_progress = time.monotonic()
+                events += new
+            now = time.monotonic()
+            if self.supervisor.stopping.is_set() and kill_at is None:
+                signal_group(proc, signal.SIGKILL)
+                kill_at = now
+            if timeout and kill_at is None and now - last_progress > timeout:
+                timed_out = True
+                signal_group(proc, signal.SIGTERM)
+                kill_at = now + GRACE_S
+            if kill_at is not None and now >= kill_at and proc.poll() is None:
+                signal_group(proc, signal.SIGKILL)
+            if proc.poll() is not None and not eof:
+                # the child is gone but something it started still holds the pipe
+                if exited_at is None:
+                    left += end_leftovers(cookie, interpreter=proc.pid)
+                    now = time.monotonic()
+                exited_at = exited_at or now
+                if now - exited_at > 1.0:
+                    signal_group(proc, signal.SIGKILL)
+                    if now - exited_at > 3.0:
+                        break
+        proc.stdout.close()
+        proc.wait()
+        events += reader.read()
+        return events, timed_out
+
+    def _interpret(  # noqa: PLR0912 -- every way an interpreter can end, in one place
+        self,
+        launch: Launch,
+        interpreter: Interpreter,
+        events: list[dict[str, Any]],
+        timed_out: bool,
+        excerpt: str,
+    ) -> Attempt:
+        """Decide every asked-for test's outcome from the journal and the exit status."""
+        journal = JournalState.from_events(events)
+        attempt = Attempt(interpreter=interpreter, junit_part=launch.junit)
+        attempt.finished = list(journal.finished.values())
+        attempt.results = journal.results()
+        if journal.errors:
+            attempt.status = FileStatus.COLLECTION_ERROR
+        how = describe_exit(interpreter.exit_code, interpreter.signal)
+        if timed_out:
+            limit = launch.timeout if launch.timeout is not None else self.timeout or 0
+            ending = _Ending(
+                Outcome.TIMED_OUT,
+                FileStatus.TIMED_OUT,
+                f"timed out after {limit:g}s; gpuci killed the process",
+                f"no progress during start-up or collection for {limit:g}s",
+            )
+        elif journal.ended is None and not self.supervisor.stopping.is_set():
+            ending = _Ending(
+                Outcome.CRASHED,
+                FileStatus.CRASHED,
+                f"interpreter died while this test ran: {how}",
+                f"interpreter died during start-up or collection: {how}",
+            )
+        elif journal.ended is None:
+            ending = _Ending(
+                Outcome.NOT_RUN, FileStatus.NOT_RUN, f"{INTERRUPTED} while this test ran", ""
+            )
+        else:
+            status = int(journal.ended.get("exitstatus", 0))
+            ending = _Ending(
+                Outcome.FAILED,
+                None,
+                f"pytest ended the session during this test (exit status {status})",
+                "",
+                resume=False,
+                not_run=f"pytest ended the session first (exit status {status})",
+            )
+            died = interpreter.signal is not None or interpreter.exit_code != status
+            if died and not self.supervisor.stopping.is_set():  # a stop kills it: not a crash
+                # pytest had finished; the interpreter died on the way out (atexit, CUDA
+                # teardown). Every test has its outcome, and the file still crashed.
+                attempt.status = FileStatus.CRASHED
+                attempt.results.append(
+                    self._unit_failure(
+                        launch,
+                        Outcome.CRASHED,
+                        f"interpreter died at exit after pytest finished: {how}",
+                        excerpt,
+                    )
+                )
+        if journal.started is not None:
+            attempt.results.append(
+                TestResult(
+                    id=journal.started,
+                    file=file_of(journal.started),
+                    outcome=ending.outcome,
+                    message=ending.message,
+                    log=excerpt if ending.outcome in (Outcome.CRASHED, Outcome.TIMED_OUT) else "",
+                )
+            )
+        if journal.collected is None:
+            if ending.before_tests:  # it never got as far as running a test
+                attempt.results.append(
+                    self._unit_failure(launch, ending.outcome, ending.before_tests, excerpt)
+                )
+            remaining: list[str] = []
+        else:
+            collected = set(journal.collected)
+            attempt.results += [
+                not_run(i, "not collected in this interpreter")
+                for i in launch.ids
+                if i not in collected
+            ]
+            remaining = journal.remaining()
+        if ending.status is not None:
+            attempt.status = ending.status
+        progressed = journal.started is not None or bool(journal.finished)
+        if ending.resume and progressed:
+            attempt.resume = remaining  # a fresh interpreter goes on after the crash
+        else:
+            attempt.results += [not_run(i, ending.not_run or ending.message) for i in remaining]
+        if attempt.status is FileStatus.PASSED and any(
+            r.outcome in NOT_PASSING for r in attempt.results
+        ):
+            attempt.status = FileStatus.FAILED
+        return attempt
+
+    def _unit_failure(self, launch: Launch, outcome: Outcome, message: str, log: str) -> TestResult:
+        """A pseudo test for what went wrong outside any test, so no report can miss it."""
+        file = launch.key if launch.key != SUITE_UNIT else (launch.ids or (SUITE_UNIT,))[-1]
+        return TestResult(
+            id=f"{file_of(file)}::{EXIT_ID}",
+            file=file_of(file),
+            outcome=outcome,
+            message=message,
+            log=log,
+        )

@@ -1,0 +1,110 @@
+"""JUnit XML of a mode: one file per scheduled unit, then the mode's `junit.xml`.
+
+pytest's own JUnit is kept where an interpreter wrote one; where it died before writing,
+the file is rebuilt from the journal, and crashed, timed-out and not-run tests are added
+as cases of their own so that GitLab shows them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from junitparser import Error, JUnitXml, Skipped, TestCase, TestSuite
+from junitparser.junitparser import JUnitXmlError
+
+from gpuci.model import SUITE_UNIT, Outcome, TestResult
+from gpuci.run.interpreter import SUITE_STEM, Attempt
+
+
+def kept_junit(path: Path, ids: Iterable[str]) -> list[TestCase]:
+    """The cases for `ids` in an earlier JUnit file of the unit, which --resume keeps."""
+    wanted = {_case_key(_case(i, Outcome.PASSED.value, 0.0, "")) for i in ids}
+    return [case for case in _read_part(path) or () if _case_key(case) in wanted]
+
+
+def write_file_junit(
+    path: Path,
+    key: str,
+    attempts: list[Attempt],
+    results: list[TestResult],
+    *,
+    kept: Sequence[TestCase] = (),
+) -> None:
+    """One JUnit file per scheduled unit: pytest's own where it wrote one, else the journal's.
+
+    `kept`: the cases of tests an interrupted run finished, first (--resume).
+    """
+    suite = TestSuite(key)
+    written: set[str] = set()
+    for case in kept:
+        suite.append(case)
+        written.add(_case_key(case))
+    for attempt in attempts:
+        cases = _read_part(attempt.junit_part)
+        if cases is None:  # the interpreter died before pytest wrote its JUnit
+            cases = [
+                _case(
+                    e["id"],
+                    e.get("outcome", "failed"),
+                    float(e.get("duration", 0)),
+                    str(e.get("message", "")),
+                )
+                for e in attempt.finished
+            ]
+        for case in cases:
+            suite.append(case)
+            written.add(_case_key(case))
+        if attempt.junit_part is not None:
+            attempt.junit_part.unlink(missing_ok=True)
+    for result in results:
+        if result.outcome in (Outcome.CRASHED, Outcome.TIMED_OUT, Outcome.NOT_RUN):
+            case = _case(result.id, result.outcome.value, result.duration, result.message)
+            if _case_key(case) not in written:
+                suite.append(case)
+    xml = JUnitXml()
+    xml.append(suite)  # counts once below: add_testcase would recount per case
+    xml.update_statistics()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    xml.write(str(path))
+
+
+def _read_part(path: Path | None) -> list[TestCase] | None:
+    if path is None or not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        xml = JUnitXml.fromfile(str(path))
+    except (JUnitXmlError, OSError, SyntaxError, ValueError):
+        return None  # malformed: rebuilt from the journal instead
+    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+    return [case for suite in suites for case in suite]
+
+
+def _case_key(case: TestCase) -> str:
+    return f"{case.classname}::{case.name}"
+
+
+def _case(test_id: str, outcome: str, duration: float, message: str) -> TestCase:
+    """A JUnit test case named the way pytest names it (classname from the path)."""
+    file, _, rest = test_id.partition("::")
+    parts = rest.split("::") if rest else [file]
+    module = file.removesuffix(".py").replace("/", ".")
+    classname = ".".join([module, *parts[:-1]])
+    case = TestCase(parts[-1], classname, duration)
+    if outcome in (Outcome.SKIPPED.value, Outcome.NOT_RUN.value):
+        case.result = [Skipped(message or outcome)]
+    elif outcome != Outcome.PASSED.value:
+        case.result = [Error(message or outcome, outcome)]
+    return case
+
+
+def write_mode_junit(out: Path, keys: Sequence[str]) -> None:
+    """The mode's `junit.xml`: every unit's suite, counts recomputed once."""
+    merged = JUnitXml()
+    for key in keys:
+        path = out / "junit" / f"{SUITE_STEM if key == SUITE_UNIT else key}.xml"
+        if path.exists():
+            for suite in JUnitXml.fromfile(str(path)):
+                merged.append(suite)  # names are unique per file: no merging search
+    merged.update_statistics()
+    merged.write(str(out / "junit.xml"))

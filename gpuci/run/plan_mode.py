@@ -1,0 +1,278 @@
+"""Modes: one mode planned from the command line (its files, order, slots and GPUs) and run.
+
+The shared body of `gpuci run` and of each pass of `gpuci check`: what to order files by
+(--durations, an earlier run in OUT, the check's suite pass, or tests per file), the
+shard, the workers, the mode's directory; `plan_mode` stops before running, so that the
+check can run several modes at once as screens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from gpuci.model import GpuciError, Mode, ModeRun, printable
+from gpuci.run.discover import Discovery, child_env, discover_tests
+from gpuci.run.forkserver import current as current_fork_server
+from gpuci.run.forkserver import serve as serve_forks
+from gpuci.run.gpumem import earlier_peaks
+from gpuci.run.gpus import detect_gpus
+from gpuci.run.modes import mode_settings
+from gpuci.run.options import ModeOptions, Preload
+from gpuci.run.outdir import prepare_out
+from gpuci.run.plan import (
+    choose_workers,
+    cpu_count,
+    parse_gpus_per_slot,
+    parse_shard,
+    parse_workers,
+    plan_schedule,
+    read_durations,
+    shard_files,
+    shard_from_env,
+    visible_gpus,
+)
+from gpuci.run.preloads import parse_preload
+from gpuci.run.resume import given_paths, was_interrupted
+from gpuci.run.screens import Screen
+from gpuci.run.session import RunOptions, run_mode
+
+
+def threads_of(options: ModeOptions, mode: Mode) -> int | None:
+    """How many threads each test of `mode` runs in: --threads in threads mode, else None."""
+    return options.threads if mode is Mode.THREADS else None
+
+
+def shard_of(options: ModeOptions) -> tuple[int, int] | None:
+
+    return parse_shard(options.shard) if options.shard else shard_from_env(os.environ)
+
+
+def mode_dir_of(options: ModeOptions, mode: Mode) -> Path:
+    shard = shard_of(options)
+    mode_dir = options.out / mode.value
+    return mode_dir / f"shard-{shard[0]}-of-{shard[1]}" if shard else mode_dir
+
+
+def _history(options: ModeOptions) -> Path:
+    """Where an earlier run's results are: what a fresh check moved aside, else OUT."""
+    return options.history if options.history is not None else options.out
+
+
+def _durations(
+    options: ModeOptions, mode: Mode, discovery: Discovery, timed_by: ModeRun | None
+) -> tuple[dict[str, float], bool, bool]:
+    """What to order files by: --durations, else an earlier run in OUT, else this check's
+    suite pass (its tests' times per file), else tests per file; whether they are seconds,
+    and whether they include interpreter start-up (only an earlier run's file times do).
+
+    Isolated never reads its own OUT: a sharded isolated run that read its sibling shards'
+    results would plan differently from them.
+    """
+
+    if options.durations is not None:
+        return read_durations(options.durations), True, True
+    if mode is not Mode.ISOLATED:
+        for earlier in (Mode.ISOLATED, Mode.PARALLEL):
+            directory = _history(options) / earlier.value
+            if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
+                with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
+                    return read_durations(directory), True, True
+    if timed_by is not None:
+        # Without start-up, but what longest-first needs: a file that compiles for 10 s
+        # with 2 tests is long here, where its number of tests would call it short.
+        per_file: dict[str, float] = {}
+        for test in timed_by.tests:
+            per_file[test.file] = per_file.get(test.file, 0.0) + test.duration
+        if per_file:
+            return per_file, True, False
+    # no earlier run: a file's number of tests stands in for its length
+    return {f: float(len(ids)) for f, ids in discovery.tests.items()}, False, True
+
+
+def run_one_mode(
+    options: ModeOptions,
+    mode: Mode,
+    discovery: Discovery | None = None,
+    *,
+    only: set[str] | None = None,
+    inferred_from: ModeRun | None = None,
+    timed_by: ModeRun | None = None,
+    resume: ModeRun | None = None,
+) -> ModeRun:
+    """Discover, plan and run one mode; the shared body of `run` and `check`."""
+    screen, with_startup = plan_mode(
+        options,
+        mode,
+        discovery,
+        only=only,
+        inferred_from=inferred_from,
+        timed_by=timed_by,
+        resume=resume,
+    )
+    return run_mode(
+        screen.discovery,
+        screen.schedule,
+        screen.options,
+        estimates=screen.estimates,
+        with_startup=with_startup,
+        inferred_from=inferred_from,
+    )
+
+
+def plan_mode(
+    options: ModeOptions,
+    mode: Mode,
+    discovery: Discovery | None = None,
+    *,
+    only: set[str] | None = None,
+    inferred_from: ModeRun | None = None,
+    timed_by: ModeRun | None = None,
+    resume: ModeRun | None = None,
+    pool: int | None = None,
+) -> tuple[Screen, bool]:
+    """Plan one mode (a screen in a pool of `pool` slots), and prepare its directory."""
+    requested_workers = parse_workers(options.workers)
+    shard = shard_of(options)
+    mode_dir = mode_dir_of(options, mode)
+    gpus = detect_gpus(options.gpus, os.environ)
+    per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
+    if discovery is None:
+        discovery = discover(options)
+        start_fork_server(
+            options.preload, options.python, discovery.rootdir, discovery.files, options.paths
+        )
+    durations, in_seconds, with_startup = _durations(options, mode, discovery, timed_by)
+    files = list(discovery.files)
+    if shard:
+        files = shard_files(files, durations, *shard)
+    if only is not None:
+        files = [f for f in files if f in only]
+    workers, why = (1, "one at a time")
+    if mode is Mode.PARALLEL:
+        workers, why = pool_workers(requested_workers, gpus, per_slot, len(files))
+    if pool is not None:
+        workers, why = pool, f"the screens' {pool} slots, shared"
+    threads = threads_of(options, mode)
+    why += f", each test in {threads} threads" if threads else ""
+    schedule = plan_schedule(
+        files,
+        mode=mode,
+        durations=durations,
+        serial=discovery.serial,
+        workers=workers,
+        gpus=gpus,
+        gpus_per_slot=per_slot,
+    )
+    if pool is not None:  # every screen's units take the pool's slots and their GPUs
+        slot_gpus = visible_gpus(gpus, pool, per_slot)
+        schedule = replace(schedule, workers=1 if mode is Mode.SUITE else pool, slot_gpus=slot_gpus)
+    prepare_out(mode_dir, keep=resume is not None)
+    shutil.rmtree(options.out / "evidence", ignore_errors=True)  # it was about the old runs
+    if mode is Mode.SUITE:
+        discovery = _restrict(discovery, files)
+    tests = sum(len(discovery.tests.get(f, ())) for f in files)
+    where = f"shard {shard[0]}/{shard[1]}, " if shard else ""
+    gpu_text = f"GPUs {schedule.slot_gpus[0]}" if gpus else "no GPU pinning"
+    lazy = f" (the rest inferred from {inferred_from.mode.value})" if inferred_from else ""
+    kept = (
+        sum(1 for t in resume.tests if not t.inferred and not was_interrupted(t)) if resume else 0
+    )
+    resuming = f", resuming: {kept} finished earlier" if resume else ""
+    say(
+        f"{mode.value}: {where}{len(files)} files{lazy}, {tests} tests{resuming}, workers {why},"
+        f" {gpu_text} -> {mode_dir}"
+    )
+    run_options = _run_options(
+        options, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
+    )
+    estimates = durations if in_seconds else {}
+    return Screen(
+        discovery=discovery, schedule=schedule, options=run_options, estimates=estimates
+    ), (with_startup)
+
+
+def _run_options(
+    options: ModeOptions,
+    mode: Mode,
+    *,
+    out: Path,
+    shard: tuple[int, int] | None,
+    gpus: tuple[str, ...],
+    per_slot: int | None,
+    resume: ModeRun | None,
+) -> RunOptions:
+    """What the command line asks of this mode's interpreters, as planned, for run.json."""
+    return RunOptions(
+        mode=mode,
+        out=out,
+        pytest_args=options.pytest_args,
+        threads=threads_of(options, mode),
+        timeout=options.timeout,
+        reruns=options.reruns,
+        python=options.python,
+        command=("gpuci", *sys.argv[1:]) if sys.argv[1:] else ("gpuci",),
+        shard=shard,
+        gpus=gpus,
+        gpus_per_slot=per_slot,
+        paths=given_paths(options.paths),
+        poison=options.poison,
+        resume=resume,
+        run_id=options.run_id,
+        settings=mode_settings(options.settings, options.mode_plan, mode),
+        peaks=earlier_peaks(options.durations, _history(options)),
+    )
+
+
+def pool_workers(
+    requested: int | None, gpus: tuple[str, ...], per_slot: int | None, files: int
+) -> tuple[int, str]:
+    """The parallel mode's slots (and the screens' pool): --workers, or from CPUs and GPUs."""
+    slots = len(gpus) // per_slot if per_slot else len(gpus)
+    return choose_workers(requested, cpus=cpu_count(), gpus=slots, files=files)
+
+
+def start_fork_server(
+    preload: Preload, python: str, rootdir: Path, files: Sequence[str], paths: Sequence[str]
+) -> None:
+    """Let the interpreters of this command fork from a pre-imported parent (the test files'
+    imports, or --preload's, or [tool.gpuci] preload's), unless --no-preload."""
+    if preload.off or current_fork_server(python) is not None:
+        return
+    named, configured = preload.named, preload.configured
+    serve_forks(
+        python=python,
+        environ=child_env(os.environ),
+        rootdir=rootdir,
+        files=files,
+        paths=paths,
+        preload=parse_preload(named) if named is not None else configured,
+    )
+
+
+def say(text: str) -> None:
+    print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
+
+
+def discover(options: ModeOptions) -> Discovery:
+    """pytest's collection of PATHS, with the suite's own configuration; notes what it left."""
+    discovery = discover_tests(
+        options.paths,
+        options.pytest_args,
+        python=options.python,
+        timeout=max(options.timeout or 0, 600),
+    )
+    for file in discovery.deselected:
+        say(f"{file}: every test deselected by the pytest arguments; not run")
+    return discovery
+
+
+def _restrict(discovery: Discovery, files: list[str]) -> Discovery:
+    """The discovery of a shard: suite mode runs only the shard's files."""
+    keep = set(files)
+    return replace(discovery, files=tuple(f for f in discovery.files if f in keep))

@@ -1,0 +1,98 @@
+"""Preloads: which modules the fork server imports before it forks the interpreters.
+
+The suite's test files and their conftest.py files, read with `ast`: what they import at
+module level (`top_level_imports`), or what --preload names, less what a fresh
+interpreter would get elsewhere or differently: the suite's own modules (beside its test
+files or in the rootdir: pytest's sys.path finds them first) and the modules pytest
+imports through its assertion rewriter (`register_assert_rewrite`, `pytest_plugins`).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from gpuci.run.preimport import module_level_imports
+
+MAX_SCANNED = 5000  # test files whose imports are read
+
+
+def modules_to_preload(
+    rootdir: Path, tests: Sequence[Path], preload: Sequence[str] | None
+) -> list[str]:
+    """What the test files import at top level (or `preload`), but none of the suite's own."""
+    found = top_level_imports(_with_conftests(rootdir, tests))
+    # pytest puts the test files' directories first on sys.path: a local `utils.py` wins
+    # there over an installed `utils`, which a parent that preloaded it would hand over
+    local = _local_names(rootdir, tests)
+    modules = list(preload) if preload is not None else found
+    return [m for m in modules if m.partition(".")[0] not in local]
+
+
+def top_level_imports(files: Iterable[Path]) -> list[str]:
+    """The modules the files import at module level (not in functions), in first-seen order.
+
+    `import a.b` gives `a.b`, `from a.b import c` gives `a.b`; relative imports are the
+    suite's own and left out, as is everything in a file that does not parse.
+    """
+    found: dict[str, None] = {}
+    rewritten: set[str] = set()
+    for path in list(files)[:MAX_SCANNED]:
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        rewritten |= _rewritten(tree)
+        found.update((name, None) for name in module_level_imports(tree))
+    left_out = {"conftest", *(name.partition(".")[0] for name in rewritten)}
+    return [name for name in found if name.partition(".")[0] not in left_out]
+
+
+def _rewritten(tree: ast.Module) -> set[str]:
+    """Modules pytest will import through its assertion rewriter, which warns where one was
+    imported before: `pytest.register_assert_rewrite("m")` and `pytest_plugins = [...]`."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called == "register_assert_rewrite":
+                names.update(
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                )
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets
+        ):
+            names.update(
+                c.value
+                for c in ast.walk(node.value)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            )
+    return names
+
+
+def _local_names(rootdir: Path, tests: Sequence[Path]) -> set[str]:
+    """Modules and packages beside the test files, on their way up to the rootdir, in it."""
+    dirs = {d for p in tests for d in p.parents if d.is_relative_to(rootdir)} | {rootdir}
+    names: set[str] = set()
+    for where in dirs:
+        with contextlib.suppress(OSError):
+            for entry in where.iterdir():
+                if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier()):
+                    names.add(entry.stem if entry.suffix == ".py" else entry.name)
+    return names
+
+
+def _with_conftests(rootdir: Path, tests: Sequence[Path]) -> list[Path]:
+    """The test files, and the conftest.py files on their way up to the rootdir."""
+    dirs = {d for p in tests for d in p.parents if d.is_relative_to(rootdir)}
+    return [*tests, *sorted(d / "conftest.py" for d in dirs if (d / "conftest.py").is_file())]
+
+
+def parse_preload(text: str) -> list[str]:
+    """The module names of `--preload A,B.c`."""
+    return [name.strip() for name in text.split(",") if name.strip()]

@@ -1,0 +1,133 @@
+"""Progress: one quiet line per finished file, and a summary when a mode ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TextIO
+
+from gpuci.model import (
+    SUITE_UNIT,
+    FileRun,
+    FileStatus,
+    Mode,
+    ModeRun,
+    Outcome,
+    TestResult,
+    printable,
+)
+from gpuci.run.plan import Schedule
+from gpuci.run.strays import run_lines
+
+SKIP_REASONS_SHOWN = 3
+OUTCOME_WORDS = (
+    Outcome.PASSED,
+    Outcome.FAILED,
+    Outcome.SKIPPED,
+    Outcome.CRASHED,
+    Outcome.TIMED_OUT,
+    Outcome.NOT_RUN,
+)
+
+
+class Progress:
+    """One quiet line per finished unit: counts, failures, elapsed time, an estimate.
+
+    The estimate counts interpreter start-up: what the finished units' interpreters took
+    from their start to their first journal event, on top of per-file test times (which
+    leave it out). Without that, a pass of short files read `~0s left` from its start.
+    """
+
+    def __init__(
+        self,
+        out: TextIO,
+        units: Sequence[str],
+        workers: int,
+        estimates: Mapping[str, float],
+        zero: float,
+        *,
+        with_startup: bool = True,
+    ) -> None:
+        self.out = out
+        self.total = len(units) or 1
+        self.workers = max(1, workers)
+        self.estimates = {u: estimates[u] for u in units if u in estimates}
+        self.with_startup = with_startup  # whether the estimates include start-up already
+        self.zero = zero
+        self.done = 0
+        self.startups: list[float] = []
+        self.left_s = sum(self.estimates.values())
+        self.lock = threading.Lock()
+
+    @classmethod
+    def for_mode(
+        cls,
+        out: TextIO,
+        mode: Mode,
+        schedule: Schedule,
+        estimates: Mapping[str, float],
+        zero: float,
+        *,
+        with_startup: bool = True,
+    ) -> Progress:
+        """The progress of one mode run on its own."""
+        units = [SUITE_UNIT] if mode is Mode.SUITE else list(schedule.files)
+        if mode is Mode.SUITE:  # its estimate: the suite's files, one after the other
+            estimates = {SUITE_UNIT: sum(estimates.get(f, 0.0) for f in schedule.files)}
+        return cls(out, units, schedule.workers, estimates, zero, with_startup=with_startup)
+
+    def eta(self, elapsed: float) -> float:
+        """Seconds left: the estimates of the units left (with the start-up measured so far)
+        over the slots they can use; without estimates, the pace so far."""
+        left = self.total - self.done
+        if left <= 0:
+            return 0.0
+        if self.estimates and self.left_s > 0:
+            startup = sum(self.startups) / len(self.startups) if self.startups else 0.0
+            left_s = self.left_s + (0.0 if self.with_startup else startup * left)
+            return left_s / min(self.workers, left)
+        return elapsed / self.done * left if self.done else 0.0
+
+    def file_done(
+        self, file_run: FileRun, tests: list[TestResult], *, unit: str = "", label: str = ""
+    ) -> None:
+        """Say that a unit finished: `unit` keys its estimate (default: its file), `label`
+        goes before its name (the mode, when several run at once)."""
+        with self.lock:
+            self.done += 1
+            self.startups += [i.startup_s for i in file_run.interpreters if i.startup_s]
+            counts = dict.fromkeys(OUTCOME_WORDS, 0)
+            for test in tests:
+                counts[test.outcome] += 1
+            said = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "no tests"
+            elapsed = time.monotonic() - self.zero
+            self.left_s -= self.estimates.get(unit or file_run.file, 0.0)
+            eta = self.eta(elapsed)
+            flag = "" if file_run.status in (FileStatus.PASSED,) else f" [{file_run.status.value}]"
+            width = len(str(self.total))
+            name = printable(f"{label} {file_run.file}" if label else file_run.file)
+            print(
+                f"gpuci: [{self.done:>{width}}/{self.total}] {name}: {said}"
+                f" ({file_run.duration:.1f}s){flag}  elapsed {elapsed:.0f}s, ~{eta:.0f}s left",
+                file=self.out,
+                flush=True,
+            )
+
+    def mode_done(self, run: ModeRun) -> None:
+        counts = dict.fromkeys(OUTCOME_WORDS, 0)
+        for test in run.tests:
+            counts[test.outcome] += 1
+        said = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "no tests"
+        print(f"gpuci: {run.mode.value}: {said} in {run.wall_s:.1f}s", file=self.out, flush=True)
+        for line in run_lines(run):  # a leftover is an isolation bug of its own: say it
+            print(printable(f"gpuci: warning: {line}"), file=self.out, flush=True)
+        # the most common skip reasons: a suite that skipped for want of a GPU says so
+        reasons = Counter(t.message for t in run.tests if t.outcome is Outcome.SKIPPED)
+        for reason, n in reasons.most_common(SKIP_REASONS_SHOWN):
+            print(
+                f"gpuci:   {n} skipped: {printable(reason) or '(no reason given)'}",
+                file=self.out,
+                flush=True,
+            )

@@ -1,0 +1,163 @@
+"""Screens: a check's main passes run at once, in one pool of slots on the same GPUs.
+
+The suite interpreter starts first (it is the longest unit) and holds slot 0 to its end;
+the parallel files (longest first) and the threads files share the other slots; files
+marked gpu_serial run last, one at a time, with nothing beside them. Each mode still
+writes its own directory (run.json, JUnit, journals, logs), and its run.json names the
+modes that ran beside it (`beside`): what failed there failed under the check's combined
+load, and only a strict run (evidence) may call it a finding.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from gpuci.model import SUITE_UNIT, Mode, ModeRun
+from gpuci.run.discover import Discovery
+from gpuci.run.plan import Schedule
+from gpuci.run.pool import run_beside, run_slots, wait_for
+from gpuci.run.progress import Progress
+from gpuci.run.session import Interrupted, ModeSession, RunOptions
+from gpuci.run.supervisor import Supervisor
+
+# the order screens fill the pool: the longest unit (the whole suite) first
+SCREEN_ORDER = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Screen:
+    """One mode's part of the screens: what `run_mode` would be handed for it alone."""
+
+    discovery: Discovery
+    schedule: Schedule
+    options: RunOptions
+    estimates: Mapping[str, float] = field(default_factory=dict)  # seconds per file, if known
+
+
+Job = tuple[Mode, str]  # a screen's mode and one of its units (a file, or the suite)
+
+
+def screen_jobs(sessions: Mapping[Mode, ModeSession]) -> tuple[list[Job], list[Job]]:
+    """The pool's units in the order they start, then the units that run alone."""
+    pool: list[Job] = []
+    alone: list[Job] = []
+    for mode in sorted(sessions, key=SCREEN_ORDER.index):
+        shared, serial = sessions[mode].units()
+        pool += [(mode, key) for key in shared]
+        alone += [(mode, key) for key in serial]
+    return pool, alone
+
+
+def run_by_mode(
+    jobs: Sequence[Job],
+    slots: int,
+    run_one: Callable[[Job, int], None],
+    supervisor: Supervisor,
+    *,
+    first_slot: int = 0,
+) -> None:
+    """Each mode's files in an equal share of the slots, the modes beside each other: the
+    parallel files run W at a time whether or not the threads files run beside them."""
+    modes = list(dict.fromkeys(mode for mode, _ in jobs))
+    if len(modes) <= 1:
+        run_slots(jobs, slots, run_one, supervisor, first_slot=first_slot)
+        return
+    share = max(1, slots // len(modes))
+    with ThreadPoolExecutor(max_workers=len(modes), thread_name_prefix="gpuci-screen") as pool:
+        wait_for(
+            [
+                pool.submit(
+                    run_slots,
+                    [j for j in jobs if j[0] is mode],
+                    share,
+                    run_one,
+                    supervisor,
+                    first_slot=first_slot + k * share,
+                )
+                for k, mode in enumerate(modes)
+            ]
+        )
+
+
+def _estimates(screens: Sequence[Screen]) -> dict[str, float]:
+    """Each unit's estimate, keyed as the progress names it (`mode unit`)."""
+    found: dict[str, float] = {}
+    for screen in screens:
+        mode = screen.options.mode
+        if not screen.estimates:
+            continue
+        if mode is Mode.SUITE:  # the suite's files, one after the other
+            total = sum(screen.estimates.get(f, 0.0) for f in screen.schedule.files)
+            found[f"{mode.value} {SUITE_UNIT}"] = total
+        else:
+            for file in screen.schedule.files:
+                if file in screen.estimates:
+                    found[f"{mode.value} {file}"] = screen.estimates[file]
+    return found
+
+
+def run_screens(
+    screens: Sequence[Screen],
+    *,
+    workers: int,
+    slot_gpus: Sequence[str | None],
+    progress: TextIO = sys.stderr,
+) -> dict[Mode, ModeRun]:
+    """Run every screen's units in one pool of `workers` slots; each mode's run, written."""
+    supervisor = Supervisor()
+    zero = time.monotonic()
+    sessions: dict[Mode, ModeSession] = {}
+    try:
+        for screen in screens:
+            sessions[screen.options.mode] = ModeSession(
+                screen.discovery,
+                screen.schedule,
+                screen.options,
+                zero=zero,
+                supervisor=supervisor,
+            )
+        pool, alone = screen_jobs(sessions)
+        units = [f"{mode.value} {key}" for mode, key in pool + alone]
+        estimates = _estimates(screens)
+        # estimates come from an earlier run's file times (start-up included) or are none
+        reporter = Progress(progress, units, workers, estimates, zero)
+
+        def run_one(job: Job, slot: int) -> None:
+            mode, key = job
+            file_run, tests = sessions[mode].run_unit(key, slot, slot_gpus[slot])
+            if not supervisor.stopping.is_set():
+                unit = f"{mode.value} {key}"
+                reporter.file_done(file_run, tests, unit=unit, label=mode.value)
+
+        with supervisor.handling_signals():
+            suite = next((j for j in pool if j[0] is Mode.SUITE), None)
+            rest = [j for j in pool if j is not suite]
+            if suite is None:
+                run_by_mode(rest, workers, run_one, supervisor)
+            else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
+                run_beside(
+                    suite,
+                    0,
+                    run_one,
+                    lambda: run_by_mode(rest, workers - 1, run_one, supervisor, first_slot=1),
+                )
+            run_slots(alone, 1, run_one, supervisor)
+        modes = tuple(sessions)
+        runs = {
+            mode: session.finish(beside=tuple(m for m in modes if m is not mode))
+            for mode, session in sessions.items()
+        }
+    finally:
+        for session in sessions.values():
+            session.close()
+    for run in runs.values():
+        reporter.mode_done(run)
+    if supervisor.stopping.is_set():
+        where = ", ".join(str(s.options.out) for s in screens)
+        raise Interrupted(f"interrupted; what finished is in {where}")
+    return runs

@@ -1,0 +1,249 @@
+"""Run: one mode of a schedule in fresh interpreters, and its result directory.
+
+A pool of slots takes the schedule's files one by one (one slot but in `parallel`); each
+file runs in a fresh interpreter, and after a crash or a timeout a fresh one resumes with
+the tests after it. The mode's `run.json`, JUnit and logs are written to its directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import TextIO
+
+from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.model import (
+    INTERRUPTED,
+    SUITE_UNIT,
+    FileRun,
+    FileStatus,
+    GpuciError,
+    Mode,
+    ModeRun,
+    Outcome,
+    TestResult,
+)
+from gpuci.run.discover import Discovery, file_of
+from gpuci.run.gpus import describe_environment
+from gpuci.run.junit import write_mode_junit
+from gpuci.run.plan import Schedule
+from gpuci.run.pool import run_slots
+from gpuci.run.progress import Progress
+from gpuci.run.resume import Earlier
+from gpuci.run.supervisor import Supervisor
+from gpuci.run.unit import RunOptions, UnitRunner, start_interpreters
+
+__all__ = ["Interrupted", "RunOptions", "run_mode"]
+
+
+class Interrupted(GpuciError):
+    """Ctrl-C or SIGTERM: what finished was written; exit code 130."""
+
+    exit_code = 130
+
+
+class ModeSession:
+    """One mode's part of a pass: its interpreters, its units run so far, its directory.
+
+    `run_mode` drives one session on its own; the check's screens drive several in one
+    pool (`gpuci.run.screens`), each writing its own directory.
+    """
+
+    def __init__(
+        self,
+        discovery: Discovery,
+        schedule: Schedule,
+        options: RunOptions,
+        *,
+        zero: float,
+        supervisor: Supervisor,
+        inferred_from: ModeRun | None = None,
+    ) -> None:
+        self.discovery = discovery
+        self.schedule = schedule
+        self.options = options
+        self.inferred_from = inferred_from
+        self.started_at = datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        self.zero = zero - (options.resume.wall_s if options.resume else 0.0)  # goes on
+        self.supervisor = supervisor
+        self.interpreters = start_interpreters(options, options.out, self.zero, supervisor)
+        self.runner = UnitRunner(self.interpreters, discovery, options.resume)
+        self.file_runs: dict[str, FileRun] = {}
+        self.results: dict[str, list[TestResult]] = {}
+        self.keys = _keys(options.mode, schedule)
+
+    @property
+    def mode(self) -> Mode:
+        """The mode this session runs."""
+        return self.options.mode
+
+    def units(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Its units: those that may run beside others, then those that run alone."""
+        if self.mode is Mode.SUITE:
+            return (SUITE_UNIT,), ()
+        return self.schedule.pool, self.schedule.serial
+
+    def run_unit(self, key: str, slot: int, gpu: str | None) -> tuple[FileRun, list[TestResult]]:
+        """Run one unit to the end in `slot`, with `gpu` visible; kept for `finish`."""
+        file_run, tests = self.runner.run_unit(key, discovery_ids(self.discovery, key), slot, gpu)
+        self.file_runs[key] = file_run
+        self.results[key] = tests
+        return file_run, tests
+
+    def finish(self, beside: tuple[Mode, ...] = ()) -> ModeRun:
+        """The mode's run from its units, written to its directory (run.json, JUnit)."""
+        file_runs, keys, options = dict(self.file_runs), list(self.keys), self.options
+        tests = [t for key in keys for t in self.results.get(key, [])]
+        for key in keys:
+            if key not in file_runs:  # interrupted before it started
+                file_runs[key], left = _never_started(self.discovery, key, self.runner.earlier)
+                tests += left
+        if self.inferred_from is not None:
+            gpu = self.schedule.slot_gpus[0]
+            runs, more = _inferred(self.inferred_from, self.discovery, set(keys), gpu)
+            file_runs.update((f.file, f) for f in runs)
+            keys += [f.file for f in runs]
+            tests += more
+        ends = [f.end for f in self.file_runs.values()]
+        run = ModeRun(
+            mode=options.mode,
+            command=options.command,
+            pytest_args=options.pytest_args,
+            threads=options.threads,
+            poison=options.poison,
+            rootdir=str(self.discovery.rootdir),
+            workers=self.schedule.workers,
+            gpus=options.gpus,
+            gpus_per_slot=options.gpus_per_slot,
+            shard=options.shard,
+            timeout=options.timeout,
+            reruns=options.reruns,
+            # beside other modes, its wall ends with its last unit, not with the pool
+            wall_s=max(ends) if beside and ends else time.monotonic() - self.zero,
+            started_at=self.started_at,
+            interrupted=self.supervisor.stopping.is_set(),
+            environment=describe_environment(os.environ, options.python),
+            files=tuple(file_runs[k] for k in keys),
+            tests=tuple(tests),
+            paths=options.paths,
+            resumed=options.resume is not None,
+            gpu_check=self.interpreters.strangers.method,
+            beside=beside,
+            run_id=options.run_id,
+            settings=options.settings,
+        )
+        write_mode_junit(options.out, [k for k in keys if file_runs[k].interpreters])
+        write_json_atomic(options.out / "run.json", mode_run_to_json(run))
+        return run
+
+    def close(self) -> None:
+        """Remove its interpreters' scratch files."""
+        self.interpreters.close()
+
+
+def run_mode(
+    discovery: Discovery,
+    schedule: Schedule,
+    options: RunOptions,
+    *,
+    estimates: Mapping[str, float] | None = None,
+    with_startup: bool = True,
+    progress: TextIO = sys.stderr,
+    inferred_from: ModeRun | None = None,
+) -> ModeRun:
+    """Run one mode of the schedule and write its directory; with `inferred_from` (a lazy
+    isolated pass), the files the schedule leaves out take that run's outcomes, inferred.
+    `with_startup`: whether `estimates` include interpreter start-up (an earlier run's file
+    times do; tests' own times do not)."""
+    supervisor = Supervisor()
+    session = ModeSession(
+        discovery,
+        schedule,
+        options,
+        zero=time.monotonic(),
+        supervisor=supervisor,
+        inferred_from=inferred_from,
+    )
+    reporter = Progress.for_mode(
+        progress, options.mode, schedule, estimates or {}, session.zero, with_startup=with_startup
+    )
+
+    def run_one(key: str, slot: int) -> None:
+        file_run, tests = session.run_unit(key, slot, schedule.slot_gpus[slot])
+        if not supervisor.stopping.is_set():
+            reporter.file_done(file_run, tests)
+
+    try:
+        with supervisor.handling_signals():
+            pool, serial = session.units()
+            run_slots(pool, schedule.workers, run_one, supervisor)
+            run_slots(serial, 1, run_one, supervisor)
+        run = session.finish()
+    finally:
+        session.close()
+    reporter.mode_done(run)
+    if run.interrupted:
+        raise Interrupted(f"interrupted; what finished is in {options.out}")
+    return run
+
+
+def _inferred(
+    source: ModeRun, discovery: Discovery, ran: set[str], gpu: str | None
+) -> tuple[list[FileRun], list[TestResult]]:
+    """The files this mode did not run, with `source`'s outcomes, marked inferred."""
+    wanted = [f for f in discovery.files if f not in ran]
+    by_file = {f.file: f for f in source.files}
+    runs = [
+        FileRun(
+            file=f,
+            status=by_file[f].status,
+            slot=0,
+            gpu=gpu,
+            start=0.0,
+            end=by_file[f].duration,  # its duration in `source`: what later plans order by
+            tests=by_file[f].tests,
+            inferred=True,
+        )
+        for f in wanted
+        if f in by_file
+    ]
+    files = {f.file for f in runs}
+    tests = [
+        dataclasses.replace(t, inferred=True, reruns=(), cut="")
+        for t in source.tests
+        if t.file in files
+    ]
+    return runs, tests
+
+
+def _never_started(
+    discovery: Discovery, key: str, earlier: Earlier | None
+) -> tuple[FileRun, list[TestResult]]:
+    """A unit gpuci was interrupted before: its tests not-run, or as `earlier` left them."""
+    if earlier is not None and key in earlier.files:
+        return earlier.files[key], earlier.tests.get(key, [])
+    ids = discovery_ids(discovery, key)
+    file_run = FileRun(
+        file=key, status=FileStatus.NOT_RUN, slot=0, gpu=None, start=0.0, end=0.0, tests=len(ids)
+    )
+    message = f"{INTERRUPTED} before this file ran"
+    return file_run, [
+        TestResult(id=i, file=file_of(i), outcome=Outcome.NOT_RUN, message=message) for i in ids
+    ]
+
+
+def discovery_ids(discovery: Discovery, key: str) -> tuple[str, ...]:
+    """The test ids of a scheduled unit."""
+    if key == SUITE_UNIT:
+        return tuple(i for f in discovery.files for i in discovery.tests.get(f, ()))
+    return discovery.tests.get(key, ())
+
+
+def _keys(mode: Mode, schedule: Schedule) -> list[str]:
+    return [SUITE_UNIT] if mode is Mode.SUITE else list(schedule.files)

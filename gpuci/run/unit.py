@@ -1,0 +1,203 @@
+"""Unit: one scheduled unit (a file, or the whole suite) run to the end in fresh interpreters.
+
+After a crash or a timeout a fresh interpreter resumes with the tests after it; after an
+interrupted run (--resume) the tests it finished are kept and the rest run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci.model import (
+    INTERRUPTED,
+    SUITE_UNIT,
+    FileRun,
+    FileStatus,
+    Mode,
+    ModeRun,
+    Outcome,
+    TestResult,
+)
+from gpuci.run.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
+from gpuci.run.gpumem import MemoryGate
+from gpuci.run.interpreter import SUITE_STEM, Attempt, Interpreters, Launch
+from gpuci.run.journal import collection_error
+from gpuci.run.junit import kept_junit, write_file_junit
+from gpuci.run.plan import thread_args
+from gpuci.run.resume import Earlier
+from gpuci.run.supervisor import Supervisor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """What `gpuci run` was asked to do, for one mode."""
+
+    mode: Mode
+    out: Path  # the mode's directory: OUT/<mode> or OUT/<mode>/shard-I-of-N
+    pytest_args: tuple[str, ...] = ()
+    threads: int | None = None  # threads mode: each test in N threads
+    poison: bool = False  # fill every fresh device allocation in every interpreter
+    timeout: float | None = None
+    reruns: int = 2
+    python: str = sys.executable
+    command: tuple[str, ...] = ()
+    shard: tuple[int, int] | None = None
+    gpus: tuple[str, ...] = ()
+    gpus_per_slot: int | None = None
+    paths: tuple[str, ...] = ()  # PATHS as given, absolute
+    resume: ModeRun | None = None  # an interrupted run of this mode to continue (--resume)
+    run_id: str = ""  # the check's (or this run's): recorded in run.json
+    settings: dict[str, Any] = field(default_factory=dict)  # run.json's effective settings
+    peaks: Mapping[str, int] = field(default_factory=dict)  # MiB per file, an earlier run
+
+
+def start_interpreters(
+    options: RunOptions, out: Path, clock_zero: float, supervisor: Supervisor
+) -> Interpreters:
+    """The interpreter launcher of a mode: its pytest arguments, timeout and environment."""
+    environ = child_env(os.environ)
+    environ["GPUCI_MODE"] = options.mode.value
+    if options.poison:
+        environ[POISON_ENV] = "1"
+    return Interpreters(
+        out=out,
+        python=options.python,
+        pytest_args=options.pytest_args + thread_args(options.threads),
+        timeout=options.timeout,
+        environ=environ,
+        clock_zero=clock_zero,
+        supervisor=supervisor,
+        gate=MemoryGate(options.peaks),  # a file starts once its GPU has room for it
+    )
+
+
+class UnitRunner:
+    """Runs one scheduled unit (a file, or the whole suite) to the end."""
+
+    def __init__(
+        self, interpreters: Interpreters, discovery: Discovery, resume: ModeRun | None = None
+    ) -> None:
+        self.interpreters = interpreters
+        self.discovery = discovery
+        self.earlier = Earlier.of(resume) if resume is not None else None  # --resume
+
+    def target(self, file: str) -> str:
+        """The path pytest is given for a file."""
+        return pytest_target(self.discovery.rootdir, file)
+
+    def run_unit(
+        self,
+        key: str,
+        ids: tuple[str, ...],
+        slot: int,
+        gpu: str | None,
+    ) -> tuple[FileRun, list[TestResult]]:
+        """Run a file (or the suite) to the end, resuming after crashes and timeouts.
+
+        After an interrupted run (--resume), the tests it finished are kept, the rest run.
+        """
+        broken = self.discovery.broken_dirs
+        if key in broken:  # nothing pytest could be handed: discovery's error stands
+            now = self.interpreters.now()
+            error = collection_error(key, self.discovery.errors[key])
+            status = FileStatus.COLLECTION_ERROR
+            return FileRun(file=key, status=status, slot=slot, gpu=gpu, start=now, end=now), [error]
+        earlier = self.earlier
+        junit_dir = self.interpreters.out / "junit"
+        stem = SUITE_STEM if key == SUITE_UNIT else key
+        targets = (
+            tuple(self.target(f) for f in self.discovery.files if f not in broken)
+            if key == SUITE_UNIT
+            else (self.target(key),)
+        )
+        kept = earlier.finished(key) if earlier is not None else []
+        results: dict[str, TestResult] = {t.id: t for t in kept}
+        kept_cases = kept_junit(junit_dir / f"{stem}.xml", results) if kept else []
+        attempts: list[Attempt] = []
+        todo = tuple(i for i in ids if i not in results)
+        while todo or not kept:  # once at least, unless --resume left nothing to run
+            number = len(attempts) + 1
+            if self.interpreters.supervisor.stopping.is_set():
+                break
+            attempt = self.interpreters.run(
+                Launch(
+                    key=key,
+                    ids=todo,
+                    targets=targets
+                    if (number == 1 and not kept) or key != SUITE_UNIT
+                    else self._suite_targets(todo, targets),
+                    slot=slot,
+                    gpu=gpu,
+                    attempt=number,
+                    junit=junit_dir / f"{stem}.part{number}.xml",
+                    label=f"interpreter {number}" + (" (resumed)" if number > 1 else ""),
+                )
+            )
+            attempts.append(attempt)
+            for result in attempt.results:
+                results[result.id] = result
+            if not attempt.resume:
+                break
+            todo = tuple(attempt.resume)
+        if self.interpreters.supervisor.stopping.is_set():
+            for test_id in ids:
+                results.setdefault(
+                    test_id,
+                    TestResult(
+                        id=test_id,
+                        file=file_of(test_id),
+                        outcome=Outcome.NOT_RUN,
+                        message=f"{INTERRUPTED} before this test ran",
+                    ),
+                )
+        if key == SUITE_UNIT:
+            results.update((f, collection_error(f, self.discovery.errors[f])) for f in broken)
+        ordered = list(results.values())
+        if kept:  # in the order of an uninterrupted run
+            place = {test_id: n for n, test_id in enumerate(ids)}
+            ordered.sort(key=lambda t: place.get(t.id, len(place)))
+        file_run = self._file_run(key, len(ids), slot, gpu, attempts)
+        if attempts:
+            write_file_junit(junit_dir / f"{stem}.xml", key, attempts, ordered, kept=kept_cases)
+        return file_run, ordered
+
+    def _file_run(
+        self, key: str, tests: int, slot: int, gpu: str | None, attempts: list[Attempt]
+    ) -> FileRun:
+        """The unit's run from its attempts, after what an interrupted run did (--resume)."""
+        before = self.earlier.files.get(key) if self.earlier is not None else None
+        if before is not None and not before.interpreters:
+            before = None  # it never started: nothing of it to keep
+        statuses = [a.status for a in attempts] + ([before.status] if before else [])
+        now = self.interpreters.now()
+        return FileRun(
+            file=key,
+            status=_worst(statuses) if statuses else FileStatus.NOT_RUN,
+            slot=slot,
+            gpu=gpu,
+            start=before.start if before else attempts[0].interpreter.start if attempts else now,
+            end=attempts[-1].interpreter.end if attempts else before.end if before else now,
+            interpreters=(before.interpreters if before else ())
+            + tuple(a.interpreter for a in attempts),
+            tests=tests,
+            leftovers=(before.leftovers if before else ())
+            + tuple(x for a in attempts for x in a.leftovers),
+            strangers=(before.strangers if before else ())
+            + tuple(x for a in attempts for x in a.strangers),
+        )
+
+    def _suite_targets(self, todo: tuple[str, ...], targets: tuple[str, ...]) -> tuple[str, ...]:
+        """Resumed suite interpreters need only the files that still have tests."""
+        left = {file_of(i) for i in todo}
+        kept = tuple(self.target(f) for f in self.discovery.files if f in left)
+        return kept or targets
+
+
+def _worst(statuses: Iterator[FileStatus] | Sequence[FileStatus]) -> FileStatus:
+    order = list(FileStatus)
+    return min(statuses, key=order.index)

@@ -1,0 +1,1 @@
+"""Verdict: the modes' results and the evidence diffed into `verdict.json`."""

@@ -1,0 +1,396 @@
+"""Diff: classify every test of a results directory and decide the verdict: `verdict.json`.
+
+`gpuci diff OUT [--baseline VERDICT.json] [-o FILE]`. A pure function of the files under
+OUT: no GPU, no subprocesses. `diff_results` reads every mode (`gpuci.evidence.results`),
+classifies each test (`gpuci.evidence.classify`), adds its reproduce command
+(`gpuci.evidence.reproduce`), and decides the verdict under a `Policy`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuci.evidence.classify import classify_results
+from gpuci.evidence.fingerprints import first_fingerprint
+from gpuci.evidence.reproduce import (
+    culprit_command,
+    interpreter_order,
+    poisoned_command,
+    provider_command,
+    reproduce_command,
+)
+from gpuci.evidence.results import ModeResults, load_mode_results
+from gpuci.evidence.strict import confirm_strictly
+from gpuci.formats import (
+    EVIDENCE_DIR,
+    EVIDENCE_FILE,
+    read_evidence,
+    read_verdict,
+    verdict_to_json,
+    write_json_atomic,
+)
+from gpuci.model import (
+    FOUND_ONLY_BY,
+    ISOLATION_CATEGORIES,
+    NOT_PASSING,
+    Category,
+    Evidence,
+    GpuciError,
+    InputError,
+    Mode,
+    Outcome,
+    Root,
+    TestEvidence,
+    TestResult,
+    TestVerdict,
+    UsageError,
+    Verdict,
+)
+from gpuci.run.masking import mask_secrets
+from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
+
+DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
+DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
+UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
+FINGERPRINTED = ISOLATION_CATEGORIES | {Category.FAILED, Category.FLAKY}  # grouped in reports
+KNOWN = "known"  # --allow's word for isolation regressions the baseline already had
+# verdict.json's test order: what needs attention first.
+CATEGORY_GROUP = {
+    Category.FAILED: 2,
+    Category.CRASHED: 3,
+    Category.TIMED_OUT: 4,
+    Category.FLAKY: 5,
+    Category.NOT_RUN: 6,
+    Category.SKIPPED: 7,
+    Category.PASSED: 8,
+}
+
+
+# --- the policy -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """Which categories fail the verdict, which only warn, and whether known ones count."""
+
+    fail_on: frozenset[Category] = DEFAULT_FAIL_ON
+    warn_on: frozenset[Category] = DEFAULT_WARN_ON
+    allow_known: bool = False  # isolation regressions the baseline already had never fail
+
+    def fails(self, test: TestVerdict) -> bool:
+        """Whether this test alone would fail the verdict."""
+        if test.category not in self.fail_on:
+            return False
+        return not (self.allow_known and test.new is False)
+
+    def warns(self, test: TestVerdict) -> bool:
+        """Whether this test alone would make a passing verdict a warning."""
+        return test.category in self.warn_on
+
+
+def parse_policy(fail_on: str | None, allow: str | None) -> Policy:
+    """The policy of `--fail-on` and `--allow` (comma lists of category names)."""
+    fail = DEFAULT_FAIL_ON
+    if fail_on is not None:
+        fail, _ = _parse_categories("--fail-on", fail_on, words=())
+    allowed: frozenset[Category] = frozenset()
+    allow_known = False
+    if allow is not None:
+        allowed, words = _parse_categories("--allow", allow, words=(KNOWN,))
+        allow_known = KNOWN in words
+    return Policy(
+        fail_on=fail - allowed,
+        warn_on=DEFAULT_WARN_ON - allowed - fail,
+        allow_known=allow_known,
+    )
+
+
+def _parse_categories(
+    option: str, text: str, *, words: tuple[str, ...]
+) -> tuple[frozenset[Category], frozenset[str]]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    valid = [c.value for c in Category]
+    unknown = [n for n in names if n not in valid and n not in words]
+    if unknown:
+        raise UsageError(
+            f"{option} {text!r}: unknown {', '.join(map(repr, unknown))};"
+            f" choose from {', '.join([*valid, *words])}"
+        )
+    return (
+        frozenset(Category(n) for n in names if n in valid),
+        frozenset(n for n in names if n in words),
+    )
+
+
+# --- the whole verdict ----------------------------------------------------------------
+
+
+def read_baseline(path: Path) -> Verdict:
+    """Read a baseline `verdict.json` (the target branch's)."""
+    try:
+        return read_verdict(path)
+    except InputError as exc:
+        raise InputError(
+            f"--baseline: {exc} (give the verdict.json of the target branch)"
+        ) from None
+
+
+def write_verdict(verdict: Verdict, path: Path, secrets: Sequence[str] = ()) -> None:
+    """Write `verdict.json` atomically (a reader never sees half of it), `secrets` masked
+    wherever a test's output brought one in."""
+    data = verdict_to_json(verdict)
+    text = json.dumps(data, ensure_ascii=False)
+    masked = mask_secrets(text, secrets)
+    if masked != text:
+        data = json.loads(masked)
+    try:
+        write_json_atomic(path, data)
+    except OSError as exc:
+        raise GpuciError(f"{path}: cannot write the verdict ({exc.strerror or exc})") from None
+
+
+def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verdict:
+    """Classify every test under `out` and decide the verdict."""
+    results = load_mode_results(out)
+    evidence = _read_evidence(out)
+    found = {t.id: t for t in evidence.tests} if evidence is not None else {}
+    modes = [m for m in Mode if m in results]
+    orders = {mode: interpreter_order(results[mode]) for mode in modes}
+    alone = {i: t.alone for i, t in found.items()}
+    known = (
+        {t.id for t in baseline.tests if t.category in ISOLATION_CATEGORIES}
+        if baseline is not None
+        else set()
+    )
+    verdicts = []
+    for test_id, test in classify_results(results, alone, orders).items():
+        ev = found.get(test_id)
+        strict = confirm_strictly(test, ev, results)  # a screen's finding, confirmed or not
+        category = strict.category
+        new = None
+        if baseline is not None and category in ISOLATION_CATEGORIES:
+            new = test_id not in known
+        verdicts.append(
+            TestVerdict(
+                id=test_id,
+                file=test.seen[0].file,
+                category=category,
+                outcomes={m.value: o.value for m, o in test.outcomes.items()},
+                reruns=tuple(r.value for r in test.reruns),
+                new=new,
+                message=_first_failure(test.seen),
+                log=_crash_log(test.seen, category),
+                reproduce=(
+                    (poisoned_command(test_id, results) if _diagnosed(ev, category) else "")
+                    or culprit_command(test_id, category, ev.culprits if ev else (), results)
+                    or reproduce_command(
+                        test_id,
+                        category,
+                        outcomes=test.outcomes,
+                        reruns=test.reruns,
+                        results=results,
+                        orders=orders,
+                        alone_in_threads=ev.threaded if ev else None,
+                    )
+                ),
+                inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
+                notes=test.notes
+                + _isolated_note(category, test.outcomes)
+                + ((strict.note,) if strict.note else ()),
+                with_provider=provider_command(
+                    test_id, test.category, ev.culprits if ev else (), results
+                ),
+                fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
+                cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
+                **(_evidence_fields(ev, category) if ev else {}),
+                strict=strict.strict,
+            )
+        )
+    verdicts.sort(key=_sort_key)
+    summary = {
+        c.value: 0 for c in Category if c not in FOUND_ONLY_BY or FOUND_ONLY_BY[c] in results
+    }
+    for verdict in verdicts:
+        summary[verdict.category.value] = summary.get(verdict.category.value, 0) + 1
+    outcome, reasons = _decide(
+        verdicts, results, policy, with_baseline=baseline is not None, evidence=evidence
+    )
+    environment_from = results.get(Mode.ISOLATED) or results[modes[0]]
+    return Verdict(
+        roots=group_roots(verdicts),
+        verdict=outcome,
+        reasons=tuple(reasons),
+        summary=summary,
+        modes={m.value: describe_mode(results[m]) for m in modes},
+        checked=describe_checked(results),
+        environment=dict(environment_from.run.environment),
+        evidence=describe_evidence(evidence, verdicts),
+        tests=tuple(verdicts),
+    )
+
+
+ISOLATED_NOTE = (
+    "isolated runs a fresh interpreter per file: the tests before it in its file ran first"
+)
+
+
+def _isolated_note(category: Category, outcomes: Mapping[Mode, Outcome]) -> tuple[str, ...]:
+    """Why an order-dependent victim failed in `isolated`, which sounds like "alone"."""
+    if category is Category.ORDER_DEPENDENT and outcomes.get(Mode.ISOLATED) is Outcome.FAILED:
+        return (ISOLATED_NOTE,)
+    return ()
+
+
+def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
+    """What the evidence runs add to a test's verdict: culprits, poisoning, sanitizer."""
+    fields: dict[str, Any] = {
+        "culprits": found.culprits if category in ISOLATION_CATEGORIES else (),
+        "search": found.search if category in ISOLATION_CATEGORIES else "",
+        "probes": found.probes if category in ISOLATION_CATEGORIES else (),
+        "sanitizer": found.sanitizer,
+        "inferred_from": found.inferred_from if category is Category.FAILED else (),
+    }
+    if found.poisoned is not None:
+        fields["poisoned"] = found.poisoned.value
+    if found.threaded is not None:
+        fields["threaded"] = found.threaded.value
+    if _diagnosed(found, category):
+        fields["diagnosis"] = UNINITIALIZED  # its own bug, whoever ran before it
+    return fields
+
+
+def _diagnosed(found: TestEvidence | None, category: Category) -> bool:
+    """Whether it passes alone but fails alone once its allocations are poisoned."""
+    poisoned = found.poisoned if found is not None else None
+    return poisoned in NOT_PASSING and category is Category.ORDER_DEPENDENT
+
+
+def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
+    """Victims grouped under their culprits: a cascade is one root, most victims first."""
+    groups: dict[tuple[tuple[str, ...], Category], list[TestVerdict]] = {}
+    for test in tests:
+        if test.culprits and test.category in ISOLATION_CATEGORIES:
+            groups.setdefault((test.culprits, test.category), []).append(test)
+    roots = [
+        Root(
+            culprits=culprits,
+            category=category,
+            victims=tuple(v.id for v in victims),
+            reproduce=victims[0].reproduce,
+        )
+        for (culprits, category), victims in groups.items()
+    ]
+    roots.sort(key=lambda r: (-len(r.victims), r.culprits))
+    return tuple(roots)
+
+
+def _read_evidence(out: Path) -> Evidence | None:
+    """The check's evidence runs, if `gpuci check` or `gpuci explain` gathered any."""
+    path = out / EVIDENCE_DIR / EVIDENCE_FILE
+    return read_evidence(path) if path.is_file() else None
+
+
+def _first_failure(seen: Iterable[TestResult]) -> str:
+    for test in seen:
+        if test.outcome in NOT_PASSING and test.message.strip():
+            return test.message.strip().splitlines()[0]
+    return ""
+
+
+def _crash_log(seen: Iterable[TestResult], category: Category) -> str:
+    if category is Category.CRASHED or category is Category.TIMED_OUT:
+        wanted = Outcome(category.value)
+        for test in seen:
+            if test.outcome is wanted and test.log:
+                return test.log
+    return ""
+
+
+def _sort_key(test: TestVerdict) -> tuple[int, str]:
+    if test.category in ISOLATION_CATEGORIES:
+        group = 1 if test.new is False else 0
+    else:
+        group = CATEGORY_GROUP[test.category]
+    return group, test.id
+
+
+def _decide(
+    tests: Sequence[TestVerdict],
+    results: Mapping[Mode, ModeResults],
+    policy: Policy,
+    *,
+    with_baseline: bool,
+    evidence: Evidence | None = None,
+) -> tuple[str, list[str]]:
+    """The verdict and its reasons: what fails it first, then what makes it a warning."""
+    failing: dict[str, int] = {}
+    warning: dict[str, int] = {}
+    for test in tests:
+        if policy.fails(test):
+            key = _reason_key(test, with_baseline=with_baseline)
+            failing[key] = failing.get(key, 0) + 1
+        elif policy.warns(test):
+            key = _reason_key(test, with_baseline=with_baseline)
+            warning[key] = warning.get(key, 0) + 1
+    reasons = [_reason(key, n) for key, n in sorted(failing.items(), key=_reason_order)]
+    warnings = [_reason(key, n) for key, n in sorted(warning.items(), key=_reason_order)]
+    for mode, mode_results in results.items():
+        total = mode_results.total_shards
+        for index in mode_results.missing_shards:
+            warnings.append(f"{mode.value}: shard {index} of {total} missing")
+        if mode_results.run.interrupted:
+            warnings.append(f"{mode.value}: interrupted before every test ran")
+    cut = sum(1 for t in tests if t.cut)
+    if cut:
+        warnings.append(f"{cut} test{'s' if cut != 1 else ''} not rerun: budget")
+    left = sum(len(f.leftovers) for r in results.values() for p in r.parts for f in p.files)
+    left += sum(len(x) for x in evidence.leftovers.values()) if evidence is not None else 0
+    if left:  # a test-isolation bug of its own: each is named in the notes
+        warnings.append(f"{left} process{'es' if left != 1 else ''} left running by tests")
+    others = sum(len(f.strangers) for r in results.values() for p in r.parts for f in p.files)
+    others += sum(len(x) for x in evidence.strangers.values()) if evidence is not None else 0
+    if others:  # its memory may be what another test ran out of
+        warnings.append(
+            f"{others} process{'es' if others != 1 else ''} not started by gpuci held GPU memory"
+        )
+    if reasons:
+        return "fail", reasons + warnings
+    if warnings:
+        return "warn", warnings
+    return "pass", []
+
+
+def _reason_key(test: TestVerdict, *, with_baseline: bool) -> str:
+    if test.category in ISOLATION_CATEGORIES:
+        if not with_baseline:
+            return "isolation"
+        return "known isolation" if test.new is False else "new isolation"
+    return test.category.value
+
+
+REASON_ORDER = (
+    "new isolation",
+    "known isolation",
+    "isolation",
+    *(c.value for c in Category if c not in ISOLATION_CATEGORIES),
+)
+
+
+def _reason_order(item: tuple[str, int]) -> int:
+    return REASON_ORDER.index(item[0])
+
+
+def _reason(key: str, n: int) -> str:
+    # Without a baseline nothing regressed: findings are problems; with one, new ones
+    # are regressions and known ones problems the target branch has too.
+    if key == "new isolation":
+        return f"{n} new isolation regression{'s' if n != 1 else ''}"
+    if "isolation" in key:
+        return f"{n} {key} problem{'s' if n != 1 else ''}"
+    if key == Category.NOT_RUN.value:
+        return f"{n} test{'s' if n != 1 else ''} not run"
+    return f"{n} {key} test{'s' if n != 1 else ''}"
