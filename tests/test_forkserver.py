@@ -18,7 +18,7 @@ from cli_runner import gpuci
 
 from gpuci.run.discover import child_env
 from gpuci.run.forkserver import ForkServer
-from gpuci.run.preloads import top_level_imports
+from gpuci.run.preloads import guess_test_files, top_level_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -493,3 +493,57 @@ print("returncode", child.wait(timeout=60))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "returncode 7"
     assert "fork server lost" in proc.stderr
+
+
+def test_collection_forks_from_the_server_started_for_the_files_paths_hold(tmp_path: Path) -> None:
+    # discovery collected in a fresh interpreter before the server started: CuPy's subset
+    # imported CuPy twice, one after the other, before any screen began
+    root = write(
+        tmp_path / "suite",
+        {
+            "conftest.py": """
+                import os, sys
+                parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read()
+                how = "collect" if "--collect-only" in sys.argv else "run"
+                with open(os.environ["PARENTS_LOG"], "a") as log:
+                    log.write(f"{how} {parent.replace(bytes(1), b' ').decode()}\\n")
+            """,
+            "tests/test_a.py": "import json\n\ndef test_ok():\n    pass\n",
+        },
+    )
+    log = tmp_path / "parents.log"
+    env = {**env_with(), "PARENTS_LOG": str(log)}
+    for extra, forked_collection in (((), True), (("--no-preload",), False)):
+        log.unlink(missing_ok=True)
+        proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", *extra, cwd=root, env=env)
+        assert proc.returncode == 0, proc.stderr
+        collect = [
+            line for line in log.read_text(encoding="utf-8").splitlines() if "collect" in line
+        ]
+        assert len(collect) == 1
+        assert ("gpuci.run.preimport" in collect[0]) is forked_collection
+
+
+def test_the_files_guessed_while_pytest_collects_skip_what_pytest_skips(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "tests/test_a.py": "",
+            "tests/b_test.py": "",
+            "tests/helper.py": "",
+            ".venv/pyvenv.cfg": "",
+            ".venv/lib/test_site.py": "",
+            "env/pyvenv.cfg": "",
+            "env/test_env.py": "",
+            "build/test_built.py": "",
+            "node_modules/test_js.py": "",
+        },
+    )
+    guessed = guess_test_files([str(tmp_path)])
+    assert [p.relative_to(tmp_path).as_posix() for p in guessed] == [
+        "tests/b_test.py",
+        "tests/test_a.py",
+    ]
+    assert guess_test_files([str(tmp_path / "tests" / "helper.py")]) == [
+        tmp_path / "tests" / "helper.py"
+    ]

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +24,8 @@ PLUGIN = "gpuci.pytest_plugin"
 POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
 # pytest's exit code for a command-line usage error
 PYTEST_USAGE_ERROR = 4
+# starts `python -m pytest --collect-only ...` (argv, environment, timeout): status, output
+Collect = Callable[[Sequence[str], Mapping[str, str], float | None], tuple[int, bytes]]
 _CONFTEST_ERROR = re.compile(r"ImportError while loading conftest '([^']+)'")
 _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
 
@@ -81,8 +83,12 @@ def discover_tests(
     *,
     python: str = sys.executable,
     timeout: float | None = None,
+    collect: Collect | None = None,
 ) -> Discovery:
-    """Collect PATHS with pytest; every path must exist and yield tests or an error."""
+    """Collect PATHS with pytest; every path must exist and yield tests or an error.
+
+    `collect` starts the collecting interpreter (a forked one); by default a fresh one.
+    """
     for path in paths:
         if not Path(path).exists():
             raise UsageError(f"{path}: no such file or directory")
@@ -106,14 +112,7 @@ def discover_tests(
             *paths,
         ]
         try:
-            proc = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                env=env,
-                timeout=timeout,
-                check=False,
-            )
+            code, output = (collect or _collect_fresh)(command, env, timeout)
         except subprocess.TimeoutExpired:
             raise GpuciError(
                 f"collecting {' '.join(paths)} took longer than {timeout:g}s"
@@ -122,13 +121,29 @@ def discover_tests(
         except OSError as exc:
             raise GpuciError(f"could not start pytest with {python}: {exc}") from None
         events = _read_events(journal)
-    output = (proc.stdout + proc.stderr).decode("utf-8", "replace").strip()
+    text = output.decode("utf-8", "replace").strip()
     collected = [e for e in events if e.get("e") == "collected"]
-    if proc.returncode == PYTEST_USAGE_ERROR or not collected:
-        raise (UsageError if proc.returncode == PYTEST_USAGE_ERROR else GpuciError)(
-            _collection_failure(paths, output, proc.returncode)
+    if code == PYTEST_USAGE_ERROR or not collected:
+        raise (UsageError if code == PYTEST_USAGE_ERROR else GpuciError)(
+            _collection_failure(paths, text, code)
         )
     return _build(paths, collected[-1], events)
+
+
+def _collect_fresh(
+    command: Sequence[str], env: Mapping[str, str], timeout: float | None
+) -> tuple[int, bytes]:
+    """A fresh `python -m pytest --collect-only`: its exit status and its output."""
+    proc = subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    return proc.returncode, proc.stdout
 
 
 def _collection_failure(paths: Sequence[str], output: str, code: int) -> str:

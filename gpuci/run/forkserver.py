@@ -92,6 +92,7 @@ class ForkServer:
         named: Sequence[str] = (),
     ) -> None:
         self.python = python
+        self.roots = tuple(roots)  # where the suite's own modules live (never preloaded)
         self.named = tuple(named)  # modules --preload named: a missing one gets a note
         self.started_at = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

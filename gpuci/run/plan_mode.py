@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from gpuci.model import GpuciError, Mode, ModeRun, printable
 from gpuci.run.discover import Discovery, child_env, discover_tests
 from gpuci.run.forkserver import current as current_fork_server
 from gpuci.run.forkserver import serve as serve_forks
+from gpuci.run.forkserver import start_interpreter
 from gpuci.run.gpumem import earlier_peaks
 from gpuci.run.gpus import detect_gpus
 from gpuci.run.modes import mode_settings
@@ -37,7 +40,7 @@ from gpuci.run.plan import (
     shard_from_env,
     visible_gpus,
 )
-from gpuci.run.preloads import parse_preload
+from gpuci.run.preloads import guess_test_files, parse_preload
 from gpuci.run.resume import given_paths, was_interrupted
 from gpuci.run.screens import Screen
 from gpuci.run.session import RunOptions, run_mode
@@ -241,9 +244,30 @@ def start_fork_server(
     preload: Preload, python: str, rootdir: Path, files: Sequence[str], paths: Sequence[str]
 ) -> None:
     """Let the interpreters of this command fork from a pre-imported parent (the test files'
-    imports, or --preload's, or [tool.gpuci] preload's), unless --no-preload."""
+    imports, or --preload's, or [tool.gpuci] preload's), unless --no-preload. One started
+    while pytest collected stays where it took the rootdir's place: the rootdir is in it."""
+    if preload.off:
+        return
+    server = current_fork_server(python)
+    resolved = rootdir.resolve()
+    if server is not None and any(resolved.is_relative_to(r) for r in server.roots):
+        return
+    _serve(preload, python, rootdir, files, paths)
+
+
+def start_fork_server_early(preload: Preload, python: str, paths: Sequence[str]) -> None:
+    """Start the fork server while pytest collects PATHS (the collection forks from it):
+    for the test files PATHS hold by pytest's default names, the working directory taken for
+    the rootdir; `start_fork_server` starts another where the rootdir lies above it."""
     if preload.off or current_fork_server(python) is not None:
         return
+    files = [str(f) for f in guess_test_files(paths)]
+    _serve(preload, python, Path.cwd(), files, paths)
+
+
+def _serve(
+    preload: Preload, python: str, rootdir: Path, files: Sequence[str], paths: Sequence[str]
+) -> None:
     named, configured = preload.named, preload.configured
     serve_forks(
         python=python,
@@ -255,17 +279,40 @@ def start_fork_server(
     )
 
 
+def _collect_forked(
+    command: Sequence[str], env: Mapping[str, str], timeout: float | None
+) -> tuple[int, bytes]:
+    """Collection in an interpreter forked from the server where there is one."""
+    child = start_interpreter(command, env, fresh=False, stopping=threading.Event())
+    stdout = child.stdout
+    assert stdout is not None
+    output: list[bytes] = []
+    reader = threading.Thread(target=lambda: output.append(stdout.read()), daemon=True)
+    reader.start()
+    try:
+        code = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        reader.join()
+    return code, b"".join(output)
+
+
 def say(text: str) -> None:
     print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
 
 
 def discover(options: ModeOptions) -> Discovery:
     """pytest's collection of PATHS, with the suite's own configuration; notes what it left."""
+    start_fork_server_early(options.preload, options.python, options.paths)
     discovery = discover_tests(
         options.paths,
         options.pytest_args,
         python=options.python,
         timeout=max(options.timeout or 0, 600),
+        collect=_collect_forked,
     )
     for file in discovery.deselected:
         say(f"{file}: every test deselected by the pytest arguments; not run")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -91,6 +92,39 @@ def _with_conftests(rootdir: Path, tests: Sequence[Path]) -> list[Path]:
     """The test files, and the conftest.py files on their way up to the rootdir."""
     dirs = {d for p in tests for d in p.parents if d.is_relative_to(rootdir)}
     return [*tests, *sorted(d / "conftest.py" for d in dirs if (d / "conftest.py").is_file())]
+
+
+def guess_test_files(paths: Sequence[str]) -> list[Path]:
+    """The test files PATHS name or hold by pytest's default names (test_*.py, *_test.py),
+    skipping what pytest skips by default (hidden, build and virtual-environment folders):
+    what the fork server preloads for while pytest collects them."""
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given).resolve()
+        if path.is_file():
+            found.append(path)
+            continue
+        for where, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not _skipped(Path(where) / d))
+            found += [
+                Path(where) / n
+                for n in sorted(names)
+                if n.endswith(".py") and (n.startswith("test_") or n.endswith("_test.py"))
+            ]
+            if len(found) >= MAX_SCANNED:
+                return found[:MAX_SCANNED]
+    return found
+
+
+def _skipped(folder: Path) -> bool:
+    """pytest's default norecursedirs, and any virtual environment."""
+    name = folder.name
+    return (
+        name.startswith((".", "_darcs"))
+        or name in {"build", "dist", "node_modules", "venv", "CVS", "{arch}", "site-packages"}
+        or name.endswith(".egg")
+        or (folder / "pyvenv.cfg").exists()
+    )
 
 
 def parse_preload(text: str) -> list[str]:
