@@ -90,8 +90,11 @@ class ForkServer:
         modules: Sequence[str],
         roots: Sequence[Path],
         named: Sequence[str] = (),
+        quiet: bool = False,
     ) -> None:
         self.python = python
+        self.quiet = quiet  # started early: what it imported is said once the check goes on
+        self.ready_s = 0.0  # how long its imports took
         self.roots = tuple(roots)  # where the suite's own modules live (never preloaded)
         self.named = tuple(named)  # modules --preload named: a missing one gets a note
         self.started_at = time.monotonic()
@@ -146,8 +149,16 @@ class ForkServer:
                     _say(f"note: fork server off, every interpreter starts fresh: {self.failure}")
                     self._end()
                 else:
-                    self._said_ready()
+                    self.ready_s = time.monotonic() - self.started_at
+                    if not self.quiet:
+                        self._said_ready()
             return self.failure is None
+
+    def say_ready(self) -> None:
+        """Say what it imported, where it kept quiet so far (started early)."""
+        if self.quiet and self.ready is not None and self.failure is None:
+            self.quiet = False
+            self._said_ready()
 
     def _said_ready(self) -> None:
         """One line on what the parent imported (and one on what it could not find)."""
@@ -160,8 +171,7 @@ class ForkServer:
         shown = ", ".join(imported[:6]) + (
             f" and {len(imported) - 6} more" if len(imported) > 6 else ""
         )
-        took = time.monotonic() - self.started_at
-        _say(f"interpreters fork from a parent that imported {shown} ({took:.1f}s)")
+        _say(f"interpreters fork from a parent that imported {shown} ({self.ready_s:.1f}s)")
         if self.named_missing:
             _say(f"note: --preload: no module named {', '.join(self.named_missing)}; not preloaded")
 
@@ -288,6 +298,7 @@ def serve(
     files: Sequence[str],
     paths: Sequence[str],
     preload: Sequence[str] | None,
+    quiet: bool = False,
 ) -> ForkServer:
     """Start the fork server of `python`, used by every interpreter until `stop_all()`.
 
@@ -309,6 +320,7 @@ def serve(
             modules=modules,
             roots=[rootdir, *(Path(p).resolve() for p in paths)],
             named=preload or (),
+            quiet=quiet,
         )
     return server
 

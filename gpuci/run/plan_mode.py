@@ -251,6 +251,7 @@ def start_fork_server(
     server = current_fork_server(python)
     resolved = rootdir.resolve()
     if server is not None and any(resolved.is_relative_to(r) for r in server.roots):
+        server.say_ready()  # kept quiet while pytest collected: a bad suite gets one line
         return
     _serve(preload, python, rootdir, files, paths)
 
@@ -262,11 +263,17 @@ def start_fork_server_early(preload: Preload, python: str, paths: Sequence[str])
     if preload.off or current_fork_server(python) is not None:
         return
     files = [str(f) for f in guess_test_files(paths)]
-    _serve(preload, python, Path.cwd(), files, paths)
+    _serve(preload, python, Path.cwd(), files, paths, quiet=True)
 
 
 def _serve(
-    preload: Preload, python: str, rootdir: Path, files: Sequence[str], paths: Sequence[str]
+    preload: Preload,
+    python: str,
+    rootdir: Path,
+    files: Sequence[str],
+    paths: Sequence[str],
+    *,
+    quiet: bool = False,
 ) -> None:
     named, configured = preload.named, preload.configured
     serve_forks(
@@ -276,6 +283,7 @@ def _serve(
         files=files,
         paths=paths,
         preload=parse_preload(named) if named is not None else configured,
+        quiet=quiet,
     )
 
 
