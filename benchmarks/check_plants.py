@@ -140,6 +140,22 @@ def expected_summary(plants: Sequence[Plant], tests: int) -> dict[str, int]:
     return summary
 
 
+def as_planted(
+    plants: Sequence[Plant], categories: dict[str, str], summary: dict[str, int]
+) -> bool:
+    """Whether a check found every plant as planted and nothing else: a lock holder may be
+    `concurrency`, or `flaky` where the same pair went both ways (whichever interpreter
+    takes the lock first wins), or `passed` where it never lost under strict runs."""
+    allowed = {
+        p.id: {"concurrency", "flaky", "passed"} if p.expect == "concurrency?" else {p.expect}
+        for p in plants
+    }
+    if any(categories.get(test, "missing") not in ok for test, ok in allowed.items()):
+        return False
+    planted_findings = sum(categories.get(p.id) != "passed" for p in plants)
+    return sum(n for c, n in summary.items() if c not in ("passed", "skipped")) == planted_findings
+
+
 def reset_plants(root: Path) -> None:
     """Start the flaky test's count afresh, so every run of it fails, passes, fails, ..."""
     (root / TESTS_DIR / FLAKY_COUNT).unlink(missing_ok=True)
