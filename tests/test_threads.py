@@ -386,3 +386,25 @@ def test_check_leaves_threads_out_where_pytest_run_parallel_is_missing(
     assert set(read(out / "verdict.json")["modes"]) == EVERY_MODE - {"threads"}
     assert not (out / "threads").exists()
     assert set(categories(out).values()) == {"passed"}
+
+
+@needs_run_parallel
+def test_the_threads_screen_orders_its_files_by_its_own_earlier_times(tmp_path: Path) -> None:
+    # the lazy isolated pass of the check before ran no file (each inferred, timed 0 s):
+    # its times put the threads files in path order, CuPy's 12 s compile-heavy file last
+    (tmp_path / "test_slow.py").write_text(
+        "import time\n\n\ndef test_slow():\n    time.sleep(1.5)\n", encoding="utf-8"
+    )
+    (tmp_path / "test_many.py").write_text(
+        "".join(f"def test_{n}():\n    pass\n\n\n" for n in range(6)), encoding="utf-8"
+    )
+    check = ("check", ".", "--out", "out", "--modes", "suite,parallel,threads,isolated")
+
+    def first_in_threads() -> str:
+        run = read(tmp_path / "out" / "threads" / "run.json")
+        return str(min(run["files"], key=lambda f: f["start"])["file"])
+
+    for _ in range(2):
+        proc = gpuci(*check, "--workers", "1", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert first_in_threads() == "test_slow.py"

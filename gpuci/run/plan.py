@@ -132,7 +132,9 @@ def plan_schedule(
     gpus_per_slot: int | None = None,
 ) -> Schedule:
     """Order the files of one mode and give each slot its GPUs."""
-    if mode is Mode.PARALLEL:
+    # threads' files are each an interpreter of their own too: beside parallel's in the
+    # screens, the longest starts first as well
+    if mode in (Mode.PARALLEL, Mode.THREADS):
         ordered = order_files(files, durations)
         pool = tuple(f for f in ordered if f not in serial)
         late = tuple(f for f in ordered if f in serial)
@@ -142,7 +144,7 @@ def plan_schedule(
             workers=workers,
             slot_gpus=visible_gpus(gpus, workers, gpus_per_slot),
         )
-    # isolated, threads and suite keep collection order: a plain pytest run's order
+    # isolated and suite keep collection order: a plain pytest run's order
     return Schedule(
         pool=tuple(files), serial=(), workers=1, slot_gpus=visible_gpus(gpus, 1, gpus_per_slot)
     )

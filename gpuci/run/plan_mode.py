@@ -81,11 +81,16 @@ def _durations(
     if options.durations is not None:
         return read_durations(options.durations), True, True
     if mode is not Mode.ISOLATED:
-        for earlier in (Mode.ISOLATED, Mode.PARALLEL):
+        # its own earlier times first (a file in threads runs longer than alone), then
+        # parallel's; a lazy isolated pass ran only a few files: most of them, or none
+        own = (mode,) if mode is Mode.THREADS else ()
+        for earlier in (*own, Mode.PARALLEL, Mode.ISOLATED):
             directory = _history(options) / earlier.value
             if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
                 with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
-                    return read_durations(directory), True, True
+                    durations = read_durations(directory)
+                    if 2 * len(durations.keys() & set(discovery.files)) >= len(discovery.files):
+                        return durations, True, True
     if timed_by is not None:
         # Without start-up, but what longest-first needs: a file that compiles for 10 s
         # with 2 tests is long here, where its number of tests would call it short.
