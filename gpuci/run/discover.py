@@ -81,13 +81,14 @@ def discover_tests(
     paths: Sequence[str],
     pytest_args: Sequence[str],
     *,
+    collect: Collect,
     python: str = sys.executable,
     timeout: float | None = None,
-    collect: Collect | None = None,
 ) -> Discovery:
     """Collect PATHS with pytest; every path must exist and yield tests or an error.
 
-    `collect` starts the collecting interpreter (a forked one); by default a fresh one.
+    `collect` starts the collecting interpreter: forked from the fork server where there is
+    one (`gpuci.run.plan_mode`), else fresh.
     """
     for path in paths:
         if not Path(path).exists():
@@ -112,7 +113,7 @@ def discover_tests(
             *paths,
         ]
         try:
-            code, output = (collect or _collect_fresh)(command, env, timeout)
+            code, output = collect(command, env, timeout)
         except subprocess.TimeoutExpired:
             raise GpuciError(
                 f"collecting {' '.join(paths)} took longer than {timeout:g}s"
@@ -128,22 +129,6 @@ def discover_tests(
             _collection_failure(paths, text, code)
         )
     return _build(paths, collected[-1], events)
-
-
-def _collect_fresh(
-    command: Sequence[str], env: Mapping[str, str], timeout: float | None
-) -> tuple[int, bytes]:
-    """A fresh `python -m pytest --collect-only`: its exit status and its output."""
-    proc = subprocess.run(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-    return proc.returncode, proc.stdout
 
 
 def _collection_failure(paths: Sequence[str], output: str, code: int) -> str:
