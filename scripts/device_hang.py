@@ -19,7 +19,6 @@ from pathlib import Path
 
 import gpuci.run.forkserver as fs
 from gpuci.run.discover import child_env
-from gpuci.run.preloads import modules_to_preload
 
 
 def main() -> None:
@@ -35,12 +34,18 @@ def main() -> None:
     args.logs.mkdir(parents=True, exist_ok=True)
     env = child_env(os.environ)
     server = None
-    if args.way != "fresh":
-        root = Path.cwd()
-        modules = modules_to_preload(root, [root / args.file], None)
-        server = fs.ForkServer(python=sys.executable, environ=env, modules=modules, roots=[root])
+    if args.way == "forked":  # the server a check starts, for this one file
+        server = fs.serve(
+            python=sys.executable,
+            environ=env,
+            rootdir=Path.cwd(),
+            files=[args.file],
+            paths=[args.file],
+            preload=None,
+        )
         assert server.usable(), server.failure
         print(args.way, "preloaded", server.ready, flush=True)
+        assert server.process is not None
         tasks = Path(f"/proc/{server.process.pid}/task")
         print(args.way, "parent threads", len(list(tasks.iterdir())), flush=True)
     argv = [
@@ -61,15 +66,7 @@ def main() -> None:
 
     def one(n: int) -> float:
         start = time.monotonic()
-        child = server.spawn(argv, env, str(Path.cwd())) if server else None
-        child = child or subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        child = fs.start_interpreter(argv, env, fresh=server is None, stopping=threading.Event())
         out: list[bytes] = []
         reader = threading.Thread(target=lambda: out.append(child.stdout.read()))
         reader.start()
@@ -96,8 +93,7 @@ def main() -> None:
     for n in hung[:2]:
         text = (args.logs / f"{args.way}-{n}.log").read_text(errors="replace")
         print(f"--- {args.way}-{n}.log (tail)\n" + "\n".join(text.splitlines()[-60:]))
-    if server:
-        server.close()
+    fs.stop_all()
 
 
 if __name__ == "__main__":
