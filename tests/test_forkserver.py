@@ -438,6 +438,34 @@ def test_a_local_module_shadowing_an_installed_one_is_not_preloaded(tmp_path: Pa
     assert forked(run_json(root)) == [True]
 
 
+def test_a_local_module_is_not_preloaded_when_gpuci_runs_from_elsewhere(tmp_path: Path) -> None:
+    # the parent started while pytest collects takes the working directory for the rootdir;
+    # where the real one lies elsewhere, the modules beside its tests are the suite's own
+    site = write(tmp_path / "site", {"helpers.py": "WHO = 'installed'\n"})
+    root = write(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\n",
+            "tests/helpers.py": "WHO = 'local'\n",
+            "tests/test_local.py": """
+                import helpers
+
+                def test_local_helpers():
+                    assert helpers.WHO == "local"
+            """,
+        },
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = elsewhere / "out"
+    proc = gpuci(
+        "run", str(root), "--mode", "isolated", "--out", str(out), cwd=elsewhere, env=env_with(site)
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((out / "isolated" / "run.json").read_text())
+    assert forked(run) == [True]
+
+
 def test_stopping_while_the_parent_imports_starts_nothing(tmp_path: Path) -> None:
     site = write(tmp_path / "site", {"slow.py": "import time\ntime.sleep(30)\n"})
     environ = {**child_env(os.environ), "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}

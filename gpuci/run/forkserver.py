@@ -95,7 +95,9 @@ class ForkServer:
         self.python = python
         self.quiet = quiet  # started early: what it imported is said once the check goes on
         self.ready_s = 0.0  # how long its imports took
-        self.roots = tuple(roots)  # where the suite's own modules live (never preloaded)
+        # the rootdir it was started for (`serve` gives it first): its preloads left out the
+        # modules beside the test files up to it, which pytest would find first
+        self.rootdir = Path(roots[0]).resolve() if roots else None
         self.named = tuple(named)  # modules --preload named: a missing one gets a note
         self.started_at = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -153,6 +155,11 @@ class ForkServer:
                     if not self.quiet:
                         self._said_ready()
             return self.failure is None
+
+    def keeps(self, rootdir: Path) -> bool:
+        """Whether it suits a suite whose rootdir pytest found: one in or below the
+        directory it was started for."""
+        return self.rootdir is not None and rootdir.resolve().is_relative_to(self.rootdir)
 
     def say_ready(self) -> None:
         """Say what it imported, where it kept quiet so far (started early)."""

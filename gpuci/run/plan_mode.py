@@ -250,12 +250,11 @@ def start_fork_server(
 ) -> None:
     """Let the interpreters of this command fork from a pre-imported parent (the test files'
     imports, or --preload's, or [tool.gpuci] preload's), unless --no-preload. One started
-    while pytest collected stays where it took the rootdir's place: the rootdir is in it."""
+    while pytest collected stays where the rootdir lies in the directory it took for it."""
     if preload.off:
         return
     server = current_fork_server(python)
-    resolved = rootdir.resolve()
-    if server is not None and any(resolved.is_relative_to(r) for r in server.roots):
+    if server is not None and server.keeps(rootdir):
         server.say_ready()  # kept quiet while pytest collected: a bad suite gets one line
         return
     _serve(preload, python, rootdir, files, paths)
@@ -264,7 +263,7 @@ def start_fork_server(
 def start_fork_server_early(preload: Preload, python: str, paths: Sequence[str]) -> None:
     """Start the fork server while pytest collects PATHS (the collection forks from it):
     for the test files PATHS hold by pytest's default names, the working directory taken for
-    the rootdir; `start_fork_server` starts another where the rootdir lies above it."""
+    the rootdir; `start_fork_server` starts another where the rootdir lies outside it."""
     if preload.off or current_fork_server(python) is not None:
         return
     files = [str(f) for f in guess_test_files(paths)]
