@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -136,7 +137,13 @@ class Journal:
             )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Record the ids that will run, which must run alone, and in how many threads."""
+        """Record the ids that will run, which must run alone, and in how many threads; in a
+        forked child whose environment differs from what its preloaded modules read (a
+        conftest.py set a variable), stop before any test: gpuci runs it fresh."""
+        differing = _differing_fork_reads()
+        if differing:
+            self.write({"e": "unforked", "why": differing})
+            pytest.exit(f"gpuci: {differing}: this interpreter runs again fresh", returncode=4)
         event: dict[str, Any] = {
             "e": "collected",
             "ids": [item.nodeid for item in session.items],
@@ -293,6 +300,19 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
         text = lines[-1].removeprefix("E").strip()
         return (f"{text} ({where})" if where else text)[:MESSAGE_LIMIT]
     return lines[0][:MESSAGE_LIMIT] if lines else ""
+
+
+def _differing_fork_reads() -> str:
+    """In a forked child: the variables its parent's imports read that differ here, now
+    that the conftest.py files ran (`gpuci.run.preimport.FORK_READS`); else ''."""
+    parent = sys.modules.get("gpuci.run.preimport")  # the fork server's, when forked from it
+    reads = getattr(parent, "FORK_READS", None)
+    if not reads:
+        return ""
+    from gpuci.run.forkaudit import differing_reads
+
+    differing = differing_reads(reads, os.environ)
+    return f"{'; '.join(differing)} differs in its environment" if differing else ""
 
 
 def _threads_asked_by_gpuci(config: pytest.Config) -> bool:

@@ -37,7 +37,7 @@ def env_with(site: Path | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*parts, str(ROOT)])}
 
 
-def run_json(root: Path, mode: str = "isolated") -> dict[str, Any]:
+def run_json(root: Path, mode: str = "parallel") -> dict[str, Any]:
     data: dict[str, Any] = json.loads((root / "out" / mode / "run.json").read_text())
     return data
 
@@ -182,7 +182,7 @@ def test_a_forked_child_is_a_fresh_pytest(tmp_path: Path) -> None:
                     assert Path.cwd() == Path(os.environ["SUITE_ROOT"])
                     assert sys.path[0] == os.getcwd()
                     assert Path(sys.argv[0]).parent.name == "pytest"
-                    assert os.environ["GPUCI_MODE"] == "isolated" and "GPUCI_ONLY" in os.environ
+                    assert os.environ["GPUCI_MODE"] == "parallel" and "GPUCI_ONLY" in os.environ
                     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
                     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
                     assert not signal.pthread_sigmask(signal.SIG_BLOCK, [])
@@ -192,9 +192,9 @@ def test_a_forked_child_is_a_fresh_pytest(tmp_path: Path) -> None:
     )
     env = {**env_with(), "SUITE_ROOT": str(root)}
     for extra, was_forked in ((), True), (("--no-preload",), False):
-        proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", *extra, cwd=root, env=env)
+        proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", *extra, cwd=root, env=env)
         assert proc.returncode == 0, (
-            proc.stderr + (root / "out/isolated/logs").joinpath("test_fresh.py.log").read_text()
+            proc.stderr + (root / "out/parallel/logs").joinpath("test_fresh.py.log").read_text()
         )
         assert forked(run_json(root)) == [was_forked]
 
@@ -246,13 +246,13 @@ def fallback_suite(tmp_path: Path, module: str) -> Path:
         {
             "pytest.ini": "[pytest]\n",
             "test_uses.py": f"import {module}\n\ndef test_one():\n    pass\n",
-            "test_other.py": "def test_two():\n    pass\n",
+            "test_other.py": f"import {module}\n\ndef test_two():\n    pass\n",
         },
     )
 
 
 def check_falls_back(root: Path, site: Path, says: str) -> None:
-    proc = gpuci("check", ".", "--out", "out", "--modes", "isolated", cwd=root, env=env_with(site))
+    proc = gpuci("check", ".", "--out", "out", "--modes", "parallel", cwd=root, env=env_with(site))
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in proc.stderr.splitlines() if "fork server off" in line]
     assert len(notes) == 1, proc.stderr
@@ -292,7 +292,7 @@ def test_a_preload_that_fails_to_import_falls_back(tmp_path: Path) -> None:
     site = write(tmp_path / "site", {"broken.py": "raise RuntimeError('no driver here')\n"})
     root = fallback_suite(tmp_path, "json")
     proc = gpuci(
-        "check", ".", "--out", "out", "--modes", "isolated", "--preload", "json,broken",
+        "check", ".", "--out", "out", "--modes", "parallel", "--preload", "json,broken",
         cwd=root, env=env_with(site),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -307,7 +307,7 @@ def test_a_preload_that_fails_to_import_falls_back(tmp_path: Path) -> None:
 def test_preload_of_a_missing_module_is_one_note_and_the_check_goes_on(tmp_path: Path) -> None:
     root = fallback_suite(tmp_path, "json")
     proc = gpuci(
-        "check", ".", "--out", "out", "--modes", "isolated", "--preload", "json,no_such_mod",
+        "check", ".", "--out", "out", "--modes", "parallel", "--preload", "json,no_such_mod",
         cwd=root, env=env_with(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -332,7 +332,7 @@ def test_the_suites_own_modules_are_never_preloaded(tmp_path: Path) -> None:
             """,
         },
     )
-    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, env=env_with())
+    proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", cwd=root, env=env_with())
     assert proc.returncode == 0, proc.stderr
     assert forked(run_json(root)) == [True]
 
@@ -362,7 +362,7 @@ def test_a_pytest_plugin_is_left_to_pytests_assertion_rewriter(tmp_path: Path) -
             """,
         },
     )
-    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, env=env_with(site))
+    proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", cwd=root, env=env_with(site))
     assert proc.returncode == 0, proc.stderr
     assert forked(run_json(root)) == [True]
 
@@ -400,7 +400,7 @@ def test_a_plugins_plain_dependency_is_imported_once_by_the_parent(tmp_path: Pat
     root = write(tmp_path / "suite", {"test_a.py": test, "test_b.py": test, "test_c.py": test})
     log = tmp_path / "imports.log"
     env = {**env_with(site), "IMPORTS_LOG": str(log)}
-    proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root, env=env)
+    proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", cwd=root, env=env)
     assert proc.returncode == 0, proc.stderr
     assert forked(run_json(root)) == [True, True, True]
     # the parent once: neither the collection (forked too) nor any child imported it again
@@ -433,7 +433,7 @@ def test_a_local_module_shadowing_an_installed_one_is_not_preloaded(tmp_path: Pa
             """,
         },
     )
-    proc = gpuci("run", "tests", "--mode", "isolated", "--out", "out", cwd=root, env=env_with(site))
+    proc = gpuci("run", "tests", "--mode", "parallel", "--out", "out", cwd=root, env=env_with(site))
     assert proc.returncode == 0, proc.stderr
     assert forked(run_json(root)) == [True]
 
@@ -459,10 +459,10 @@ def test_a_local_module_is_not_preloaded_when_gpuci_runs_from_elsewhere(tmp_path
     elsewhere.mkdir()
     out = elsewhere / "out"
     proc = gpuci(
-        "run", str(root), "--mode", "isolated", "--out", str(out), cwd=elsewhere, env=env_with(site)
+        "run", str(root), "--mode", "parallel", "--out", str(out), cwd=elsewhere, env=env_with(site)
     )
     assert proc.returncode == 0, proc.stderr
-    run = json.loads((out / "isolated" / "run.json").read_text())
+    run = json.loads((out / "parallel" / "run.json").read_text())
     assert forked(run) == [True]
 
 
@@ -543,7 +543,7 @@ def test_collection_forks_from_the_server_started_for_the_files_paths_hold(tmp_p
     env = {**env_with(), "PARENTS_LOG": str(log)}
     for extra, forked_collection in (((), True), (("--no-preload",), False)):
         log.unlink(missing_ok=True)
-        proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", *extra, cwd=root, env=env)
+        proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", *extra, cwd=root, env=env)
         assert proc.returncode == 0, proc.stderr
         collect = [
             line for line in log.read_text(encoding="utf-8").splitlines() if "collect" in line

@@ -31,11 +31,14 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "strays",
         "supervisor",
         "gpumem",
+        "forkaudit",
         "preimport",
         "preloads",
+        "forked",
         "forkserver",
         "logs",
         "journal",
+        "launch",
         "interpreter",
         "junit",
         "progress",
@@ -79,7 +82,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 ON_TOP = ("config", "options", "pytest_plugin", "check", "cli", "__main__")
 # Loaded into every test interpreter (the plugin and its poisoning) or their pre-imported
 # parent (the fork server): each must stay cheap and self-contained.
-CHILD_SIDE = ("pytest_plugin", "evidence.poison", "run.preimport")
+CHILD_SIDE = ("pytest_plugin", "evidence.poison", "run.preimport", "run.forkaudit")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
-from gpuci.run.interpreter import Interpreters, Launch
+from gpuci.run.interpreter import Interpreters
+from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
 
 RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"  # the plugin's: hold the first test until all arrive

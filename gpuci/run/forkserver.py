@@ -26,10 +26,11 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gpuci.model import printable
-from gpuci.run.preloads import modules_to_preload
+from gpuci.run.forked import ForkedChild
+from gpuci.run.preloads import Preloads, modules_to_preload
 from gpuci.run.reaper import forget_child, start_child
 
 SERVER = "gpuci.run.preimport"
@@ -43,40 +44,16 @@ def _say(text: str) -> None:
     print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
 
 
-class ForkedChild:
-    """A `subprocess.Popen`-like handle on one interpreter the fork server started."""
+_said: set[str] = set()
 
-    def __init__(self, server: ForkServer, pid: int, stdout: IO[bytes]) -> None:
-        self.server = server
-        self.pid = pid  # also its process group and session: it called setsid
-        self.stdout = stdout
-        self.returncode: int | None = None
 
-    def poll(self) -> int | None:
-        """Its returncode once it ended (-N: killed by signal N), else None."""
-        if self.returncode is None:
-            self.returncode = self.server.returncode(self.pid, wait=0.0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for it to end; its returncode."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(["pytest"], timeout or 0.0)
-            self.returncode = self.server.returncode(self.pid, wait=0.05)
-        assert self.returncode is not None
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        """Signal its process group (a forked child's group is its pid)."""
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signum)
-
-    def kill(self) -> None:
-        """SIGKILL its process group."""
-        self.send_signal(signal.SIGKILL)
+def say_once(text: str) -> None:
+    """A note about forking, once per command however many interpreters it concerns."""
+    with _servers_lock:
+        if text in _said:
+            return
+        _said.add(text)
+    _say(text)
 
 
 class ForkServer:
@@ -87,12 +64,14 @@ class ForkServer:
         *,
         python: str,
         environ: Mapping[str, str],
-        modules: Sequence[str],
+        modules: Sequence[str] | Preloads,
         roots: Sequence[Path],
         named: Sequence[str] = (),
         quiet: bool = False,
     ) -> None:
         self.python = python
+        # a file's interpreter forks only where its own imports cover the parent's
+        self.preloads = modules if isinstance(modules, Preloads) else Preloads(list(modules), {})
         self.quiet = quiet  # started early: what it imported is said once the check goes on
         self.ready_s = 0.0  # how long its imports took
         # the rootdir it was started for (`serve` gives it first): its preloads left out the
@@ -128,7 +107,7 @@ class ForkServer:
             except OSError as exc:  # no such Python: discovery would have said so first
                 self._lost(f"could not start {python}: {exc}")
                 return
-        config = {"modules": list(modules), "roots": [str(r) for r in roots]}
+        config = {"modules": self.preloads.modules, "roots": [str(r) for r in roots]}
         with contextlib.suppress(OSError):  # it died at once: `usable` reads why
             self.sock.send(json.dumps(config).encode())
 
@@ -181,6 +160,10 @@ class ForkServer:
         _say(f"interpreters fork from a parent that imported {shown} ({self.ready_s:.1f}s)")
         if self.named_missing:
             _say(f"note: --preload: no module named {', '.join(self.named_missing)}; not preloaded")
+        for module, left in self.ready.get("refused", {}).items():
+            _say(
+                f"note: {module} not preloaded: its import left {left}, which a fork would not copy"
+            )
 
     @property
     def named_missing(self) -> list[str]:
@@ -188,9 +171,18 @@ class ForkServer:
         assert self.ready is not None
         return [m for m in self.ready["missing"] if m in self.named]
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str) -> ForkedChild | None:
-        """Fork `python -m pytest ...` (argv as Popen would run it); None: start it fresh."""
+    def spawn(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        files: Sequence[Path] | None = None,
+    ) -> ForkedChild | None:
+        """Fork `python -m pytest ...` (argv as Popen would run it) for the test files (or
+        folders) `files`; None: start it fresh."""
         if list(argv[:3]) != [self.python, "-m", "pytest"] or not self.usable():
+            return None
+        if files is not None and not self._covers(files):
             return None
         read, write = os.pipe()
         with self._lock:
@@ -213,6 +205,24 @@ class ForkServer:
                 _say(f"note: interpreters start fresh, not forked: {answer}")
             return None
         return ForkedChild(self, answer, os.fdopen(read, "rb", buffering=0))
+
+    def _covers(self, files: Sequence[Path]) -> bool:
+        """Whether the files' own imports cover what the parent imported of theirs; once a
+        note per file that does not."""
+        assert self.ready is not None
+        ready = self.ready
+        present = set(ready.get("present", ()))
+        imported = [m for m in self.preloads.modules if m in ready["imported"] and m not in present]
+        if self.preloads.covered(files, imported, ready.get("brought", {})):
+            return True
+        key = ", ".join(sorted(str(f) for f in files))
+        if key not in self._refusals:
+            self._refusals.add(key)
+            shown = ", ".join(f.name for f in files[:3]) + (" ..." if len(files) > 3 else "")
+            _say(
+                f"note: {shown} start(s) fresh: the parent imported modules its own imports do not"
+            )
+        return False
 
     def returncode(self, pid: int, *, wait: float) -> int | None:
         """The reported exit status of a forked child, None while it runs."""
@@ -348,7 +358,12 @@ def stop_all() -> None:
 
 
 def start_interpreter(
-    argv: Sequence[str], env: Mapping[str, str], *, fresh: bool, stopping: threading.Event
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    fresh: bool,
+    stopping: threading.Event,
+    files: Sequence[Path] | None = None,
 ) -> subprocess.Popen[bytes] | ForkedChild:
     """Start one interpreter: forked from the server of its Python where there is one and
     `fresh` is not asked for (a wrapper such as compute-sanitizer must exec), else fresh.
@@ -361,7 +376,8 @@ def start_interpreter(
         server = None
 
     def start() -> subprocess.Popen[bytes] | ForkedChild:
-        child = server.spawn(argv, env, str(Path.cwd())) if server is not None else None
+        cwd = str(Path.cwd())
+        child = server.spawn(argv, env, cwd, files) if server is not None else None
         return child or subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +32,15 @@ from gpuci.model import (
     Interpreter,
     Leftover,
     Outcome,
-    Stranger,
     TestResult,
 )
 from gpuci.run.discover import PLUGIN, file_of
-from gpuci.run.forkserver import ForkedChild, start_interpreter
+from gpuci.run.forked import ForkedChild
+from gpuci.run.forkserver import say_once, start_interpreter
 from gpuci.run.gpumem import MemoryGate, sampler
 from gpuci.run.holders import StrangerCheck, gpu_watch
 from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
+from gpuci.run.launch import Attempt, Launch
 from gpuci.run.logs import CappedLog
 from gpuci.run.reaper import (
     COOKIE_ENV,
@@ -50,45 +51,9 @@ from gpuci.run.reaper import (
 )
 from gpuci.run.supervisor import Supervisor, signal_group
 
-SUITE_STEM = "suite"  # its journal, log and JUnit file names
+UNFORKED = "unforked"  # the plugin's event: a forked child's environment differs
 EXIT_ID = "[interpreter exit]"  # pseudo test: the interpreter died after its last test
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Launch:
-    """One interpreter to start: which tests, from which paths, on which GPUs."""
-
-    key: str  # the scheduled unit: a file, or SUITE_UNIT; names its journal and log
-    ids: tuple[str, ...]  # the tests to run, handed over in GPUCI_ONLY
-    targets: tuple[str, ...]  # the paths handed to pytest
-    slot: int
-    gpu: str | None  # CUDA_VISIBLE_DEVICES, None: leave it alone
-    attempt: int
-    junit: Path | None
-    label: str
-    env: Mapping[str, str] = field(default_factory=dict)  # on top of the interpreters' own
-    wrapper: tuple[str, ...] = ()  # a command the interpreter runs under (compute-sanitizer)
-    timeout: float | None = None  # instead of the interpreters' --timeout (a slow wrapper)
-
-    @property
-    def stem(self) -> str:
-        """The name of its journal, log and JUnit files."""
-        return SUITE_STEM if self.key == SUITE_UNIT else self.key
-
-
-@dataclass(slots=True)
-class Attempt:
-    """What one interpreter did, read back from its journal and exit status."""
-
-    interpreter: Interpreter
-    results: list[TestResult] = field(default_factory=list)
-    resume: list[str] = field(default_factory=list)  # ids to run in a fresh interpreter
-    status: FileStatus = FileStatus.PASSED
-    junit_part: Path | None = None
-    finished: list[dict[str, Any]] = field(default_factory=list)
-    leftovers: list[Leftover] = field(default_factory=list)  # what it left running, ended
-    strangers: list[Stranger] = field(default_factory=list)  # new GPU memory holders after it
 
 
 def describe_exit(code: int | None, signum: int | None) -> str:
@@ -127,8 +92,10 @@ class Interpreters:
         clock_zero: float,
         supervisor: Supervisor,
         gate: MemoryGate | None = None,  # holds a start back until its GPU has room
+        fresh: bool = False,  # every interpreter a fresh `python -m pytest` (never forked)
     ) -> None:
         self.gate = gate
+        self.fresh = fresh
         self.out = out  # journal/ and logs/ go here
         self.python = python
         self.pytest_args = pytest_args
@@ -165,7 +132,16 @@ class Interpreters:
         return [*launch.wrapper, *cmd, *self.pytest_args, *launch.targets]
 
     def run(self, launch: Launch) -> Attempt:
-        """Start one interpreter, watch it to the end, and read what it did."""
+        """Start one interpreter, watch it to the end, and read what it did; a forked one
+        whose environment differs from what its preloaded modules read at import (its
+        conftest.py set a variable) runs again fresh."""
+        attempt = self._run(launch, fresh=self.fresh or launch.fresh or bool(launch.wrapper))
+        if attempt.unforked:
+            say_once(f"note: {launch.key} runs fresh: {attempt.unforked}")
+            attempt = self._run(launch, fresh=True)
+        return attempt
+
+    def _run(self, launch: Launch, *, fresh: bool) -> Attempt:
         out = self.out
         stem = launch.stem
         journal = out / "journal" / f"{stem}.jsonl"
@@ -191,8 +167,9 @@ class Interpreters:
         start = self.now()
         started_at = time.time()  # the plugin stamps its first events with this clock
         try:
+            files = [Path.cwd() / t.partition("::")[0] for t in launch.targets]
             proc = start_interpreter(
-                cmd, env, fresh=bool(launch.wrapper), stopping=self.supervisor.stopping
+                cmd, env, fresh=fresh, stopping=self.supervisor.stopping, files=files
             )
         except OSError as exc:
             log.close()
@@ -225,6 +202,7 @@ class Interpreters:
             startup_s=startup_of(events, started_at),
         )
         attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
+        attempt.unforked = next((str(e.get("why")) for e in events if e.get("e") == UNFORKED), "")
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
         attempt.strangers = self.strangers.after(
             launch.gpu,

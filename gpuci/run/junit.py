@@ -14,7 +14,7 @@ from junitparser import Error, JUnitXml, Skipped, TestCase, TestSuite
 from junitparser.junitparser import JUnitXmlError
 
 from gpuci.model import SUITE_UNIT, Outcome, TestResult
-from gpuci.run.interpreter import SUITE_STEM, Attempt
+from gpuci.run.launch import SUITE_STEM, Attempt
 
 
 def kept_junit(path: Path, ids: Iterable[str]) -> list[TestCase]:

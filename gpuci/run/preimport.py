@@ -3,26 +3,26 @@
 gpuci starts it as `python -m gpuci.run.preimport FD` with one end of a SOCK_SEQPACKET socket
 pair at FD; one JSON object is one message. It imports pytest and the modules gpuci names,
 but none of the suite's own and none pytest imports through its assertion rewriter
-(plugins' distributions), checking after each that no CUDA driver state was created
-(`cuda_state`), then answers `{"ready": ...}`. For each `{"start": N, "argv":
-[...], "env": {...}, "cwd": ...}` (with the write end of the log pipe attached) it forks a
-child that becomes a fresh `python -m pytest`: its own session, stdin /dev/null, stdout
-and stderr to the log, the environment replaced wholesale, the working directory, the
-signal dispositions this process had before importing anything, fresh random seeds. The
-child ends through normal interpreter finalization (atexit, module teardown, garbage
-collection), so a crash on the way out is the child's exit status. The parent answers
-`{"started": N, "pid": P}` once the child has its session, and `{"exited": P,
-"returncode": RC}` (as `subprocess.Popen` gives it: -SIGNAL for a signal) when it has
-reaped it. When gpuci closes its end, the parent exits.
+(plugins' distributions). It audits each import (`gpuci.run.forkaudit`): one that created
+CUDA state makes it unusable; one that left a thread, a child process, a signal handler,
+an open descriptor or a read of sys.argv is refused, and the parent starts over without
+it. Then it answers `{"ready": ...}` with what it imported, refused, and the environment
+variables the imports read. For each `{"start": N, "argv": [...], "env": {...}, "cwd":
+...}` (with the write end of the log pipe attached) it forks a child that becomes a fresh
+`python -m pytest`: its own session, stdin /dev/null, stdout and stderr to the log, the
+environment replaced wholesale, the working directory, the signal dispositions this
+process had before importing anything, fresh random seeds (unless an import seeded one);
+where a variable an import read differs in the request, it forks nothing and says why.
+The child ends through normal interpreter finalization. The parent answers `{"started":
+N, "pid": P}`, and `{"exited": P, "returncode": RC}` (as `Popen` gives it) once reaped.
 
-It imports nothing of gpuci: it must not be in the children's way.
+It imports nothing of gpuci but the audit: it must not be in the children's way.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import ctypes
 import importlib
 import importlib.metadata
 import importlib.util
@@ -34,69 +34,28 @@ import select
 import signal
 import socket
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from gpuci.run.forkaudit import Watch, cuda_state, differing_reads, snapshot
+
+SELF = "gpuci.run.preimport"
 MAX_PLUGIN_FILES = 200  # a plugin's own modules whose imports are read
 MESSAGE_MAX = 1 << 20  # bytes of one request (its environment is the largest part)
 TICK_S = 0.02  # how often the parent looks for children that ended
-CUDA_ERROR_NOT_INITIALIZED = 3
 STARTUP_VARIABLES = "PYTHON"  # variables the interpreter read as it started: must match
+MAX_REFUSED = 8  # modules refused one by one before the parent preloads none of them
+ORIGINAL_ARGV = list(sys.argv)  # `-m gpuci.run.preimport FD [CONFIG]`, before the watch
+WATCH = Watch()  # the imports' environment reads and seeds
+# In a forked child: the variables the parent's imports read, for the plugin to compare
+# once the child's conftest.py files have run (None in any other interpreter).
+FORK_READS: dict[str, tuple[str | None, str]] | None = None
 _INITIAL_SIGNALS = {  # dispositions as this interpreter started, before any import
     s: signal.getsignal(s)
     for s in signal.valid_signals()
     if s not in (signal.SIGKILL, signal.SIGSTOP)
 }
-
-
-def loaded_libcuda() -> str | None:
-    """The path of the CUDA driver library mapped into this process, None where none is."""
-    with contextlib.suppress(OSError):
-        for line in (
-            Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace").splitlines()
-        ):
-            path = line.split(maxsplit=5)[5] if len(line.split(maxsplit=5)) == 6 else ""
-            if Path(path.strip()).name.startswith("libcuda.so"):
-                return path.strip()
-    return None
-
-
-def cuda_state() -> str | None:
-    """What CUDA state importing created (a forked child could not use it), or None.
-
-    PyTorch: `torch.cuda.is_initialized()`. Every library (CuPy, Numba, JAX, PyTorch): the
-    driver, libcuda, once mapped into the process, is asked `cuDeviceGetCount`, which
-    answers CUDA_ERROR_NOT_INITIALIZED until someone called `cuInit`. After cuInit a
-    fork's child cannot use CUDA (the driver is not fork-safe), and CUDA_VISIBLE_DEVICES
-    is already read; `cuDevicePrimaryCtxGetState` then says whether a context exists too.
-    """
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        with contextlib.suppress(Exception):  # a partial or unusual torch: the driver decides
-            if torch.cuda.is_initialized():
-                return "torch.cuda.is_initialized() is True"
-    path = loaded_libcuda()
-    if path is None:
-        return None  # nothing could have initialized a driver that is not loaded
-    try:
-        driver = ctypes.CDLL(path)  # the library already mapped: no second copy
-        count = ctypes.c_int(0)
-        code = int(driver.cuDeviceGetCount(ctypes.byref(count)))
-    except (OSError, AttributeError) as exc:
-        return f"{path} is loaded and could not be asked whether it was initialized ({exc})"
-    if code == CUDA_ERROR_NOT_INITIALIZED:
-        return None
-    if code != 0:
-        return f"the CUDA driver was initialized and failed (cuDeviceGetCount: error {code})"
-    active = []
-    for ordinal in range(count.value):
-        device, flags, on = ctypes.c_int(0), ctypes.c_uint(0), ctypes.c_int(0)
-        if int(driver.cuDeviceGet(ctypes.byref(device), ordinal)) == 0:
-            state = driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(on))
-            if int(state) == 0 and on.value:
-                active.append(ordinal)
-    where = f"; a CUDA context is active on device {', '.join(map(str, active))}" if active else ""
-    return f"the CUDA driver was initialized (cuInit){where}"
 
 
 def _installed() -> list[Path]:
@@ -120,10 +79,11 @@ def is_users(name: str, roots: list[Path]) -> bool:
     return False
 
 
-def module_level_imports(tree: ast.Module) -> list[str]:
+def module_level_imports(tree: ast.Module, *, members: bool = False) -> list[str]:
     """What a module imports at module level (not in functions), in first-seen order.
 
-    `import a.b` gives `a.b`, `from a.b import c` gives `a.b`; relative imports are left out.
+    `import a.b` gives `a.b`, `from a.b import c` gives `a.b` (and `a.b.c`, which may be a
+    submodule it imports, with `members`); relative imports are left out.
     """
     found: dict[str, None] = {}
     todo: list[ast.stmt] = list(tree.body)
@@ -133,6 +93,8 @@ def module_level_imports(tree: ast.Module) -> list[str]:
             found.update((alias.name, None) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found[node.module] = None
+            if members:
+                found.update((f"{node.module}.{alias.name}", None) for alias in node.names)
         elif isinstance(node, ast.If | ast.Try | ast.With):  # still module level
             todo[:0] = [
                 *node.body,
@@ -215,44 +177,104 @@ def plugins_imports(
 
 
 def preload(config: dict[str, Any]) -> dict[str, Any]:
-    """Import pytest, its plugins and the modules asked for; the `ready` message."""
+    """Import pytest, its plugins and the modules asked for, auditing each import; the
+    `ready` message. A module whose import left what a fork cannot copy is refused: this
+    process starts over without it (`_start_over`), as the state is already here."""
     roots = [Path(r).resolve() for r in config.get("roots", ())]
-    imported: list[str] = []
-    missing: list[str] = []
-    skipped: list[str] = []
+    refused: dict[str, str] = dict(config.get("refused", {}))
+    done = _Preloaded()
     plugins = _plugins()
     rewritten = rewritten_by_pytest(plugins)
-    for name in dict.fromkeys(["pytest", *config.get("modules", ())]):
+    origin = getattr(importlib.util.find_spec("pytest"), "origin", None) or "-m"
+    WATCH.start(str(Path(origin).with_name("__main__.py")))  # as `python -m pytest` shows
+    asked = list(dict.fromkeys(["pytest", *config.get("modules", ())]))
+    present = [m for m in asked if m in sys.modules]  # a fresh interpreter has them too
+    for name in asked:
+        if name in refused:
+            continue
+        loaded = set(sys.modules)
+        if name.partition(".")[0] in rewritten or is_users(name, roots):
+            done.skipped.append(name)
+            continue
         try:
-            if name.partition(".")[0] in rewritten or is_users(name, roots):
-                skipped.append(name)
-                continue
-            importlib.import_module(name)
+            left = WATCH.audited_import(name)
         except ModuleNotFoundError as exc:
             if exc.name is None or not name.startswith(exc.name):
                 return _refuse(f"importing {name} failed: {type(exc).__name__}: {exc}")
-            missing.append(name)
+            done.missing.append(name)
             continue
         except BaseException as exc:  # whatever an import raises: fall back
             return _refuse(f"importing {name} failed: {type(exc).__name__}: {exc}")
-        state = cuda_state()
-        if state is not None:
-            return _refuse(f"importing {name} created CUDA state: {state}")
-        imported.append(name)
+        if left:
+            _start_over(config, {**refused, name: ", ".join(left)})
+        why = _imported(done, name, "")
+        if why:
+            return _refuse(why)
+        done.brought[name] = [m for m in asked if m in sys.modules and m not in loaded]
     for name in [*_pytest_builtins(), *plugins_imports(plugins, rewritten)]:
-        if name in sys.modules or is_users(name, roots):
-            continue
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue  # an optional import of the plugin's: its child finds it missing too
-        except BaseException as exc:  # whatever an import raises: fall back
-            return _refuse(f"importing {name} (for a pytest plugin) failed: {exc!r}")
-        state = cuda_state()
-        if state is not None:
-            return _refuse(f"importing {name} (for a pytest plugin) created CUDA state: {state}")
-        imported.append(name)
-    return {"ready": True, "imported": imported, "missing": missing, "skipped": skipped}
+        why = _plugins_import(done, name, roots)
+        if why:
+            return _refuse(why)
+    WATCH.stop()
+    return {
+        "ready": True,
+        "imported": done.imported,
+        "missing": done.missing,
+        "skipped": done.skipped,
+        "refused": refused,
+        "present": present,
+        "brought": done.brought,
+        "reads": {k: list(v) for k, v in WATCH.reads.items()},
+        "seeded": WATCH.seeded,
+    }
+
+
+@dataclass(slots=True)
+class _Preloaded:  # what preload did with each module
+    imported: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    brought: dict[str, list[str]] = field(default_factory=dict)  # the asked-for it imported
+
+
+def _plugins_import(done: _Preloaded, name: str, roots: list[Path]) -> str:
+    """Import what a pytest plugin imports plainly; why the parent cannot be used, or ''."""
+    if name in sys.modules or is_users(name, roots):
+        return ""
+    try:
+        left = WATCH.audited_import(name)
+    except ImportError:
+        return ""  # an optional import of the plugin's: its child finds it missing too
+    except BaseException as exc:  # whatever an import raises: fall back
+        return f"importing {name} (for a pytest plugin) failed: {exc!r}"
+    if left:  # every fresh pytest imports it as the plugin loads: nothing to fork from
+        return f"importing {name} (for a pytest plugin) left {', '.join(left)}"
+    return _imported(done, name, " (for a pytest plugin)")
+
+
+def _imported(done: _Preloaded, name: str, why: str) -> str:
+    """Keep an import that created no CUDA state; else why the parent cannot be used."""
+    state = cuda_state()
+    if state is not None:
+        return f"importing {name}{why} created CUDA state: {state}"
+    done.imported.append(name)
+    return ""
+
+
+def _start_over(config: dict[str, Any], refused: dict[str, str]) -> NoReturn:
+    """Begin again in a new process image without the refused modules: the threads, handlers
+    and descriptors they left cannot be taken back. Their child processes are ended."""
+    if len(refused) > MAX_REFUSED:
+        config["modules"] = []  # too many to try one by one: pytest and its plugins only
+    for pid in snapshot().children:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    fd = int(ORIGINAL_ARGV[1])
+    os.set_inheritable(fd, True)
+    again = json.dumps({**config, "refused": refused})
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", SELF, str(fd), again])  # noqa: S606
 
 
 def _refuse(reason: str) -> dict[str, Any]:
@@ -283,9 +305,12 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
             for key in {*request["env"], *os.environ}
             if key.startswith(STARTUP_VARIABLES) and request["env"].get(key) != os.environ.get(key)
         ]
-        if changed:  # the interpreter read them as it started: a fork would not
+        why = f"{', '.join(sorted(changed))} differ from the pre-imported parent's"
+        if not changed:  # a variable a preloaded module read differs: it would read another
+            differing = differing_reads(WATCH.reads, request["env"])
+            why = f"{'; '.join(differing)} differs in the interpreter" if differing else ""
+        if changed or why:  # the interpreter (or a module) read them as it started
             os.close(fds[0])
-            why = f"{', '.join(sorted(changed))} differ from the pre-imported parent's"
             _send(sock, {"failed": number, "reason": why})
             continue
         ready_r, ready_w = os.pipe()
@@ -336,19 +361,28 @@ def _become(request: dict[str, Any], log: int, ready: int) -> None:
     sys.argv = ["-m", *argv[3:]]  # runpy puts pytest's __main__.py path first, as -m does
     sys.orig_argv = argv
     sys.path[0] = str(Path.cwd())  # `python -m` puts the working directory first
-    random.seed()
+    # a generator a preloaded module seeded keeps its state, as it would after that import
+    # in a fresh interpreter; any other would repeat in every child: seeded afresh
+    if "random" not in WATCH.seeded:
+        random.seed()
     numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:  # its global RandomState would repeat in every child
+    if numpy_random is not None and "numpy.random" not in WATCH.seeded:
         numpy_random.seed()
+    global FORK_READS  # noqa: PLW0603 -- the child's plugin reads it, once
+    FORK_READS = dict(WATCH.reads)
     os.write(ready, b"+")
     os.close(ready)
 
 
 def main() -> None:
     """Preload, say whether ready, serve; a forked child runs pytest and exits as it does."""
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    sock = socket.socket(fileno=int(ORIGINAL_ARGV[1]))
+    # the forked child's plugin finds this module (run as __main__) under its own name
+    sys.modules[SELF] = sys.modules[__name__]
     try:
-        ready = preload(json.loads(sock.recv(MESSAGE_MAX)))
+        # started over after a refusal: the config comes in argv
+        given = ORIGINAL_ARGV[2] if len(ORIGINAL_ARGV) > 2 else sock.recv(MESSAGE_MAX)
+        ready = preload(json.loads(given))
     except Exception as exc:  # whatever went wrong: gpuci falls back
         ready = _refuse(f"the pre-imported parent failed: {type(exc).__name__}: {exc}")
     _send(sock, ready)

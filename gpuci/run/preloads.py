@@ -12,24 +12,72 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from gpuci.run.preimport import module_level_imports
 
 MAX_SCANNED = 5000  # test files whose imports are read
 
 
+@dataclass(frozen=True, slots=True)
+class Preloads:
+    """What the parent imports, and what each test file would import itself."""
+
+    modules: list[str]
+    imports: dict[Path, frozenset[str]]  # by test file: it and its conftest.py files
+
+    def covered(
+        self,
+        files: Iterable[Path],
+        imported: Iterable[str],
+        brought: Mapping[str, Sequence[str]] = MappingProxyType({}),
+    ) -> bool:
+        """Whether an interpreter of `files` imports every module of `imported` (what the
+        parent imported of `modules`) itself, or through a module it imports (`brought`:
+        what importing each brought along), so that one file's imports never stand in for
+        another's. pytest imports every file before the first test runs."""
+        wanted: set[str] = set()
+        for path in files:
+            found = self.imports.get(path)
+            if found is None:  # a folder: the test files under it
+                found = frozenset().union(
+                    *(v for k, v in self.imports.items() if k.is_relative_to(path))
+                )
+            wanted |= found
+        wanted |= {m for own in list(wanted) for m in brought.get(own, ())}
+        return all(m in wanted for m in imported)
+
+
 def modules_to_preload(
     rootdir: Path, tests: Sequence[Path], preload: Sequence[str] | None
-) -> list[str]:
-    """What the test files import at top level (or `preload`), but none of the suite's own."""
-    found = top_level_imports(_with_conftests(rootdir, tests))
+) -> Preloads:
+    """What at least half the test files import at top level (or `preload`), but none of
+    the suite's own; a file that does not import all of it starts fresh (`covered`)."""
+    tests = [t.resolve() for t in tests]
+    per_file = {t: frozenset(_file_imports(rootdir, t)) for t in tests}
+    counts = Counter(m for found in per_file.values() for m in found)
+    common = [
+        m for m in top_level_imports(_with_conftests(rootdir, tests)) if 2 * counts[m] >= len(tests)
+    ]
     # pytest puts the test files' directories first on sys.path: a local `utils.py` wins
     # there over an installed `utils`, which a parent that preloaded it would hand over
     local = _local_names(rootdir, tests)
-    modules = list(preload) if preload is not None else found
-    return [m for m in modules if m.partition(".")[0] not in local]
+    modules = list(preload) if preload is not None else common
+    return Preloads([m for m in modules if m.partition(".")[0] not in local], per_file)
+
+
+def _file_imports(rootdir: Path, test: Path) -> set[str]:
+    """What a test file and its conftest.py files import at top level, with the submodules
+    a `from a import b` may import."""
+    found: set[str] = set()
+    for path in _with_conftests(rootdir, [test]):
+        with contextlib.suppress(OSError, SyntaxError, ValueError):
+            found.update(module_level_imports(ast.parse(path.read_bytes()), members=True))
+    return found
 
 
 def top_level_imports(files: Iterable[Path]) -> list[str]:

@@ -25,12 +25,15 @@ from gpuci.model import (
 )
 from gpuci.run.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.run.gpumem import MemoryGate
-from gpuci.run.interpreter import SUITE_STEM, Attempt, Interpreters, Launch
+from gpuci.run.interpreter import Interpreters
 from gpuci.run.journal import collection_error
 from gpuci.run.junit import kept_junit, write_file_junit
+from gpuci.run.launch import SUITE_STEM, Attempt, Launch
 from gpuci.run.plan import thread_args
 from gpuci.run.resume import Earlier
 from gpuci.run.supervisor import Supervisor
+
+FRESH_MODES = (Mode.SUITE, Mode.ISOLATED)  # only parallel and threads may fork
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +76,9 @@ def start_interpreters(
         clock_zero=clock_zero,
         supervisor=supervisor,
         gate=MemoryGate(options.peaks),  # a file starts once its GPU has room for it
+        # the suite interpreter is the plain pytest run the check replaces, and isolated
+        # the reference outcome of every file: both exact by construction, never forked
+        fresh=options.mode in FRESH_MODES,
     )
 
 
