@@ -60,6 +60,7 @@ from typing import IO, Any
 import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
+from gpuci.run.forkaudit import RUNS_FRESH, differing_reads
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
@@ -143,7 +144,7 @@ class Journal:
         differing = _differing_fork_reads()
         if differing:
             self.write({"e": "unforked", "why": differing})
-            pytest.exit(f"gpuci: {differing}: this interpreter runs again fresh", returncode=4)
+            pytest.exit(f"gpuci: {differing}: {RUNS_FRESH}", returncode=4)
         event: dict[str, Any] = {
             "e": "collected",
             "ids": [item.nodeid for item in session.items],
@@ -309,8 +310,6 @@ def _differing_fork_reads() -> str:
     reads = getattr(parent, "FORK_READS", None)
     if not reads:
         return ""
-    from gpuci.run.forkaudit import differing_reads
-
     differing = differing_reads(reads, os.environ)
     return f"{'; '.join(differing)} differs in its environment" if differing else ""
 

@@ -34,6 +34,7 @@ from typing import Any
 FORK_AWARE_POOLS = ("openblas", "libgomp", "libomp", "libiomp", "mkl_", "blis", "flexiblas")
 CUDA_ERROR_NOT_INITIALIZED = 3
 GPUCI_VARIABLES = "GPUCI_"  # gpuci's own, different in every interpreter by design
+RUNS_FRESH = "this interpreter runs again fresh"  # how a forked child says it stopped
 # signals whose handlers only the child's own interpreter could have set up
 _SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 
@@ -192,6 +193,10 @@ class _WatchedArgv(list):  # type: ignore[type-arg]
 
     def _read(self) -> None:
         self.watch.argv_read = True
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a spawned process gets a plain list
+        self._read()
+        return (list, (list.copy(self),))
 
     def __getitem__(self, index: Any) -> Any:
         self._read()

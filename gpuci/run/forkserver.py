@@ -87,7 +87,8 @@ class ForkServer:
         self._statuses: dict[int, int] = {}
         self._started: dict[int, int | str] = {}  # request number -> pid, or why not
         self._number = 0
-        self._refusals: set[str] = set()  # why the parent refused a fork, said once each
+        self._refusals: set[str] = set()
+        self._uncovered = False  # a file started fresh: its imports did not cover the parent's  # why the parent refused a fork, said once each
         self.failure: str | None = None  # why it cannot be used; None while it can
         self.ready: dict[str, Any] | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -207,20 +208,19 @@ class ForkServer:
         return ForkedChild(self, answer, os.fdopen(read, "rb", buffering=0))
 
     def _covers(self, files: Sequence[Path]) -> bool:
-        """Whether the files' own imports cover what the parent imported of theirs; once a
-        note per file that does not."""
+        """Whether the files' own imports cover what the parent imported of theirs; one note
+        for the first that does not."""
         assert self.ready is not None
         ready = self.ready
         present = set(ready.get("present", ()))
         imported = [m for m in self.preloads.modules if m in ready["imported"] and m not in present]
         if self.preloads.covered(files, imported, ready.get("brought", {})):
             return True
-        key = ", ".join(sorted(str(f) for f in files))
-        if key not in self._refusals:
-            self._refusals.add(key)
-            shown = ", ".join(f.name for f in files[:3]) + (" ..." if len(files) > 3 else "")
+        if not self._uncovered:
+            self._uncovered = True
             _say(
-                f"note: {shown} start(s) fresh: the parent imported modules its own imports do not"
+                "note: a file that does not import everything the parent preloaded starts fresh"
+                f" (the first: {', '.join(f.name for f in files[:3])})"
             )
         return False
 

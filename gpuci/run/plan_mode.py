@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gpuci.model import GpuciError, Mode, ModeRun, printable
 from gpuci.run.discover import Discovery, child_env, discover_tests
+from gpuci.run.forkaudit import RUNS_FRESH
 from gpuci.run.forkserver import current as current_fork_server
 from gpuci.run.forkserver import serve as serve_forks
 from gpuci.run.forkserver import start_interpreter
@@ -292,10 +293,11 @@ def _serve(
 
 
 def _collect_forked(
-    command: Sequence[str], env: Mapping[str, str], timeout: float | None
+    command: Sequence[str], env: Mapping[str, str], timeout: float | None, *, fresh: bool = False
 ) -> tuple[int, bytes]:
-    """Collection in an interpreter forked from the server where there is one."""
-    child = start_interpreter(command, env, fresh=False, stopping=threading.Event())
+    """Collection in an interpreter forked from the server where there is one; fresh where
+    the forked one found its environment differs from what a preloaded module read."""
+    child = start_interpreter(command, env, fresh=fresh, stopping=threading.Event())
     stdout = child.stdout
     assert stdout is not None
     output: list[bytes] = []
@@ -309,6 +311,8 @@ def _collect_forked(
         raise
     finally:
         reader.join()
+    if not fresh and RUNS_FRESH.encode() in b"".join(output):
+        return _collect_forked(command, env, timeout, fresh=True)
     return code, b"".join(output)
 
 

@@ -387,7 +387,10 @@ def main() -> None:
         ready = _refuse(f"the pre-imported parent failed: {type(exc).__name__}: {exc}")
     _send(sock, ready)
     if not ready["ready"] or serve(sock) is None:
-        return
+        # the parent is no test interpreter: the atexit handlers its imports registered
+        # (and module teardown) belong to the children that import them
+        sys.stderr.flush()
+        os._exit(0)
     # The forked child: pytest as `python -m pytest` runs it; its SystemExit ends this
     # interpreter normally, atexit handlers and module teardown included.
     runpy.run_module("pytest", run_name="__main__", alter_sys=True)
