@@ -87,8 +87,8 @@ class ForkServer:
         self._statuses: dict[int, int] = {}
         self._started: dict[int, int | str] = {}  # request number -> pid, or why not
         self._number = 0
-        self._refusals: set[str] = set()
-        self._uncovered = False  # a file started fresh: its imports did not cover the parent's  # why the parent refused a fork, said once each
+        self._refusals: set[str] = set()  # why the parent refused a fork, said once each
+        self._uncovered = False  # a file started fresh: its imports did not cover the parent's
         self.failure: str | None = None  # why it cannot be used; None while it can
         self.ready: dict[str, Any] | None = None
         self.process: subprocess.Popen[bytes] | None = None
