@@ -326,6 +326,7 @@ def evidence_to_json(evidence: Evidence) -> dict[str, Any]:
         "tests": [_test_evidence_to_json(t) for t in evidence.tests],
         **({"leftovers": strays_to_json(evidence.leftovers)} if evidence.leftovers else {}),
         **({"strangers": strays_to_json(evidence.strangers)} if evidence.strangers else {}),
+        **({"notes": list(evidence.notes)} if evidence.notes else {}),
     }
 
 
@@ -360,6 +361,7 @@ def read_evidence(path: Path) -> Evidence:
             budget_s=None if budget is None else float(budget),
             spent_s=float(data.get("spent_s", 0.0)),
             runs=int(data.get("runs", 0)),
+            notes=tuple(str(n) for n in data.get("notes", ())),
             phases={
                 str(k): {str(n): float(x) for n, x in v.items()}
                 for k, v in data.get("phases", {}).items()

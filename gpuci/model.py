@@ -389,3 +389,4 @@ class Evidence:
     tests: tuple[TestEvidence, ...] = ()
     leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)  # by file
     strangers: dict[str, tuple[Stranger, ...]] = field(default_factory=dict)  # by file
+    notes: tuple[str, ...] = ()  # what the report must say of the runs (fork server off)

@@ -292,3 +292,46 @@ def test_a_variable_a_preloaded_module_read_sends_its_file_to_a_fresh_interprete
     assert note in proc.stderr, proc.stderr
     run = json.loads((root / "out" / "parallel" / "run.json").read_text())
     assert not any(i.get("forked") for f in run["files"] for i in f["interpreters"])
+
+
+def test_a_finding_whose_forked_evidence_a_fresh_run_contradicts_is_decided_fresh(
+    tmp_path: Path,
+) -> None:
+    # fid_pid keeps the pid of the interpreter that imported it (the parent, when forked):
+    # after the decoy, a forked victim fails; a fresh one fails only after the real polluter
+    site = write(tmp_path / "site", {"fid_pid.py": "import os\nPID = os.getpid()\nDECOY = []\n"})
+    root = write(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\n",
+            "test_a.py": "import fid_pid\n\ndef test_decoy():\n    fid_pid.DECOY.append(1)\n",
+            "test_b.py": """
+                import os
+                import fid_pid
+
+                def test_polluter():
+                    os.environ["FID_POLLUTED"] = "1"
+            """,
+            "test_v.py": """
+                import os
+                import fid_pid
+
+                def test_victim():
+                    assert "FID_POLLUTED" not in os.environ
+                    assert not (fid_pid.DECOY and fid_pid.PID != os.getpid())
+            """,
+        },
+    )
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
+    proc = gpuci("check", ".", "--out", "out", cwd=root, env=env, timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    victim = categories(root, "out")["test_v.py::test_victim"]
+    assert victim["category"] == "order-dependent", proc.stderr
+    assert victim["culprits"] == ["test_b.py::test_polluter"], proc.stderr
+    evidence = json.loads((root / "out" / "evidence" / "evidence.json").read_text())
+    assert len(evidence["notes"]) == 1, evidence
+    assert "fork server off for the rest of the check" in evidence["notes"][0]
+    assert "test_v.py::test_victim" in evidence["notes"][0]
+    for report in ("report.html", "comment.md"):
+        assert "fork server off for the rest of the check" in (root / "out" / report).read_text()

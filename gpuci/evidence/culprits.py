@@ -65,6 +65,8 @@ class _Search:
     probes: list[Probe]
     culprits: tuple[str, ...] = ()
     note: str = ""
+    forked: bool = False  # the last run was forked from the pre-imported parent
+    contradicted: bool = False  # a fresh run did not confirm what a forked one showed
 
 
 def search_culprits(
@@ -105,10 +107,11 @@ def search_culprits(
             searches[task.victim] = _Search([], note=NOT_SEARCHED)
             _say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
             continue
-        if task.category is Category.CONCURRENCY:
-            search = _search_pairs(prober, results[Mode.PARALLEL], task)
-        else:
-            search = _replay(prober, results.get(Mode.PARALLEL), task, roots)
+        search = _search(prober, results, task, roots)
+        if search.contradicted:  # the fork was not what a fresh interpreter is: redo it
+            prober.forks_off(f"a fresh run of {task.victim} contradicted a forked one")
+            _say(progress, f"  {task.victim}: {prober.notes[-1]}; its search runs again fresh")
+            search = _search(prober, results, task, roots)
         searches[task.victim] = search
         if search.culprits and search.culprits not in roots:
             roots.append(search.culprits)
@@ -121,6 +124,17 @@ def search_culprits(
             before, culprits=search.culprits, search=search.note, probes=tuple(search.probes)
         )
     return merged
+
+
+def _search(
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    task: _Task,
+    roots: list[tuple[str, ...]],
+) -> _Search:
+    if task.category is Category.CONCURRENCY:
+        return _search_pairs(prober, results[Mode.PARALLEL], task)
+    return _replay(prober, results.get(Mode.PARALLEL), task, roots)
 
 
 def _plan(
@@ -222,13 +236,18 @@ def _shows(task: _Task, outcome: Outcome) -> bool | None:
     return outcome in NOT_PASSING
 
 
-def _probe(prober: Prober, task: _Task, search: _Search, before: Sequence[str]) -> bool:
-    """Run `[before..., victim]` in a fresh interpreter; whether the victim shows the finding."""
+def _probe(
+    prober: Prober, task: _Task, search: _Search, before: Sequence[str], *, fresh: bool = False
+) -> bool:
+    """Run `[before..., victim]` (forked, unless `fresh`: a confirmation); whether the victim
+    shows the finding."""
     ran = prober.run(
         [*before, task.victim],
         phase=PHASE,
         label=f"culprits of {task.victim}: after {len(before)} test(s)",
+        fresh=fresh,
     )
+    search.forked = ran.forked
     outcome = ran.outcome(task.victim)
     search.probes.append(
         Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome)
@@ -264,10 +283,13 @@ def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _
 
 
 def _confirmed_again(prober: Prober, task: _Task, search: _Search, current: list[str]) -> bool:
-    """The run that just showed the finding, once more: a flaky victim would otherwise hand
-    the search a culprit by chance (then the note says `SAME_RUN_BOTH_WAYS`)."""
-    if not prober.exhausted() and _probe(prober, task, search, current):
+    """The run that just showed the finding, once more and fresh (the command the report
+    prints): a flaky victim would otherwise hand the search a culprit by chance (then the
+    note says `SAME_RUN_BOTH_WAYS`); where the first was forked, the fork is suspect."""
+    forked = search.forked
+    if not prober.exhausted() and _probe(prober, task, search, current, fresh=True):
         return True
+    search.contradicted = forked and not prober.exhausted()
     search.note = (
         f"search cut by budget before {len(current)} test(s) were confirmed twice"
         if prober.exhausted()
@@ -331,14 +353,18 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
     if len(task.candidates) > 1:
         groups.append(list(task.candidates))
 
-    def pair_shows(beside: Sequence[str]) -> bool:
+    def pair_shows(beside: Sequence[str], *, fresh: bool = False) -> bool:
         nonlocal apart
         runs = [([task.victim], gpu_of(parallel, victim_file))]
         runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
         started = [(ids, gpu) for ids, gpu in runs if ids]
         done, met = prober.run_together(
-            started, phase=PHASE, label=f"culprits of {task.victim}: beside {len(beside)} file(s)"
+            started,
+            phase=PHASE,
+            label=f"culprits of {task.victim}: beside {len(beside)} file(s)",
+            fresh=fresh,
         )
+        search.forked = done[0].forked
         apart += met < len(started)  # one never reached its first test: no overlap
         outcome = done[0].outcome(task.victim)
         search.probes.append(
@@ -355,7 +381,9 @@ def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search
         if prober.exhausted() or prober.stopping():
             search.note = "search cut by budget before the pair was confirmed twice"
             return search
-        if not pair_shows(beside):
+        forked = search.forked
+        if not pair_shows(beside, fresh=True):  # confirmed fresh: the command it prints
+            search.contradicted = forked
             # the same pair, started the same way, went both ways: flaky, like a replay
             shown = ", ".join(beside[:PROBE_SHOWN])
             search.note = (

@@ -127,6 +127,7 @@ def gather_evidence(
         tests=tuple(found.values()),
         leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
         strangers={f: tuple(x) for f, x in prober.strangers.items()},
+        notes=tuple(prober.notes),
     )
     write_json_atomic(directory / EVIDENCE_FILE, evidence_to_json(evidence))
     if prober.stopping():

@@ -21,6 +21,7 @@ from pathlib import Path
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
+from gpuci.run.forkserver import stop_all
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
@@ -36,6 +37,7 @@ class ProbeRun:
     log: Path  # the interpreter's capped log (shared by the runs of one file)
     log_from: int  # where this run's output begins in it
     results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
+    forked: bool = False  # its interpreter forked from the pre-imported parent
 
     def outcome(self, test_id: str) -> Outcome:
         """The test's outcome; `not-run` where the interpreter never got to it."""
@@ -73,6 +75,7 @@ class Prober:
     phases: dict[str, Phase] = field(default_factory=dict)
     leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
     strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
+    notes: list[str] = field(default_factory=list)  # what the report must say of the runs
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -133,14 +136,24 @@ class Prober:
         env: Mapping[str, str] | None = None,
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
+        fresh: bool = True,
     ) -> ProbeRun:
-        """Run `ids` in one fresh interpreter with the serial GPUs, in the order given.
+        """Run `ids` in one fresh interpreter with the serial GPUs, in the order given; a
+        search's step may ask for a forked one (`fresh=False`): a category comes only from
+        fresh runs, each the command the report prints.
 
         The order must be collection order within each file: pytest is handed the files in
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY).
         """
         return self._run(
-            ids, phase=phase, label=label, gpu=self.gpu, env=env, wrapper=wrapper, timeout=timeout
+            ids,
+            phase=phase,
+            label=label,
+            gpu=self.gpu,
+            env=env,
+            wrapper=wrapper,
+            timeout=timeout,
+            fresh=fresh,
         )
 
     def _run(
@@ -153,6 +166,7 @@ class Prober:
         env: Mapping[str, str] | None = None,
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
+        fresh: bool = True,
     ) -> ProbeRun:
         files = list(dict.fromkeys(file_of(i) for i in ids))
         launch = Launch(
@@ -167,6 +181,7 @@ class Prober:
             env=dict(env or {}),
             wrapper=wrapper,
             timeout=timeout,
+            fresh=fresh,
         )
         log = self.interpreters.out / "logs" / f"{launch.stem}.log"
         started = time.monotonic()
@@ -187,10 +202,16 @@ class Prober:
             log=log,
             log_from=log_from,
             results={r.id: r for r in attempt.results},
+            forked=attempt.interpreter.forked,
         )
 
     def run_together(
-        self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
+        self,
+        groups: Sequence[tuple[Sequence[str], str | None]],
+        *,
+        phase: str,
+        label: str,
+        fresh: bool = True,
     ) -> tuple[list[ProbeRun], int]:
         """Run each group of ids in its own interpreter, all at once, each with its GPUs,
         their first tests held at a rendezvous until every interpreter has reached its own
@@ -201,12 +222,20 @@ class Prober:
             env = {RENDEZVOUS_ENV: f"{folder}:{len(groups)}"}
             with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
                 futures = [
-                    pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu, env=env)
+                    pool.submit(
+                        self._run, ids, phase=phase, label=label, gpu=gpu, env=env, fresh=fresh
+                    )
                     for ids, gpu in groups
                 ]
                 runs = [f.result() for f in futures]
             met = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
         return runs, met
+
+    def forks_off(self, why: str) -> None:
+        """A fresh run contradicted forked evidence: every later interpreter of this check
+        starts fresh, and the evidence says why."""
+        stop_all()
+        self.notes.append(f"fork server off for the rest of the check: {why}")
 
     def phase_json(self) -> dict[str, dict[str, float]]:
         """evidence.json's `phases`: runs and seconds per kind of evidence."""

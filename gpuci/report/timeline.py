@@ -177,4 +177,5 @@ def mode_notes(verdict: Verdict) -> list[str]:
     cut = verdict.evidence.get("cut")
     if isinstance(cut, int) and cut:
         notes.append(f"evidence: {cut} test(s) not rerun: budget (raise --evidence-budget)")
+    notes += [f"evidence: {note}" for note in verdict.evidence.get("notes", ())]
     return notes + verdict_lines(verdict.modes, verdict.evidence)

@@ -45,6 +45,7 @@ def describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -
         "cut": cut,
         **({"leftovers": strays_to_json(evidence.leftovers)} if evidence.leftovers else {}),
         **({"strangers": strays_to_json(evidence.strangers)} if evidence.strangers else {}),
+        **({"notes": list(evidence.notes)} if evidence.notes else {}),
     }
 
 
