@@ -5,6 +5,7 @@
 # subset2:  the same checks twice each into one OUT: the second orders by the first's times
 # subset:   CuPy v14.2.0's 18-file subset (cupy-tests/): plain pytest warm, gpuci check
 #           (default: screens, no threads), gpuci check with threads on, plain pytest again
+# audit:    what the fork server's parent imports, refuses and reads of the GPU libraries
 # startup:  fresh against forked interpreter start-up per file, files importing CuPy
 # polluted: examples/gpu_polluted at the default budget against expected.json, then the
 #           same with --serial-modes (its wall beside the screens')
@@ -115,6 +116,11 @@ for name in sorted(w for w in walls if w.startswith("check")):
     print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
 PY
         cd "$ROOT" ;;
+    audit)  # what the fork server's parent makes of the GPU libraries (fork fidelity)
+        timed audit 300 python3 scripts/device_audit.py numpy scipy cupy cupyx cupy.testing torch
+        cat "$WORK/audit.log"
+        timed audit-torch-testing 300 python3 scripts/device_audit.py torch torch.testing._internal.common_utils
+        cat "$WORK/audit-torch-testing.log" ;;
     startup)
         timed startup 300 python3 benchmarks/bench_startup.py --files 8 \
             --imports numpy,cupy,cupy.testing --repeat 2
