@@ -76,6 +76,28 @@ def test_a_check_with_another_outs_durations_runs_its_longest_file_first(tmp_pat
     assert (second / "elsewhere" / "durations.json").is_file()  # and it writes its own
 
 
+@pytest.mark.slow
+def test_explain_writes_the_mode_jobs_durations_for_the_next_pipelines_jobs(
+    tmp_path: Path,
+) -> None:
+    # CI with one job per mode: the mode jobs' results meet in gpuci explain's OUT, which
+    # writes the durations; the next pipeline's mode jobs take them with --durations
+    root = write_suite(tmp_path / "suite")
+    for mode in ("parallel", "suite"):
+        proc = gpuci("run", ".", "--mode", mode, "--out", "out", "--workers", "1", cwd=root)
+        assert proc.returncode == 1, proc.stderr
+    assert parallel_order(root / "out") == ["test_many.py", "test_some.py", "test_slow.py"]
+    proc = gpuci("explain", "out", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads((root / "out" / "durations.json").read_text(encoding="utf-8"))
+    assert sorted(data["files"]) == sorted(SUITE)
+    assert all(set(times) == {"parallel"} for times in data["files"].values())
+    args = ("--mode", "parallel", "--out", "next", "--workers", "1")
+    proc = gpuci("run", ".", *args, "--durations", "out/durations.json", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    assert parallel_order(root / "next")[0] == "test_slow.py"
+
+
 def test_a_missing_durations_file_is_refused_before_out_is_touched(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite")
     proc = gpuci("check", ".", "--out", "out", "--durations", "nowhere.json", cwd=root)

@@ -103,7 +103,7 @@ def test_schema_check_catches_a_broken_pipeline(tmp_path: Path) -> None:
     assert "sometimes" in result.stdout
 
 
-# --- .ci/verdict.sh on its own, with a stand-in gpuci ---------------------------------
+# --- verdict.sh on its own, with a stand-in gpuci -------------------------------------
 
 FAKE_GPUCI = """\
 #!/bin/sh
@@ -124,7 +124,7 @@ exit 99
 
 
 class Job:
-    """A directory to run .ci/verdict.sh in, with a stand-in `gpuci` on PATH."""
+    """A directory to run verdict.sh in, with a stand-in `gpuci` on PATH."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.dir = tmp_path / "job"
