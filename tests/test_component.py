@@ -202,6 +202,7 @@ include:
       paths: tests
       pytest-args: -k 'not slow'
       modes: suite,parallel,threads,isolated
+      post-note: false
 """
     project = Project(tmp_path, EXAMPLE, pipeline)
     names = project.job_names()
@@ -237,6 +238,7 @@ include:
     assert verdict["artifacts"]["reports"]["junit"] == "out/gpuci/junit.xml"
     assert verdict["artifacts"]["expose_as"] == "gpuci report"
     assert verdict["variables"]["GPUCI_VERDICT_JOB"] == "gpuci:verdict"
+    assert verdict["variables"]["GPUCI_POST_NOTE"] == "false"
     assert "durations.json" in " ".join(config["gpuci:explain"]["artifacts"]["paths"])
 
     # without threads in `modes`, no threads job; the verdict does not wait for one

@@ -209,6 +209,14 @@ def test_verdict_sh_exit_codes(
     assert [call.split()[0] for call in job.calls()] == list(ran)
 
 
+def test_verdict_sh_posts_no_note_when_told_not_to(job: Job) -> None:
+    # the component's `post-note: false`
+    code, output = job.run("out/gpu", GPUCI_POST_NOTE="false", FAKE_DIFF_RC="1")
+    assert code == 1, output
+    assert [call.split()[0] for call in job.calls()] == ["merge", "diff", "report"]
+    assert "post-note is false: no note on the merge request" in output
+
+
 def test_verdict_sh_usage(job: Job) -> None:
     code, output = job.run()
     assert code == 2
