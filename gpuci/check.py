@@ -24,6 +24,7 @@ from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.model import InputError, Mode, ModeRun, UsageError
 from gpuci.options import EvidenceOptions, Options
 from gpuci.run.discover import Discovery
+from gpuci.run.durations import write_durations
 from gpuci.run.gpus import detect_gpus
 from gpuci.run.masking import known_secrets, mask_secrets
 from gpuci.run.modes import (
@@ -36,7 +37,13 @@ from gpuci.run.modes import (
 )
 from gpuci.run.options import ModeOptions
 from gpuci.run.outdir import check_run_id, forget_replaced, new_run_id, replace_earlier
-from gpuci.run.plan import files_to_confirm, parse_gpus_per_slot, parse_workers, visible_gpus
+from gpuci.run.plan import (
+    files_to_confirm,
+    parse_gpus_per_slot,
+    parse_workers,
+    read_durations,
+    visible_gpus,
+)
 from gpuci.run.plan_mode import (
     discover,
     mode_dir_of,
@@ -64,6 +71,7 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
     verdict, the report; the verdict's exit code, and the report's and comment's paths."""
     opts, evidence = _stages(options)
     workers = _run_modes(opts, options, asked)
+    _write_durations(opts.out)  # before the evidence: a failing check has it too
     gather_evidence(
         opts.out,
         runs=evidence.reruns,
@@ -243,6 +251,7 @@ def explain_results(options: Options) -> None:
     start_fork_server(options.preload, evidence.python, Path(first.rootdir), files, first.paths)
     budget = _budget(out, evidence)
     shutil.rmtree(out / "evidence", ignore_errors=True)  # about earlier runs, if any
+    _write_durations(out)  # the mode jobs' times, for the next pipeline's
     gather_evidence(
         out,
         runs=evidence.reruns,
@@ -252,6 +261,13 @@ def explain_results(options: Options) -> None:
         pytest_args=evidence.pytest_args or None,
         sanitize=evidence.sanitize,
     )
+
+
+def _write_durations(out: Path) -> None:
+    """OUT/durations.json: the files' times and peaks, for a later check's --durations."""
+    path = write_durations(out)
+    if path is not None:
+        say(f"durations: {path} (a later check starts its longest files first: --durations)")
 
 
 def _budget(out: Path, evidence: EvidenceOptions) -> float:
@@ -339,6 +355,8 @@ def check_options(options: Options, mode: Mode | None = None) -> AskedModes:
     opts, evidence = _stages(options)
     parse_workers(opts.workers)
     shard_of(opts)
+    if opts.durations is not None:
+        read_durations(opts.durations)  # a missing or malformed file: refused before OUT
     parse_gpus_per_slot(opts.gpus_per_slot, detect_gpus(opts.gpus, os.environ))
     if mode is not None:
         if mode is Mode.THREADS:

@@ -102,7 +102,12 @@ def _run_options() -> _Parser:
         help="threads mode: run each test in N threads at once (default: the suite's"
         " --parallel-threads where its pytest configuration sets one, else 4)",
     )
-    parent.add_argument("--durations", type=Path, help="run.json of an earlier run, for ordering")
+    parent.add_argument(
+        "--durations",
+        type=Path,
+        help="an earlier check's durations.json (or a run.json or results directory):"
+        " the longest files start first",
+    )
     parent.add_argument(
         "--poison",
         action="store_true",

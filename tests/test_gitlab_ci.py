@@ -1,6 +1,7 @@
-"""The GitLab pipeline: `.gitlab-ci.yml` against GitLab's CI schema, `.ci/verdict.sh`'s
-exit codes and baseline download, and the verdict job run for real by gitlab-ci-local
-(shell executor, no Docker) on the results fixture in tests/data/ci/.
+"""The GitLab pipeline: `.gitlab-ci.yml` (which includes gpuci's own CI/CD component,
+templates/gpuci.yml) against GitLab's CI schema, `verdict.sh`'s exit codes and baseline
+download, and the verdict job run for real by gitlab-ci-local (shell executor, no Docker)
+on the results fixture in tests/data/ci/. tests/test_component.py runs a user's project.
 
 A test whose tool (check-jsonschema, gitlab-ci-local, rsync, curl, git) is missing skips
 on a workstation but fails under CI=true, so a pipeline never passes by skipping it.
@@ -27,13 +28,14 @@ from gitlab_server import FakeGitLab, Received
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = ROOT / ".gitlab-ci.yml"
-VERDICT_SH = ROOT / ".ci" / "verdict.sh"
+VERDICT_SH = ROOT / "gpuci" / "gitlab" / "verdict.sh"  # in the wheel: the component runs it
 FIXTURE = ROOT / "tests" / "data" / "ci" / "out" / "gpu"
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 JOB_TOKEN = "jobtok-Sekr3t-0123456789abcdef"  # noqa: S105 (a test token)
 NOTE_TOKEN = "glpat-Sekr3t-0123456789abcdef"  # noqa: S105 (a test token)
 STEPS = ("merge", "diff", "report", "publish")
-GPU_JOB = re.compile(r"gpu:(?P<mode>\w+)(?:: \[(?P<index>\d+)/(?P<total>\d+)\])?")
+VERDICT_JOB = "gpuci:verdict"  # the component's, with `jobs: modes`
+GPU_JOB = re.compile(r"gpuci:(?P<mode>\w+)(?:: \[(?P<index>\d+)/(?P<total>\d+)\])?")
 # What a child inherits of ours: never a real pipeline's CI, GitLab or proxy variables
 # (a test run inside GitLab CI must not talk to the real GitLab), nor gitlab-ci-local's
 # GCL_ defaults of whoever runs the tests.
@@ -94,14 +96,14 @@ def test_pipeline_matches_gitlab_ci_schema() -> None:
 def test_schema_check_catches_a_broken_pipeline(tmp_path: Path) -> None:
     broken = tmp_path / ".gitlab-ci.yml"
     text = PIPELINE.read_text(encoding="utf-8")
-    assert "\n  when: always\n" in text
-    broken.write_text(text.replace("\n  when: always\n", "\n  when: sometimes\n"), "utf-8")
+    assert "\n    when: always\n" in text
+    broken.write_text(text.replace("\n    when: always\n", "\n    when: sometimes\n"), "utf-8")
     result = check_jsonschema(broken)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "sometimes" in result.stdout
 
 
-# --- .ci/verdict.sh on its own, with a stand-in gpuci ---------------------------------
+# --- verdict.sh on its own, with a stand-in gpuci -------------------------------------
 
 FAKE_GPUCI = """\
 #!/bin/sh
@@ -122,7 +124,7 @@ exit 99
 
 
 class Job:
-    """A directory to run .ci/verdict.sh in, with a stand-in `gpuci` on PATH."""
+    """A directory to run verdict.sh in, with a stand-in `gpuci` on PATH."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.dir = tmp_path / "job"
@@ -165,7 +167,8 @@ def job(tmp_path: Path) -> Job:
 
 
 def test_verdict_sh_is_executable() -> None:
-    # The pipeline runs it as `.ci/verdict.sh`: git keeps the bit, an editor may drop it.
+    # Run as a program here: git keeps the bit, an editor may drop it (the component runs
+    # it with `sh`, as a wheel may drop it too).
     assert os.access(VERDICT_SH, os.X_OK)
     assert VERDICT_SH.read_text(encoding="utf-8").startswith("#!/bin/sh\n")
 
@@ -206,10 +209,18 @@ def test_verdict_sh_exit_codes(
     assert [call.split()[0] for call in job.calls()] == list(ran)
 
 
+def test_verdict_sh_posts_no_note_when_told_not_to(job: Job) -> None:
+    # the component's `post-note: false`
+    code, output = job.run("out/gpu", GPUCI_POST_NOTE="false", FAKE_DIFF_RC="1")
+    assert code == 1, output
+    assert [call.split()[0] for call in job.calls()] == ["merge", "diff", "report"]
+    assert "post-note is false: no note on the merge request" in output
+
+
 def test_verdict_sh_usage(job: Job) -> None:
     code, output = job.run()
     assert code == 2
-    assert "usage: .ci/verdict.sh RESULTS_DIR" in output
+    assert "usage: verdict.sh RESULTS_DIR" in output
     assert job.calls() == []
 
 
@@ -453,14 +464,16 @@ class Pipeline:
         copy_project(self.dir)
         self.home = tmp_path / "home"
         self.home.mkdir()
-        # `gpuci` in the job is this checkout's, run by this interpreter.
+        # `gpuci` in the job is this checkout's, run by this interpreter, which is also the
+        # job's `python3` (it finds gpuci's verdict.sh), as the component's install makes it.
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
-        shim = bin_dir / "gpuci"
-        shim.write_text(
-            f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m gpuci "$@"\n', "utf-8"
-        )
-        shim.chmod(0o755)
+        for name, module in (("gpuci", "-m gpuci "), ("python3", "")):
+            shim = bin_dir / name
+            shim.write_text(
+                f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" {module}"$@"\n', "utf-8"
+            )
+            shim.chmod(0o755)
         self.path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
     def gcl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -489,7 +502,7 @@ class Pipeline:
     def seed_gpu_artifacts(self) -> dict[str, Path]:
         """Each GPU job's out/gpu/ from the fixture, as if it had run and uploaded it."""
         jobs = self.jobs()
-        verdict = next(j for j in jobs if j["name"] == "verdict")
+        verdict = next(j for j in jobs if j["name"] == VERDICT_JOB)
         needed = {n["job"] for n in verdict["needs"] if n["artifacts"]}
         seeded = {}
         for job in jobs:
@@ -497,7 +510,7 @@ class Pipeline:
             if base not in needed:
                 continue
             match = GPU_JOB.fullmatch(job["name"])
-            assert match, f"{job['name']}: not a gpu:<mode> job"
+            assert match, f"{job['name']}: not a gpuci:<mode> job"
             part = Path("evidence" if match["mode"] == "explain" else match["mode"])
             if match["index"]:
                 part /= f"shard-{match['index']}-of-{match['total']}"
@@ -511,7 +524,7 @@ class Pipeline:
 
     def run_verdict(self, variables: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
         """Run the verdict job alone, with the GPU jobs' artifacts seeded."""
-        args = ["verdict", "--shell-isolation", "--force-shell-executor", "--no-color"]
+        args = [VERDICT_JOB, "--shell-isolation", "--force-shell-executor", "--no-color"]
         args += ["--no-artifacts-to-source"]
         args += ["--ignore-predefined-vars", ",".join(variables)]
         for name, value in {"GPUCI_INSTALL": "true", **variables}.items():
@@ -521,13 +534,14 @@ class Pipeline:
 
 def verdict_outputs(pipeline: Pipeline) -> dict[str, Path]:
     """The verdict job's artifacts, where gitlab-ci-local exported them."""
-    out = pipeline.artifacts("verdict") / "out" / "gpu"
+    out = pipeline.artifacts(VERDICT_JOB) / "out" / "gpu"
     names = ("verdict.json", "report.html", "comment.md", "junit.xml")
     return {name: out / name for name in names}
 
 
 def assert_no_token(result: subprocess.CompletedProcess[str], pipeline: Pipeline) -> None:
-    log = (pipeline.dir / ".gitlab-ci-local" / "output" / "verdict.log").read_text("utf-8")
+    output = pipeline.dir / ".gitlab-ci-local" / "output"
+    log = (output / f"{safe_job_name(VERDICT_JOB)}.log").read_text("utf-8")
     for token in (JOB_TOKEN, NOTE_TOKEN):
         assert token not in result.stdout + result.stderr + log
 
@@ -539,27 +553,45 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
 
 
 def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
-    jobs = {j["name"]: j for j in project.jobs()}
-    gpu = sorted(name for name in jobs if name.startswith("gpu:"))
-    assert [name for name in gpu if not name.startswith("gpu:isolated: [")] == [
-        "gpu:explain",
-        "gpu:parallel",
-        "gpu:suite",
-        "gpu:threads",
+    # gpuci's own component, included at this commit, resolved from the working tree
+    jobs = {j["name"]: j for j in project.jobs() if j["when"] != "never"}
+    gpu = sorted(name for name in jobs if name.startswith("gpuci:"))
+    assert [name for name in gpu if not name.startswith("gpuci:isolated: [")] == [
+        "gpuci:explain",
+        "gpuci:parallel",
+        "gpuci:suite",
+        "gpuci:threads",
+        "gpuci:verdict",
     ]
-    shards = [name for name in gpu if name.startswith("gpu:isolated: [")]
+    shards = [name for name in gpu if name.startswith("gpuci:isolated: [")]
     assert len(shards) >= 2  # sharded with `parallel:`
-    assert all(jobs[name]["allow_failure"] for name in gpu)
-    verdict = jobs["verdict"]
+    modes = [name for name in gpu if name not in ("gpuci:explain", VERDICT_JOB)]
+    assert all(jobs[name]["allow_failure"] for name in modes)
+    verdict = jobs[VERDICT_JOB]
     assert verdict["when"] == "always"
     assert sorted((n["job"], n["artifacts"]) for n in verdict["needs"]) == [
-        ("gpu:explain", True),
-        ("gpu:isolated", True),
-        ("gpu:parallel", True),
-        ("gpu:suite", True),
-        ("gpu:threads", True),
+        ("gpuci:explain", True),
+        ("gpuci:isolated", True),
+        ("gpuci:parallel", True),
+        ("gpuci:suite", True),
+        ("gpuci:threads", True),
     ]
+    assert jobs["gpuci:explain"]["when"] == "always"
     assert jobs["check"]["when"] == "on_success"
+
+
+def preview(project: Pipeline) -> str:
+    """The pipeline as gitlab-ci-local expands it: includes, inputs, extends, anchors."""
+    result = project.gcl("--preview")
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_expanded_pipeline_matches_gitlab_ci_schema(project: Pipeline, tmp_path: Path) -> None:
+    expanded = tmp_path / "expanded.yml"
+    expanded.write_text(preview(project), encoding="utf-8")
+    result = check_jsonschema(expanded)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
@@ -567,9 +599,7 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
         from ruamel.yaml import YAML  # check-jsonschema's YAML parser
     except ImportError:
         missing("ruamel.yaml (check-jsonschema's)", "it reads gitlab-ci-local's preview")
-    result = project.gcl("--preview")  # extends, anchors and defaults applied
-    assert result.returncode == 0, result.stderr
-    config = YAML(typ="safe").load(result.stdout)
+    config = YAML(typ="safe").load(preview(project))
 
     rules = " ".join(rule["if"] for rule in config["workflow"]["rules"])
     assert '$CI_PIPELINE_SOURCE == "merge_request_event"' in rules
@@ -577,11 +607,13 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
     assert "nox -s lint tests" in config["check"]["script"]
     assert "gpu" not in config["check"].get("tags", [])
 
-    assert config["gpu:isolated"]["parallel"] >= 2
+    assert config["gpuci:isolated"]["parallel"] >= 2
     for mode in ("isolated", "parallel", "suite", "threads"):
-        job = config[f"gpu:{mode}"]
+        job = config[f"gpuci:{mode}"]
         assert job["tags"] == ["gpu"]
-        assert job["script"] == [f"nox -s gpu_{mode}"]
+        assert job["variables"]["GPUCI_PATHS"] == "tests/gpu"
+        assert job["variables"]["GPUCI_OUT"] == "out/gpu"
+        assert f"gpuci run $GPUCI_PATHS --mode {mode} " in job["script"][0]
         assert job["artifacts"]["when"] == "always"
         assert "out/gpu/" in job["artifacts"]["paths"]
         kernels = job["variables"]["CUPY_CACHE_DIR"]
@@ -592,13 +624,13 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
         assert len(cached) == 1
         assert cached[0]["when"] == "always"
 
-    verdict = config["verdict"]
-    assert verdict["script"][-1].startswith(".ci/verdict.sh out/gpu ")
+    verdict = config[VERDICT_JOB]
+    assert verdict["script"][-1] == 'sh "$GPUCI_VERDICT_SH" "$GPUCI_OUT" $GPUCI_DIFF_ARGS'
     artifacts = verdict["artifacts"]
     assert artifacts["when"] == "always"
     assert artifacts["expose_as"]
     assert artifacts["reports"]["junit"] == "out/gpu/junit.xml"
-    # out/gpu/verdict.json is also the path .ci/verdict.sh fetches the baseline from.
+    # out/gpu/verdict.json is also the path verdict.sh fetches the baseline from.
     for name in ("verdict.json", "report.html", "comment.md", "junit.xml"):
         assert f"out/gpu/{name}" in artifacts["paths"]
 
@@ -636,7 +668,7 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
     assert result.returncode == 1, output  # the job failed: gitlab-ci-local says so
     assert_no_token(result, pipeline)
     assert [path for path, _ in server.requests] == [
-        "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpu/verdict.json?job=verdict"
+        "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpu/verdict.json?job=gpuci%3Averdict"
     ]
     assert server.requests[0][1]["job-token"] == JOB_TOKEN
     assert "HTTP 404" in output
@@ -699,7 +731,7 @@ class GitLabWithArtifacts(FakeGitLab):
         artifact = (
             f"/api/v4/projects/{self.project_id}/jobs/artifacts/main/raw/out/gpu/verdict.json"
         )
-        if request.path == artifact and request.query == {"job": "verdict"}:
+        if request.path == artifact and request.query == {"job": VERDICT_JOB}:
             if request.headers.get("job-token") != self.job_token:
                 return 404, {}, {"message": "404 Not Found"}
             server = self.api_url.removesuffix("/api/v4")

@@ -24,6 +24,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "discover",
         "modes",
         "options",
+        "durations",
         "plan",
         "gpus",
         "reaper",

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuci.formats import read_mode_run
 from gpuci.model import GpuciError, Mode
+from gpuci.run.durations import is_durations_file, read_durations_file
 from gpuci.run.holders import gpu_processes, gpu_uuids
 from gpuci.run.reaper import forget_child, session_of, start_child
 from gpuci.run.supervisor import Supervisor
@@ -47,7 +48,10 @@ def may_start(need_mib: int | None, free_mib: int | None, *, others_running: boo
 
 
 def read_peaks(path: Path) -> dict[str, int]:
-    """Per-file peak device memory (MiB) from an earlier run: a run.json or a mode directory."""
+    """Per-file peak device memory (MiB) from an earlier run: a check's durations.json, a
+    run.json or a mode directory."""
+    if is_durations_file(path):
+        return dict(read_durations_file(path).peaks)
     candidates = (
         [path] if path.is_file() else [*path.glob("run.json"), *path.glob("shard-*/run.json")]
     )

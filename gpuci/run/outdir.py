@@ -27,7 +27,14 @@ LOCK_NAME = "lock"
 CHECK_NAME = "check.json"
 REPLACED_PREFIX = "replaced-"
 # what a check writes into OUT besides its mode directories
-CHECK_OUTPUTS = ("verdict.json", "report.html", "comment.md", "evidence", "junit.xml")
+CHECK_OUTPUTS = (
+    "verdict.json",
+    "report.html",
+    "comment.md",
+    "evidence",
+    "junit.xml",
+    "durations.json",
+)
 
 
 def new_run_id() -> str:

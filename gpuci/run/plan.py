@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuci.formats import read_mode_run
 from gpuci.model import InputError, Mode, ModeRun, Outcome, UsageError
+from gpuci.run.durations import is_durations_file, read_durations_file
 
 # A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
 # without every process fighting for the same memory.
@@ -79,8 +80,16 @@ def choose_workers(requested: int | None, *, cpus: int, gpus: int, files: int) -
     return workers, f"auto: {workers} ({why})"
 
 
-def read_durations(path: Path) -> dict[str, float]:
-    """Per-file wall times from an earlier run: a run.json or a results directory."""
+def read_durations(path: Path, mode: Mode = Mode.PARALLEL) -> dict[str, float]:
+    """Per-file wall times from an earlier run: a check's durations.json (for `mode`), a
+    run.json or a results directory."""
+    if is_durations_file(path):
+        return read_durations_file(path).of(mode)
+    if not path.exists():
+        raise UsageError(
+            f"--durations {path}: no such file or directory; give an earlier check's"
+            " durations.json, a run.json or a results directory"
+        )
     candidates = (
         [path]
         if path.is_file()

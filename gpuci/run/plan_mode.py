@@ -80,7 +80,7 @@ def _durations(
     """
 
     if options.durations is not None:
-        return read_durations(options.durations), True, True
+        return read_durations(options.durations, mode), True, True
     if mode is not Mode.ISOLATED:
         # its own earlier times first (a file in threads runs longer than alone), then
         # parallel's; a lazy isolated pass ran only a few files: most of them, or none

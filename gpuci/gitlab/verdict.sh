@@ -1,8 +1,9 @@
 #!/bin/sh
 # The verdict job: merge the GPU jobs' results, diff them against the target branch's
-# verdict, write the reports, and update the merge request's note.
+# verdict, write the reports, and update the merge request's note. The CI/CD component
+# (templates/gpuci.yml) runs it from the installed package, so it ships in the wheel.
 #
-#   .ci/verdict.sh RESULTS_DIR [GPUCI_DIFF_ARGS...]      e.g. .ci/verdict.sh out/gpu --allow known
+#   sh verdict.sh RESULTS_DIR [GPUCI_DIFF_ARGS...]      e.g. sh verdict.sh out/gpu --allow known
 #
 # The exit code is gpuci diff's when it is not 0 (1: the verdict failed), taken only after
 # the report and the note are written, because a failing verdict is when they matter
@@ -10,7 +11,8 @@
 # fail: the diff then runs without one.
 #
 # Reads GitLab's CI_API_V4_URL, CI_PROJECT_ID, CI_MERGE_REQUEST_TARGET_BRANCH_NAME (or
-# CI_DEFAULT_BRANCH), and CI_JOB_TOKEN or GPUCI_GITLAB_TOKEN. A token goes to curl on
+# CI_DEFAULT_BRANCH), and CI_JOB_TOKEN or GPUCI_GITLAB_TOKEN; GPUCI_VERDICT_JOB names the job
+# whose artifact is the baseline (default: verdict); GPUCI_POST_NOTE=false posts no note. A token goes to curl on
 # stdin, never on a command line, and only to CI_API_V4_URL's host: a redirect (to object
 # storage) is followed without it. Never run this script under `set -x`.
 
@@ -62,7 +64,7 @@ fetch_baseline() {
         say "curl is not installed"
         return 1
     fi
-    url="${CI_API_V4_URL%/}/projects/$(urlencode "$CI_PROJECT_ID")/jobs/artifacts/$(urlencode "$ref")/raw/$VERDICT_PATH?job=$VERDICT_JOB"
+    url="${CI_API_V4_URL%/}/projects/$(urlencode "$CI_PROJECT_ID")/jobs/artifacts/$(urlencode "$ref")/raw/$VERDICT_PATH?job=$(urlencode "$VERDICT_JOB")"
     say "baseline: the verdict of branch $ref ($url)"
     partial="$1.part"
     answer="no job token"
@@ -101,7 +103,7 @@ fetch_baseline() {
 
 VERDICT_JOB=${GPUCI_VERDICT_JOB:-verdict} # the job whose artifact is the baseline
 if [ $# -lt 1 ] || [ -z "$1" ]; then
-    echo "usage: .ci/verdict.sh RESULTS_DIR [GPUCI_DIFF_ARGS...]" >&2
+    echo "usage: verdict.sh RESULTS_DIR [GPUCI_DIFF_ARGS...]" >&2
     exit 2
 fi
 dir=${1%/}
@@ -149,8 +151,13 @@ if [ "$reported" -ne 0 ]; then
     exit "$reported"
 fi
 
-run gpuci publish "$dir/comment.md"
-published=$?
+if [ "${GPUCI_POST_NOTE:-true}" = "false" ]; then
+    say "post-note is false: no note on the merge request"
+    published=0
+else
+    run gpuci publish "$dir/comment.md"
+    published=$?
+fi
 
 for code in "$merged" "$published"; do
     [ "$status" -eq 0 ] && status=$code

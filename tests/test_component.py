@@ -1,0 +1,248 @@
+"""gpuci's CI/CD component (templates/gpuci.yml) as a user's project takes it: the example
+project in examples/gitlab_project, whose `.gitlab-ci.yml` only includes the component,
+run for real by gitlab-ci-local (shell executor, no Docker, no GPU): the check on its CPU
+suite, the verdict, the note posted to a fake GitLab, the durations carried by the cache
+to the next pipeline. And the component's variants as GitLab would expand them.
+
+A missing tool skips on a workstation but fails under CI=true (see test_gitlab_ci.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gitlab_server import FakeGitLab
+from test_gitlab_ci import (
+    JOB_TOKEN,
+    NOTE_TOKEN,
+    child_env,
+    git,
+    gitlab_ci_local,
+    missing,
+    safe_job_name,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "gitlab_project"
+COMPONENT = ROOT / "templates" / "gpuci.yml"
+ORIGIN = "https://gitlab.example.com/team/example.git"
+CHECK_JOB = "gpuci:check"
+
+
+def component_ref(pipeline: Path) -> tuple[str, str]:
+    """The project path and version the example's include names (team/gpuci, 0.1.0)."""
+    text = pipeline.read_text(encoding="utf-8")
+    found = re.search(r"component: \$CI_SERVER_FQDN/(\S+)/gpuci@(\S+)", text)
+    assert found, f"{pipeline}: no include of gpuci's component"
+    return found[1], found[2]
+
+
+class Project:
+    """A copy of a project with its own git repository, in which gitlab-ci-local runs jobs."""
+
+    def __init__(self, tmp_path: Path, source: Path, pipeline: str | None = None) -> None:
+        self.tool = gitlab_ci_local()
+        self.dir = tmp_path / "project"
+        shutil.copytree(source, self.dir)
+        if pipeline is not None:
+            (self.dir / ".gitlab-ci.yml").write_text(pipeline, encoding="utf-8")
+        git(self.dir, "init", "-q", "-b", "main")
+        git(self.dir, "config", "user.name", "gpuci")  # gitlab-ci-local reads them
+        git(self.dir, "config", "user.email", "gpuci@example.com")
+        git(self.dir, "add", "-A")
+        git(self.dir, "-c", "commit.gpgsign=false", "commit", "-q", "-m", "pipeline under test")
+        git(self.dir, "remote", "add", "origin", ORIGIN)
+        git(self.dir, "update-ref", "refs/remotes/origin/main", "HEAD")
+        git(self.dir, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
+        # gitlab-ci-local 4.70.1 resolves `include: component:` itself: from the working
+        # tree where it names this project at HEAD, else by a git clone into its include
+        # cache, which it reuses as it finds it (no --fetch-includes). The clone would reach
+        # gitlab.example.com, so this checkout's component file goes where that clone would
+        # leave it, and the project's `.gitlab-ci.yml` runs unchanged.
+        where, version = component_ref(self.dir / ".gitlab-ci.yml")
+        fetched = self.dir / ".gitlab-ci-local" / "includes" / "gitlab.example.com" / where
+        (fetched / version / "templates").mkdir(parents=True)
+        shutil.copy2(COMPONENT, fetched / version / "templates" / "gpuci.yml")
+        self.home = tmp_path / "home"
+        self.home.mkdir()
+        # What the component's `install` input would install: this checkout's gpuci, for
+        # `gpuci` and for the `python3` that finds its verdict.sh.
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        for name, module in (("gpuci", "-m gpuci "), ("python3", "")):
+            shim = bin_dir / name
+            shim.write_text(
+                f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" {module}"$@"\n', "utf-8"
+            )
+            shim.chmod(0o755)
+        self.path = f"{bin_dir}:{child_env()['PATH']}"
+
+    def gcl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run gitlab-ci-local in the project."""
+        return subprocess.run(
+            [self.tool, *args],
+            cwd=self.dir,
+            env=child_env(PATH=self.path, HOME=str(self.home), NO_COLOR="1"),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+
+    def config(self) -> dict[str, Any]:
+        """The pipeline as gitlab-ci-local expands it (component, inputs, extends applied)."""
+        try:
+            from ruamel.yaml import YAML  # check-jsonschema's YAML parser
+        except ImportError:
+            missing("ruamel.yaml (check-jsonschema's)", "it reads gitlab-ci-local's preview")
+        result = self.gcl("--preview")
+        assert result.returncode == 0, result.stderr
+        return YAML(typ="safe").load(result.stdout)  # type: ignore[no-any-return]
+
+    def job_names(self) -> list[str]:
+        """The jobs this pipeline runs (rules applied, `parallel:` expanded)."""
+        result = self.gcl("--list-json")
+        assert result.returncode == 0, result.stderr
+        return [job["name"] for job in json.loads(result.stdout) if job["when"] != "never"]
+
+    def run_job(self, job: str, variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        """Run one job with the shell executor, with GitLab's variables `variables`."""
+        args = [job, "--shell-isolation", "--force-shell-executor", "--no-color"]
+        args += ["--no-artifacts-to-source", "--ignore-predefined-vars", ",".join(variables)]
+        for name, value in {"GPUCI_INSTALL": "true", **variables}.items():
+            args += ["--variable", f"{name}={value}"]
+        return self.gcl(*args)
+
+    def artifacts(self, job: str) -> Path:
+        return self.dir / ".gitlab-ci-local" / "artifacts" / safe_job_name(job)
+
+    def log(self, job: str) -> str:
+        return (self.dir / ".gitlab-ci-local" / "output" / f"{safe_job_name(job)}.log").read_text(
+            "utf-8"
+        )
+
+
+def expected_categories() -> dict[str, tuple[str, list[str] | None]]:
+    """examples/gitlab_project/expected.json: each test's category (and culprits)."""
+    expected = json.loads((EXAMPLE / "expected.json").read_text(encoding="utf-8"))
+    return {
+        test_id: (want, None) if isinstance(want, str) else (want["category"], want["culprits"])
+        for test_id, want in expected.items()
+    }
+
+
+@pytest.mark.slow
+def test_the_example_projects_pipeline_checks_reports_and_posts_the_note(tmp_path: Path) -> None:
+    project = Project(tmp_path, EXAMPLE)
+    assert project.job_names() == [CHECK_JOB]  # the default: one job, the screens at once
+    with FakeGitLab(token=NOTE_TOKEN) as gitlab:
+        variables = {
+            "CI_PIPELINE_SOURCE": "merge_request_event",
+            "CI_MERGE_REQUEST_IID": gitlab.mr_iid,
+            "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "main",
+            "CI_API_V4_URL": gitlab.api_url,
+            "CI_PROJECT_ID": gitlab.project_id,
+            "CI_JOB_TOKEN": JOB_TOKEN,
+            "GPUCI_GITLAB_TOKEN": NOTE_TOKEN,
+        }
+        first = project.run_job(CHECK_JOB, variables)
+        output = first.stdout + first.stderr
+        assert first.returncode == 1, output  # the planted bug fails the job, after reporting
+        log = project.log(CHECK_JOB)
+        for token in (JOB_TOKEN, NOTE_TOKEN):
+            assert token not in output + log
+        assert "no durations.json from an earlier pipeline in the cache: a first check" in log
+
+        out = project.artifacts(CHECK_JOB) / "out" / "gpuci"
+        verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+        assert verdict["verdict"] == "fail"
+        found = {t["id"]: (t["category"], t.get("culprits") or None) for t in verdict["tests"]}
+        assert found == expected_categories()
+        junit = (out / "junit.xml").read_text(encoding="utf-8")
+        assert 'name="[suite] test_forward_allocates_its_activations"' in junit  # GitLab's report
+        assert "test_forward_allocates_its_activations" in (out / "report.html").read_text("utf-8")
+
+        # the default branch's verdict was asked for (none yet: 404), then the one note posted
+        asked = gitlab.received[0]
+        assert asked.path == "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpuci/verdict.json"
+        assert asked.query == {"job": CHECK_JOB}
+        assert "no baseline" in log
+        assert len(gitlab.notes) == 1
+        comment = (out / "comment.md").read_text(encoding="utf-8")
+        assert comment.strip() in gitlab.notes[0]["body"]
+
+        # the next pipeline: its check starts from the durations the cache carried over
+        second = project.run_job(CHECK_JOB, variables)
+        assert second.returncode == 1, second.stdout + second.stderr
+        log = project.log(CHECK_JOB)
+        assert "the files' times of an earlier pipeline: .cache/gpuci/durations.json" in log
+        assert "--durations .cache/gpuci/durations.json" in log  # gpuci's "reproduce" line
+        assert len(gitlab.notes) == 1  # updated in place, not a second note
+    durations = json.loads((out / "durations.json").read_text(encoding="utf-8"))
+    assert sorted(durations["files"]) == sorted({t.split("::")[0] for t in expected_categories()})
+
+
+def test_the_component_switches_to_one_job_per_mode(tmp_path: Path) -> None:
+    where, version = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    pipeline = f"""\
+include:
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version}
+    inputs:
+      jobs: modes
+      shards: 3
+      tags: [gpu, a100]
+      paths: tests
+      pytest-args: -k 'not slow'
+      modes: suite,parallel,threads,isolated
+      post-note: false
+"""
+    project = Project(tmp_path, EXAMPLE, pipeline)
+    names = project.job_names()
+    shards = [n for n in names if n.startswith("gpuci:isolated: [")]
+    assert shards == [f"gpuci:isolated: [{i}/3]" for i in (1, 2, 3)]
+    assert sorted(set(names) - set(shards)) == [
+        "gpuci:explain",
+        "gpuci:parallel",
+        "gpuci:suite",
+        "gpuci:threads",
+        "gpuci:verdict",
+    ]
+    config = project.config()
+    for name in ("gpuci:isolated", "gpuci:parallel", "gpuci:suite", "gpuci:threads"):
+        job = config[name]
+        assert job["tags"] == ["gpu", "a100"]
+        assert job["allow_failure"] is True
+        assert "out/gpuci/" in job["artifacts"]["paths"]
+        mode = name.split(":")[1]
+        assert f"--mode {mode}" in job["script"][0]
+        kernels = [c for c in job["cache"] if ".cache/cupy/" in c["paths"]]
+        assert len(kernels) == 1
+    assert config["gpuci:isolated"]["parallel"] == 3
+    assert config["gpuci:isolated"]["variables"]["GPUCI_PYTEST_ARGS"] == "-k 'not slow'"
+    verdict = config["gpuci:verdict"]
+    assert {n["job"] for n in verdict["needs"]} == {
+        "gpuci:explain",
+        "gpuci:isolated",
+        "gpuci:parallel",
+        "gpuci:suite",
+        "gpuci:threads",
+    }
+    assert verdict["artifacts"]["reports"]["junit"] == "out/gpuci/junit.xml"
+    assert verdict["artifacts"]["expose_as"] == "gpuci report"
+    assert verdict["variables"]["GPUCI_VERDICT_JOB"] == "gpuci:verdict"
+    assert verdict["variables"]["GPUCI_POST_NOTE"] == "false"
+    assert "durations.json" in " ".join(config["gpuci:explain"]["artifacts"]["paths"])
+
+    # without threads in `modes`, no threads job; the verdict does not wait for one
+    project = Project(tmp_path / "no-threads", EXAMPLE, pipeline.replace("threads,", ""))
+    assert "gpuci:threads" not in project.job_names()
+    chain = project.gcl("--validate-dependency-chain")
+    assert chain.returncode == 0, chain.stdout + chain.stderr

@@ -1,0 +1,137 @@
+"""The durations file (`gpuci/run/durations.py`): written at the end of every check, taken
+by a later check into another OUT with --durations, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpuci.model import InputError, Mode
+from gpuci.run.durations import SCHEMA, read_durations_file
+from gpuci.run.plan import read_durations
+from tests.cli_runner import gpuci
+
+CHECK = ("--modes", "suite,parallel,isolated", "--workers", "1")
+SUITE = {
+    # the longest file has the fewest tests and comes last in path order: without times,
+    # a check starts the file with the most tests first
+    "test_many.py": "".join(f"def test_{n}():\n    pass\n\n\n" for n in range(6)),
+    "test_some.py": "".join(f"def test_{n}():\n    pass\n\n\n" for n in range(4)),
+    "test_slow.py": """
+        import time
+
+
+        def test_slow():
+            time.sleep(1.5)
+
+
+        def test_broken():
+            assert False, "a real failure: the check fails, and still writes its durations"
+    """,
+}
+
+
+def write_suite(root: Path) -> Path:
+    root.mkdir(parents=True)
+    for name, text in SUITE.items():
+        (root / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    return root
+
+
+def parallel_order(out: Path) -> list[str]:
+    run = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
+    return [f["file"] for f in sorted(run["files"], key=lambda f: f["start"])]
+
+
+def test_a_check_with_another_outs_durations_runs_its_longest_file_first(tmp_path: Path) -> None:
+    first = write_suite(tmp_path / "first")
+    proc = gpuci("check", ".", "--out", "out", *CHECK, cwd=first)
+    assert proc.returncode == 1, proc.stderr  # the planted failure
+    assert parallel_order(first / "out") == ["test_many.py", "test_some.py", "test_slow.py"]
+    durations = first / "out" / "durations.json"
+    assert "durations: out/durations.json" in proc.stderr
+    data = json.loads(durations.read_text(encoding="utf-8"))
+    assert data["schema"] == SCHEMA
+    assert (
+        data["run_id"]
+        == json.loads((first / "out" / ".gpuci" / "check.json").read_text())["run_id"]
+    )
+    assert sorted(data["files"]) == sorted(SUITE)
+    assert data["files"]["test_slow.py"]["parallel"] > 1.5
+    assert data["files"]["test_slow.py"]["isolated"] > 1.5  # it failed: isolated ran it
+
+    # another machine, another checkout, another OUT: only the file travels
+    second = write_suite(tmp_path / "second")
+    carried = tmp_path / "cache" / "durations.json"
+    carried.parent.mkdir()
+    carried.write_bytes(durations.read_bytes())
+    proc = gpuci(
+        "check", ".", "--out", "elsewhere", *CHECK, "--durations", str(carried), cwd=second
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert parallel_order(second / "elsewhere")[0] == "test_slow.py"
+    assert (second / "elsewhere" / "durations.json").is_file()  # and it writes its own
+
+
+@pytest.mark.slow
+def test_explain_writes_the_mode_jobs_durations_for_the_next_pipelines_jobs(
+    tmp_path: Path,
+) -> None:
+    # CI with one job per mode: the mode jobs' results meet in gpuci explain's OUT, which
+    # writes the durations; the next pipeline's mode jobs take them with --durations
+    root = write_suite(tmp_path / "suite")
+    for mode in ("parallel", "suite"):
+        proc = gpuci("run", ".", "--mode", mode, "--out", "out", "--workers", "1", cwd=root)
+        assert proc.returncode == 1, proc.stderr
+    assert parallel_order(root / "out") == ["test_many.py", "test_some.py", "test_slow.py"]
+    proc = gpuci("explain", "out", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads((root / "out" / "durations.json").read_text(encoding="utf-8"))
+    assert sorted(data["files"]) == sorted(SUITE)
+    assert all(set(times) == {"parallel"} for times in data["files"].values())
+    args = ("--mode", "parallel", "--out", "next", "--workers", "1")
+    proc = gpuci("run", ".", *args, "--durations", "out/durations.json", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    assert parallel_order(root / "next")[0] == "test_slow.py"
+
+
+def test_a_missing_durations_file_is_refused_before_out_is_touched(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "suite")
+    proc = gpuci("check", ".", "--out", "out", "--durations", "nowhere.json", cwd=root)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gpuci: error: --durations nowhere.json: no such file")
+    assert not (root / "out").exists()
+
+
+def test_each_mode_is_ordered_by_its_own_times_first(tmp_path: Path) -> None:
+    path = tmp_path / "durations.json"
+    files = {
+        "a.py": {"parallel": 1.0, "isolated": 9.0, "threads": 5.0, "gpu_peak_mib": 300},
+        "b.py": {"isolated": 2.0},
+        "c.py": {"threads": 4.0},
+    }
+    path.write_text(json.dumps({"schema": SCHEMA, "run_id": "", "files": files}), "utf-8")
+    assert read_durations(path, Mode.PARALLEL) == {"a.py": 1.0, "b.py": 2.0, "c.py": 4.0}
+    assert read_durations(path, Mode.THREADS) == {"a.py": 5.0, "b.py": 2.0, "c.py": 4.0}
+    assert read_durations(path, Mode.ISOLATED) == {"a.py": 9.0, "b.py": 2.0, "c.py": 4.0}
+    assert read_durations_file(path).peaks == {"a.py": 300}
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        ({"a.py": 3}, "'a.py' is not an object of times per mode"),
+        ({"a.py": {"parallel": "slow"}}, "'a.py' parallel: 'slow' is not a number of seconds"),
+        ({"a.py": {"parallel": -1}}, "'a.py' parallel: -1 is not a number of seconds"),
+    ],
+)
+def test_a_malformed_durations_file_names_the_entry(
+    tmp_path: Path, files: dict[str, object], says: str
+) -> None:
+    path = tmp_path / "durations.json"
+    path.write_text(json.dumps({"schema": SCHEMA, "run_id": "", "files": files}), "utf-8")
+    with pytest.raises(InputError, match=f"^{path}: {says}$".replace("(", r"\(")):
+        read_durations(path)
