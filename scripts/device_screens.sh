@@ -54,6 +54,19 @@ for t in v["tests"]:
 PY
 }
 
+forks() {  # per mode: interpreters, how many forked, the longest one's wall (the suite's)
+    python3 - "$1" <<'PY'
+import json, sys, pathlib
+for mode in ("suite", "parallel", "threads", "isolated"):
+    path = pathlib.Path(sys.argv[1]) / mode / "run.json"
+    if path.exists():
+        its = [i for f in json.loads(path.read_text())["files"] for i in f["interpreters"]]
+        longest = max((i["end"] - i["start"] for i in its), default=0)
+        print(f"{mode}: {len(its)} interpreters, {sum(bool(i.get('forked')) for i in its)} forked,"
+              f" longest {longest:.1f} s")
+PY
+}
+
 for step in "$@"; do
     case "$step" in
     subset)
@@ -99,7 +112,9 @@ PY
         for run in a b; do
             timed check-default-$run 300 python3 -m gpuci check "${SUBSET[@]}" \
                 --out "$WORK/o-default" --timeout 120 -- -m "$MARK"
-            findings "$WORK/o-default/verdict.json" | head -3
+            findings "$WORK/o-default/verdict.json" > "$WORK/findings-$run.txt"
+            head -3 "$WORK/findings-$run.txt"
+            forks "$WORK/o-default"
         done
         for run in a b; do
             timed check-threads-$run 300 python3 -m gpuci check "${SUBSET[@]}" \

@@ -9,6 +9,7 @@ with the tests after it in a fresh interpreter (`Attempt.resume`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shlex
@@ -93,7 +94,9 @@ class Interpreters:
         supervisor: Supervisor,
         gate: MemoryGate | None = None,  # holds a start back until its GPU has room
         fresh: bool = False,  # every interpreter a fresh `python -m pytest` (never forked)
+        nice: int = 0,  # added to each interpreter's niceness (its threads and children too)
     ) -> None:
+        self.nice = nice
         self.gate = gate
         self.fresh = fresh
         self.out = out  # journal/ and logs/ go here
@@ -175,6 +178,11 @@ class Interpreters:
             log.close()
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         self.supervisor.add(proc)
+        if self.nice:
+            with contextlib.suppress(OSError):  # ended already: nothing to yield
+                os.setpriority(
+                    os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice
+                )
         sampler().watch(proc.pid)
         left: list[Leftover] = []
         try:

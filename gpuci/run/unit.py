@@ -34,6 +34,7 @@ from gpuci.run.resume import Earlier
 from gpuci.run.supervisor import Supervisor
 
 FRESH_MODES = (Mode.SUITE, Mode.ISOLATED)  # only parallel and threads may fork
+SCREEN_NICE = 5  # parallel and threads interpreters yield the CPU to the suite interpreter
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +80,8 @@ def start_interpreters(
         # the suite interpreter is the plain pytest run the check replaces, and isolated
         # the reference outcome of every file: both exact by construction, never forked
         fresh=options.mode in FRESH_MODES,
+        # the suite interpreter beside them is the floor of a check's cost: it gets the CPU
+        nice=0 if options.mode in FRESH_MODES else SCREEN_NICE,
     )
 
 
