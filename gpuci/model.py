@@ -317,6 +317,7 @@ class TestVerdict:
     inferred: tuple[str, ...] = ()  # modes whose outcome was concluded, not run
     cut: str = ""  # evidence the budget left out, e.g. "not rerun: budget"
     culprits: tuple[str, ...] = ()  # who broke it (test ids; files for concurrency)
+    providers: tuple[str, ...] = ()  # depends-on-others: the tests after which it passes
     search: str = ""  # how the culprits were found, or why they were not
     probes: tuple[Probe, ...] = ()  # the culprit search's runs
     poisoned: str | None = None  # Outcome value alone with poisoned allocations, if run
@@ -325,6 +326,7 @@ class TestVerdict:
     sanitizer: str = ""  # compute-sanitizer's first error block
     notes: tuple[str, ...] = ()  # what an outcome did not decide, and why (threads)
     with_provider: str = ""  # depends-on-others: the command that passes, its provider first
+    passes_alone: str = ""  # order-dependent: the command that passes, the test alone
     fingerprint: str = (
         ""  # how it failed, normalized (gpuci.evidence.fingerprints): its group's key
     )

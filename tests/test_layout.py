@@ -56,6 +56,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "alone",
         "priorities",
         "beside",
+        "pairs",
         "culprits",
         "strict",
         "sanitizer",

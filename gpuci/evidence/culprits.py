@@ -6,8 +6,8 @@
 - cascades: a culprit set found for one victim is tried first on every later victim (a
   sticky CUDA error, a leaked pool limit: one root with its victims).
 - depends-on-others: the same halving, keeping a half after which it passes.
-- concurrency: the victim started with each file that overlapped it (nearest first), both
-  held at their first test until both got there; else with all of them at once.
+- concurrency: the victim started with each file that overlapped it (`gpuci.evidence.pairs`);
+  a test of that file that failed the victim's way beside it is its partner, and names it.
 
 Every answer is confirmed by a second identical run; where that run goes the other way,
 the victim is flaky and nothing is named. Every run counts against the budget and is kept
@@ -23,8 +23,17 @@ from typing import TextIO
 
 from gpuci.evidence.beside import beside_suite_test, co_runners
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.fingerprints import failure_kind
+from gpuci.evidence.pairs import (
+    NOT_REPRODUCED,
+    NOT_SEARCHED,
+    PHASE,
+    SAME_RUN_BOTH_WAYS,
+    partner_note,
+    search_pairs,
+)
 from gpuci.evidence.probe import Prober
-from gpuci.evidence.reproduce import Order, gpu_of
+from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.model import (
     NOT_PASSING,
@@ -37,13 +46,10 @@ from gpuci.model import (
     printable,
 )
 
-PHASE = "culprits"
-NOT_SEARCHED = "not searched (budget)"
-NOT_REPRODUCED = "not reproduced"  # how a search that never saw the finding again begins
-PAIRED = "pair: "  # how a search that found a co-running file begins
-SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"  # identical runs, both outcomes
 SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
+# a pair's partner must not fail on its own: these pass with nothing beside them
+PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 
 
@@ -56,6 +62,7 @@ class _Task:
     candidates: tuple[str, ...]
     rank: tuple[int, int]  # (kind, place in the suite's order): earlier victims first
     pairs: tuple[str, ...] = ()  # files to pair it with where a screen's replay shows nothing
+    kind: str = ""  # its failure's kind in the screens (fingerprints.failure_kind)
 
 
 @dataclass(slots=True)
@@ -65,6 +72,7 @@ class _Search:
     probes: list[Probe]
     culprits: tuple[str, ...] = ()
     note: str = ""
+    partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
 
 
 def search_culprits(
@@ -77,11 +85,58 @@ def search_culprits(
     progress: TextIO,
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression, added to the evidence by test id."""
+    tasks = _tasks(results, classified, found, orders)
+    if not tasks:
+        return dict(found)
+    _say(progress, f"culprits: searching for {len(tasks)} victim(s)")
+    searches: dict[str, _Search] = {}
+    roots: list[tuple[str, ...]] = []  # culprit sets found so far, in order
+    partnerable = frozenset(t.id for t in classified.values() if t.category in PARTNERABLE)
+    for task in sorted(tasks, key=lambda t: t.rank):
+        if prober.stopping():
+            break
+        if task.victim in searches:  # an earlier victim's pair runs showed it as a partner
+            continue
+        if prober.exhausted():
+            searches[task.victim] = _Search([], note=NOT_SEARCHED)
+            _say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
+            continue
+        if task.category is Category.CONCURRENCY:
+            search = _pairs(prober, results[Mode.PARALLEL], task, partnerable)
+        else:
+            search = _replay(prober, results.get(Mode.PARALLEL), task, roots, partnerable)
+        searches[task.victim] = search
+        if search.culprits and search.culprits not in roots:
+            roots.append(search.culprits)
+        shown = ", ".join(search.culprits) or "-"
+        _say(progress, f"  {task.victim}: culprits: {shown} ({search.note})")
+        for partner in search.partners:
+            # contention is symmetric: it fails beside the victim, in the victim's command
+            if partner not in searches:
+                note = partner_note(task.victim, len(search.probes))
+                searches[partner] = _Search([], culprits=(task.victim,), note=note)
+                _say(progress, f"  {partner}: culprits: {task.victim} ({note})")
+    merged = dict(found)
+    for victim, search in searches.items():
+        before = merged.get(victim, TestEvidence(id=victim))
+        merged[victim] = dataclasses.replace(
+            before, culprits=search.culprits, search=search.note, probes=tuple(search.probes)
+        )
+    return merged
+
+
+def _tasks(
+    results: Mapping[Mode, ModeResults],
+    classified: Mapping[str, Classified],
+    found: Mapping[str, TestEvidence],
+    orders: Mapping[Mode, Order],
+) -> list[_Task]:
+    """Every victim's search, where it has one to search."""
     # victims in the order they ran in one interpreter, so that an early victim's culprit
     # is found first and tried on the later ones (a cascade)
     reference = results.get(Mode.SUITE) or next(iter(results.values()))
     place = {t.id: i for i, t in enumerate(reference.run.tests)}
-    tasks = []
+    tasks: list[_Task] = []
     for test in classified.values():
         # a victim that fails alone when poisoned reads uninitialized memory: its own bug;
         # one whose poisoned runs went both ways is flaky: nothing to search for either
@@ -93,34 +148,7 @@ def search_culprits(
             task = _plan(test, results, orders, place.get(test.id, len(place)))
             if task is not None:
                 tasks.append(task)
-    if not tasks:
-        return dict(found)
-    _say(progress, f"culprits: searching for {len(tasks)} victim(s)")
-    searches: dict[str, _Search] = {}
-    roots: list[tuple[str, ...]] = []  # culprit sets found so far, in order
-    for task in sorted(tasks, key=lambda t: t.rank):
-        if prober.stopping():
-            break
-        if prober.exhausted():
-            searches[task.victim] = _Search([], note=NOT_SEARCHED)
-            _say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
-            continue
-        if task.category is Category.CONCURRENCY:
-            search = _search_pairs(prober, results[Mode.PARALLEL], task)
-        else:
-            search = _replay(prober, results.get(Mode.PARALLEL), task, roots)
-        searches[task.victim] = search
-        if search.culprits and search.culprits not in roots:
-            roots.append(search.culprits)
-        shown = ", ".join(search.culprits) or "-"
-        _say(progress, f"  {task.victim}: culprits: {shown} ({search.note})")
-    merged = dict(found)
-    for victim, search in searches.items():
-        before = merged.get(victim, TestEvidence(id=victim))
-        merged[victim] = dataclasses.replace(
-            before, culprits=search.culprits, search=search.note, probes=tuple(search.probes)
-        )
-    return merged
+    return tasks
 
 
 def _plan(
@@ -139,6 +167,7 @@ def _plan(
             category=test.category,
             candidates=co_runners(results, test.results[Mode.PARALLEL].file),
             rank=(2, place),
+            kind=failure_kind(test.seen),
         )
     parallel = results.get(Mode.PARALLEL)
     pairs: tuple[str, ...] = ()
@@ -172,12 +201,17 @@ def _plan(
                 candidates=candidates,
                 rank=rank,
                 pairs=pairs,
+                kind=failure_kind(test.seen) if pairs else "",
             )
     return best
 
 
 def _replay(
-    prober: Prober, parallel: ModeResults | None, task: _Task, roots: list[tuple[str, ...]]
+    prober: Prober,
+    parallel: ModeResults | None,
+    task: _Task,
+    roots: list[tuple[str, ...]],
+    partnerable: frozenset[str],
 ) -> _Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
     showed it, the files that ran beside it in the parallel screen."""
@@ -189,22 +223,39 @@ def _replay(
         and search.note.startswith(NOT_REPRODUCED)
         and SAME_RUN_BOTH_WAYS not in search.note
     ):
-        return _paired_instead(prober, parallel, task, search)
+        return _paired_instead(prober, parallel, task, search, partnerable)
     return search
 
 
-def _paired_instead(prober: Prober, parallel: ModeResults, task: _Task, replay: _Search) -> _Search:
+def _paired_instead(
+    prober: Prober,
+    parallel: ModeResults,
+    task: _Task,
+    replay: _Search,
+    partnerable: frozenset[str],
+) -> _Search:
     """A screen's order-dependent suspect whose replay showed nothing, paired instead with
     what ran beside it in the parallel screen: a pair that fails makes it concurrency."""
-    paired = _search_pairs(
-        prober,
-        parallel,
-        dataclasses.replace(task, category=Category.CONCURRENCY, candidates=task.pairs),
-    )
+    paired = _pairs(prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable)
     if not paired.culprits:
         paired.note = f"{replay.note}; {paired.note}"
     paired.probes = replay.probes + paired.probes
     return paired
+
+
+def _pairs(
+    prober: Prober, parallel: ModeResults, task: _Task, partnerable: frozenset[str]
+) -> _Search:
+    """The victim beside the files that ran with it (`gpuci.evidence.pairs`)."""
+    found = search_pairs(
+        prober,
+        parallel,
+        victim=task.victim,
+        candidates=task.candidates,
+        kind=task.kind,
+        partnerable=partnerable - {task.victim},
+    )
+    return _Search(found.probes, culprits=found.culprits, note=found.note, partners=found.partners)
 
 
 def _selectable(test_id: str) -> bool:
@@ -317,74 +368,6 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
         f"; needs all {len(current)} together" if several else ""
     )
     return search
-
-
-def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search:
-    """The victim alone beside each overlapping file, then beside all of them; a pair
-    names its partner only where it shows the finding twice in a row, and a pair that
-    showed it once, then not, ends the search: flaky."""
-    search = _Search([])
-    apart = 0  # pair runs whose interpreters did not all start their tests together
-    victim_file = task.victim.partition("::")[0]
-    ids_of = _ids_by_file(parallel)
-    groups: list[Sequence[str]] = [[c] for c in task.candidates]
-    if len(task.candidates) > 1:
-        groups.append(list(task.candidates))
-
-    def pair_shows(beside: Sequence[str]) -> bool:
-        nonlocal apart
-        runs = [([task.victim], gpu_of(parallel, victim_file))]
-        runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
-        started = [(ids, gpu) for ids, gpu in runs if ids]
-        done, met = prober.run_together(
-            started, phase=PHASE, label=f"culprits of {task.victim}: beside {len(beside)} file(s)"
-        )
-        apart += met < len(started)  # one never reached its first test: no overlap
-        outcome = done[0].outcome(task.victim)
-        search.probes.append(
-            Probe(count=len(beside), shown=tuple(beside[:PROBE_SHOWN]), outcome=outcome)
-        )
-        return _shows(task, outcome) is True
-
-    for beside in groups:
-        if prober.exhausted() or prober.stopping():
-            search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
-            return search
-        if not pair_shows(beside):
-            continue
-        if prober.exhausted() or prober.stopping():
-            search.note = "search cut by budget before the pair was confirmed twice"
-            return search
-        if not pair_shows(beside):
-            # the same pair, started the same way, went both ways: flaky, like a replay
-            shown = ", ".join(beside[:PROBE_SHOWN])
-            search.note = (
-                f"{NOT_REPRODUCED}: beside {shown} it {SHOWN[task.category]},"
-                f" then not ({SAME_RUN_BOTH_WAYS})"
-            )
-            return search
-        search.culprits = tuple(beside)
-        search.note = f"{PAIRED}{len(search.probes)} run(s), confirmed twice" + (
-            f"; only all {len(beside)} together" if len(beside) > 1 else ""
-        )
-        return search
-    search.note = (
-        f"{NOT_REPRODUCED}: no pair showed it twice ({len(search.probes)} runs"
-        + (f"; {apart} did not overlap" if apart else "")
-        + ")"
-        if search.probes
-        else "no file ran beside it"
-    )
-    return search
-
-
-def _ids_by_file(parallel: ModeResults) -> dict[str, list[str]]:
-    """Each file's tests as the parallel run ran them (what a co-runner replays)."""
-    ids: dict[str, list[str]] = {}
-    for test in parallel.run.tests:
-        if test.outcome is not Outcome.NOT_RUN and _selectable(test.id):
-            ids.setdefault(test.file, []).append(test.id)
-    return ids
 
 
 def _say(progress: TextIO, text: str) -> None:

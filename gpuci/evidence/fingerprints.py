@@ -29,6 +29,7 @@ _TEMP = re.compile(
 )
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_])[-+]?\d+(?:[.,_]\d+)*(?:[eE][-+]?\d+)?")
 _SPACE = re.compile(r"\s+")
+_CLAUSE_END = re.compile(r"\(|\.\s|;\s")  # where a message starts listing particulars
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +65,17 @@ def first_fingerprint(seen: Iterable[TestResult]) -> str:
     for test in seen:
         if test.outcome is Outcome.FAILED and test.message.strip():
             return fingerprint(test.id, test.message, test.where)
+    return ""
+
+
+def failure_kind(seen: Iterable[TestResult]) -> str:
+    """The first failure's kind: its normalized message up to its first clause's end, no
+    frame. Two tests that ran one device out of memory together share it though each names
+    its own line and the driver lists who held what ("" where none failed with a message)."""
+    for test in seen:
+        if test.outcome is Outcome.FAILED and test.message.strip():
+            text = fingerprint(test.id, test.message)
+            return _CLAUSE_END.split(text, maxsplit=1)[0].strip() or text
     return ""
 
 

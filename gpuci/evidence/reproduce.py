@@ -169,6 +169,9 @@ def culprit_command(
     if not culprits or not target:
         return ""
     if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        if all("::" in c for c in culprits):
+            # a pair's partner: its victim alone, beside its file (the victim's command)
+            return _run_together(results[Mode.PARALLEL], [*culprits, target.partition("::")[0]])
         return _run_together(results[Mode.PARALLEL], [target, *culprits])
     if category is Category.ORDER_DEPENDENT:
         run = next(iter(results.values())).run
@@ -189,6 +192,21 @@ def provider_command(
         return ""
     run = next(iter(results.values())).run
     return pytest_command(run, [*culprits, target], serial_gpu(run))
+
+
+def alone_command(
+    test_id: str,
+    category: Category,
+    culprits: Sequence[str],
+    results: Mapping[Mode, ModeResults],
+) -> str:
+    """An order-dependent finding's other half: the test alone (it passes), where its
+    reproduce command runs it after its culprits (it fails)."""
+    target = _selectable(test_id)
+    if category is not Category.ORDER_DEPENDENT or not culprits or not target:
+        return ""
+    run = next(iter(results.values())).run
+    return pytest_command(run, [target], serial_gpu(run))
 
 
 def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:

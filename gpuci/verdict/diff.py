@@ -17,6 +17,7 @@ from typing import Any
 from gpuci.evidence.classify import classify_results
 from gpuci.evidence.fingerprints import first_fingerprint
 from gpuci.evidence.reproduce import (
+    alone_command,
     culprit_command,
     interpreter_order,
     poisoned_command,
@@ -57,6 +58,7 @@ DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Cat
 DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
 UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
 FINGERPRINTED = ISOLATION_CATEGORIES | {Category.FAILED, Category.FLAKY}  # grouped in reports
+DEPENDS = Category.DEPENDS_ON_OTHERS  # its culprits are its providers
 KNOWN = "known"  # --allow's word for isolation regressions the baseline already had
 # verdict.json's test order: what needs attention first.
 CATEGORY_GROUP = {
@@ -204,6 +206,7 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                 with_provider=provider_command(
                     test_id, test.category, ev.culprits if ev else (), results
                 ),
+                passes_alone=alone_command(test_id, category, ev.culprits if ev else (), results),
                 fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, category) if ev else {}),
@@ -248,7 +251,8 @@ def _isolated_note(category: Category, outcomes: Mapping[Mode, Outcome]) -> tupl
 def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
     """What the evidence runs add to a test's verdict: culprits, poisoning, sanitizer."""
     fields: dict[str, Any] = {
-        "culprits": found.culprits if category in ISOLATION_CATEGORIES else (),
+        "culprits": found.culprits if category in ISOLATION_CATEGORIES - {DEPENDS} else (),
+        "providers": found.culprits if category is DEPENDS else (),
         "search": found.search if category in ISOLATION_CATEGORIES else "",
         "probes": found.probes if category in ISOLATION_CATEGORIES else (),
         "sanitizer": found.sanitizer,
@@ -273,8 +277,8 @@ def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
     """Victims grouped under their culprits: a cascade is one root, most victims first."""
     groups: dict[tuple[tuple[str, ...], Category], list[TestVerdict]] = {}
     for test in tests:
-        if test.culprits and test.category in ISOLATION_CATEGORIES:
-            groups.setdefault((test.culprits, test.category), []).append(test)
+        if (culprits := test.culprits or test.providers) and test.category in ISOLATION_CATEGORIES:
+            groups.setdefault((culprits, test.category), []).append(test)
     roots = [
         Root(
             culprits=culprits,
