@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import markupsafe
 import pytest
 from cli_runner import gpuci
 
@@ -125,15 +126,40 @@ def test_each_victim_names_its_culprit(checked: tuple[Path, Path, dict[str, Any]
     assert tests[POOL_VICTIM]["category"] == "order-dependent"
     assert tests[POOL_VICTIM]["culprits"] == [POOL]
     assert tests[CONSUMER]["category"] == "depends-on-others"
-    assert tests[CONSUMER]["culprits"] == [PROVIDER]
+    assert tests[CONSUMER]["providers"] == [PROVIDER]
     assert tests[HOGS[0]]["category"] == "concurrency"
-    assert tests[HOGS[0]]["culprits"] == ["test_k_hog.py"]
+    # contention is symmetric: each names the other (its file, or its test in its pair)
+    assert [c.partition("::")[0] for c in tests[HOGS[0]]["culprits"]] == ["test_k_hog.py"]
     assert tests[HOGS[1]]["category"] == "concurrency"
-    assert tests[HOGS[1]]["culprits"] == ["test_j_hog.py"]
+    assert [c.partition("::")[0] for c in tests[HOGS[1]]["culprits"]] == ["test_j_hog.py"]
     # the polluters pass themselves: the damage shows in someone else's test
     for polluter in (STICKY, POOL, PROVIDER):
         assert tests[polluter]["category"] == "passed"
         assert "culprits" not in tests[polluter]
+
+
+@pytest.mark.slow
+def test_every_card_and_the_note_carry_every_command_that_shows_it(
+    checked: tuple[Path, Path, dict[str, Any], str],
+) -> None:
+    out, _, verdict, stdout = checked
+    tests = by_id(verdict)
+    consumer, victim = tests[CONSUMER], tests[POOL_VICTIM]
+    assert "culprits" not in consumer  # a provider is not a culprit
+    html = (out / "report.html").read_text(encoding="utf-8")
+    note = (out / "comment.md").read_text(encoding="utf-8")
+    # fails alone and passes after its provider; fails after its culprit and passes alone
+    commands = {
+        consumer["reproduce"]: "fails alone",
+        consumer["with_provider"]: "passes after its provider",
+        victim["reproduce"]: "fails after its culprit",
+        victim["passes_alone"]: "passes alone",
+    }
+    assert victim["passes_alone"].endswith(f"python -m pytest -p no:randomly {POOL_VICTIM}")
+    for command, what in commands.items():
+        assert str(markupsafe.escape(command)) in html, what
+        assert command in note, what
+        assert f"    {what}: {command}" in stdout, what
 
 
 @pytest.mark.slow
@@ -225,7 +251,7 @@ def test_explain_adds_culprits_to_results_of_separate_runs(tmp_path: Path) -> No
     tests = by_id(verdict)
     for victim in CASCADE[:3]:
         assert tests[victim]["culprits"] == [STICKY]
-    assert tests[CONSUMER]["culprits"] == [PROVIDER]
+    assert tests[CONSUMER]["providers"] == [PROVIDER]
     evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
     # the mode jobs' own alone-reruns (2 each) count: explain reran nothing alone
     assert "alone" not in evidence["phases"]

@@ -63,7 +63,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "budget",
         "engine",
     ),
-    "verdict": ("merge", "describe", "diff", "roots"),
+    "verdict": ("merge", "describe", "causes", "diff", "roots"),
     "report": (
         "groups",
         "summary",

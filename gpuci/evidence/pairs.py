@@ -46,7 +46,7 @@ class PairSearch:
     note: str = ""
 
 
-def search_pairs(
+def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tells it
     prober: Prober,
     parallel: ModeResults,
     *,

@@ -52,6 +52,7 @@ from gpuci.model import (
     Verdict,
 )
 from gpuci.run.masking import mask_secrets
+from gpuci.verdict.causes import isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
@@ -331,15 +332,13 @@ def _decide(
     evidence: Evidence | None = None,
 ) -> tuple[str, list[str]]:
     """The verdict and its reasons: what fails it first, then what makes it a warning."""
-    failing: dict[str, int] = {}
-    warning: dict[str, int] = {}
+    failing: dict[str, list[TestVerdict]] = {}
+    warning: dict[str, list[TestVerdict]] = {}
     for test in tests:
         if policy.fails(test):
-            key = _reason_key(test, with_baseline=with_baseline)
-            failing[key] = failing.get(key, 0) + 1
+            failing.setdefault(_reason_key(test, with_baseline=with_baseline), []).append(test)
         elif policy.warns(test):
-            key = _reason_key(test, with_baseline=with_baseline)
-            warning[key] = warning.get(key, 0) + 1
+            warning.setdefault(_reason_key(test, with_baseline=with_baseline), []).append(test)
     reasons = [_reason(key, n) for key, n in sorted(failing.items(), key=_reason_order)]
     warnings = [_reason(key, n) for key, n in sorted(warning.items(), key=_reason_order)]
     for mode, mode_results in results.items():
@@ -384,17 +383,17 @@ REASON_ORDER = (
 )
 
 
-def _reason_order(item: tuple[str, int]) -> int:
+def _reason_order(item: tuple[str, list[TestVerdict]]) -> int:
     return REASON_ORDER.index(item[0])
 
 
-def _reason(key: str, n: int) -> str:
+def _reason(key: str, tests: Sequence[TestVerdict]) -> str:
     # Without a baseline nothing regressed: findings are problems; with one, new ones
-    # are regressions and known ones problems the target branch has too.
-    if key == "new isolation":
-        return f"{n} new isolation regression{'s' if n != 1 else ''}"
+    # are regressions and known ones problems the target branch has too; counted by cause.
+    n = len(tests)
     if "isolation" in key:
-        return f"{n} {key} problem{'s' if n != 1 else ''}"
+        what = "new isolation regression" if key == "new isolation" else f"{key} problem"
+        return isolation_headline(what, tests)
     if key == Category.NOT_RUN.value:
         return f"{n} test{'s' if n != 1 else ''} not run"
     return f"{n} {key} test{'s' if n != 1 else ''}"
