@@ -163,6 +163,19 @@ def test_every_card_and_the_note_carry_every_command_that_shows_it(
 
 
 @pytest.mark.slow
+def test_the_headline_counts_root_causes_and_the_tests_they_touch(
+    checked: tuple[Path, Path, dict[str, Any], str],
+) -> None:
+    out, _, verdict, stdout = checked
+    # the sticky flag (5 victims) and the pool are polluters; the hogs are one contention
+    headline = "4 isolation problems — 2 polluters, 1 provider, 1 contention — in 9 tests"
+    assert verdict["reasons"][0] == headline
+    assert f"verdict: fail ({headline}" in stdout
+    for name in ("report.html", "comment.md"):
+        assert headline in (out / name).read_text(encoding="utf-8"), name
+
+
+@pytest.mark.slow
 def test_the_cascade_is_one_root_with_five_victims(
     checked: tuple[Path, Path, dict[str, Any], str],
 ) -> None:

@@ -16,7 +16,7 @@ from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.run.discover import PLUGIN, POISON_ENV
 from gpuci.run.plan import thread_args, visible_gpus
 
-PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
+PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
 RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
@@ -256,7 +256,8 @@ def _pytest(
     if poison or run.poison:  # gpuci's plugin does the filling
         env += f"{POISON_ENV}=1 "
         extra = ["-p", PLUGIN, *extra]
-    return env + shlex.join([*PYTEST, *run.pytest_args, *extra, *targets])
+    python = run.environment.get("interpreter", "python")  # named where PATH has another
+    return env + shlex.join([python, *PYTEST, *run.pytest_args, *extra, *targets])
 
 
 def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:

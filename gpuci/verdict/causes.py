@@ -1,4 +1,5 @@
-"""Causes: a verdict's isolation problems counted by root cause, not by victim.
+"""Causes: victims grouped under their culprits (the verdict's roots), and a verdict's
+isolation problems counted by root cause, not by victim.
 
 One polluter that breaks five later tests is one problem in five tests; two tests that run
 one device out of memory together are one contention, whichever of them failed. The
@@ -7,9 +8,10 @@ headline says both: "3 isolation problems — 2 polluters, 1 provider — in 5 t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from gpuci.model import Category, TestVerdict
+from gpuci.evidence.results import ModeResults
+from gpuci.model import ISOLATION_CATEGORIES, Category, Mode, Root, TestVerdict
 
 # what a root cause of each category is called, singular and plural
 CAUSE_WORDS = {
@@ -62,3 +64,54 @@ def isolation_headline(what: str, tests: Sequence[TestVerdict]) -> str:
         return head  # one test each, no cause known: nothing more to say
     tail = f"in {len(tests)} test{'' if len(tests) == 1 else 's'}"
     return f"{head} — {parts} — {tail}"
+
+
+def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
+    """Victims grouped under their culprits: a cascade is one root, most victims first."""
+    groups: dict[tuple[tuple[str, ...], Category], list[TestVerdict]] = {}
+    for test in tests:
+        if (culprits := test.culprits or test.providers) and test.category in ISOLATION_CATEGORIES:
+            groups.setdefault((culprits, test.category), []).append(test)
+    roots = [
+        Root(
+            culprits=culprits,
+            category=category,
+            victims=tuple(v.id for v in victims),
+            reproduce=victims[0].reproduce,
+        )
+        for (culprits, category), victims in groups.items()
+    ]
+    roots.sort(key=lambda r: (-len(r.victims), r.culprits))
+    return tuple(roots)
+
+
+def contention_note(
+    category: Category, file: str, culprits: Sequence[str], results: Mapping[Mode, ModeResults]
+) -> tuple[str, ...]:
+    """Where the screens measured each file's device-memory peak: what a concurrency pair
+    needs together, against the device's memory where run.json has it ("" elsewhere)."""
+    files = list(dict.fromkeys([file, *(c.partition("::")[0] for c in culprits)]))
+    if category is not Category.CONCURRENCY or len(files) < 2:
+        return ()
+    peaks: dict[str, int] = {}
+    for mode in (Mode.PARALLEL, Mode.ISOLATED):
+        for part in results[mode].parts if mode in results else ():
+            for run in part.files:
+                for interpreter in run.interpreters:
+                    if interpreter.gpu_peak_mib is not None and run.file in files:
+                        peaks[run.file] = max(peaks.get(run.file, 0), interpreter.gpu_peak_mib)
+    if any(f not in peaks for f in files):
+        return ()
+    need = sum(peaks.values())
+    each = ", ".join(f"{f} {_gib(peaks[f])}" for f in files)
+    total = next((r.run.environment.get("gpu_memory_mib", "") for r in results.values()), "")
+    if not total.isdigit():
+        return (f"together they peaked at {_gib(need)} in the screens ({each})",)
+    if need <= int(total):
+        return ()  # they fit: whatever they contend for, it is not device memory
+    return (f"together they need {_gib(need)} of {_gib(int(total))} ({each}, in the screens)",)
+
+
+def _gib(mib: int) -> str:
+    gib = mib / 1024
+    return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.1f} GiB"

@@ -24,7 +24,7 @@ from gpuci.evidence.reproduce import (
     provider_command,
     reproduce_command,
 )
-from gpuci.evidence.results import ModeResults, load_mode_results
+from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
 from gpuci.evidence.strict import confirm_strictly
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -44,7 +44,6 @@ from gpuci.model import (
     InputError,
     Mode,
     Outcome,
-    Root,
     TestEvidence,
     TestResult,
     TestVerdict,
@@ -52,7 +51,7 @@ from gpuci.model import (
     Verdict,
 )
 from gpuci.run.masking import mask_secrets
-from gpuci.verdict.causes import isolation_headline
+from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
@@ -156,9 +155,11 @@ def write_verdict(verdict: Verdict, path: Path, secrets: Sequence[str] = ()) -> 
         raise GpuciError(f"{path}: cannot write the verdict ({exc.strerror or exc})") from None
 
 
-def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verdict:
-    """Classify every test under `out` and decide the verdict."""
-    results = load_mode_results(out)
+def diff_results(
+    out: Path, *, baseline: Verdict | None, policy: Policy, secrets: Sequence[str] = ()
+) -> Verdict:
+    """Classify every test under `out` and decide the verdict, `secrets` masked first."""
+    results = mask_results(load_mode_results(out), secrets)
     evidence = _read_evidence(out)
     found = {t.id: t for t in evidence.tests} if evidence is not None else {}
     modes = [m for m in Mode if m in results]
@@ -203,7 +204,8 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
                 notes=test.notes
                 + _isolated_note(category, test.outcomes)
-                + ((strict.note,) if strict.note else ()),
+                + ((strict.note,) if strict.note else ())
+                + contention_note(category, test.seen[0].file, ev.culprits if ev else (), results),
                 with_provider=provider_command(
                     test_id, test.category, ev.culprits if ev else (), results
                 ),
@@ -272,25 +274,6 @@ def _diagnosed(found: TestEvidence | None, category: Category) -> bool:
     """Whether it passes alone but fails alone once its allocations are poisoned."""
     poisoned = found.poisoned if found is not None else None
     return poisoned in NOT_PASSING and category is Category.ORDER_DEPENDENT
-
-
-def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
-    """Victims grouped under their culprits: a cascade is one root, most victims first."""
-    groups: dict[tuple[tuple[str, ...], Category], list[TestVerdict]] = {}
-    for test in tests:
-        if (culprits := test.culprits or test.providers) and test.category in ISOLATION_CATEGORIES:
-            groups.setdefault((culprits, test.category), []).append(test)
-    roots = [
-        Root(
-            culprits=culprits,
-            category=category,
-            victims=tuple(v.id for v in victims),
-            reproduce=victims[0].reproduce,
-        )
-        for (culprits, category), victims in groups.items()
-    ]
-    roots.sort(key=lambda r: (-len(r.victims), r.culprits))
-    return tuple(roots)
 
 
 def _read_evidence(out: Path) -> Evidence | None:
