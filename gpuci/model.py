@@ -281,10 +281,17 @@ class Probe:
     count: int  # tests that ran before the victim (files beside it, for concurrency)
     shown: tuple[str, ...]  # the nearest of them, at most PROBE_SHOWN
     outcome: Outcome  # the victim's
+    kind: str = ""  # what the run tried where it is not the search's own step ("cascade")
 
     def to_json(self) -> dict[str, Any]:
         """The evidence.json and verdict.json form."""
-        return {"count": self.count, "shown": list(self.shown), "outcome": self.outcome.value}
+        kind = {"kind": self.kind} if self.kind else {}
+        return {
+            "count": self.count,
+            "shown": list(self.shown),
+            "outcome": self.outcome.value,
+            **kind,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Probe:
@@ -293,6 +300,7 @@ class Probe:
             count=int(data["count"]),
             shown=tuple(str(x) for x in data.get("shown", ())),
             outcome=Outcome(data["outcome"]),
+            kind=str(data.get("kind", "")),
         )
 
 

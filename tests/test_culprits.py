@@ -156,6 +156,11 @@ def test_every_card_and_the_note_carry_every_command_that_shows_it(
         victim["passes_alone"]: "passes alone",
     }
     assert victim["passes_alone"].endswith(f"python -m pytest -p no:randomly {POOL_VICTIM}")
+    # its search first tried the sticky culprit (an earlier victim's), then bisected: the
+    # card's table labels that first run instead of showing it as the bisection's own
+    assert victim["probes"][0]["kind"] == "cascade", victim["probes"]
+    assert victim["search"].startswith("bisection"), victim["search"]
+    assert "an earlier victim&#39;s culprits:</span> <code>" + STICKY in html
     for command, what in commands.items():
         assert str(markupsafe.escape(command)) in html, what
         assert command in note, what

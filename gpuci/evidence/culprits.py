@@ -50,6 +50,7 @@ SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCU
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
+CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 
 
@@ -273,7 +274,9 @@ def _shows(task: _Task, outcome: Outcome) -> bool | None:
     return outcome in NOT_PASSING
 
 
-def _probe(prober: Prober, task: _Task, search: _Search, before: Sequence[str]) -> bool:
+def _probe(
+    prober: Prober, task: _Task, search: _Search, before: Sequence[str], kind: str = ""
+) -> bool:
     """Run `[before..., victim]` in a fresh interpreter; whether the victim shows the finding."""
     ran = prober.run(
         [*before, task.victim],
@@ -282,7 +285,7 @@ def _probe(prober: Prober, task: _Task, search: _Search, before: Sequence[str]) 
     )
     outcome = ran.outcome(task.victim)
     search.probes.append(
-        Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome)
+        Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome, kind=kind)
     )
     return bool(_shows(task, outcome))
 
@@ -301,7 +304,7 @@ def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _
             continue
         tried += 1
         ordered = [c for c in task.candidates if c in set(culprits)]
-        if _probe(prober, task, search, ordered):
+        if _probe(prober, task, search, ordered, CASCADE):
             if _confirmed_again(prober, task, search, ordered):
                 search.culprits = tuple(ordered)
                 search.note = (

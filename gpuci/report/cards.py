@@ -38,6 +38,7 @@ class ProbeRow:
     shown: tuple[str, ...]  # the nearest, in the order they ran
     outcome: str
     css: str
+    kind: str = ""  # "cascade": it tried an earlier victim's culprits, not this search's step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +156,7 @@ def _probes(probes: Sequence[Probe]) -> tuple[ProbeRow, ...]:
             shown=p.shown,
             outcome=p.outcome.value,
             css=p.outcome.value if p.outcome.value in OUTCOME_VALUES else "unknown",
+            kind="an earlier victim's culprits" if p.kind == "cascade" else p.kind,
         )
         for i, p in enumerate(probes, start=1)
     )

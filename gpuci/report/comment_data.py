@@ -25,7 +25,7 @@ from gpuci.report.report_data import (
     mode_columns,
     regressions,
 )
-from gpuci.report.timeline import mode_notes
+from gpuci.report.timeline import mode_facts, mode_notes
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import (
     Blame,
@@ -124,6 +124,7 @@ def markdown_data(
         "counts": counts(verdict),
         "total": len(verdict.tests),
         "notes": mode_notes(verdict),
+        "facts": mode_facts(verdict),
         "checked": checked_lines(verdict.checked),
         "links": ReportLinks(
             report_url=safe_url(links.report_url),

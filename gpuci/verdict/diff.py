@@ -155,7 +155,7 @@ def write_verdict(verdict: Verdict, path: Path, secrets: Sequence[str] = ()) -> 
         raise GpuciError(f"{path}: cannot write the verdict ({exc.strerror or exc})") from None
 
 
-def diff_results(
+def diff_results(  # -- each TestVerdict is built in one place, field by field
     out: Path, *, baseline: Verdict | None, policy: Policy, secrets: Sequence[str] = ()
 ) -> Verdict:
     """Classify every test under `out` and decide the verdict, `secrets` masked first."""
