@@ -30,6 +30,8 @@ _TEMP = re.compile(
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_])[-+]?\d+(?:[.,_]\d+)*(?:[eE][-+]?\d+)?")
 _SPACE = re.compile(r"\s+")
 _CLAUSE_END = re.compile(r"\(|\.\s|;\s")  # where a message starts listing particulars
+_RAISED_AS = re.compile(r"^[A-Za-z_][\w.]*: ")  # `fakegpu.OutOfMemoryError: `, `AssertionError: `
+MIN_KIND_CHARS = 16  # a shorter kind ("assert N == N") says too little to match another by
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +79,14 @@ def failure_kind(seen: Iterable[TestResult]) -> str:
             text = fingerprint(test.id, test.message)
             return _CLAUSE_END.split(text, maxsplit=1)[0].strip() or text
     return ""
+
+
+def same_kind(first: str, second: str) -> bool:
+    """Whether two failure kinds are one failure: the words of one within the other's, the
+    exception's name aside (a test's own assertion may wrap the error it caught, or count
+    the steps that hit it: `AssertionError: N/N steps: out of device memory ...`)."""
+    short, long = sorted((_RAISED_AS.sub("", first), _RAISED_AS.sub("", second)), key=len)
+    return len(short) >= MIN_KIND_CHARS and short in long
 
 
 def _param_ids(test_id: str) -> list[str]:

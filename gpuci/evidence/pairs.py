@@ -4,7 +4,7 @@ The victim runs alone in one interpreter and the partner file in another, both h
 their first tests until both got there (`Prober.run_together`); then beside all of them
 at once. Contention is symmetric: where two tests need more of the device than it has,
 whichever asks second fails. So a pair shows the finding where the victim fails, or where
-a test of the partner file fails the victim's way (`fingerprints.failure_kind`) and is
+a test of the partner file fails the victim's way (`fingerprints.same_kind`) and is
 not a failure of its own (it passes with nothing beside it). That test is the victim's
 partner: it fails beside the victim, and the pair's command shows it too.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from gpuci.evidence.fingerprints import failure_kind
+from gpuci.evidence.fingerprints import failure_kind, same_kind
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
 from gpuci.evidence.results import ModeResults
@@ -143,7 +143,7 @@ def _failed_its_way(runs: Sequence[ProbeRun], kind: str, partnerable: Collection
         for result in run.results.values()
         if result.id in partnerable
         and result.outcome is Outcome.FAILED
-        and failure_kind([result]) == kind
+        and same_kind(failure_kind([result]), kind)
     ]
 
 
