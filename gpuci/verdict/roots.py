@@ -107,7 +107,8 @@ def commands_of(test: TestVerdict) -> tuple[tuple[str, str], ...]:
         return ()
     if test.category is Category.DEPENDS_ON_OTHERS and test.with_provider:
         return (("fails alone", test.reproduce), ("passes after its provider", test.with_provider))
-    if test.category is Category.ORDER_DEPENDENT and test.passes_alone:
+    # a diagnosed victim's command is its poisoned run alone (its own bug): one command
+    if test.category is Category.ORDER_DEPENDENT and test.passes_alone and not test.diagnosis:
         return (("fails after its culprit", test.reproduce), ("passes alone", test.passes_alone))
     return (("reproduce", test.reproduce),)
 
