@@ -185,6 +185,8 @@ def test_the_headline_counts_root_causes_and_the_tests_they_touch(
     assert f"verdict: fail ({headline}" in stdout
     for name in ("report.html", "comment.md"):
         assert headline in (out / name).read_text(encoding="utf-8"), name
+    # in the note, our own words, not a code span
+    assert f"`{headline}`" not in (out / "comment.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
