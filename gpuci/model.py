@@ -335,9 +335,7 @@ class TestVerdict:
     notes: tuple[str, ...] = ()  # what an outcome did not decide, and why (threads)
     with_provider: str = ""  # depends-on-others: the command that passes, its provider first
     passes_alone: str = ""  # order-dependent: the command that passes, the test alone
-    fingerprint: str = (
-        ""  # how it failed, normalized (gpuci.evidence.fingerprints): its group's key
-    )
+    fingerprint: str = ""  # how it failed, normalized (evidence.fingerprints): its group's key
     inferred_from: tuple[str, ...] = ()  # not run alone: its group's representatives were
     strict: str = ""  # the strict runs (nothing else on its GPUs) that decided its category
 
