@@ -1,8 +1,8 @@
 """(f)'s planted failures: tests appended to a copy of the generated suite, and their categories.
 
 An order-dependent victim of a flag another file leaves in a shared module, a real failure,
-a flaky test (it loses every other run), and a concurrency victim of an fcntl lock two files
-hold.
+a flaky test (it loses every other run), and a contention: an fcntl lock two files each
+want alone (whichever takes it second fails; both are `concurrency`, each naming the other).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Plant:
     """One planted test: its id and the category `gpuci check` should give it."""
 
     id: str
-    expect: str  # a category, or "passed"; "concurrency?" for either holder of the lock
+    expect: str  # a category, or "passed"; "concurrency?" for the lock's two holders
 
 
 def plant_failures(root: Path, files: Sequence[str], *, seed: int, workers: int) -> list[Plant]:
@@ -134,23 +134,25 @@ def expected_summary(plants: Sequence[Plant], tests: int) -> dict[str, int]:
     for plant in plants:
         if plant.expect != "concurrency?":
             summary[plant.expect] = summary.get(plant.expect, 0) + 1
-    if holders:  # whichever of the two started second loses the lock
-        summary["concurrency"] = 1
-        summary["passed"] += len(holders) - 1
+    if holders:  # contention is symmetric: whichever lost the lock, both are concurrency
+        summary["concurrency"] = len(holders)
     return summary
 
 
 def as_planted(
     plants: Sequence[Plant], categories: dict[str, str], summary: dict[str, int]
 ) -> bool:
-    """Whether a check found every plant as planted and nothing else: a lock holder may be
-    `concurrency`, or `flaky` where the same pair went both ways (whichever interpreter
-    takes the lock first wins), or `passed` where it never lost under strict runs."""
+    """Whether a check found every plant as planted and nothing else: the lock's holders are
+    both `concurrency` (whichever lost the lock, the pair shows it), or both `passed` where
+    the screens never ran them at once."""
     allowed = {
-        p.id: {"concurrency", "flaky", "passed"} if p.expect == "concurrency?" else {p.expect}
+        p.id: {"concurrency", "passed"} if p.expect == "concurrency?" else {p.expect}
         for p in plants
     }
     if any(categories.get(test, "missing") not in ok for test, ok in allowed.items()):
+        return False
+    holders = {categories.get(p.id) for p in plants if p.expect == "concurrency?"}
+    if len(holders) > 1:  # one named, the other not: the contention told half
         return False
     planted_findings = sum(categories.get(p.id) != "passed" for p in plants)
     return sum(n for c, n in summary.items() if c not in ("passed", "skipped")) == planted_findings

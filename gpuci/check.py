@@ -102,8 +102,8 @@ def write_verdict(options: Options, path: Path) -> int:
     assert judge is not None, options.command
     policy = parse_policy(judge.fail_on, judge.allow)
     baseline = read_baseline(judge.baseline) if judge.baseline else None
-    verdict = diff_results(options.out_dir, baseline=baseline, policy=policy)
     secrets = known_secrets(os.environ, options.secrets)
+    verdict = diff_results(options.out_dir, baseline=baseline, policy=policy, secrets=secrets)
     write_diffed(verdict, path, secrets)
     print(mask_secrets(format_summary(verdict), secrets))
     return 1 if verdict.verdict == "fail" else 0

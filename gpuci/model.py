@@ -281,10 +281,17 @@ class Probe:
     count: int  # tests that ran before the victim (files beside it, for concurrency)
     shown: tuple[str, ...]  # the nearest of them, at most PROBE_SHOWN
     outcome: Outcome  # the victim's
+    kind: str = ""  # what the run tried where it is not the search's own step ("cascade")
 
     def to_json(self) -> dict[str, Any]:
         """The evidence.json and verdict.json form."""
-        return {"count": self.count, "shown": list(self.shown), "outcome": self.outcome.value}
+        kind = {"kind": self.kind} if self.kind else {}
+        return {
+            "count": self.count,
+            "shown": list(self.shown),
+            "outcome": self.outcome.value,
+            **kind,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Probe:
@@ -293,6 +300,7 @@ class Probe:
             count=int(data["count"]),
             shown=tuple(str(x) for x in data.get("shown", ())),
             outcome=Outcome(data["outcome"]),
+            kind=str(data.get("kind", "")),
         )
 
 
@@ -317,6 +325,7 @@ class TestVerdict:
     inferred: tuple[str, ...] = ()  # modes whose outcome was concluded, not run
     cut: str = ""  # evidence the budget left out, e.g. "not rerun: budget"
     culprits: tuple[str, ...] = ()  # who broke it (test ids; files for concurrency)
+    providers: tuple[str, ...] = ()  # depends-on-others: the tests after which it passes
     search: str = ""  # how the culprits were found, or why they were not
     probes: tuple[Probe, ...] = ()  # the culprit search's runs
     poisoned: str | None = None  # Outcome value alone with poisoned allocations, if run
@@ -325,9 +334,8 @@ class TestVerdict:
     sanitizer: str = ""  # compute-sanitizer's first error block
     notes: tuple[str, ...] = ()  # what an outcome did not decide, and why (threads)
     with_provider: str = ""  # depends-on-others: the command that passes, its provider first
-    fingerprint: str = (
-        ""  # how it failed, normalized (gpuci.evidence.fingerprints): its group's key
-    )
+    passes_alone: str = ""  # order-dependent: the command that passes, the test alone
+    fingerprint: str = ""  # how it failed, normalized (evidence.fingerprints): its group's key
     inferred_from: tuple[str, ...] = ()  # not run alone: its group's representatives were
     strict: str = ""  # the strict runs (nothing else on its GPUs) that decided its category
 

@@ -1,8 +1,10 @@
 """Compare a verdict.json with an example's expected.json; print each mismatch, exit 1 if any.
 
 expected.json maps a test id to its category, or to an object with the category and what
-the evidence must show: `culprits` (exactly), `diagnosis` (exactly), `sanitizer` (a part
-of compute-sanitizer's first error block).
+the evidence must show: `culprits` (exactly: who it names, its `providers` for
+depends-on-others; for concurrency the files, since a contention's partner names its
+victim's test), `diagnosis` (exactly), `sanitizer` (a part of compute-sanitizer's first
+error block).
 
     python scripts/compare_expected.py OUT/verdict.json examples/gpu_polluted/expected.json
 """
@@ -22,7 +24,11 @@ def mismatches(verdict: dict[str, Any], expected: dict[str, Any]) -> list[str]:
     for test_id in sorted(set(got) | set(expected)):
         want = expected.get(test_id)
         want = {"category": want} if isinstance(want, str) else (want or {})
-        test = got.get(test_id, {})
+        test = dict(got.get(test_id, {}))
+        named = test.get("culprits") or test.get("providers")
+        if named is not None and test.get("category") == "concurrency":
+            named = [c.partition("::")[0] for c in named]
+        test["culprits"] = named
         for key in ("category", "culprits", "diagnosis"):
             if key in want and test.get(key) != want[key]:
                 found.append(f"{test_id}: {key} {test.get(key)!r}, expected {want[key]!r}")

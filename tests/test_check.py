@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -40,8 +41,13 @@ def test_every_test_gets_its_expected_category(
     verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
     got = {t["id"]: t["category"] for t in verdict["tests"]}
     assert got == {i: e if isinstance(e, str) else e["category"] for i, e in expected.items()}
-    culprits = {t["id"]: t["culprits"] for t in verdict["tests"] if "culprits" in t}
-    assert culprits == {i: e["culprits"] for i, e in expected.items() if "culprits" in e}
+    # a concurrency finding names its partner's file, or its test (a pair's partner)
+    named = {
+        t["id"]: [c.partition("::")[0] if t["category"] == "concurrency" else c for c in found]
+        for t in verdict["tests"]
+        if (found := t.get("culprits") or t.get("providers"))
+    }
+    assert named == {i: e["culprits"] for i, e in expected.items() if "culprits" in e}
     assert verdict["verdict"] == "fail"
     every = {
         "passed",
@@ -112,3 +118,33 @@ def test_a_baseline_makes_regressions_known_and_allow_known_passes(
     # without the baseline the same regressions are not known, and the verdict fails
     proc = gpuci("diff", str(out), "-o", str(again), "--allow", allowed, cwd=ROOT, env=env)
     assert proc.returncode == 1
+
+
+@pytest.mark.slow
+def test_the_report_tells_time_and_inference_as_they_were(
+    checked: tuple[Path, subprocess.CompletedProcess[str], dict[str, str]],
+) -> None:
+    out, _, _ = checked
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    html = (out / "report.html").read_text(encoding="utf-8")
+    note = (out / "comment.md").read_text(encoding="utf-8")
+    # the timeline draws every worker: the suite interpreter's slot is one of them
+    workers = verdict["modes"]["parallel"]["workers"]
+    lanes = re.findall(r'text-anchor="end">slot (\d+)', html)
+    assert sorted(map(int, lanes)) == list(range(workers)), lanes
+    assert "slot 0 (suite)" in html
+    # a file isolated concluded from parallel has no isolated time of its own
+    modes = re.search(r"<tr><th>file</th>(.*?)</tr>", html, re.DOTALL)
+    assert modes is not None
+    column = re.findall(r"<th>([^<]+)</th>", modes[1]).index("isolated")
+    inferred = [r["file"] for r in verdict["modes"]["isolated"]["file_runs"] if r.get("inferred")]
+    assert inferred, "the example has files that passed in parallel"
+    for file in inferred:
+        row = re.search(rf"<tr><td><code>{re.escape(file)}</code></td>(.*?)</tr>", html)
+        assert row is not None, file
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row[1])
+        assert cells[column] == "—", (file, cells)
+    # inferring a passing file is a fact, not a warning
+    fact = f"isolated: {len(inferred)} of "
+    assert fact in note and f"⚠️ {fact}" not in note
+    assert f'<ul class="facts">\n<li>{fact}' in html

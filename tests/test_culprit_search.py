@@ -7,20 +7,16 @@ import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 import gpuci.evidence.engine
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.culprits import (
-    SAME_RUN_BOTH_WAYS,
-    _bisect,
-    _cascade,
-    _replay,
-    _search_pairs,
-    _Task,
-)
+from gpuci.evidence.culprits import _bisect, _cascade, _replay
+from gpuci.evidence.victims import Task as _Task
 from gpuci.evidence.engine import run_poisoned
+from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
@@ -106,7 +102,7 @@ def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
     flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
     screened = dataclasses.replace(task(Category.ORDER_DEPENDENT), pairs=("test_x.py",))
     parallel = object()  # never read: a pair run would need the parallel screen's files
-    search = _replay(flaky, parallel, screened, [])  # type: ignore[arg-type]
+    search = _replay(flaky, parallel, screened, [], frozenset())  # type: ignore[arg-type]
     assert SAME_RUN_BOTH_WAYS in search.note and search.culprits == ()
     assert all(run[-1] == VICTIM for run in flaky.runs)
 
@@ -148,6 +144,18 @@ class FakePairProber(FakeProber):
         return [FakeRun(self.victim([], len(self.runs)))], len(groups)
 
 
+def pairs(prober: FakeProber, parallel: ModeResults, task: _Task, kind: str = "") -> Any:
+    """The pair search of `task`'s victim, as the culprit search starts it."""
+    return search_pairs(
+        prober,  # type: ignore[arg-type]
+        parallel,
+        victim=task.victim,
+        candidates=task.candidates,
+        kind=kind,
+        partnerable={"test_x.py::test_a"},
+    )
+
+
 def test_a_pair_that_went_both_ways_is_flaky_and_ends_the_search() -> None:
     # examples/gpu_polluted's alternating test failed beside each file, then passed beside
     # it: 16 pair runs, 8 failures, and the check called it passed "in 9 strict runs"
@@ -164,7 +172,7 @@ def test_a_pair_that_went_both_ways_is_flaky_and_ends_the_search() -> None:
         task(Category.CONCURRENCY), candidates=("test_x.py", "test_y.py", "test_z.py")
     )
     alternating = FakePairProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
-    search = _search_pairs(alternating, parallel, concurrency)  # type: ignore[arg-type]
+    search = pairs(alternating, parallel, concurrency)
     assert len(alternating.runs) == 2 and search.culprits == ()
     assert SAME_RUN_BOTH_WAYS in search.note and "beside test_x.py" in search.note
     evidence = TestEvidence(id=VICTIM, search=search.note, probes=tuple(search.probes))
@@ -179,4 +187,46 @@ def test_a_pair_that_went_both_ways_is_flaky_and_ends_the_search() -> None:
     assert found.category is Category.FLAKY and found.strict == SAME_PAIR
     # a pair that fails twice names its partner
     always = FakePairProber(lambda _, n: Outcome.FAILED)
-    assert _search_pairs(always, parallel, concurrency).culprits == ("test_x.py",)  # type: ignore[arg-type]
+    assert pairs(always, parallel, concurrency).culprits == ("test_x.py",)
+
+
+@dataclass
+class FakeSidedRun(FakeRun):
+    """A pair run's interpreter with its tests' results (the partner's side)."""
+
+    results: dict[str, TestResult] = field(default_factory=dict)
+
+
+OUT_OF_MEMORY = "OutOfMemoryError: out of device memory allocating 410 MiB (PID 7: 410 MiB)"
+
+
+@dataclass
+class FakeContention(FakeProber):
+    """Whichever asks second fails: here always the partner, never the victim."""
+
+    def run_together(
+        self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
+    ) -> tuple[list[FakeSidedRun], int]:
+        self.runs.append([i for ids, _ in groups for i in ids])
+        partner = TestResult(
+            id="test_x.py::test_a", file="test_x.py", outcome=Outcome.FAILED, message=OUT_OF_MEMORY
+        )
+        runs = [FakeSidedRun(Outcome.PASSED), FakeSidedRun(Outcome.PASSED, {partner.id: partner})]
+        return runs, len(groups)
+
+
+def test_a_partner_failing_the_victims_way_shows_the_contention_and_is_named() -> None:
+    tests = (
+        TestResult(id="test_x.py::test_a", file="test_x.py", outcome=Outcome.PASSED),
+        TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED),
+    )
+    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+    parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    concurrency = dataclasses.replace(task(Category.CONCURRENCY), candidates=("test_x.py",))
+    kind = "OutOfMemoryError: out of device memory allocating N MiB"
+    search = pairs(FakeContention(lambda _, n: Outcome.PASSED), parallel, concurrency, kind)
+    assert search.culprits == ("test_x.py",) and search.partners == ("test_x.py::test_a",)
+    assert len(search.probes) == 2  # the pair, confirmed: no more runs to find its partner
+    # counting only the victim's own outcome, the same runs showed nothing
+    blind = pairs(FakeContention(lambda _, n: Outcome.PASSED), parallel, concurrency)
+    assert blind.culprits == () and blind.note.startswith("not reproduced")

@@ -7,7 +7,10 @@ check and counted, the budget's cut shown, a lazy isolated pass, deselected file
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -100,7 +103,9 @@ def test_reproduce_commands_carry_the_gpus(checked: tuple[Path, str]) -> None:
     out, _ = checked
     tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
     assert tests[SECOND]["category"] == "failed"
-    assert "CUDA_VISIBLE_DEVICES=0,1 python -m pytest" in tests[SECOND]["reproduce"]
+    # the check's interpreter: `python` where PATH has it, else named
+    python = "python" if shutil.which("python") == sys.executable else shlex.quote(sys.executable)
+    assert f"CUDA_VISIBLE_DEVICES=0,1 {python} -m pytest" in tests[SECOND]["reproduce"]
     # pasted into a shell, the command shows the failure (and the multi-GPU test's pass)
     command = tests[SECOND]["reproduce"]
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)

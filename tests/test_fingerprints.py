@@ -7,8 +7,10 @@ from gpuci.evidence.fingerprints import (
     MAX_FINGERPRINT,
     REPRESENTATIVES,
     consistent_failures,
+    failure_kind,
     fingerprint,
     group_failures,
+    same_kind,
     spread,
 )
 from gpuci.model import Mode, Outcome, TestResult
@@ -72,3 +74,28 @@ def test_a_group_takes_representatives_over_its_files() -> None:
     assert len(group.representatives) == REPRESENTATIVES
     assert {r.partition("::")[0] for r in group.representatives} == {"a.py", "b.py"}
     assert spread(members[:2], 5) == ("a.py::t[0]", "a.py::t[1]")
+
+
+def test_two_sides_of_one_contention_fail_the_same_way_whatever_each_names() -> None:
+    # the driver's list of holders, each test's own line, and an assertion that counts the
+    # steps it lost all differ; the failure is one
+    weights = _failed(
+        "a.py::test_a",
+        "fakegpu.OutOfMemoryError: out of device memory allocating 410 MiB: 819 MiB of"
+        " 1024 MiB in use (PID 7: 410 MiB, PID 8: 410 MiB)",
+        "fakegpu.py:181",
+    )
+    steps = _failed(
+        "b.py::test_b",
+        "AssertionError: 9/10 steps: out of device memory allocating 358 MiB: 819 MiB of"
+        " 1024 MiB in use (PID 7: 410 MiB)",
+        "b.py:42",
+    )
+    assert same_kind(failure_kind([weights]), failure_kind([steps]))
+    # a kind this short says too little to tell one failure: it matches nothing, itself neither
+    small = failure_kind([_failed("c.py::test_c", "AssertionError: assert 3 == 4")])
+    assert not same_kind(small, small)
+    assert not same_kind(
+        failure_kind([weights]), failure_kind([_failed("d.py::t", "KeyError: 'x'")])
+    )
+    assert failure_kind([_failed("e.py::t", "", outcome=Outcome.CRASHED)]) == ""

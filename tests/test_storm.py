@@ -88,7 +88,7 @@ def test_both_culprits_are_named(stormed: tuple[Path, str, float]) -> None:
     out, _, _ = stormed
     tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
     assert tests[NEEDS]["category"] == "depends-on-others"
-    assert tests[NEEDS]["culprits"] == ["test_a_warm.py::test_warm_cache"]
+    assert tests[NEEDS]["providers"] == ["test_a_warm.py::test_warm_cache"]
     assert tests[VICTIM]["category"] == "order-dependent"
     assert tests[VICTIM]["culprits"] == ["test_c_limit.py::test_sets_limit"]
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -206,8 +208,10 @@ def test_the_reproduce_command_runs_the_race_in_threads(checked: tuple[Path, str
     out, _ = checked
     race = next(t for t in read(out / "verdict.json")["tests"] if t["id"] == RACE)
     root = out.parent
+    # the check's interpreter: `python` where PATH has it, else named
+    python = "python" if shutil.which("python") == sys.executable else shlex.quote(sys.executable)
     assert race["reproduce"] == (
-        f"cd {root} && CUDA_VISIBLE_DEVICES=0,1 python -m pytest -p no:randomly"
+        f"cd {root} && CUDA_VISIBLE_DEVICES=0,1 {python} -m pytest -p no:randomly"
         f" --parallel-threads 4 {RACE}"
     )
     shown = in_a_shell(race["reproduce"])

@@ -6,8 +6,8 @@
 - cascades: a culprit set found for one victim is tried first on every later victim (a
   sticky CUDA error, a leaked pool limit: one root with its victims).
 - depends-on-others: the same halving, keeping a half after which it passes.
-- concurrency: the victim started with each file that overlapped it (nearest first), both
-  held at their first test until both got there; else with all of them at once.
+- concurrency: the victim started with each file that overlapped it (`gpuci.evidence.pairs`);
+  a test of that file that failed the victim's way beside it is its partner, and names it.
 
 Every answer is confirmed by a second identical run; where that run goes the other way,
 the victim is flaky and nothing is named. Every run counts against the budget and is kept
@@ -21,11 +21,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from gpuci.evidence.beside import beside_suite_test, co_runners
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.pairs import (
+    NOT_REPRODUCED,
+    NOT_SEARCHED,
+    PHASE,
+    SAME_RUN_BOTH_WAYS,
+    partner_note,
+    search_pairs,
+)
 from gpuci.evidence.probe import Prober
-from gpuci.evidence.reproduce import Order, gpu_of
+from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import (
     NOT_PASSING,
     PROBE_SHOWN,
@@ -37,25 +45,11 @@ from gpuci.model import (
     printable,
 )
 
-PHASE = "culprits"
-NOT_SEARCHED = "not searched (budget)"
-NOT_REPRODUCED = "not reproduced"  # how a search that never saw the finding again begins
-PAIRED = "pair: "  # how a search that found a co-running file begins
-SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"  # identical runs, both outcomes
-SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
+# a pair's partner must not fail on its own: these pass with nothing beside them
+PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
+CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Task:
-    """One victim's search: the tests (or files) to search among, in the order they ran."""
-
-    victim: str
-    category: Category
-    candidates: tuple[str, ...]
-    rank: tuple[int, int]  # (kind, place in the suite's order): earlier victims first
-    pairs: tuple[str, ...] = ()  # files to pair it with where a screen's replay shows nothing
 
 
 @dataclass(slots=True)
@@ -65,6 +59,7 @@ class _Search:
     probes: list[Probe]
     culprits: tuple[str, ...] = ()
     note: str = ""
+    partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
     forked: bool = False  # the last run was forked from the pre-imported parent
     contradicted: bool = False  # a fresh run did not confirm what a forked one showed
 
@@ -79,44 +74,38 @@ def search_culprits(
     progress: TextIO,
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression, added to the evidence by test id."""
-    # victims in the order they ran in one interpreter, so that an early victim's culprit
-    # is found first and tried on the later ones (a cascade)
-    reference = results.get(Mode.SUITE) or next(iter(results.values()))
-    place = {t.id: i for i, t in enumerate(reference.run.tests)}
-    tasks = []
-    for test in classified.values():
-        # a victim that fails alone when poisoned reads uninitialized memory: its own bug;
-        # one whose poisoned runs went both ways is flaky: nothing to search for either
-        before = found.get(test.id)
-        diagnosed = before is not None and (
-            before.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in before.search
-        )
-        if test.category in SEARCHED and not diagnosed:
-            task = _plan(test, results, orders, place.get(test.id, len(place)))
-            if task is not None:
-                tasks.append(task)
+    tasks = plan_searches(results, classified, found, orders)
     if not tasks:
         return dict(found)
     _say(progress, f"culprits: searching for {len(tasks)} victim(s)")
     searches: dict[str, _Search] = {}
     roots: list[tuple[str, ...]] = []  # culprit sets found so far, in order
+    partnerable = frozenset(t.id for t in classified.values() if t.category in PARTNERABLE)
     for task in sorted(tasks, key=lambda t: t.rank):
         if prober.stopping():
             break
+        if task.victim in searches:  # an earlier victim's pair runs showed it as a partner
+            continue
         if prober.exhausted():
             searches[task.victim] = _Search([], note=NOT_SEARCHED)
             _say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
             continue
-        search = _search(prober, results, task, roots)
+        search = _search(prober, results, task, roots, partnerable)
         if search.contradicted:  # the fork was not what a fresh interpreter is: redo it
             prober.forks_off(f"a fresh run of {task.victim} contradicted a forked one")
             _say(progress, f"  {task.victim}: {prober.notes[-1]}; its search runs again fresh")
-            search = _search(prober, results, task, roots)
+            search = _search(prober, results, task, roots, partnerable)
         searches[task.victim] = search
         if search.culprits and search.culprits not in roots:
             roots.append(search.culprits)
         shown = ", ".join(search.culprits) or "-"
         _say(progress, f"  {task.victim}: culprits: {shown} ({search.note})")
+        for partner in search.partners:
+            # contention is symmetric: it fails beside the victim, in the victim's command
+            if partner not in searches:
+                note = partner_note(task.victim, len(search.probes))
+                searches[partner] = _Search([], culprits=(task.victim,), note=note)
+                _say(progress, f"  {partner}: culprits: {task.victim} ({note})")
     merged = dict(found)
     for victim, search in searches.items():
         before = merged.get(victim, TestEvidence(id=victim))
@@ -129,69 +118,21 @@ def search_culprits(
 def _search(
     prober: Prober,
     results: Mapping[Mode, ModeResults],
-    task: _Task,
+    task: Task,
     roots: list[tuple[str, ...]],
+    partnerable: frozenset[str],
 ) -> _Search:
     if task.category is Category.CONCURRENCY:
-        return _search_pairs(prober, results[Mode.PARALLEL], task)
-    return _replay(prober, results.get(Mode.PARALLEL), task, roots)
-
-
-def _plan(
-    test: Classified,
-    results: Mapping[Mode, ModeResults],
-    orders: Mapping[Mode, Order],
-    place: int,
-) -> _Task | None:
-    """Where to search: the interpreter with the fewest tests before the victim."""
-    if test.category is Category.CONCURRENCY:
-        parallel = results.get(Mode.PARALLEL)
-        if parallel is None:
-            return None
-        return _Task(
-            victim=test.id,
-            category=test.category,
-            candidates=co_runners(results, test.results[Mode.PARALLEL].file),
-            rank=(2, place),
-        )
-    parallel = results.get(Mode.PARALLEL)
-    pairs: tuple[str, ...] = ()
-    if parallel is not None and parallel.run.beside and test.category is Category.ORDER_DEPENDENT:
-        # a screen's failure: maybe beside a file, not after one
-        if test.outcomes.get(Mode.PARALLEL) in NOT_PASSING:
-            pairs = co_runners(results, test.results[Mode.PARALLEL].file)
-        elif test.outcomes.get(Mode.SUITE) in NOT_PASSING:
-            pairs = beside_suite_test(results, test.id)
-    wanted: set[Outcome] = (
-        set(NOT_PASSING) if test.category is Category.ORDER_DEPENDENT else {Outcome.PASSED}
-    )
-    modes: tuple[Mode, ...] = (Mode.ISOLATED, Mode.SUITE)
-    if test.category is Category.DEPENDS_ON_OTHERS:
-        modes = (Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE)
-    best: _Task | None = None
-    for mode in modes:
-        if mode not in orders or test.outcomes.get(mode) not in wanted:
-            continue
-        where = orders[mode].where.get(test.id)
-        if where is None or where[1] == 0:
-            continue
-        segment, position, _ = where
-        before = [t.id for t in orders[mode].segments[segment][:position]]
-        candidates = tuple(i for i in before if _selectable(i))
-        if candidates and (best is None or len(candidates) < len(best.candidates)):
-            rank = (0 if test.category is Category.ORDER_DEPENDENT else 1, place)
-            best = _Task(
-                victim=test.id,
-                category=test.category,
-                candidates=candidates,
-                rank=rank,
-                pairs=pairs,
-            )
-    return best
+        return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
+    return _replay(prober, results.get(Mode.PARALLEL), task, roots, partnerable)
 
 
 def _replay(
-    prober: Prober, parallel: ModeResults | None, task: _Task, roots: list[tuple[str, ...]]
+    prober: Prober,
+    parallel: ModeResults | None,
+    task: Task,
+    roots: list[tuple[str, ...]],
+    partnerable: frozenset[str],
 ) -> _Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
     showed it, the files that ran beside it in the parallel screen."""
@@ -203,31 +144,48 @@ def _replay(
         and search.note.startswith(NOT_REPRODUCED)
         and SAME_RUN_BOTH_WAYS not in search.note
     ):
-        return _paired_instead(prober, parallel, task, search)
+        return _paired_instead(prober, parallel, task, search, partnerable)
     return search
 
 
-def _paired_instead(prober: Prober, parallel: ModeResults, task: _Task, replay: _Search) -> _Search:
+def _paired_instead(
+    prober: Prober,
+    parallel: ModeResults,
+    task: Task,
+    replay: _Search,
+    partnerable: frozenset[str],
+) -> _Search:
     """A screen's order-dependent suspect whose replay showed nothing, paired instead with
     what ran beside it in the parallel screen: a pair that fails makes it concurrency."""
-    paired = _search_pairs(
-        prober,
-        parallel,
-        dataclasses.replace(task, category=Category.CONCURRENCY, candidates=task.pairs),
-    )
+    paired = _pairs(prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable)
     if not paired.culprits:
         paired.note = f"{replay.note}; {paired.note}"
     paired.probes = replay.probes + paired.probes
     return paired
 
 
-def _selectable(test_id: str) -> bool:
-    """A real test pytest can select (not a stand-in for an interpreter's death)."""
-    file, _, name = test_id.partition("::")
-    return bool(file) and bool(name) and not name.startswith("[")
+def _pairs(
+    prober: Prober, parallel: ModeResults, task: Task, partnerable: frozenset[str]
+) -> _Search:
+    """The victim beside the files that ran with it (`gpuci.evidence.pairs`)."""
+    found = search_pairs(
+        prober,
+        parallel,
+        victim=task.victim,
+        candidates=task.candidates,
+        kind=task.kind,
+        partnerable=partnerable - {task.victim},
+    )
+    return _Search(
+        found.probes,
+        culprits=found.culprits,
+        note=found.note,
+        partners=found.partners,
+        contradicted=found.contradicted,
+    )
 
 
-def _shows(task: _Task, outcome: Outcome) -> bool | None:
+def _shows(task: Task, outcome: Outcome) -> bool | None:
     """Whether the victim's outcome shows the finding; None where it did not run."""
     if outcome in (Outcome.NOT_RUN, Outcome.SKIPPED):
         return None
@@ -237,7 +195,13 @@ def _shows(task: _Task, outcome: Outcome) -> bool | None:
 
 
 def _probe(
-    prober: Prober, task: _Task, search: _Search, before: Sequence[str], *, fresh: bool = False
+    prober: Prober,
+    task: Task,
+    search: _Search,
+    before: Sequence[str],
+    kind: str = "",
+    *,
+    fresh: bool = False,
 ) -> bool:
     """Run `[before..., victim]` (forked, unless `fresh`: a confirmation); whether the victim
     shows the finding."""
@@ -250,12 +214,12 @@ def _probe(
     search.forked = ran.forked
     outcome = ran.outcome(task.victim)
     search.probes.append(
-        Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome)
+        Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome, kind=kind)
     )
     return bool(_shows(task, outcome))
 
 
-def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _Search | None:
+def _cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> _Search | None:
     """A culprit set found for an earlier victim, confirmed on this one in two runs."""
     if task.category is not Category.ORDER_DEPENDENT:
         return None
@@ -269,7 +233,7 @@ def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _
             continue
         tried += 1
         ordered = [c for c in task.candidates if c in set(culprits)]
-        if _probe(prober, task, search, ordered):
+        if _probe(prober, task, search, ordered, CASCADE):
             if _confirmed_again(prober, task, search, ordered):
                 search.culprits = tuple(ordered)
                 search.note = (
@@ -282,7 +246,7 @@ def _cascade(prober: Prober, task: _Task, roots: Sequence[tuple[str, ...]]) -> _
     return _bisect(prober, task, search)
 
 
-def _confirmed_again(prober: Prober, task: _Task, search: _Search, current: list[str]) -> bool:
+def _confirmed_again(prober: Prober, task: Task, search: _Search, current: list[str]) -> bool:
     """The run that just showed the finding, once more and fresh (the command the report
     prints): a flaky victim would otherwise hand the search a culprit by chance (then the
     note says `SAME_RUN_BOTH_WAYS`); where the first was forked, the fork is suspect."""
@@ -299,7 +263,7 @@ def _confirmed_again(prober: Prober, task: _Task, search: _Search, current: list
     return False
 
 
-def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Search:
+def _bisect(prober: Prober, task: Task, search: _Search | None = None) -> _Search:
     """Halve the candidates, keeping a half that still shows the finding; then confirm."""
     search = search or _Search([])
     current = list(task.candidates)
@@ -339,80 +303,6 @@ def _bisect(prober: Prober, task: _Task, search: _Search | None = None) -> _Sear
         f"; needs all {len(current)} together" if several else ""
     )
     return search
-
-
-def _search_pairs(prober: Prober, parallel: ModeResults, task: _Task) -> _Search:
-    """The victim alone beside each overlapping file, then beside all of them; a pair
-    names its partner only where it shows the finding twice in a row, and a pair that
-    showed it once, then not, ends the search: flaky."""
-    search = _Search([])
-    apart = 0  # pair runs whose interpreters did not all start their tests together
-    victim_file = task.victim.partition("::")[0]
-    ids_of = _ids_by_file(parallel)
-    groups: list[Sequence[str]] = [[c] for c in task.candidates]
-    if len(task.candidates) > 1:
-        groups.append(list(task.candidates))
-
-    def pair_shows(beside: Sequence[str], *, fresh: bool = False) -> bool:
-        nonlocal apart
-        runs = [([task.victim], gpu_of(parallel, victim_file))]
-        runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
-        started = [(ids, gpu) for ids, gpu in runs if ids]
-        done, met = prober.run_together(
-            started,
-            phase=PHASE,
-            label=f"culprits of {task.victim}: beside {len(beside)} file(s)",
-            fresh=fresh,
-        )
-        search.forked = done[0].forked
-        apart += met < len(started)  # one never reached its first test: no overlap
-        outcome = done[0].outcome(task.victim)
-        search.probes.append(
-            Probe(count=len(beside), shown=tuple(beside[:PROBE_SHOWN]), outcome=outcome)
-        )
-        return _shows(task, outcome) is True
-
-    for beside in groups:
-        if prober.exhausted() or prober.stopping():
-            search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
-            return search
-        if not pair_shows(beside):
-            continue
-        if prober.exhausted() or prober.stopping():
-            search.note = "search cut by budget before the pair was confirmed twice"
-            return search
-        forked = search.forked
-        if not pair_shows(beside, fresh=True):  # confirmed fresh: the command it prints
-            search.contradicted = forked
-            # the same pair, started the same way, went both ways: flaky, like a replay
-            shown = ", ".join(beside[:PROBE_SHOWN])
-            search.note = (
-                f"{NOT_REPRODUCED}: beside {shown} it {SHOWN[task.category]},"
-                f" then not ({SAME_RUN_BOTH_WAYS})"
-            )
-            return search
-        search.culprits = tuple(beside)
-        search.note = f"{PAIRED}{len(search.probes)} run(s), confirmed twice" + (
-            f"; only all {len(beside)} together" if len(beside) > 1 else ""
-        )
-        return search
-    search.note = (
-        f"{NOT_REPRODUCED}: no pair showed it twice ({len(search.probes)} runs"
-        + (f"; {apart} did not overlap" if apart else "")
-        + ")"
-        if search.probes
-        else "no file ran beside it"
-    )
-    return search
-
-
-def _ids_by_file(parallel: ModeResults) -> dict[str, list[str]]:
-    """Each file's tests as the parallel run ran them (what a co-runner replays)."""
-    ids: dict[str, list[str]] = {}
-    for test in parallel.run.tests:
-        if test.outcome is not Outcome.NOT_RUN and _selectable(test.id):
-            ids.setdefault(test.file, []).append(test.id)
-    return ids
 
 
 def _say(progress: TextIO, text: str) -> None:

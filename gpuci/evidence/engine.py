@@ -23,7 +23,8 @@ from typing import TextIO
 
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
 from gpuci.evidence.classify import classify_results
-from gpuci.evidence.culprits import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS, search_culprits
+from gpuci.evidence.culprits import search_culprits
+from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import Order, interpreter_order

@@ -29,6 +29,9 @@ _TEMP = re.compile(
 )
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_])[-+]?\d+(?:[.,_]\d+)*(?:[eE][-+]?\d+)?")
 _SPACE = re.compile(r"\s+")
+_CLAUSE_END = re.compile(r"\(|\.\s|;\s")  # where a message starts listing particulars
+_RAISED_AS = re.compile(r"^[A-Za-z_][\w.]*: ")  # `fakegpu.OutOfMemoryError: `, `AssertionError: `
+MIN_KIND_CHARS = 16  # a shorter kind ("assert N == N") says too little to match another by
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +68,25 @@ def first_fingerprint(seen: Iterable[TestResult]) -> str:
         if test.outcome is Outcome.FAILED and test.message.strip():
             return fingerprint(test.id, test.message, test.where)
     return ""
+
+
+def failure_kind(seen: Iterable[TestResult]) -> str:
+    """The first failure's kind: its normalized message up to its first clause's end, no
+    frame. Two tests that ran one device out of memory together share it though each names
+    its own line and the driver lists who held what ("" where none failed with a message)."""
+    for test in seen:
+        if test.outcome is Outcome.FAILED and test.message.strip():
+            text = fingerprint(test.id, test.message)
+            return _CLAUSE_END.split(text, maxsplit=1)[0].strip() or text
+    return ""
+
+
+def same_kind(first: str, second: str) -> bool:
+    """Whether two failure kinds are one failure: the words of one within the other's, the
+    exception's name aside (a test's own assertion may wrap the error it caught, or count
+    the steps that hit it: `AssertionError: N/N steps: out of device memory ...`)."""
+    short, long = sorted((_RAISED_AS.sub("", first), _RAISED_AS.sub("", second)), key=len)
+    return len(short) >= MIN_KIND_CHARS and short in long
 
 
 def _param_ids(test_id: str) -> list[str]:

@@ -16,7 +16,7 @@ from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.run.discover import PLUGIN, POISON_ENV
 from gpuci.run.plan import thread_args, visible_gpus
 
-PYTEST = ("python", "-m", "pytest", "-p", "no:randomly")
+PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
 RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
@@ -169,6 +169,9 @@ def culprit_command(
     if not culprits or not target:
         return ""
     if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        if all("::" in c for c in culprits):
+            # a pair's partner: its victim alone, beside its file (the victim's command)
+            return _run_together(results[Mode.PARALLEL], [*culprits, target.partition("::")[0]])
         return _run_together(results[Mode.PARALLEL], [target, *culprits])
     if category is Category.ORDER_DEPENDENT:
         run = next(iter(results.values())).run
@@ -189,6 +192,21 @@ def provider_command(
         return ""
     run = next(iter(results.values())).run
     return pytest_command(run, [*culprits, target], serial_gpu(run))
+
+
+def alone_command(
+    test_id: str,
+    category: Category,
+    culprits: Sequence[str],
+    results: Mapping[Mode, ModeResults],
+) -> str:
+    """An order-dependent finding's other half: the test alone (it passes), where its
+    reproduce command runs it after its culprits (it fails)."""
+    target = _selectable(test_id)
+    if category is not Category.ORDER_DEPENDENT or not culprits or not target:
+        return ""
+    run = next(iter(results.values())).run
+    return pytest_command(run, [target], serial_gpu(run))
 
 
 def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:
@@ -238,7 +256,8 @@ def _pytest(
     if poison or run.poison:  # gpuci's plugin does the filling
         env += f"{POISON_ENV}=1 "
         extra = ["-p", PLUGIN, *extra]
-    return env + shlex.join([*PYTEST, *run.pytest_args, *extra, *targets])
+    python = run.environment.get("interpreter", "python")  # named where PATH has another
+    return env + shlex.join([python, *PYTEST, *run.pytest_args, *extra, *targets])
 
 
 def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:

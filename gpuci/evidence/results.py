@@ -7,12 +7,13 @@ checks that each lies where it belongs, and says which shards are missing.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuci.formats import read_mode_run
 from gpuci.model import InputError, Mode, ModeRun, Outcome, TestResult, UsageError
+from gpuci.run.masking import mask_secrets
 
 RUN_NAME = "run.json"
 SHARD_DIR = re.compile(r"shard-(\d+)-of-(\d+)")
@@ -61,6 +62,33 @@ def load_mode_results(out: Path) -> dict[Mode, ModeResults]:
             f"{out}: holds no mode directory ({names}); run `gpuci run --mode MODE --out {out}`"
         )
     return found
+
+
+def mask_results(
+    results: Mapping[Mode, ModeResults], secrets: Sequence[str]
+) -> dict[Mode, ModeResults]:
+    """`results` with every secret masked in the tests' messages, frames and log tails, so
+    that what is derived from them (fingerprints normalize digits, groups, notes) is derived
+    from masked text: a secret normalized first would no longer match its mask."""
+    if not secrets:
+        return dict(results)
+
+    def masked(run: ModeRun) -> ModeRun:
+        tests = tuple(
+            replace(
+                t,
+                message=mask_secrets(t.message, secrets),
+                where=mask_secrets(t.where, secrets),
+                log=mask_secrets(t.log, secrets),
+            )
+            for t in run.tests
+        )
+        return replace(run, tests=tests)
+
+    return {
+        mode: replace(r, run=masked(r.run), parts=tuple(masked(p) for p in r.parts))
+        for mode, r in results.items()
+    }
 
 
 def _load_mode(directory: Path, mode: Mode) -> ModeResults:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.culprits import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.pairs import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.reproduce import first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
@@ -53,12 +53,14 @@ def confirm_strictly(  # noqa: PLR0911 -- each way a category is decided, in tur
         return Strict(category=Category.FLAKY, strict=same)
     if category in (Category.CRASHED, Category.TIMED_OUT):
         return _died_under_load(test, results, alone)
+    paired = evidence is not None and evidence.search.startswith(PAIRED)
+    if paired and category in (Category.ORDER_DEPENDENT, Category.PASSED):
+        # its replay showed nothing, a pair with a co-running file did; or it passed in
+        # every screen and failed its victim's way in the victim's pair (pairs.py)
+        return Strict(category=Category.CONCURRENCY, strict=CONFIRMED_BY[Category.CONCURRENCY])
     if category not in CONFIRMED_BY:
         decided = category in (Category.FAILED, Category.FLAKY, Category.DEPENDS_ON_OTHERS)
         return Strict(category=category, strict=alone if decided else "")
-    if category is Category.ORDER_DEPENDENT and evidence and evidence.search.startswith(PAIRED):
-        # its replay showed nothing, a pair with a co-running file did (culprits.py)
-        return Strict(category=Category.CONCURRENCY, strict=CONFIRMED_BY[Category.CONCURRENCY])
     shown = _shown_strictly(test, evidence)
     if shown:
         return Strict(category=category, strict=shown)

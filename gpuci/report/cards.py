@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gpuci.model import ISOLATION_CATEGORIES, Category, Outcome, Probe, TestVerdict, Verdict
 from gpuci.report.escape import clean_log
-from gpuci.verdict.roots import Blame, Headline, reproduce_of, unprefixed
+from gpuci.verdict.roots import Blame, Headline, reproduce_of, root_commands, unprefixed
 
 SANITIZER_CHARS = 6_000  # of compute-sanitizer's first error block, in the HTML
 OUTCOME_VALUES = frozenset(o.value for o in Outcome)
@@ -38,6 +38,7 @@ class ProbeRow:
     shown: tuple[str, ...]  # the nearest, in the order they ran
     outcome: str
     css: str
+    kind: str = ""  # "cascade": it tried an earlier victim's culprits, not this search's step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +64,7 @@ class Card:
     tail: str
     victims: tuple[VictimRow, ...]
     reproduce: str
+    commands: tuple[tuple[str, str], ...]  # (what it shows, command): every one that does
     counted: str  # what a probe's count counts
     listed: str  # what a probe's shown ids are
     runs: int  # probes in all
@@ -128,6 +130,7 @@ def _card(blame: Blame, anchors: Mapping[str, str]) -> Card:
         tail=blame.headline.tail,
         victims=victims,
         reproduce=reproduce_of(blame),
+        commands=root_commands(blame),
         counted="files beside it" if concurrency else "tests before it",
         listed="the files" if concurrency else "the nearest of them, in the order they ran",
         runs=sum(len(v.probes) for v in victims),
@@ -153,6 +156,7 @@ def _probes(probes: Sequence[Probe]) -> tuple[ProbeRow, ...]:
             shown=p.shown,
             outcome=p.outcome.value,
             css=p.outcome.value if p.outcome.value in OUTCOME_VALUES else "unknown",
+            kind="an earlier victim's culprits" if p.kind == "cascade" else p.kind,
         )
         for i, p in enumerate(probes, start=1)
     )

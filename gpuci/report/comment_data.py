@@ -25,7 +25,7 @@ from gpuci.report.report_data import (
     mode_columns,
     regressions,
 )
-from gpuci.report.timeline import mode_notes
+from gpuci.report.timeline import mode_facts, mode_notes
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import (
     Blame,
@@ -33,7 +33,7 @@ from gpuci.verdict.roots import (
     blame_of,
     blamed_roots,
     culprit_note,
-    reproduce_of,
+    root_commands,
     sanitizer_line,
 )
 
@@ -124,6 +124,7 @@ def markdown_data(
         "counts": counts(verdict),
         "total": len(verdict.tests),
         "notes": mode_notes(verdict),
+        "facts": mode_facts(verdict),
         "checked": checked_lines(verdict.checked),
         "links": ReportLinks(
             report_url=safe_url(links.report_url),
@@ -146,7 +147,11 @@ def _victims(blames: Sequence[Blame]) -> list[TestVerdict]:
 
 def _reproduce(blames: Sequence[Blame], rows: Sequence[Row], id_chars: int) -> list[str]:
     """Comment and command lines: each root's minimal command, then each finding's."""
-    found = [(b.headline.text(), reproduce_of(b)) for b in blames]
+    found = [
+        (f"{b.headline.text()}: {what}" if what != "reproduce" else b.headline.text(), command)
+        for b in blames
+        for what, command in root_commands(b)
+    ]
     found += [(r.id, r.reproduce) for r in rows]
     found += [(f"{r.id} passes after its provider", r.with_provider) for r in rows]
     return [

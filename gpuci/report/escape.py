@@ -31,7 +31,7 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n\u0085\u2028\u2029]")
-_PLAIN_MD = re.compile("[A-Za-z0-9 ,;:()'=+\u00d7\u2013-]*")  # and the times and en-dash signs
+_PLAIN_MD = re.compile("[A-Za-z0-9 ,;:()'=+\u00d7\u2013\u2014-]*")  # times sign, en and em dashes
 _SAFE_URL = re.compile(r"https?://[^\s<>()\[\]{}\"'`\\|^]+", re.ASCII)
 
 

@@ -16,7 +16,7 @@ from gpuci.model import ISOLATION_CATEGORIES, Category, Mode, Outcome, TestVerdi
 from gpuci.report.cards import RootLink, badge, root_cards, root_links, row_anchors, sanitizer_block
 from gpuci.report.escape import clean_log, cut, safe_url
 from gpuci.report.groups import FindingGroup, group_findings
-from gpuci.report.timeline import durations, file_runs, mode_notes, timeline
+from gpuci.report.timeline import durations, file_runs, mode_facts, mode_notes, timeline
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import blame_of, blamed_roots, culprit_note, sanitizer_line
 
@@ -376,6 +376,7 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
         "timeline": timeline(verdict),
         "durations": durations(verdict, columns),
         "notes": mode_notes(verdict),
+        "facts": mode_facts(verdict),
         "checked": checked_lines(verdict.checked),
         "environment": _environment_rows(verdict),
         "title": verdict.environment.get("commit", ""),

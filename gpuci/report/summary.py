@@ -3,6 +3,8 @@ with its evidence, the verdict."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
 from gpuci.report.groups import FindingGroup, group_findings
 from gpuci.run.strays import verdict_lines
@@ -11,8 +13,9 @@ from gpuci.verdict.roots import (
     Blame,
     blame_of,
     blamed_roots,
+    commands_of,
     culprit_note,
-    reproduce_of,
+    root_commands,
     sanitizer_line,
 )
 
@@ -107,9 +110,7 @@ def _root_lines(blame: Blame) -> list[str]:
     if first_error:
         line = sanitizer_line(first_error.sanitizer)
         lines.append(printable(f"    compute-sanitizer ({first_error.id}): {line}"))
-    command = reproduce_of(blame)
-    first = next((v for v in blame.victims if v.reproduce == command), None)
-    return lines + _commands(command, first.with_provider if first else "")
+    return lines + _commands(root_commands(blame))
 
 
 def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
@@ -122,14 +123,10 @@ def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
             lines.append(printable(f"    {what}"))
     if test.sanitizer:
         lines.append(printable(f"    compute-sanitizer: {sanitizer_line(test.sanitizer)}"))
-    lines += _commands(test.reproduce, test.with_provider)
+    lines += _commands(commands_of(test))
     return lines
 
 
-def _commands(reproduce: str, with_provider: str) -> list[str]:
-    """The reproduce command; for depends-on-others, the command that fails alone and the
-    one that passes after its provider."""
-    if not with_provider:
-        return [printable(f"    reproduce: {reproduce}")] if reproduce else []
-    lines = [printable(f"    fails alone: {reproduce}")] if reproduce else []
-    return [*lines, printable(f"    passes after its provider: {with_provider}")]
+def _commands(commands: Sequence[tuple[str, str]]) -> list[str]:
+    """Each command that shows the finding, after what it shows."""
+    return [printable(f"    {what}: {command}") for what, command in commands]

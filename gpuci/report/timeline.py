@@ -58,9 +58,13 @@ def ticks(end: float) -> list[float]:
 def timeline(verdict: Verdict) -> dict[str, Any] | None:
     """The parallel run as rows of bars, in SVG user units; None without a parallel run."""
     mode = verdict.modes.get(Mode.PARALLEL.value)
-    runs = file_runs(mode)
-    if not runs:
+    if not file_runs(mode):
         return None
+    # the modes screened beside it shared its slots and its clock: the suite interpreter's
+    # slot is one of the workers, drawn with them
+    beside = mode.get("beside") if isinstance(mode, Mapping) else None
+    drawn = [Mode.PARALLEL.value, *(m for m in beside or () if isinstance(m, str))]
+    runs = [{**r, "mode": m} for m in drawn for r in file_runs(verdict.modes.get(m))]
     shards = {r.get("shard") for r in runs}
 
     def lane(run: Mapping[str, Any]) -> tuple[str, str, int]:
@@ -70,6 +74,9 @@ def timeline(verdict: Verdict) -> dict[str, Any] | None:
 
     lanes = sorted({lane(r) for r in runs}, key=lambda k: (k[0].zfill(6), k[1].zfill(6), k[2]))
     index = {key: i for i, key in enumerate(lanes)}
+    only_suite = {
+        key: all(r["mode"] == Mode.SUITE.value for r in runs if lane(r) == key) for key in lanes
+    }
     # The axis ends with the last file: the alone-reruns after it are not drawn.
     end = max(number(r.get("end")) for r in runs) or 1.0
     wall = number(mode.get("wall_s")) if isinstance(mode, Mapping) else 0.0
@@ -84,7 +91,7 @@ def timeline(verdict: Verdict) -> dict[str, Any] | None:
             {
                 "y": i * TIMELINE_ROW,
                 "text_y": i * TIMELINE_ROW + TIMELINE_ROW / 2 + 4,
-                "label": f"slot {slot}",
+                "label": f"slot {slot}" + (" (suite)" if only_suite[lanes[i]] else ""),
                 "group": group if group != previous_group else "",
                 "separator": i > 0 and group != previous_group,
             }
@@ -100,7 +107,8 @@ def timeline(verdict: Verdict) -> dict[str, Any] | None:
                 "y": index[lane(run)] * TIMELINE_ROW + 3,
                 "width": round(max((stop - start) * scale, 1.5), 2),
                 "status": status,
-                "title": f"{run['file']} — {status}, {seconds(start)} → {seconds(stop)}"
+                "title": ("" if run["mode"] == Mode.PARALLEL.value else f"{run['mode']}: ")
+                + f"{run['file']} — {status}, {seconds(start)} → {seconds(stop)}"
                 f" ({seconds(stop - start)})",
             }
         )
@@ -128,6 +136,8 @@ def durations(verdict: Verdict, columns: Sequence[str]) -> dict[str, Any]:
     table: dict[str, dict[str, tuple[float, str]]] = {}
     for mode in columns:
         for run in file_runs(verdict.modes.get(mode)):
+            if run.get("inferred"):  # the mode never ran it: it has no time of its own
+                continue
             start, stop = number(run.get("start")), number(run.get("end"))
             duration = number(run.get("duration"), stop - start)
             before = table.setdefault(run["file"], {}).get(mode)
@@ -155,6 +165,21 @@ def durations(verdict: Verdict, columns: Sequence[str]) -> dict[str, Any]:
     return {"modes": modes, "rows": rows, "walls": walls}
 
 
+def mode_facts(verdict: Verdict) -> list[str]:
+    """What a mode concluded instead of running: facts, not warnings."""
+    facts = []
+    for name, mode in verdict.modes.items():
+        inferred = mode.get("inferred_files") if isinstance(mode, Mapping) else None
+        if isinstance(inferred, int) and inferred:
+            files = len(file_runs(mode))
+            # a lazy isolated pass takes parallel's outcomes; without parallel, threads'
+            source = "parallel" if "parallel" in verdict.modes else "threads"
+            facts.append(
+                f"{name}: {inferred} of {files} files inferred from {source}, where they passed"
+            )
+    return facts
+
+
 def mode_notes(verdict: Verdict) -> list[str]:
     """Warnings about incomplete modes: missing shards, interrupted runs."""
     notes = []
@@ -166,14 +191,6 @@ def mode_notes(verdict: Verdict) -> list[str]:
             notes.append(f"{name}: shard(s) {', '.join(map(str, missing))} missing")
         if mode.get("interrupted"):
             notes.append(f"{name}: the run was interrupted")
-        inferred = mode.get("inferred_files")
-        if isinstance(inferred, int) and inferred:
-            files = len(file_runs(mode))
-            # a lazy isolated pass takes parallel's outcomes; without parallel, threads'
-            source = "parallel" if "parallel" in verdict.modes else "threads"
-            notes.append(
-                f"{name}: {inferred} of {files} files inferred from {source}, where they passed"
-            )
     cut = verdict.evidence.get("cut")
     if isinstance(cut, int) and cut:
         notes.append(f"evidence: {cut} test(s) not rerun: budget (raise --evidence-budget)")

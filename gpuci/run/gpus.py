@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import os
 import platform
 import re
 import shutil
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 from gpuci.model import UsageError
 
@@ -66,7 +68,7 @@ def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, s
     for name in ("pytest", "cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             env["cupy" if name.startswith("cupy") else name] = importlib.metadata.version(name)
-    gpu = _nvidia_smi(["--query-gpu=name,driver_version", "--format=csv,noheader"])
+    gpu = _nvidia_smi(["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     if gpu:
         names = [line.split(",")[0].strip() for line in gpu]
         env["gpu"] = (
@@ -74,7 +76,11 @@ def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, s
             if len(set(names)) == 1 and len(names) > 1
             else ", ".join(names)
         )
-        env["driver"] = gpu[0].split(",")[-1].strip()
+        first = [part.strip() for part in gpu[0].split(",")]
+        env["driver"] = first[1] if len(first) > 1 else ""
+        total = first[2].split()[0] if len(first) > 2 and first[2] else ""
+        if total.isdigit():  # "81559 MiB": what a contention's peaks are measured against
+            env["gpu_memory_mib"] = total
         header = "\n".join(_nvidia_smi([]))
         match = re.search(r"CUDA Version:\s*([\d.]+)", header)
         if match:
@@ -88,6 +94,9 @@ def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, s
     ):
         if environ.get(var):
             env[key] = environ[var]
+    if not _python_on_path(python, environ):
+        # reproduce commands name it: a bare `python` would run another interpreter
+        env["interpreter"] = python
     if "commit" not in env:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             sha = subprocess.run(
@@ -101,3 +110,17 @@ def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, s
             if sha:
                 env["commit"] = sha
     return env
+
+
+def _python_on_path(python: str, environ: Mapping[str, str]) -> bool:
+    """Whether `python` on the PATH is the interpreter the check runs: the same file in the
+    same folder (a venv's python links to its base interpreter, which is another one)."""
+    found = shutil.which("python", path=environ.get("PATH", os.defpath))
+    ours = shutil.which(python) or python
+    if found is None:
+        return False
+    mine, theirs = Path(ours).absolute(), Path(found).absolute()
+    try:
+        return mine.parent == theirs.parent and mine.samefile(theirs)
+    except OSError:  # gone, or unreadable: name it
+        return False

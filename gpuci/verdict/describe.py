@@ -64,6 +64,7 @@ def describe_mode(results: ModeResults) -> dict[str, Any]:
         "missing_shards": list(results.missing_shards),
         "interrupted": run.interrupted,
         "inferred_files": sum(1 for f in run.files if f.inferred),
+        **({"beside": list(run.beside)} if run.beside else {}),  # screened at once, one clock
         "file_runs": [
             {
                 "file": f.file,
@@ -76,6 +77,7 @@ def describe_mode(results: ModeResults) -> dict[str, Any]:
                 "shard": shard,
                 "exit_codes": [i.exit_code for i in f.interpreters if i.exit_code is not None],
                 "signals": [i.signal for i in f.interpreters if i.signal is not None],
+                **({"inferred": True} if f.inferred else {}),  # no interpreter ran it
                 **({"leftovers": [x.to_json() for x in f.leftovers]} if f.leftovers else {}),
                 **({"strangers": [x.to_json() for x in f.strangers]} if f.strangers else {}),
             }

@@ -17,13 +17,14 @@ from typing import Any
 from gpuci.evidence.classify import classify_results
 from gpuci.evidence.fingerprints import first_fingerprint
 from gpuci.evidence.reproduce import (
+    alone_command,
     culprit_command,
     interpreter_order,
     poisoned_command,
     provider_command,
     reproduce_command,
 )
-from gpuci.evidence.results import ModeResults, load_mode_results
+from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
 from gpuci.evidence.strict import confirm_strictly
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -43,7 +44,6 @@ from gpuci.model import (
     InputError,
     Mode,
     Outcome,
-    Root,
     TestEvidence,
     TestResult,
     TestVerdict,
@@ -51,12 +51,14 @@ from gpuci.model import (
     Verdict,
 )
 from gpuci.run.masking import mask_secrets
+from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
 DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
 UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
 FINGERPRINTED = ISOLATION_CATEGORIES | {Category.FAILED, Category.FLAKY}  # grouped in reports
+DEPENDS = Category.DEPENDS_ON_OTHERS  # its culprits are its providers
 KNOWN = "known"  # --allow's word for isolation regressions the baseline already had
 # verdict.json's test order: what needs attention first.
 CATEGORY_GROUP = {
@@ -153,9 +155,11 @@ def write_verdict(verdict: Verdict, path: Path, secrets: Sequence[str] = ()) -> 
         raise GpuciError(f"{path}: cannot write the verdict ({exc.strerror or exc})") from None
 
 
-def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verdict:
-    """Classify every test under `out` and decide the verdict."""
-    results = load_mode_results(out)
+def diff_results(  # -- each TestVerdict is built in one place, field by field
+    out: Path, *, baseline: Verdict | None, policy: Policy, secrets: Sequence[str] = ()
+) -> Verdict:
+    """Classify every test under `out` and decide the verdict, `secrets` masked first."""
+    results = mask_results(load_mode_results(out), secrets)
     evidence = _read_evidence(out)
     found = {t.id: t for t in evidence.tests} if evidence is not None else {}
     modes = [m for m in Mode if m in results]
@@ -200,10 +204,12 @@ def diff_results(out: Path, *, baseline: Verdict | None, policy: Policy) -> Verd
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
                 notes=test.notes
                 + _isolated_note(category, test.outcomes)
-                + ((strict.note,) if strict.note else ()),
+                + ((strict.note,) if strict.note else ())
+                + contention_note(category, test.seen[0].file, ev.culprits if ev else (), results),
                 with_provider=provider_command(
                     test_id, test.category, ev.culprits if ev else (), results
                 ),
+                passes_alone=alone_command(test_id, category, ev.culprits if ev else (), results),
                 fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, category) if ev else {}),
@@ -248,7 +254,8 @@ def _isolated_note(category: Category, outcomes: Mapping[Mode, Outcome]) -> tupl
 def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
     """What the evidence runs add to a test's verdict: culprits, poisoning, sanitizer."""
     fields: dict[str, Any] = {
-        "culprits": found.culprits if category in ISOLATION_CATEGORIES else (),
+        "culprits": found.culprits if category in ISOLATION_CATEGORIES - {DEPENDS} else (),
+        "providers": found.culprits if category is DEPENDS else (),
         "search": found.search if category in ISOLATION_CATEGORIES else "",
         "probes": found.probes if category in ISOLATION_CATEGORIES else (),
         "sanitizer": found.sanitizer,
@@ -267,25 +274,6 @@ def _diagnosed(found: TestEvidence | None, category: Category) -> bool:
     """Whether it passes alone but fails alone once its allocations are poisoned."""
     poisoned = found.poisoned if found is not None else None
     return poisoned in NOT_PASSING and category is Category.ORDER_DEPENDENT
-
-
-def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
-    """Victims grouped under their culprits: a cascade is one root, most victims first."""
-    groups: dict[tuple[tuple[str, ...], Category], list[TestVerdict]] = {}
-    for test in tests:
-        if test.culprits and test.category in ISOLATION_CATEGORIES:
-            groups.setdefault((test.culprits, test.category), []).append(test)
-    roots = [
-        Root(
-            culprits=culprits,
-            category=category,
-            victims=tuple(v.id for v in victims),
-            reproduce=victims[0].reproduce,
-        )
-        for (culprits, category), victims in groups.items()
-    ]
-    roots.sort(key=lambda r: (-len(r.victims), r.culprits))
-    return tuple(roots)
 
 
 def _read_evidence(out: Path) -> Evidence | None:
@@ -327,15 +315,13 @@ def _decide(
     evidence: Evidence | None = None,
 ) -> tuple[str, list[str]]:
     """The verdict and its reasons: what fails it first, then what makes it a warning."""
-    failing: dict[str, int] = {}
-    warning: dict[str, int] = {}
+    failing: dict[str, list[TestVerdict]] = {}
+    warning: dict[str, list[TestVerdict]] = {}
     for test in tests:
         if policy.fails(test):
-            key = _reason_key(test, with_baseline=with_baseline)
-            failing[key] = failing.get(key, 0) + 1
+            failing.setdefault(_reason_key(test, with_baseline=with_baseline), []).append(test)
         elif policy.warns(test):
-            key = _reason_key(test, with_baseline=with_baseline)
-            warning[key] = warning.get(key, 0) + 1
+            warning.setdefault(_reason_key(test, with_baseline=with_baseline), []).append(test)
     reasons = [_reason(key, n) for key, n in sorted(failing.items(), key=_reason_order)]
     warnings = [_reason(key, n) for key, n in sorted(warning.items(), key=_reason_order)]
     for mode, mode_results in results.items():
@@ -380,17 +366,17 @@ REASON_ORDER = (
 )
 
 
-def _reason_order(item: tuple[str, int]) -> int:
+def _reason_order(item: tuple[str, list[TestVerdict]]) -> int:
     return REASON_ORDER.index(item[0])
 
 
-def _reason(key: str, n: int) -> str:
+def _reason(key: str, tests: Sequence[TestVerdict]) -> str:
     # Without a baseline nothing regressed: findings are problems; with one, new ones
-    # are regressions and known ones problems the target branch has too.
-    if key == "new isolation":
-        return f"{n} new isolation regression{'s' if n != 1 else ''}"
+    # are regressions and known ones problems the target branch has too; counted by cause.
+    n = len(tests)
     if "isolation" in key:
-        return f"{n} {key} problem{'s' if n != 1 else ''}"
+        what = "new isolation regression" if key == "new isolation" else f"{key} problem"
+        return isolation_headline(what, tests)
     if key == Category.NOT_RUN.value:
         return f"{n} test{'s' if n != 1 else ''} not run"
     return f"{n} {key} test{'s' if n != 1 else ''}"

@@ -99,6 +99,27 @@ def reproduce_of(blame: Blame) -> str:
     return next((v.reproduce for v in blame.victims if v.reproduce), blame.root.reproduce)
 
 
+def commands_of(test: TestVerdict) -> tuple[tuple[str, str], ...]:
+    """Every command that shows a finding, each with what it shows: both halves of an
+    order-dependent or depends-on-others finding, else its one command (a concurrency
+    finding's pair, run together)."""
+    if not test.reproduce:
+        return ()
+    if test.category is Category.DEPENDS_ON_OTHERS and test.with_provider:
+        return (("fails alone", test.reproduce), ("passes after its provider", test.with_provider))
+    # a diagnosed victim's command is its poisoned run alone (its own bug): one command
+    if test.category is Category.ORDER_DEPENDENT and test.passes_alone and not test.diagnosis:
+        return (("fails after its culprit", test.reproduce), ("passes alone", test.passes_alone))
+    return (("reproduce", test.reproduce),)
+
+
+def root_commands(blame: Blame) -> tuple[tuple[str, str], ...]:
+    """A root's commands: those of the victim whose command is the root's minimal one."""
+    command = reproduce_of(blame)
+    first = next((v for v in blame.victims if v.reproduce == command), None)
+    return commands_of(first) if first is not None else (("reproduce", command),)
+
+
 def culprit_note(test: TestVerdict, blames: Mapping[str, Blame]) -> str:
     """Why an isolation finding has no culprit: the search's note ("" where it has one)."""
     if test.id in blames or test.diagnosis or test.culprits or not test.search:

@@ -1,0 +1,174 @@
+"""Pairs: a concurrency suspect started beside each file that ran with it in the screens.
+
+The victim runs alone in one interpreter and the partner file in another, both held at
+their first tests until both got there (`Prober.run_together`); then beside all of them
+at once. Contention is symmetric: where two tests need more of the device than it has,
+whichever asks second fails. So a pair shows the finding where the victim fails, or where
+a test of the partner file fails the victim's way (`fingerprints.same_kind`) and is
+not a failure of its own (it passes with nothing beside it). That test is the victim's
+partner: it fails beside the victim, and the pair's command shows it too.
+
+A pair names its partner file only where it shows the finding twice in a row; a pair
+that showed it once, then not, ends the search: flaky. Where the victim was the one that
+failed both times, the pair runs up to PARTNER_TRIES more times to see which of the
+partner file's tests it was contending with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from gpuci.evidence.fingerprints import failure_kind, same_kind
+from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.reproduce import gpu_of
+from gpuci.evidence.results import ModeResults
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe
+from gpuci.run.discover import file_of
+
+PHASE = "culprits"
+NOT_SEARCHED = "not searched (budget)"
+NOT_REPRODUCED = "not reproduced"  # how a search that never saw the finding again begins
+PAIRED = "pair: "  # how a search that found a co-running file begins
+PARTNER_OF = "the partner of "  # a partner's search: `pair: the partner of <victim>: ...`
+SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"  # identical runs, both outcomes
+PARTNER_TRIES = 2  # more runs of a confirmed pair, to see which partner test failed
+
+
+@dataclass(slots=True)
+class PairSearch:
+    """One victim's pair runs: the files it fails beside, and their tests that failed its
+    way beside it (its partners)."""
+
+    probes: list[Probe]
+    culprits: tuple[str, ...] = ()
+    partners: tuple[str, ...] = ()
+    note: str = ""
+    contradicted: bool = False  # a fresh confirmation did not show what a forked run showed
+
+
+def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tells it
+    prober: Prober,
+    parallel: ModeResults,
+    *,
+    victim: str,
+    candidates: Sequence[str],
+    kind: str,
+    partnerable: Collection[str],
+) -> PairSearch:
+    """The victim beside each file of `candidates` in turn, then beside all of them.
+
+    `kind` is the victim's failure kind in the screens ("": only its own failure counts);
+    `partnerable` the tests that may be its partners (none fails without others beside it).
+    """
+    search = PairSearch([])
+    apart = 0  # pair runs whose interpreters did not all start their tests together
+    ids_of = _ids_by_file(parallel)
+    groups: list[Sequence[str]] = [[c] for c in candidates]
+    if len(candidates) > 1:
+        groups.append(list(candidates))
+
+    forked = False  # whether the last pair run's victim was forked
+
+    def pair_shows(beside: Sequence[str], *, fresh: bool = False) -> tuple[bool, list[str]]:
+        nonlocal apart, forked
+        runs = [([victim], gpu_of(parallel, file_of(victim)))]
+        runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
+        started = [(ids, gpu) for ids, gpu in runs if ids]
+        done, met = prober.run_together(
+            started,
+            phase=PHASE,
+            label=f"culprits of {victim}: beside {len(beside)} file(s)",
+            fresh=fresh,
+        )
+        forked = done[0].forked
+        apart += met < len(started)  # one never reached its first test: no overlap
+        outcome = done[0].outcome(victim)
+        search.probes.append(
+            Probe(count=len(beside), shown=tuple(beside[:PROBE_SHOWN]), outcome=outcome)
+        )
+        partners = _failed_its_way(done[1:], kind, partnerable) if kind else []
+        return outcome in NOT_PASSING or bool(partners), partners
+
+    def cut() -> bool:
+        return prober.exhausted() or prober.stopping()
+
+    for beside in groups:
+        if cut():
+            search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
+            return search
+        shows, partners = pair_shows(beside)
+        first_forked = forked
+        if not shows:
+            continue
+        if cut():
+            search.note = "search cut by budget before the pair was confirmed twice"
+            return search
+        search.contradicted = first_forked  # until the fresh run below confirms it
+        again, more = pair_shows(beside, fresh=True)  # the command the report prints
+        if again:
+            search.contradicted = False
+        if not again:
+            # the same pair, started the same way, went both ways: flaky, like a replay
+            shown = ", ".join(beside[:PROBE_SHOWN])
+            search.note = (
+                f"{NOT_REPRODUCED}: beside {shown} it failed, then not ({SAME_RUN_BOTH_WAYS})"
+            )
+            return search
+        # a partner is named by fresh runs only: its category stands on the command printed
+        found = dict.fromkeys(more if first_forked else [*partners, *more])
+        for _ in range(PARTNER_TRIES):
+            if found or cut():
+                break
+            shows, more = pair_shows(beside, fresh=True)
+            if not shows:  # confirmed twice already: this run names no partner, no more
+                break
+            found.update(dict.fromkeys(more))
+        search.culprits = tuple(beside)
+        search.partners = tuple(found)
+        search.note = (
+            f"{PAIRED}{len(search.probes)} run(s), confirmed twice"
+            + (f"; only all {len(beside)} together" if len(beside) > 1 else "")
+            + (f"; {', '.join(found)} failed its way beside it" if found else "")
+        )
+        return search
+    search.note = (
+        f"{NOT_REPRODUCED}: no pair showed it twice ({len(search.probes)} runs"
+        + (f"; {apart} did not overlap" if apart else "")
+        + ")"
+        if search.probes
+        else "no file ran beside it"
+    )
+    return search
+
+
+def partner_note(victim: str, runs: int) -> str:
+    """A partner's search: found by its victim's pair runs, not by its own."""
+    return f"{PAIRED}{PARTNER_OF}{victim}: failed its way beside it ({runs} run(s))"
+
+
+def _failed_its_way(runs: Sequence[ProbeRun], kind: str, partnerable: Collection[str]) -> list[str]:
+    """The tests of the partner runs that failed with the victim's failure kind."""
+    return [
+        result.id
+        for run in runs
+        for result in run.results.values()
+        if result.id in partnerable
+        and result.outcome is Outcome.FAILED
+        and same_kind(failure_kind([result]), kind)
+    ]
+
+
+def _ids_by_file(parallel: ModeResults) -> dict[str, list[str]]:
+    """Each file's tests as the parallel run ran them (what a co-runner replays)."""
+    ids: dict[str, list[str]] = {}
+    for test in parallel.run.tests:
+        if test.outcome is not Outcome.NOT_RUN and _selectable(test.id):
+            ids.setdefault(test.file, []).append(test.id)
+    return ids
+
+
+def _selectable(test_id: str) -> bool:
+    """A real test pytest can select (not a stand-in for an interpreter's death)."""
+    file, _, name = test_id.partition("::")
+    return bool(file) and bool(name) and not name.startswith("[")

@@ -1,0 +1,116 @@
+"""Victims: whose culprits to search for, and where (the interpreter with the fewest tests
+before the victim, or the files that ran beside it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuci.evidence.beside import beside_suite_test, co_runners
+from gpuci.evidence.classify import Classified
+from gpuci.evidence.fingerprints import failure_kind
+from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS
+from gpuci.evidence.reproduce import Order
+from gpuci.evidence.results import ModeResults
+from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
+
+SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task:
+    """One victim's search: the tests (or files) to search among, in the order they ran."""
+
+    victim: str
+    category: Category
+    candidates: tuple[str, ...]
+    rank: tuple[int, int]  # (kind, place in the suite's order): earlier victims first
+    pairs: tuple[str, ...] = ()  # files to pair it with where a screen's replay shows nothing
+    kind: str = ""  # its failure's kind in the screens (fingerprints.failure_kind)
+
+
+def plan_searches(
+    results: Mapping[Mode, ModeResults],
+    classified: Mapping[str, Classified],
+    found: Mapping[str, TestEvidence],
+    orders: Mapping[Mode, Order],
+) -> list[Task]:
+    """Every victim's search, where it has one to search."""
+    # victims in the order they ran in one interpreter, so that an early victim's culprit
+    # is found first and tried on the later ones (a cascade)
+    reference = results.get(Mode.SUITE) or next(iter(results.values()))
+    place = {t.id: i for i, t in enumerate(reference.run.tests)}
+    tasks: list[Task] = []
+    for test in classified.values():
+        # a victim that fails alone when poisoned reads uninitialized memory: its own bug;
+        # one whose poisoned runs went both ways is flaky: nothing to search for either
+        before = found.get(test.id)
+        diagnosed = before is not None and (
+            before.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in before.search
+        )
+        if test.category in SEARCHED and not diagnosed:
+            task = _plan(test, results, orders, place.get(test.id, len(place)))
+            if task is not None:
+                tasks.append(task)
+    return tasks
+
+
+def _plan(
+    test: Classified,
+    results: Mapping[Mode, ModeResults],
+    orders: Mapping[Mode, Order],
+    place: int,
+) -> Task | None:
+    """Where to search: the interpreter with the fewest tests before the victim."""
+    if test.category is Category.CONCURRENCY:
+        parallel = results.get(Mode.PARALLEL)
+        if parallel is None:
+            return None
+        return Task(
+            victim=test.id,
+            category=test.category,
+            candidates=co_runners(results, test.results[Mode.PARALLEL].file),
+            rank=(2, place),
+            kind=failure_kind(test.seen),
+        )
+    parallel = results.get(Mode.PARALLEL)
+    pairs: tuple[str, ...] = ()
+    if parallel is not None and parallel.run.beside and test.category is Category.ORDER_DEPENDENT:
+        # a screen's failure: maybe beside a file, not after one
+        if test.outcomes.get(Mode.PARALLEL) in NOT_PASSING:
+            pairs = co_runners(results, test.results[Mode.PARALLEL].file)
+        elif test.outcomes.get(Mode.SUITE) in NOT_PASSING:
+            pairs = beside_suite_test(results, test.id)
+    wanted: set[Outcome] = (
+        set(NOT_PASSING) if test.category is Category.ORDER_DEPENDENT else {Outcome.PASSED}
+    )
+    modes: tuple[Mode, ...] = (Mode.ISOLATED, Mode.SUITE)
+    if test.category is Category.DEPENDS_ON_OTHERS:
+        modes = (Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE)
+    best: Task | None = None
+    for mode in modes:
+        if mode not in orders or test.outcomes.get(mode) not in wanted:
+            continue
+        where = orders[mode].where.get(test.id)
+        if where is None or where[1] == 0:
+            continue
+        segment, position, _ = where
+        before = [t.id for t in orders[mode].segments[segment][:position]]
+        candidates = tuple(i for i in before if _selectable(i))
+        if candidates and (best is None or len(candidates) < len(best.candidates)):
+            rank = (0 if test.category is Category.ORDER_DEPENDENT else 1, place)
+            best = Task(
+                victim=test.id,
+                category=test.category,
+                candidates=candidates,
+                rank=rank,
+                pairs=pairs,
+                kind=failure_kind(test.seen) if pairs else "",
+            )
+    return best
+
+
+def _selectable(test_id: str) -> bool:
+    """A real test pytest can select (not a stand-in for an interpreter's death)."""
+    file, _, name = test_id.partition("::")
+    return bool(file) and bool(name) and not name.startswith("[")

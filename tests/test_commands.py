@@ -1,0 +1,86 @@
+"""End-to-end: what a check prints for people to paste and to read, through the real CLI.
+
+- A reproduce command names the interpreter the check ran where `python` on the PATH is
+  another one (a src-layout project's command imported an installed copy instead of the
+  checkout under test), and keeps `python` where it is the same one.
+- A secret in a failure's message is masked wherever it lands, its fingerprint included
+  (a fingerprint normalizes digits: masked afterwards, the secret no longer matched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import gpuci
+
+FAILING = "def test_fails():\n    assert 1 == 2, 'a real failure'\n"
+# digits after a dash are a number to the fingerprint: `tok-N-...` no longer matched
+JOB_TOKEN = "tok-2026-a1b2c3d4e5f6"  # noqa: S105 (a test token)
+LEAKING = (
+    "import os\n\n\ndef test_leaks():\n"
+    "    raise RuntimeError(f\"401 for token {os.environ['CI_JOB_TOKEN']} at step 3\")\n"
+)
+
+
+def suite(root: Path, text: str) -> Path:
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (root / "test_x.py").write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.mark.slow
+def test_a_command_names_the_interpreter_where_path_has_another(tmp_path: Path) -> None:
+    root = suite(tmp_path / "suite", FAILING)
+    other = tmp_path / "bin"
+    other.mkdir()
+    python = other / "python"  # another interpreter: one that cannot run the suite
+    python.write_text("#!/bin/sh\necho 'not the checked interpreter' >&2\nexit 9\n")
+    python.chmod(0o755)
+    env = dict(os.environ, PATH=f"{other}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    proc = gpuci("check", ".", "--out", str(tmp_path / "out"), cwd=root, env=env)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text(encoding="utf-8"))
+    command = verdict["tests"][0]["reproduce"]
+    assert f"&& {shlex.quote(sys.executable)} -m pytest " in command, command
+    assert f"reproduce: {command}" in proc.stdout
+    # pasted where that PATH holds, it runs the check's interpreter and shows the failure
+    shown = subprocess.run(
+        ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, check=False
+    )
+    assert "FAILED test_x.py::test_fails" in shown.stdout, shown.stdout + shown.stderr
+
+
+@pytest.mark.slow
+def test_a_command_keeps_python_where_it_is_the_same_interpreter(tmp_path: Path) -> None:
+    root = suite(tmp_path / "suite", FAILING)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    proc = gpuci(
+        "check", ".", "--out", str(tmp_path / "out"), cwd=root, env={**os.environ, "PATH": path}
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text(encoding="utf-8"))
+    assert "&& python -m pytest " in verdict["tests"][0]["reproduce"]
+    assert "interpreter" not in verdict["environment"]
+
+
+@pytest.mark.slow
+def test_a_secret_is_masked_after_the_fingerprint_normalized_it(tmp_path: Path) -> None:
+    root = suite(tmp_path / "suite", LEAKING)
+    out = tmp_path / "out"
+    env = dict(os.environ, CI_JOB_TOKEN=JOB_TOKEN)
+    proc = gpuci("check", ".", "--out", str(out), cwd=root, env=env)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    test = json.loads((out / "verdict.json").read_text(encoding="utf-8"))["tests"][0]
+    assert "[MASKED]" in test["message"]
+    assert "[MASKED]" in test["fingerprint"], test["fingerprint"]
+    secret_part = JOB_TOKEN.rpartition("-")[2]  # what normalizing the digits leaves of it
+    for name in ("verdict.json", "report.html", "comment.md"):
+        assert secret_part not in (out / name).read_text(encoding="utf-8"), name
+    assert secret_part not in proc.stdout + proc.stderr
