@@ -14,11 +14,11 @@ import pytest
 import gpuci.evidence.engine
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _bisect, _cascade, _replay
-from gpuci.evidence.victims import Task as _Task
 from gpuci.evidence.engine import run_poisoned
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
+from gpuci.evidence.victims import Task as _Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
 
 VICTIM = "test_v.py::test_victim"
