@@ -28,6 +28,7 @@ CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
 @dataclass
 class FakeRun:
     result: Outcome
+    forked: bool = False
 
     def outcome(self, test_id: str) -> Outcome:
         return self.result
@@ -40,6 +41,7 @@ class FakeProber:
     victim: Callable[[Sequence[str], int], Outcome]
     budget_runs: int = 1000
     runs: list[list[str]] = field(default_factory=list)
+    fresh: list[bool] = field(default_factory=list)  # whether each run was asked fresh
 
     def exhausted(self) -> bool:
         return len(self.runs) >= self.budget_runs
@@ -49,9 +51,12 @@ class FakeProber:
 
     poisoned: bool = False  # the check runs poisoned already (--poison)
 
-    def run(self, ids: Sequence[str], *, phase: str, label: str, env: object = None) -> FakeRun:
+    def run(
+        self, ids: Sequence[str], *, phase: str, label: str, env: object = None, fresh: bool = True
+    ) -> FakeRun:
         self.runs.append(list(ids))
-        return FakeRun(self.victim(ids, len(self.runs)))
+        self.fresh.append(fresh)
+        return FakeRun(self.victim(ids, len(self.runs)), forked=not fresh)
 
 
 def task(category: Category) -> _Task:
@@ -67,6 +72,8 @@ def test_one_polluter_among_sixteen_is_found_within_the_bound() -> None:
     # every run is [candidates..., victim] in the order they first ran, the last two alike
     assert all(run[-1] == VICTIM for run in prober.runs)
     assert prober.runs[-1] == prober.runs[-2] == [culprit, VICTIM]
+    # the search forks; the confirmation that names the culprit is the fresh command printed
+    assert prober.fresh[-1] and not any(prober.fresh[:-1])
 
 
 def test_a_provider_is_found_for_a_test_that_needs_one() -> None:
@@ -138,7 +145,12 @@ class FakePairProber(FakeProber):
     """Pair runs too: the victim's outcome on the n-th run, whatever runs beside it."""
 
     def run_together(
-        self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
+        self,
+        groups: Sequence[tuple[Sequence[str], str | None]],
+        *,
+        phase: str,
+        label: str,
+        fresh: bool = True,
     ) -> tuple[list[FakeRun], int]:
         self.runs.append([i for ids, _ in groups for i in ids])
         return [FakeRun(self.victim([], len(self.runs)))], len(groups)
@@ -205,13 +217,21 @@ class FakeContention(FakeProber):
     """Whichever asks second fails: here always the partner, never the victim."""
 
     def run_together(
-        self, groups: Sequence[tuple[Sequence[str], str | None]], *, phase: str, label: str
+        self,
+        groups: Sequence[tuple[Sequence[str], str | None]],
+        *,
+        phase: str,
+        label: str,
+        fresh: bool = True,
     ) -> tuple[list[FakeSidedRun], int]:
         self.runs.append([i for ids, _ in groups for i in ids])
         partner = TestResult(
             id="test_x.py::test_a", file="test_x.py", outcome=Outcome.FAILED, message=OUT_OF_MEMORY
         )
-        runs = [FakeSidedRun(Outcome.PASSED), FakeSidedRun(Outcome.PASSED, {partner.id: partner})]
+        runs = [
+            FakeSidedRun(Outcome.PASSED),
+            FakeSidedRun(Outcome.PASSED, results={partner.id: partner}),
+        ]
         return runs, len(groups)
 
 
