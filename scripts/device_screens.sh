@@ -45,12 +45,14 @@ findings() {  # the verdict's line, the modes it ran, and every finding
 import json, sys
 v = json.load(open(sys.argv[1]))
 print("verdict:", v["verdict"], v["reasons"])
+print("evidence:", {k: v["evidence"].get(k) for k in ("runs", "spent_s", "notes")})
 print("summary:", {k: n for k, n in v["summary"].items() if n})
 print("checked:", {m: c.get("ran") for m, c in v.get("checked", {}).items()})
 print("modes:", {m: d["wall_s"] for m, d in v["modes"].items()})
 for t in v["tests"]:
     if t["category"] not in ("passed", "skipped") or t.get("notes"):
-        print(" ", t["category"], t["id"], t["outcomes"], t.get("notes", ""))
+        print(" ", t["category"], t["id"], t["outcomes"], t.get("notes", ""),
+              "culprits:", t.get("culprits", []), "providers:", t.get("providers", []))
 PY
 }
 
@@ -142,14 +144,14 @@ PY
         cat "$WORK/startup.log" ;;
     polluted)
         for how in ${POLLUTED_HOW:-default serial}; do
-            extra=(); [ "$how" = serial ] && extra=(--serial-modes)
+            extra=(); [ "$how" = serial ] && extra=(--serial-modes)  # default, default2...: default
             GPU_POLLUTED_STATE="$WORK/state-$how" timed polluted-$how 450 python3 -m gpuci check \
                 examples/gpu_polluted --out "$WORK/p-$how" --timeout 120 "${extra[@]}"
             grep "^gpuci: modes\|^gpuci: evidence budget\|^evidence\|^verdict" "$WORK/polluted-$how.log"
             python3 scripts/compare_expected.py "$WORK/p-$how/verdict.json" \
                 examples/gpu_polluted/expected.json | tee "$WORK/polluted-$how.txt"
-        done
-        findings "$WORK/p-default/verdict.json" ;;
+            findings "$WORK/p-$how/verdict.json" | grep -v "^  \(failed\|order-dep\|thread-unsafe\)"
+        done ;;
     storm)
         OUT="$WORK/storm" timeout 500 bash scripts/device_storm.sh > "$WORK/storm.txt" 2>&1
         cat "$WORK/storm/storm-summary.txt"; tail -25 "$WORK/storm/storm-terminal.txt" ;;
