@@ -216,6 +216,7 @@ def preload(config: dict[str, Any]) -> dict[str, Any]:
         if why:
             return _refuse(why)
     WATCH.stop()
+    present += done.brought.get("pytest", [])  # every child imports pytest, and these with it
     return {
         "ready": True,
         "imported": done.imported,
