@@ -11,6 +11,7 @@ once, so whatever happened survives an interpreter that dies the next instant:
     {"e": "start", "id": "..."}
     {"e": "finish", "id": "...", "outcome": "passed|failed|skipped", "duration": 0.1,
      "message": "...", "where": "tests/test_x.py:12"}
+    {"e": "internal-error", "message": "RuntimeError: ...", "where": "conftest.py:3 in hook"}
     {"e": "end", "exitstatus": 1}
 
 `parallel_threads` is what `--parallel-threads` says (the suite's addopts, or gpuci's
@@ -30,8 +31,9 @@ test ran in that many threads at once, except those in `single_threaded` (marked
 `thread_unsafe` and the like), which ran in one. A failure in any thread is the test's
 failure, with that thread's exception as the message.
 
-With `GPUCI_ONLY` naming a file of test ids (one a line), only those tests run: that is
-how gpuci resumes after a crash and reruns a test alone.
+With `GPUCI_ONLY` naming a file of test ids (a JSON list, so that an id keeps every
+character pytest allows in it, a newline included), only those tests run: that is how
+gpuci resumes after a crash and reruns a test alone.
 
 With `GPUCI_POISON=1`, every device allocation handed to a test is filled first (CuPy:
 0xFF bytes; PyTorch: NaN and the largest integer), so a kernel that reads memory it never
@@ -48,6 +50,7 @@ child next to nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -82,7 +85,8 @@ class Journal:
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one event and push it to the OS before going on."""
-        self._file.write(json.dumps(event, ensure_ascii=False) + "\n")
+        # ASCII escapes: an id holding a lone surrogate is still one line of UTF-8
+        self._file.write(json.dumps(event) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -97,7 +101,7 @@ class Journal:
         only_file = os.environ.get("GPUCI_ONLY")
         if not only_file:
             return
-        wanted = set(Path(only_file).read_text(encoding="utf-8").splitlines())
+        wanted = set(json.loads(Path(only_file).read_text(encoding="utf-8")))
         keep = [item for item in items if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]
         if dropped:
@@ -193,6 +197,11 @@ class Journal:
             }
         )
 
+    def pytest_internalerror(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Record pytest's INTERNALERROR (exit 3) with its cause: the parent fails the file
+        with it rather than taking the tests pytest never ran for a pass."""
+        self.write({"e": "internal-error", **internal_error_cause(excinfo)})
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, exitstatus: int) -> None:
         """Record an orderly end: pytest, not a crash, decided what did not run."""
@@ -227,6 +236,20 @@ def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
         if report.skipped:
             return "skipped", _first_line(report)
     return "passed", ""
+
+
+def internal_error_cause(excinfo: pytest.ExceptionInfo[BaseException]) -> dict[str, str]:
+    """An INTERNALERROR's exception (`Type: first line`) and its innermost frame in the
+    suite's own code (else the last frame) as `path:line in function`."""
+    exc = excinfo.value
+    lines = str(exc).strip().splitlines()
+    message = type(exc).__name__ + (f": {lines[0]}" if lines else "")
+    frames = [(e.path, e.lineno + 1, e.name) for e in excinfo.traceback]
+    own = [f for f in frames if not any(d in str(f[0]) for d in (*SITE_DIRS, "<"))]
+    path, line, name = (own or frames or [("?", 0, "?")])[-1]
+    with contextlib.suppress(ValueError):
+        path = Path(path).relative_to(Path.cwd())
+    return {"message": message[:MESSAGE_LIMIT], "where": f"{path}:{line} in {name}"}
 
 
 def _innermost_own(report: pytest.TestReport | pytest.CollectReport) -> str:

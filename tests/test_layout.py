@@ -36,6 +36,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "forkserver",
         "logs",
         "journal",
+        "endings",
         "interpreter",
         "junit",
         "progress",
