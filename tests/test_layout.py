@@ -27,6 +27,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "plan",
         "gpus",
         "reaper",
+        "ledger",
         "holders",
         "strays",
         "supervisor",

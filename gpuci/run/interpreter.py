@@ -48,6 +48,7 @@ from gpuci.run.forkserver import ForkedChild, start_interpreter
 from gpuci.run.gpumem import MemoryGate, sampler
 from gpuci.run.holders import StrangerCheck, gpu_watch
 from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
+from gpuci.run.ledger import note_started
 from gpuci.run.logs import CappedLog
 from gpuci.run.reaper import (
     COOKIE_ENV,
@@ -182,6 +183,7 @@ class Interpreters:
         except OSError as exc:
             log.close()
             raise GpuciError(f"could not start {self.python}: {exc}") from None
+        note_started(proc.pid, cookie=cookie)  # a killed gpuci's next command ends it
         self.supervisor.add(proc)
         sampler().watch(proc.pid)
         left: list[Leftover] = []

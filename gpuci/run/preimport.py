@@ -42,6 +42,9 @@ MESSAGE_MAX = 1 << 20  # bytes of one request (its environment is the largest pa
 TICK_S = 0.02  # how often the parent looks for children that ended
 CUDA_ERROR_NOT_INITIALIZED = 3
 STARTUP_VARIABLES = "PYTHON"  # variables the interpreter read as it started: must match
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+# libc's prctl, looked up before any fork: a forked child must not load libraries
+_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform.startswith("linux") else None
 _INITIAL_SIGNALS = {  # dispositions as this interpreter started, before any import
     s: signal.getsignal(s)
     for s in signal.valid_signals()
@@ -289,8 +292,10 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
             _send(sock, {"failed": number, "reason": why})
             continue
         ready_r, ready_w = os.pipe()
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
+            _die_with(server)
             os.close(ready_r)
             sock.close()
             _become(request, fds[0], ready_w)
@@ -301,6 +306,15 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
             os.read(ready_r, 1)  # it has its own session now: its group can be signalled
         os.close(ready_r)
         _send(sock, {"started": number, "pid": pid})
+
+
+def _die_with(server: int) -> None:
+    """SIGKILL this child when the server ends (as it does when gpuci hangs up or dies), as
+    a fresh interpreter dies with gpuci; end at once where the server is gone already."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:
+        os._exit(1)
 
 
 def _reap(sock: socket.socket) -> None:
