@@ -119,6 +119,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 **({"log": t.log} if t.log else {}),
                 **({"inferred": True} if t.inferred else {}),
                 **({"cut": t.cut} if t.cut else {}),
+                **({"pytest": list(t.counted)} if t.counted else {}),
             }
             for t in run.tests
         ],
@@ -180,6 +181,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     log=t.get("log", ""),
                     inferred=bool(t.get("inferred", False)),
                     cut=str(t.get("cut", "")),
+                    counted=tuple(str(w) for w in t.get("pytest", ())),
                 )
                 for t in data["tests"]
             ),

@@ -124,6 +124,7 @@ class TestResult:
     log: str = ""  # the interpreter's log tail, kept for crashes and timeouts
     inferred: bool = False  # not run: concluded from another mode (a lazy isolated pass)
     cut: str = ""  # reruns the evidence budget left out
+    counted: tuple[str, ...] = ()  # pytest's own words for it where not the outcome (xfailed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,7 @@ once, so whatever happened survives an interpreter that dies the next instant:
     {"e": "poison", "libs": ["cupy", "torch"], "errors": {"cupy": "..."}}
     {"e": "start", "id": "..."}
     {"e": "finish", "id": "...", "outcome": "passed|failed|skipped", "duration": 0.1,
-     "message": "...", "where": "tests/test_x.py:12"}
+     "message": "...", "where": "tests/test_x.py:12", "pytest": ["failed", "error"]}
     {"e": "internal-error", "message": "RuntimeError: ...", "where": "conftest.py:3 in hook"}
     {"e": "end", "exitstatus": 1}
 
@@ -18,6 +18,8 @@ once, so whatever happened survives an interpreter that dies the next instant:
 threads runs), where above 1: how discovery learns that the suite asks for threads.
 Outside gpuci's threads runs (no `--parallel-threads` on gpuci's own command line) the
 plugin takes pytest-run-parallel's runner out, so those modes run each test once.
+`pytest`, where it is not just the outcome, is what pytest's own summary line counts for
+the test (`xfailed`, `xpassed`, `error`; a failure and a teardown error are two).
 `where`, on a failure only, is the innermost frame of the traceback in the suite's own
 code (not under site-packages): with the message it is the failure's fingerprint.
 
@@ -78,8 +80,9 @@ THREADS_OPTION = "--parallel-threads"  # how gpuci asks pytest-run-parallel for 
 class Journal:
     """The journal file, written line by line and flushed per event."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, config: pytest.Config | None = None) -> None:
         self._file: IO[str] = Path(path).open("a", encoding="utf-8")  # noqa: SIM115
+        self._config = config  # whose hooks say what pytest's own summary counts
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._deselected: set[str] = set()  # files with tests the user's arguments left out
 
@@ -186,6 +189,7 @@ class Journal:
         outcome, message = _outcome(reports)
         duration = sum(r.duration for r in reports)
         where = next((w for r in reports if r.failed and (w := _innermost_own(r))), "")
+        words = self._counted(reports)
         self.write(
             {
                 "e": "finish",
@@ -194,8 +198,18 @@ class Journal:
                 "duration": round(duration, 6),
                 "message": message,
                 **({"where": where} if where else {}),
+                **({"pytest": words} if words != [outcome] else {}),
             }
         )
+
+    def _counted(self, reports: list[pytest.TestReport]) -> list[str]:
+        """What pytest's own summary line counts for these reports (`xfailed`, `error`...),
+        asked of pytest's hooks as its terminal asks them; one word per counted report."""
+        if self._config is None:
+            return []
+        status = self._config.hook.pytest_report_teststatus
+        found = (status(report=r, config=self._config) for r in reports)
+        return [str(category) for category, _, _ in found if category]
 
     def pytest_internalerror(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """Record pytest's INTERNALERROR (exit 3) with its cause: the parent fails the file
@@ -338,7 +352,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{SERIAL_MARK}: gpuci runs this test's file alone, after the parallel pool"
     )
     path = os.environ.get("GPUCI_JOURNAL")
-    journal = Journal(path) if path else None
+    journal = Journal(path, config) if path else None
     if journal is not None:
         config.pluginmanager.register(journal, "gpuci-journal")
     rendezvous = os.environ.get(RENDEZVOUS_ENV)
