@@ -93,8 +93,11 @@ class Journal:
         self._file.flush()
 
     def close(self) -> None:
-        """Close the file at the very end of the session."""
+        """Close the file at the very end of the session, and let go of the config: held
+        longer, it keeps the test modules alive into interpreter teardown, where their
+        objects' __del__ would find their globals gone (a crash at exit would not show)."""
         self._file.close()
+        self._config = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(

@@ -42,9 +42,6 @@ MESSAGE_MAX = 1 << 20  # bytes of one request (its environment is the largest pa
 TICK_S = 0.02  # how often the parent looks for children that ended
 CUDA_ERROR_NOT_INITIALIZED = 3
 STARTUP_VARIABLES = "PYTHON"  # variables the interpreter read as it started: must match
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-# libc's prctl, looked up before any fork: a forked child must not load libraries
-_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform.startswith("linux") else None
 _INITIAL_SIGNALS = {  # dispositions as this interpreter started, before any import
     s: signal.getsignal(s)
     for s in signal.valid_signals()
@@ -274,8 +271,9 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
         if not readable:
             continue
         data, fds, _, _ = socket.recv_fds(sock, MESSAGE_MAX, 1)
-        if not data:
-            return None  # gpuci closed its end (or died): no more children
+        if not data:  # gpuci closed its end (or died): no more children
+            _end_children()
+            return None
         request = json.loads(data)
         number = request["start"]
         if not fds:
@@ -292,10 +290,8 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
             _send(sock, {"failed": number, "reason": why})
             continue
         ready_r, ready_w = os.pipe()
-        server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _die_with(server)
             os.close(ready_r)
             sock.close()
             _become(request, fds[0], ready_w)
@@ -308,13 +304,15 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
         _send(sock, {"started": number, "pid": pid})
 
 
-def _die_with(server: int) -> None:
-    """SIGKILL this child when the server ends (as it does when gpuci hangs up or dies), as
-    a fresh interpreter dies with gpuci; end at once where the server is gone already."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != server:
-        os._exit(1)
+def _end_children() -> None:
+    """gpuci hung up or died: end the children still running, each with its process group,
+    as a fresh interpreter ends with gpuci (a server killed on its own leaves them to gpuci,
+    which adopts them). Its children are found by their parent, never by a pid kept."""
+    me = os.getpid()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == me:
+                os.killpg(int(stat.parent.name), signal.SIGKILL)  # its own session's group
 
 
 def _reap(sock: socket.socket) -> None:
