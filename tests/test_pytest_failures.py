@@ -50,6 +50,8 @@ def test_internal_error_fails_the_check_with_its_cause(tmp_path: Path) -> None:
     cause = "RuntimeError: hook refuses test_b (at conftest.py:4 in pytest_itemcollected)"
     assert f"pytest INTERNALERROR: {cause}" in proc.stdout
     assert "verdict: fail" in proc.stdout
+    # discovery's own collection hit it first: said at once, before the screens
+    assert f"gpuci: warning: pytest's collection ended with INTERNALERROR: {cause}" in proc.stderr
     verdict = verdict_of(root)
     assert verdict["verdict"] == "fail"
     tests = {t["id"]: t for t in verdict["tests"]}
