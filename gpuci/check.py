@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from gpuci.model import InputError, Mode, ModeRun, UsageError
 from gpuci.options import EvidenceOptions, Options
 from gpuci.run.discover import Discovery
 from gpuci.run.durations import write_durations
+from gpuci.run.endings import no_test_ran
 from gpuci.run.gpus import detect_gpus
 from gpuci.run.masking import known_secrets, mask_secrets
 from gpuci.run.modes import (
@@ -106,6 +108,9 @@ def write_verdict(options: Options, path: Path) -> int:
     verdict = diff_results(options.out_dir, baseline=baseline, policy=policy, secrets=secrets)
     write_diffed(verdict, path, secrets)
     print(mask_secrets(format_summary(verdict), secrets))
+    if no_test_ran(verdict):
+        print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)
+        return 3
     return 1 if verdict.verdict == "fail" else 0
 
 

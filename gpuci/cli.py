@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpuci import __version__
-from gpuci.model import GpuciError, Mode, Outcome, UsageError
+from gpuci.model import GpuciError, Mode, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
 from gpuci.run.masking import withhold_secrets
 
@@ -272,13 +272,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 @contextlib.contextmanager
 def _holding(out: Path, command: str) -> Iterator[None]:
     """OUT's lock for the whole command: a second gpuci writing there exits 2."""
-    from gpuci.run.outdir import locked
+    from gpuci.run.ledger import close_ledger, open_ledger
+    from gpuci.run.outdir import STATE_DIR, locked
+    from gpuci.run.strays import leftover_line
 
     notes: list[str] = []
     with locked(out, f"gpuci {command}", notes):
         for note in notes:
             print(f"gpuci: {note}", file=sys.stderr)
-        yield
+        # what a killed command on OUT left running (its ledger names it): ended, and said
+        for left in open_ledger(out / STATE_DIR, f"gpuci {command}"):
+            line = leftover_line("a gpuci command killed earlier", left, where=str(out))
+            print(printable(f"gpuci: warning: {line}"), file=sys.stderr)
+        try:
+            yield
+        finally:
+            close_ledger(out / STATE_DIR)
 
 
 def _adopt_orphans() -> None:

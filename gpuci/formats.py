@@ -1,7 +1,6 @@
 """File formats: `run.json` (schema ``gpuci.run/1``) and `verdict.json` (``gpuci.verdict/1``).
 
-Written and read here, so their shape lives in one place; a file of another schema or a
-malformed one is an InputError that names the file.
+Their shape lives here alone; a file of another schema or a malformed one is an InputError.
 """
 
 from __future__ import annotations
@@ -119,6 +118,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 **({"log": t.log} if t.log else {}),
                 **({"inferred": True} if t.inferred else {}),
                 **({"cut": t.cut} if t.cut else {}),
+                **({"pytest": list(t.counted)} if t.counted else {}),
             }
             for t in run.tests
         ],
@@ -180,6 +180,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     log=t.get("log", ""),
                     inferred=bool(t.get("inferred", False)),
                     cut=str(t.get("cut", "")),
+                    counted=tuple(str(w) for w in t.get("pytest", ())),
                 )
                 for t in data["tests"]
             ),

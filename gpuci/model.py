@@ -1,8 +1,7 @@
 """The shared model: modes, outcomes, categories, results, and their files on disk.
 
 Every stage imports this module and none other of gpuci's (but the stages before it).
-Their files on disk, `run.json` and `verdict.json`, are read and written by
-`gpuci.formats`.
+Their files on disk, `run.json` and `verdict.json`, are read and written by `gpuci.formats`.
 """
 
 from __future__ import annotations
@@ -124,6 +123,7 @@ class TestResult:
     log: str = ""  # the interpreter's log tail, kept for crashes and timeouts
     inferred: bool = False  # not run: concluded from another mode (a lazy isolated pass)
     cut: str = ""  # reruns the evidence budget left out
+    counted: tuple[str, ...] = ()  # pytest's own words for it where not the outcome (xfailed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,13 +10,16 @@ once, so whatever happened survives an interpreter that dies the next instant:
     {"e": "poison", "libs": ["cupy", "torch"], "errors": {"cupy": "..."}}
     {"e": "start", "id": "..."}
     {"e": "finish", "id": "...", "outcome": "passed|failed|skipped", "duration": 0.1,
-     "message": "...", "where": "tests/test_x.py:12"}
+     "message": "...", "where": "tests/test_x.py:12", "pytest": ["failed", "error"]}
+    {"e": "internal-error", "message": "RuntimeError: ...", "where": "conftest.py:3 in hook"}
     {"e": "end", "exitstatus": 1}
 
 `parallel_threads` is what `--parallel-threads` says (the suite's addopts, or gpuci's
 threads runs), where above 1: how discovery learns that the suite asks for threads.
 Outside gpuci's threads runs (no `--parallel-threads` on gpuci's own command line) the
 plugin takes pytest-run-parallel's runner out, so those modes run each test once.
+`pytest`, where it is not just the outcome, is what pytest's own summary line counts for
+the test (`xfailed`, `xpassed`, `error`; a failure and a teardown error are two).
 `where`, on a failure only, is the innermost frame of the traceback in the suite's own
 code (not under site-packages): with the message it is the failure's fingerprint.
 
@@ -30,8 +33,9 @@ test ran in that many threads at once, except those in `single_threaded` (marked
 `thread_unsafe` and the like), which ran in one. A failure in any thread is the test's
 failure, with that thread's exception as the message.
 
-With `GPUCI_ONLY` naming a file of test ids (one a line), only those tests run: that is
-how gpuci resumes after a crash and reruns a test alone.
+With `GPUCI_ONLY` naming a file of test ids (a JSON list, so that an id keeps every
+character pytest allows in it, a newline included), only those tests run: that is how
+gpuci resumes after a crash and reruns a test alone.
 
 With `GPUCI_POISON=1`, every device allocation handed to a test is filled first (CuPy:
 0xFF bytes; PyTorch: NaN and the largest integer), so a kernel that reads memory it never
@@ -48,6 +52,7 @@ child next to nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -77,19 +82,24 @@ THREADS_OPTION = "--parallel-threads"  # how gpuci asks pytest-run-parallel for 
 class Journal:
     """The journal file, written line by line and flushed per event."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, config: pytest.Config | None = None) -> None:
         self._file: IO[str] = Path(path).open("a", encoding="utf-8")  # noqa: SIM115
+        self._config = config  # whose hooks say what pytest's own summary counts
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._deselected: set[str] = set()  # files with tests the user's arguments left out
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one event and push it to the OS before going on."""
-        self._file.write(json.dumps(event, ensure_ascii=False) + "\n")
+        # ASCII escapes: an id holding a lone surrogate is still one line of UTF-8
+        self._file.write(json.dumps(event) + "\n")
         self._file.flush()
 
     def close(self) -> None:
-        """Close the file at the very end of the session."""
+        """Close the file at the very end of the session, and let go of the config: held
+        longer, it keeps the test modules alive into interpreter teardown, where their
+        objects' __del__ would find their globals gone (a crash at exit would not show)."""
         self._file.close()
+        self._config = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
@@ -99,7 +109,7 @@ class Journal:
         only_file = os.environ.get("GPUCI_ONLY")
         if not only_file:
             return
-        wanted = set(Path(only_file).read_text(encoding="utf-8").splitlines())
+        wanted = set(json.loads(Path(only_file).read_text(encoding="utf-8")))
         keep = [item for item in items if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]
         if dropped:
@@ -190,6 +200,7 @@ class Journal:
         outcome, message = _outcome(reports)
         duration = sum(r.duration for r in reports)
         where = next((w for r in reports if r.failed and (w := _innermost_own(r))), "")
+        words = self._counted(reports)
         self.write(
             {
                 "e": "finish",
@@ -198,8 +209,23 @@ class Journal:
                 "duration": round(duration, 6),
                 "message": message,
                 **({"where": where} if where else {}),
+                **({"pytest": words} if words != [outcome] else {}),
             }
         )
+
+    def _counted(self, reports: list[pytest.TestReport]) -> list[str]:
+        """What pytest's own summary line counts for these reports (`xfailed`, `error`...),
+        asked of pytest's hooks as its terminal asks them; one word per counted report."""
+        if self._config is None:
+            return []
+        status = self._config.hook.pytest_report_teststatus
+        found = (status(report=r, config=self._config) for r in reports)
+        return [str(category) for category, _, _ in found if category]
+
+    def pytest_internalerror(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Record pytest's INTERNALERROR (exit 3) with its cause: the parent fails the file
+        with it rather than taking the tests pytest never ran for a pass."""
+        self.write({"e": "internal-error", **internal_error_cause(excinfo)})
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, exitstatus: int) -> None:
@@ -235,6 +261,20 @@ def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
         if report.skipped:
             return "skipped", _first_line(report)
     return "passed", ""
+
+
+def internal_error_cause(excinfo: pytest.ExceptionInfo[BaseException]) -> dict[str, str]:
+    """An INTERNALERROR's exception (`Type: first line`) and its innermost frame in the
+    suite's own code (else the last frame) as `path:line in function`."""
+    exc = excinfo.value
+    lines = str(exc).strip().splitlines()
+    message = type(exc).__name__ + (f": {lines[0]}" if lines else "")
+    frames = [(e.path, e.lineno + 1, e.name) for e in excinfo.traceback]
+    own = [f for f in frames if not any(d in str(f[0]) for d in (*SITE_DIRS, "<"))]
+    path, line, name = (own or frames or [("?", 0, "?")])[-1]
+    with contextlib.suppress(ValueError):
+        path = Path(path).relative_to(Path.cwd())
+    return {"message": message[:MESSAGE_LIMIT], "where": f"{path}:{line} in {name}"}
 
 
 def _innermost_own(report: pytest.TestReport | pytest.CollectReport) -> str:
@@ -334,7 +374,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{SERIAL_MARK}: gpuci runs this test's file alone, after the parallel pool"
     )
     path = os.environ.get("GPUCI_JOURNAL")
-    journal = Journal(path) if path else None
+    journal = Journal(path, config) if path else None
     if journal is not None:
         config.pluginmanager.register(journal, "gpuci-journal")
     rendezvous = os.environ.get(RENDEZVOUS_ENV)

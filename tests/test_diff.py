@@ -654,6 +654,7 @@ def test_modes_describe_each_run(scenario: Path) -> None:
         "wall_s": 40.0,
         "files": 3,
         "tests": 11,
+        "counts": "4 passed, 5 failed, 1 skipped, 1 timed-out",
         "workers": 4,
         "gpus": ["0"],
         "shards": 3,

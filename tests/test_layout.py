@@ -28,11 +28,13 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "plan",
         "gpus",
         "reaper",
+        "ledger",
         "holders",
         "strays",
         "supervisor",
         "gpumem",
         "forkaudit",
+        "importables",
         "preimport",
         "preloads",
         "forked",
@@ -40,6 +42,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "logs",
         "journal",
         "launch",
+        "endings",
         "interpreter",
         "junit",
         "progress",
@@ -85,7 +88,13 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 ON_TOP = ("config", "options", "pytest_plugin", "check", "cli", "__main__")
 # Loaded into every test interpreter (the plugin and its poisoning) or their pre-imported
 # parent (the fork server): each must stay cheap and self-contained.
-CHILD_SIDE = ("pytest_plugin", "evidence.poison", "run.preimport", "run.forkaudit")
+CHILD_SIDE = (
+    "pytest_plugin",
+    "evidence.poison",
+    "run.preimport",
+    "run.forkaudit",
+    "run.importables",
+)
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 

@@ -89,8 +89,8 @@ def run_pytest(tmp_path: Path, only: list[str] | None = None) -> list[dict[str, 
     """Run pytest with the plugin on SOURCE; return the journal's events."""
     env = {}
     if only is not None:
-        (tmp_path / "only.txt").write_text("\n".join(only) + "\n", encoding="utf-8")
-        env["GPUCI_ONLY"] = str(tmp_path / "only.txt")
+        (tmp_path / "only.json").write_text(json.dumps(only), encoding="utf-8")
+        env["GPUCI_ONLY"] = str(tmp_path / "only.json")
     files = {"test_x.py": SOURCE, "test_broken.py": "import nope_nope\n"}
     return run_child(tmp_path, files, ".", env=env)
 

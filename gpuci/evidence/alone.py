@@ -20,7 +20,7 @@ from gpuci.evidence.reproduce import first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence, TestResult, printable
 from gpuci.run.discover import file_of
-from gpuci.run.interpreter import EXIT_ID
+from gpuci.run.endings import EXIT_ID
 
 CUT_BY_BUDGET = "not rerun: budget"  # no alone-run ran
 
@@ -64,7 +64,12 @@ def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[st
 
 
 def run_alone(
-    prober: Prober, wanted: Mapping[str, int], *, progress: TextIO, workers: int = 1
+    prober: Prober,
+    wanted: Mapping[str, int],
+    *,
+    progress: TextIO,
+    workers: int = 1,
+    again: bool = False,  # they ran alone before: the line says so, not the same twice
 ) -> dict[str, TestEvidence]:
     """Every suspect's alone-runs, round by round, so a cut budget spreads evenly; with
     `workers` > 1 a round's runs go beside each other, and a failing one is confirmed
@@ -73,7 +78,8 @@ def run_alone(
     cut: set[str] = set()
     _say(
         progress,
-        f"evidence: running {sum(1 for n in wanted.values() if n)} test(s) alone,"
+        f"evidence: running {sum(1 for n in wanted.values() if n)} test(s) alone"
+        f"{' again' if again else ''},"
         f" {sum(wanted.values())} run(s){_budget(prober)}",
     )
     for round_ in range(max(wanted.values(), default=0)):
@@ -144,7 +150,9 @@ def more_alone(
     merged = dict(found)
     if not any(wanted.values()):
         return merged
-    for test_id, extra in run_alone(prober, wanted, progress=progress, workers=workers).items():
+    again = any(found[i].alone for i, n in wanted.items() if n and i in found)
+    ran = run_alone(prober, wanted, progress=progress, workers=workers, again=again)
+    for test_id, extra in ran.items():
         before = merged.get(test_id, TestEvidence(id=test_id))
         merged[test_id] = dataclasses.replace(
             before, alone=before.alone + extra.alone, cut=before.cut or extra.cut

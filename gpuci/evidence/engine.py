@@ -53,7 +53,7 @@ from gpuci.model import (
     printable,
 )
 from gpuci.run.discover import POISON_ENV
-from gpuci.run.interpreter import EXIT_ID
+from gpuci.run.endings import EXIT_ID
 from gpuci.run.plan import thread_args
 from gpuci.run.session import Interrupted
 from gpuci.run.strays import leftover_line, stranger_line

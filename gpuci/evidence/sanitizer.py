@@ -26,7 +26,7 @@ from typing import TextIO
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.probe import Prober
 from gpuci.model import Category, Outcome, TestEvidence, TestResult, UsageError, printable
-from gpuci.run.interpreter import EXIT_ID
+from gpuci.run.endings import EXIT_ID
 
 PHASE = "sanitizer"
 TOOL = "compute-sanitizer"
@@ -127,7 +127,7 @@ def choose_sanitizer(sanitize: bool | None, environ: Mapping[str, str] | None = 
     return tool
 
 
-# how a crash message names a signal a faulting native call dies of (interpreter.describe_exit)
+# how a crash message names a signal a faulting native call dies of (endings.describe_exit)
 NATIVE_CRASH = re.compile(r"killed by SIG(?:SEGV|BUS|ABRT|ILL|FPE)\b")
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
 from gpuci.report.groups import FindingGroup, group_findings
+from gpuci.run.endings import EXIT_ID
 from gpuci.run.strays import verdict_lines
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import (
@@ -72,8 +73,9 @@ def _evidence(test: TestVerdict) -> str:
     evidence = " ".join(f"{mode}={outcome}" for mode, outcome in test.outcomes.items())
     if test.reruns:
         evidence += f" reruns={','.join(test.reruns)}"
-    if test.inferred:
-        evidence += f" inferred={','.join(test.inferred)}"
+    if test.inferred:  # a lazy isolated pass: the mode never ran it
+        modes = " and ".join(test.inferred)
+        evidence += f" ({modes} not run for it: taken from its file's pass in parallel)"
     if test.inferred_from:
         evidence += f" alone=inferred from {len(test.inferred_from)} like it"
     if test.cut:
@@ -118,6 +120,8 @@ def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
     lines = [
         printable(f"{test.category.value:<17} {_tag(test.new):<5} {test.id}  {_evidence(test)}")
     ]
+    if test.id.endswith(EXIT_ID) and test.message:  # outside any test: say what it was
+        lines.append(printable(f"    why: {test.message}"))
     for what in (test.diagnosis, culprit_note(test, blamed), *test.notes):
         if what:
             lines.append(printable(f"    {what}"))

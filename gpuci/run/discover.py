@@ -43,6 +43,9 @@ class Discovery:
     # what the suite's pytest configuration (addopts) sets --parallel-threads to, above 1:
     # the suite asks for the threads mode
     parallel_threads: int | None = None
+    # pytest's INTERNALERROR during collection, where there was one: the ids above are what
+    # it collected before (a hook that raised skipped the hooks after it, -k and --deselect)
+    internal_error: str = ""
 
     @property
     def broken_dirs(self) -> frozenset[str]:
@@ -175,7 +178,11 @@ def _build(
     deselected = collected.get("deselected", [])
     assert isinstance(deselected, list)
     asked = collected.get("parallel_threads")
+    internal = next((e for e in events if e.get("e") == "internal-error"), None)
     discovery = Discovery(
+        internal_error=f"{internal.get('message')} (at {internal.get('where')})"
+        if internal
+        else "",
         parallel_threads=asked if isinstance(asked, int) and asked > 1 else None,
         rootdir=rootdir,
         files=tuple(order),

@@ -30,6 +30,7 @@ from typing import Any
 
 from gpuci.model import printable
 from gpuci.run.forked import ForkedChild
+from gpuci.run.ledger import dying_with_me, note_started
 from gpuci.run.preloads import Preloads, modules_to_preload
 from gpuci.run.reaper import forget_child, start_child
 
@@ -108,6 +109,7 @@ class ForkServer:
             except OSError as exc:  # no such Python: discovery would have said so first
                 self._lost(f"could not start {python}: {exc}")
                 return
+            note_started(self.process.pid)  # the next command ends it, should gpuci die
         config = {"modules": self.preloads.modules, "roots": [str(r) for r in roots]}
         with contextlib.suppress(OSError):  # it died at once: `usable` reads why
             self.sock.send(json.dumps(config).encode())
@@ -385,6 +387,9 @@ def start_interpreter(
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            # a kill -9 of gpuci ends it too; safe beside threads: it only calls a prctl
+            # looked up before the fork, getppid and _exit
+            preexec_fn=dying_with_me(),  # noqa: PLW1509
         )
 
     return start_child(start)

@@ -10,6 +10,7 @@ with the tests after it in a fresh interpreter (`Attempt.resume`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import shlex
@@ -20,12 +21,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuci.model import (
-    INTERRUPTED,
     NOT_PASSING,
     SUITE_UNIT,
     FileStatus,
@@ -36,12 +35,21 @@ from gpuci.model import (
     TestResult,
 )
 from gpuci.run.discover import PLUGIN, file_of
+from gpuci.run.endings import (
+    EXIT_ID,
+    Ending,
+    choose_ending,
+    describe_exit,
+    pytest_cause,
+    uncollected_message,
+)
 from gpuci.run.forked import ForkedChild
 from gpuci.run.forkserver import say_once, start_interpreter
 from gpuci.run.gpumem import MemoryGate, sampler
 from gpuci.run.holders import StrangerCheck, gpu_watch
 from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
 from gpuci.run.launch import Attempt, Launch
+from gpuci.run.ledger import note_started
 from gpuci.run.logs import CappedLog
 from gpuci.run.reaper import (
     COOKIE_ENV,
@@ -53,30 +61,7 @@ from gpuci.run.reaper import (
 from gpuci.run.supervisor import Supervisor, signal_group
 
 UNFORKED = "unforked"  # the plugin's event: a forked child's environment differs
-EXIT_ID = "[interpreter exit]"  # pseudo test: the interpreter died after its last test
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
-
-
-def describe_exit(code: int | None, signum: int | None) -> str:
-    """`exit code 3` or `killed by SIGSEGV (signal 11)`."""
-    if signum is not None:
-        try:
-            return f"killed by {signal.Signals(signum).name} (signal {signum})"
-        except ValueError:
-            return f"killed by signal {signum}"
-    return f"exit code {code}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Ending:
-    """How an interpreter ended, and what that makes of the test it was running."""
-
-    outcome: Outcome  # of the test that started and never finished
-    status: FileStatus | None  # None: an orderly end says nothing about the file
-    message: str
-    before_tests: str  # the message when it ended before any test was collected
-    resume: bool = True  # whether a fresh interpreter should go on with the rest
-    not_run: str = ""  # the message for tests left behind when not resuming
 
 
 class Interpreters:
@@ -149,8 +134,8 @@ class Interpreters:
         stem = launch.stem
         journal = out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
-        only = self.tmp / f"only-{threading.get_ident()}-{launch.attempt}.txt"
-        only.write_text("".join(f"{i}\n" for i in launch.ids), encoding="utf-8")
+        only = self.tmp / f"only-{threading.get_ident()}-{launch.attempt}.json"
+        only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
         env = dict(
             self.environ,
             GPUCI_JOURNAL=str(journal),
@@ -177,6 +162,7 @@ class Interpreters:
         except OSError as exc:
             log.close()
             raise GpuciError(f"could not start {self.python}: {exc}") from None
+        note_started(proc.pid, cookie=cookie)  # a killed gpuci's next command ends it
         self.supervisor.add(proc)
         if self.nice:
             with contextlib.suppress(OSError):  # ended already: nothing to yield
@@ -276,7 +262,7 @@ class Interpreters:
         events += reader.read()
         return events, timed_out
 
-    def _interpret(  # noqa: PLR0912 -- every way an interpreter can end, in one place
+    def _interpret(
         self,
         launch: Launch,
         interpreter: Interpreter,
@@ -292,37 +278,19 @@ class Interpreters:
         if journal.errors:
             attempt.status = FileStatus.COLLECTION_ERROR
         how = describe_exit(interpreter.exit_code, interpreter.signal)
-        if timed_out:
-            limit = launch.timeout if launch.timeout is not None else self.timeout or 0
-            ending = _Ending(
-                Outcome.TIMED_OUT,
-                FileStatus.TIMED_OUT,
-                f"timed out after {limit:g}s; gpuci killed the process",
-                f"no progress during start-up or collection for {limit:g}s",
-            )
-        elif journal.ended is None and not self.supervisor.stopping.is_set():
-            ending = _Ending(
-                Outcome.CRASHED,
-                FileStatus.CRASHED,
-                f"interpreter died while this test ran: {how}",
-                f"interpreter died during start-up or collection: {how}",
-            )
-        elif journal.ended is None:
-            ending = _Ending(
-                Outcome.NOT_RUN, FileStatus.NOT_RUN, f"{INTERRUPTED} while this test ran", ""
-            )
-        else:
+        stopping = self.supervisor.stopping.is_set()
+        ending = choose_ending(
+            timed_out=timed_out,
+            limit=launch.timeout if launch.timeout is not None else self.timeout or 0,
+            ended=journal.ended,
+            stopping=stopping,
+            how=how,
+            cause=pytest_cause(interpreter.exit_code, events, excerpt) if not timed_out else "",
+        )
+        if journal.ended is not None and ending.status is None:
             status = int(journal.ended.get("exitstatus", 0))
-            ending = _Ending(
-                Outcome.FAILED,
-                None,
-                f"pytest ended the session during this test (exit status {status})",
-                "",
-                resume=False,
-                not_run=f"pytest ended the session first (exit status {status})",
-            )
             died = interpreter.signal is not None or interpreter.exit_code != status
-            if died and not self.supervisor.stopping.is_set():  # a stop kills it: not a crash
+            if died and not stopping:  # a stop kills it: not a crash
                 # pytest had finished; the interpreter died on the way out (atexit, CUDA
                 # teardown). Every test has its outcome, and the file still crashed.
                 attempt.status = FileStatus.CRASHED
@@ -351,12 +319,11 @@ class Interpreters:
                 )
             remaining: list[str] = []
         else:
-            collected = set(journal.collected)
-            attempt.results += [
-                not_run(i, "not collected in this interpreter")
-                for i in launch.ids
-                if i not in collected
-            ]
+            if ending.unit_failure and journal.started is None:  # no test carries it
+                attempt.results.append(
+                    self._unit_failure(launch, Outcome.FAILED, ending.unit_failure, excerpt)
+                )
+            attempt.results += self._uncollected(launch, journal, ending, excerpt)
             remaining = journal.remaining()
         if ending.status is not None:
             attempt.status = ending.status
@@ -370,6 +337,29 @@ class Interpreters:
         ):
             attempt.status = FileStatus.FAILED
         return attempt
+
+    def _uncollected(
+        self, launch: Launch, journal: JournalState, ending: Ending, excerpt: str
+    ) -> list[TestResult]:
+        """The tests it was given and never collected, not run with the reason; where
+        pytest gave none (no exit 3 or 4, no collection error), the file fails for them."""
+        collected = set(journal.collected or ())
+        missing = [i for i in launch.ids if i not in collected]
+        broken = {file_of(f): m for f, m in journal.errors.items()}
+        results = [
+            not_run(
+                i,
+                f"not run: {file_of(i)} could not be collected here: {broken[file_of(i)]}"
+                if file_of(i) in broken
+                else f"not run: {ending.unit_failure or 'not collected in this interpreter'}",
+            )
+            for i in missing
+        ]
+        unexplained = [i for i in missing if file_of(i) not in broken]
+        if unexplained and not ending.unit_failure and not self.supervisor.stopping.is_set():
+            message = uncollected_message(unexplained, len(launch.ids))
+            results.append(self._unit_failure(launch, Outcome.FAILED, message, excerpt))
+        return results
 
     def _unit_failure(self, launch: Launch, outcome: Outcome, message: str, log: str) -> TestResult:
         """A pseudo test for what went wrong outside any test, so no report can miss it."""

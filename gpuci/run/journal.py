@@ -83,6 +83,7 @@ class JournalState:
                 duration=float(e.get("duration", 0.0)),
                 message=str(e.get("message", "")),
                 where=str(e.get("where", "")),
+                counted=tuple(str(w) for w in e.get("pytest", ())),
             )
             for i, e in self.finished.items()
         ]

@@ -14,19 +14,21 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from gpuci.model import Mode, UsageError, printable
+from gpuci.model import InputError, Mode, UsageError, printable
 
 STATE_DIR = ".gpuci"  # inside OUT: the lock, the check's run id, what a check replaced
 LOCK_NAME = "lock"
 CHECK_NAME = "check.json"
 REPLACED_PREFIX = "replaced-"
 # what a check writes into OUT besides its mode directories
+_START_AFRESH = "its check cannot be resumed: run without --resume to start afresh"
 CHECK_OUTPUTS = (
     "verdict.json",
     "report.html",
@@ -64,8 +66,8 @@ def locked(out: Path, command: str, say: list[str] | None = None) -> Iterator[No
             ) from None
         handle.seek(0)
         left = handle.read().strip()
-        if left and say is not None:  # its holder died before it could clear it
-            say.append(f"took over the lock on {out} left by {printable(left)}, no longer running")
+        if left and say is not None:  # its holder ended before it could clear it
+            say.append(f"took over the lock on {out} left by {printable(left)}, {_gone(left)}")
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} ({command})\n")
@@ -75,6 +77,16 @@ def locked(out: Path, command: str, say: list[str] | None = None) -> Iterator[No
         finally:
             handle.seek(0)
             handle.truncate()  # released in order: nothing for the next one to take over
+
+
+def _gone(left: str) -> str:
+    """What is true of the lock's last holder, which holds it no more."""
+    pid = re.match(r"pid (\d+)", left)
+    if pid is None or not Path(f"/proc/{pid[1]}").exists():
+        return "no longer running"
+    # a live pid without the lock: the holder ended and its pid names another process
+    # now, or it let go of the lock and goes on
+    return f"not holding it: pid {pid[1]} runs now (its pid reused, or it let go of the lock)"
 
 
 def _holder(handle: IO[str]) -> str:
@@ -115,13 +127,23 @@ def _forget_replaced(state: Path) -> None:
 
 
 def check_run_id(out: Path) -> str | None:
-    """The run id of the check that last started in OUT, if one did."""
+    """The run id of the check that last started in OUT; None where none did. A file that
+    is there but unreadable or corrupt is an error that says so, not a missing check."""
+    path = out / STATE_DIR / CHECK_NAME
     try:
-        data = json.loads((out / STATE_DIR / CHECK_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable ({exc}); {_START_AFRESH}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{path}: corrupt, not JSON ({exc}); {_START_AFRESH}") from None
     run_id = data.get("run_id") if isinstance(data, dict) else None
-    return run_id if isinstance(run_id, str) and run_id else None
+    if not isinstance(run_id, str) or not run_id:
+        raise InputError(f"{path}: corrupt, it names no run_id; {_START_AFRESH}")
+    return run_id
 
 
 def prepare_out(out: Path, *, keep: bool = False) -> None:

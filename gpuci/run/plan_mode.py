@@ -332,6 +332,11 @@ def discover(options: ModeOptions) -> Discovery:
     )
     for file in discovery.deselected:
         say(f"{file}: every test deselected by the pytest arguments; not run")
+    if discovery.internal_error:  # what the screens then say per file has this cause
+        say(
+            f"warning: pytest's collection ended with INTERNALERROR: {discovery.internal_error};"
+            " gpuci runs what it collected before that, and fails every interpreter that ends so"
+        )
     return discovery
 
 

@@ -21,7 +21,6 @@ It imports nothing of gpuci but the audit: it must not be in the children's way.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib
 import importlib.metadata
@@ -39,9 +38,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuci.run.forkaudit import Watch, cuda_state, differing_reads, snapshot
+from gpuci.run.importables import (
+    is_users,
+    plugins_imports,
+    pytest_builtins,
+    pytest_plugins,
+    rewritten_by_pytest,
+)
 
 SELF = "gpuci.run.preimport"
-MAX_PLUGIN_FILES = 200  # a plugin's own modules whose imports are read
 MESSAGE_MAX = 1 << 20  # bytes of one request (its environment is the largest part)
 TICK_S = 0.02  # how often the parent looks for children that ended
 STARTUP_VARIABLES = "PYTHON"  # variables the interpreter read as it started: must match
@@ -58,124 +63,6 @@ _INITIAL_SIGNALS = {  # dispositions as this interpreter started, before any imp
 }
 
 
-def _installed() -> list[Path]:
-    """Where installed packages live: never the user's own, even inside the rootdir."""
-    return [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
-
-
-def is_users(name: str, roots: list[Path]) -> bool:
-    """Whether the top-level module of `name` is the suite's own: under a root, not installed."""
-    spec = importlib.util.find_spec(name.partition(".")[0])
-    if spec is None:
-        return False
-    places = [spec.origin] if spec.origin not in (None, "built-in", "frozen") else []
-    places += list(spec.submodule_search_locations or [])
-    for place in places:
-        resolved = Path(place).resolve()
-        if any(resolved.is_relative_to(p) for p in _installed()):
-            continue
-        if any(resolved.is_relative_to(root) for root in roots):
-            return True
-    return False
-
-
-def module_level_imports(tree: ast.Module, *, members: bool = False) -> list[str]:
-    """What a module imports at module level (not in functions), in first-seen order.
-
-    `import a.b` gives `a.b`, `from a.b import c` gives `a.b` (and `a.b.c`, which may be a
-    submodule it imports, with `members`); relative imports are left out.
-    """
-    found: dict[str, None] = {}
-    todo: list[ast.stmt] = list(tree.body)
-    while todo:
-        node = todo.pop(0)
-        if isinstance(node, ast.Import):
-            found.update((alias.name, None) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found[node.module] = None
-            if members:
-                found.update((f"{node.module}.{alias.name}", None) for alias in node.names)
-        elif isinstance(node, ast.If | ast.Try | ast.With):  # still module level
-            todo[:0] = [
-                *node.body,
-                *getattr(node, "orelse", ()),
-                *(s for h in getattr(node, "handlers", ()) for s in h.body),
-                *getattr(node, "finalbody", ()),
-            ]
-    found.pop("__future__", None)
-    return list(found)
-
-
-def _plugins() -> list[importlib.metadata.Distribution]:
-    """Every installed distribution with a pytest11 entry point."""
-    return [
-        dist
-        for dist in importlib.metadata.distributions()
-        if any(ep.group == "pytest11" for ep in dist.entry_points)
-    ]
-
-
-def rewritten_by_pytest(plugins: list[importlib.metadata.Distribution]) -> set[str]:
-    """The top-level modules of the plugins' distributions.
-
-    pytest imports them through its assertion rewriter, and warns (an error under
-    `filterwarnings = error`) where one was imported before: they are never preloaded.
-    """
-    names: set[str] = set()
-    for dist in plugins:
-        names.update(ep.module.partition(".")[0] for ep in dist.entry_points)
-        for file in dist.files or ():
-            parts = file.parts
-            if len(parts) == 1 and parts[0].endswith(".py"):
-                names.add(parts[0][:-3])
-            elif len(parts) == 2 and parts[1] == "__init__.py":
-                names.add(parts[0])
-    return names
-
-
-def _pytest_builtins() -> list[str]:
-    """pytest's own default plugins: `import pytest` leaves some for pytest's start-up."""
-    config = sys.modules.get("_pytest.config")
-    return [f"_pytest.{name}" for name in getattr(config, "default_plugins", ())]
-
-
-def plugins_imports(
-    plugins: list[importlib.metadata.Distribution], rewritten: set[str]
-) -> list[str]:
-    """What loading the plugins imports at module level from outside the plugins.
-
-    From each pytest11 entry point, through the modules of its own distribution that it
-    imports at module level, to the first module outside them: those (NumPy for
-    pytest-run-parallel) are imported plainly, not rewritten, and a fresh interpreter would
-    import them as the plugin loads. Never a module the plugin only might import (an
-    integration of hypothesis's or jaxtyping's): the parent imports nothing pytest would not.
-    """
-    found: dict[str, None] = {}
-    for dist in plugins:
-        files = {
-            ".".join(f.with_suffix("").parts).removesuffix(".__init__"): f
-            for f in (dist.files or ())
-            if f.suffix == ".py"
-        }
-        todo = [ep.module for ep in dist.entry_points if ep.group == "pytest11"]
-        seen: set[str] = set()
-        while todo and len(seen) < MAX_PLUGIN_FILES:
-            name = todo.pop()
-            if name in seen or name not in files:
-                continue
-            seen.add(name)
-            try:
-                tree = ast.parse(Path(str(dist.locate_file(files[name]))).read_bytes())
-            except (OSError, SyntaxError, ValueError):
-                continue
-            for imported in module_level_imports(tree):
-                if imported.partition(".")[0] in rewritten:
-                    todo.append(imported)
-                else:
-                    found[imported] = None
-    return list(found)
-
-
 def preload(config: dict[str, Any]) -> dict[str, Any]:
     """Import pytest, its plugins and the modules asked for, auditing each import; the
     `ready` message. A module whose import left what a fork cannot copy is refused: this
@@ -183,7 +70,7 @@ def preload(config: dict[str, Any]) -> dict[str, Any]:
     roots = [Path(r).resolve() for r in config.get("roots", ())]
     refused: dict[str, str] = dict(config.get("refused", {}))
     done = _Preloaded()
-    plugins = _plugins()
+    plugins = pytest_plugins()
     rewritten = rewritten_by_pytest(plugins)
     origin = getattr(importlib.util.find_spec("pytest"), "origin", None) or "-m"
     WATCH.start(str(Path(origin).with_name("__main__.py")))  # as `python -m pytest` shows
@@ -211,7 +98,7 @@ def preload(config: dict[str, Any]) -> dict[str, Any]:
         if why:
             return _refuse(why)
         done.brought[name] = [m for m in asked if m in sys.modules and m not in loaded]
-    for name in [*_pytest_builtins(), *plugins_imports(plugins, rewritten)]:
+    for name in [*pytest_builtins(), *plugins_imports(plugins, rewritten)]:
         why = _plugins_import(done, name, roots)
         if why:
             return _refuse(why)
@@ -294,8 +181,9 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
         if not readable:
             continue
         data, fds, _, _ = socket.recv_fds(sock, MESSAGE_MAX, 1)
-        if not data:
-            return None  # gpuci closed its end (or died): no more children
+        if not data:  # gpuci closed its end (or died): no more children
+            _end_children()
+            return None
         request = json.loads(data)
         number = request["start"]
         if not fds:
@@ -327,6 +215,17 @@ def serve(sock: socket.socket) -> tuple[dict[str, Any], int] | None:
             os.read(ready_r, 1)  # it has its own session now: its group can be signalled
         os.close(ready_r)
         _send(sock, {"started": number, "pid": pid})
+
+
+def _end_children() -> None:
+    """gpuci hung up or died: end the children still running, each with its process group,
+    as a fresh interpreter ends with gpuci (a server killed on its own leaves them to gpuci,
+    which adopts them). Its children are found by their parent, never by a pid kept."""
+    me = os.getpid()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == me:
+                os.killpg(int(stat.parent.name), signal.SIGKILL)  # its own session's group
 
 
 def _reap(sock: socket.socket) -> None:

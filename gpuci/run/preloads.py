@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from gpuci.run.preimport import module_level_imports
+from gpuci.run.importables import module_level_imports
 
 MAX_SCANNED = 5000  # test files whose imports are read
 

@@ -22,14 +22,32 @@ from gpuci.run.plan import Schedule
 from gpuci.run.strays import run_lines
 
 SKIP_REASONS_SHOWN = 3
-OUTCOME_WORDS = (
-    Outcome.PASSED,
-    Outcome.FAILED,
-    Outcome.SKIPPED,
-    Outcome.CRASHED,
-    Outcome.TIMED_OUT,
-    Outcome.NOT_RUN,
+# pytest's own words (its summary line's) where they say more than the outcome, in place
+COUNT_ORDER = (
+    "passed",
+    "failed",
+    "error",
+    "skipped",
+    "xfailed",
+    "xpassed",
+    Outcome.CRASHED.value,
+    Outcome.TIMED_OUT.value,
+    Outcome.NOT_RUN.value,
 )
+
+
+def count_tests(tests: Sequence[TestResult]) -> str:
+    """`3 passed, 1 failed, 2 errors, 1 xfailed`: as pytest's summary line counts them (a
+    failure and its teardown error are two), and what pytest cannot say (crashed...)."""
+    counts: Counter[str] = Counter()
+    for test in tests:
+        counts.update(test.counted or (test.outcome.value,))
+    words = [w for w in COUNT_ORDER if counts[w]] + sorted(set(counts) - set(COUNT_ORDER))
+    plural = {"error": "errors"}  # as pytest says it
+    return (
+        ", ".join(f"{counts[w]} {plural.get(w, w) if counts[w] != 1 else w}" for w in words)
+        or "no tests"
+    )
 
 
 class Progress:
@@ -98,10 +116,7 @@ class Progress:
         with self.lock:
             self.done += 1
             self.startups += [i.startup_s for i in file_run.interpreters if i.startup_s]
-            counts = dict.fromkeys(OUTCOME_WORDS, 0)
-            for test in tests:
-                counts[test.outcome] += 1
-            said = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "no tests"
+            said = count_tests(tests)
             elapsed = time.monotonic() - self.zero
             self.left_s -= self.estimates.get(unit or file_run.file, 0.0)
             eta = self.eta(elapsed)
@@ -116,15 +131,14 @@ class Progress:
             )
 
     def mode_done(self, run: ModeRun) -> None:
-        counts = dict.fromkeys(OUTCOME_WORDS, 0)
-        for test in run.tests:
-            counts[test.outcome] += 1
-        said = ", ".join(f"{n} {o.value}" for o, n in counts.items() if n) or "no tests"
+        said = count_tests(run.tests)
         print(f"gpuci: {run.mode.value}: {said} in {run.wall_s:.1f}s", file=self.out, flush=True)
         for line in run_lines(run):  # a leftover is an isolation bug of its own: say it
             print(printable(f"gpuci: warning: {line}"), file=self.out, flush=True)
         # the most common skip reasons: a suite that skipped for want of a GPU says so
-        reasons = Counter(t.message for t in run.tests if t.outcome is Outcome.SKIPPED)
+        reasons = Counter(
+            t.message for t in run.tests if t.outcome is Outcome.SKIPPED and not t.counted
+        )
         for reason, n in reasons.most_common(SKIP_REASONS_SHOWN):
             print(
                 f"gpuci:   {n} skipped: {printable(reason) or '(no reason given)'}",

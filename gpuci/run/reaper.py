@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -46,6 +46,7 @@ __all__ = [
     "command_line",
     "descendant_pids",
     "end_leftovers",
+    "end_recorded",
     "forget_child",
     "is_visible",
     "new_cookie",
@@ -53,6 +54,7 @@ __all__ = [
     "session_of",
     "snapshot_pids",
     "start_child",
+    "start_ticks",
 ]
 
 COOKIE_ENV = "GPUCI_INTERPRETER"
@@ -145,9 +147,40 @@ def end_leftovers(cookie: str, *, interpreter: int, grace: float = GRACE_S) -> l
     `interpreter` is its pid, which is also its session id (start_new_session=True).
     Call it once the interpreter has exited, waited for or not.
     """
+    return _end(lambda: _attributed(cookie, interpreter), grace)
+
+
+def end_recorded(
+    cookies: Collection[str], started: Collection[tuple[int, int]], *, grace: float = GRACE_S
+) -> list[Leftover]:
+    """End what a killed gpuci left running, wherever it is now: every process holding one
+    of its interpreters' `cookies`, and each recorded (pid, start time) still running; a
+    pid that names another process by now (another start time) is left be."""
+    me = os.getpid()
+
+    def found() -> list[_Proc]:
+        procs = _scan().values()
+        return [
+            p
+            for p in procs
+            if p.pid != me and ((p.pid, p.start_ticks) in started or _cookie_of(p.pid) in cookies)
+        ]
+
+    return _end(found, grace)
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks after boot): with its pid, it names it for
+    good; None where it is gone."""
+    proc = _read_stat(pid)
+    return proc.start_ticks if proc is not None else None
+
+
+def _end(find: Callable[[], list[_Proc]], grace: float) -> list[Leftover]:
+    """SIGTERM, grace, SIGKILL to what `find` finds, again while it finds more."""
     ended: dict[int, Leftover] = {}
     for _ in range(_ROUNDS):
-        found = _attributed(cookie, interpreter)
+        found = find()
         _reap(p for p in found if p.zombie)
         live = [p for p in found if not p.zombie and p.pid not in ended]
         if not live:

@@ -12,6 +12,7 @@ from typing import Any
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import strays_to_json
 from gpuci.model import SUITE_UNIT, Evidence, Mode, TestVerdict
+from gpuci.run.progress import count_tests
 
 
 def describe_checked(results: Mapping[Mode, ModeResults]) -> dict[str, dict[str, Any]]:
@@ -57,6 +58,7 @@ def describe_mode(results: ModeResults) -> dict[str, Any]:
         "wall_s": round(run.wall_s, 3),
         "files": len(files),
         "tests": len(run.tests),
+        "counts": count_tests(run.tests),  # what pytest's own summary line would say
         "workers": run.workers,
         **({"threads": run.threads} if run.threads else {}),
         "gpus": list(run.gpus),

@@ -283,8 +283,11 @@ def _read_evidence(out: Path) -> Evidence | None:
 
 
 def _first_failure(seen: Iterable[TestResult]) -> str:
+    """The first failure's first line; for a test no mode ran, why it did not run."""
+    seen = list(seen)
+    unrun = all(t.outcome is Outcome.NOT_RUN for t in seen)
     for test in seen:
-        if test.outcome in NOT_PASSING and test.message.strip():
+        if (unrun or test.outcome in NOT_PASSING) and test.message.strip():
             return test.message.strip().splitlines()[0]
     return ""
 

@@ -1,0 +1,142 @@
+"""pytest's own failures are failures (issue 27, items 1 and 7), through the real CLI.
+
+An INTERNALERROR, a usage error (a file that deleted itself), tests an interpreter never
+collected, and ids only a JSON route keeps intact: none of them may end in a green verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tests.cli_runner import gpuci
+
+MODES = ("--modes", "suite,parallel,isolated")
+# raises in pytest's own hook for one test: plain pytest prints INTERNALERROR, exit 3
+RAISING_CONFTEST = """
+    def pytest_itemcollected(item):
+        if item.name == "test_b":
+            raise RuntimeError("hook refuses test_b")
+"""
+THREE_TESTS = """
+    def test_a():
+        pass
+
+    def test_b():
+        pass
+
+    def test_c():
+        pass
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    return root
+
+
+def verdict_of(root: Path) -> dict[str, Any]:
+    return dict(json.loads((root / "out" / "verdict.json").read_text(encoding="utf-8")))
+
+
+def test_internal_error_fails_the_check_with_its_cause(tmp_path: Path) -> None:
+    root = write(tmp_path, {"conftest.py": RAISING_CONFTEST, "test_x.py": THREE_TESTS})
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # no test could run: as pytest
+    cause = "RuntimeError: hook refuses test_b (at conftest.py:4 in pytest_itemcollected)"
+    assert f"pytest INTERNALERROR: {cause}" in proc.stdout
+    assert "verdict: fail" in proc.stdout
+    # discovery's own collection hit it first: said at once, before the screens
+    assert f"gpuci: warning: pytest's collection ended with INTERNALERROR: {cause}" in proc.stderr
+    verdict = verdict_of(root)
+    assert verdict["verdict"] == "fail"
+    tests = {t["id"]: t for t in verdict["tests"]}
+    exit_test = tests["test_x.py::[interpreter exit]"]
+    assert exit_test["category"] == "failed"
+    assert cause in exit_test["message"]
+    assert set(exit_test["outcomes"].values()) == {"failed"}  # in every mode
+    not_run = [t for t in verdict["tests"] if t["category"] == "not-run"]
+    assert not_run
+    assert all(cause in t["message"] for t in not_run)  # every not-run says why
+    for name in ("report.html", "comment.md"):
+        assert "hook refuses test_b" in (root / "out" / name).read_text(encoding="utf-8"), name
+
+
+def test_a_file_that_deletes_itself_is_not_a_pass(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {
+            "test_gone.py": """
+                from pathlib import Path
+
+                def test_gone():
+                    Path(__file__).unlink()
+            """,
+            "test_stays.py": "def test_stays():\n    pass\n",
+        },
+    )
+    proc = gpuci("check", ".", "--out", "out", *MODES, "--serial-modes", cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "pytest usage error: file or directory not found: test_gone.py" in proc.stdout
+    verdict = verdict_of(root)
+    assert verdict["verdict"] == "fail"
+    tests = {t["id"]: t for t in verdict["tests"]}
+    assert tests["test_gone.py::[interpreter exit]"]["category"] == "failed"
+    assert tests["test_stays.py::test_stays"]["category"] == "passed"
+
+
+def test_tests_an_interpreter_never_collected_fail_its_file(tmp_path: Path) -> None:
+    # the suite's own hook drops a test in parallel only: pytest ends 0, one test short
+    conftest = """
+        import os
+
+        def pytest_collection_modifyitems(items):
+            if os.environ.get("GPUCI_MODE") == "parallel":
+                items[:] = [i for i in items if i.name != "test_b"]
+    """
+    root = write(tmp_path, {"conftest.py": conftest, "test_x.py": THREE_TESTS})
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    tests = {t["id"]: t for t in verdict_of(root)["tests"]}
+    failure = tests["test_x.py::[interpreter exit]"]
+    assert failure["outcomes"] == {"isolated": "not-run", "parallel": "failed", "suite": "not-run"}
+    assert (
+        "pytest did not collect 1 of the 3 test(s) gpuci gave it (test_x.py::test_b)"
+        in (failure["message"])
+    )
+
+
+def test_an_id_with_a_newline_runs_in_every_mode(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {
+            "pytest.ini": """
+                [pytest]
+                disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true
+            """,
+            "test_ids.py": """
+                import pytest
+
+                @pytest.mark.parametrize("text", ["plain", "two\\nlines", "tab\\tand é"], ids=str)
+                def test_text(text):
+                    assert "\\n" not in text
+            """,
+        },
+    )
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    tests = {t["id"]: t for t in verdict_of(root)["tests"]}
+    assert set(tests) == {
+        "test_ids.py::test_text[plain]",
+        "test_ids.py::test_text[two\nlines]",
+        "test_ids.py::test_text[tab\tand é]",
+    }
+    newline = tests["test_ids.py::test_text[two\nlines]"]
+    assert newline["category"] == "failed"
+    assert set(newline["outcomes"].values()) == {"failed"}
+    assert newline["reruns"] == ["failed", "failed"]  # the alone-runs got it exactly too
+    assert tests["test_ids.py::test_text[tab\tand é]"]["category"] == "passed"

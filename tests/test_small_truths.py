@@ -1,0 +1,118 @@
+"""The smaller untruths of issue 27 (item 9), through the real CLI.
+
+Totals as pytest's own summary line counts them (xfailed, xpassed, errors), the evidence
+saying a second round of alone-runs as a second round, and a lazily inferred isolated
+outcome said in words.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.cli_runner import clean_env, gpuci
+
+MODES = ("--modes", "suite,parallel,isolated")
+# every word pytest's summary line has for a test, once or twice
+KINDS = """
+    import pytest
+
+    @pytest.fixture
+    def broken_setup():
+        raise RuntimeError("setup fails")
+
+    @pytest.fixture
+    def broken_teardown():
+        yield
+        raise RuntimeError("teardown fails")
+
+    def test_passes():
+        pass
+
+    def test_setup_error(broken_setup):
+        pass
+
+    def test_fails_and_teardown_errors(broken_teardown):
+        assert False
+
+    @pytest.mark.xfail(reason="known")
+    def test_xfails():
+        assert False
+
+    @pytest.mark.xfail(reason="fixed meanwhile")
+    def test_xpasses():
+        pass
+
+    def test_skips():
+        pytest.skip("not here")
+"""
+_COUNT = re.compile(r"(\d+) ([a-z-]+)")
+
+
+def counts(line: str) -> dict[str, int]:
+    """`1 failed, 2 errors in 0.1s` -> {"failed": 1, "error": 2}."""
+    found = {word: int(n) for n, word in _COUNT.findall(line.rsplit(" in ", 1)[0])}
+    if "errors" in found:
+        found["error"] = found.pop("errors")
+    return found
+
+
+def test_totals_agree_with_pytests_own_summary_line(tmp_path: Path) -> None:
+    (tmp_path / "test_kinds.py").write_text(textwrap.dedent(KINDS), encoding="utf-8")
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_kinds.py"],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    expected = counts(plain.stdout.strip().splitlines()[-1])
+    assert expected == {
+        "passed": 1,
+        "failed": 1,
+        "skipped": 1,
+        "xfailed": 1,
+        "xpassed": 1,
+        "error": 2,
+    }
+    proc = gpuci("check", ".", "--out", "out", *MODES, "--reruns", "0", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    for mode in ("suite", "parallel"):
+        done = re.compile(rf"gpuci: {mode}: .* in [0-9.]+s$")  # the mode's last line
+        line = next(x for x in proc.stderr.splitlines() if done.match(x))
+        assert counts(line.removeprefix(f"gpuci: {mode}: ")) == expected, line
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text(encoding="utf-8"))
+    assert counts(verdict["modes"]["suite"]["counts"]) == expected
+    assert "skipped: known" not in proc.stderr  # an xfail's reason is not a skip's
+
+
+def test_a_second_round_of_alone_runs_says_so(tmp_path: Path) -> None:
+    # not first in its file: isolated's run does not count as alone, so two rounds are due
+    test = "def test_first():\n    pass\n\ndef test_x():\n    assert False\n"
+    (tmp_path / "test_x.py").write_text(test, encoding="utf-8")
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    rounds = [x for x in proc.stderr.splitlines() if "test(s) alone" in x]
+    assert [x.split(",")[0] for x in rounds] == [
+        "gpuci: evidence: running 1 test(s) alone",
+        "gpuci: evidence: running 1 test(s) alone again",
+    ]
+
+
+def test_an_inferred_isolated_outcome_is_said_in_words(tmp_path: Path) -> None:
+    files = {
+        "test_a_polluter.py": "import os\n\ndef test_pollute():\n    os.environ['D'] = '1'\n",
+        "test_b_victim.py": "import os\n\ndef test_victim():\n    assert 'D' not in os.environ\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "inferred=" not in proc.stdout
+    said = "(isolated not run for it: taken from its file's pass in parallel)"
+    assert said in proc.stdout, proc.stdout
