@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # This session's device runs (issues 18, 19, 20), each step timed in one command; logs and
 # results under $OUT (the device returns few files: one tarball and a summary).
-#   scripts/device_screens.sh STEP...   steps: subset subset2 startup polluted storm
-# subset2:  the same checks twice each into one OUT: the second orders by the first's times
+#   scripts/device_screens.sh STEP...   steps: subset subset2 audit startup polluted storm
+# subset2:  the same checks twice each into one OUT: the second orders by the first's times;
+#           then a first check into a new OUT with the first OUT's durations.json
 # subset:   CuPy v14.2.0's 18-file subset (cupy-tests/): plain pytest warm, gpuci check
 #           (default: screens, no threads), gpuci check with threads on, plain pytest again
 # audit:    what the fork server's parent imports, refuses and reads of the GPU libraries
@@ -118,12 +119,10 @@ PY
             head -3 "$WORK/findings-$run.txt"
             forks "$WORK/o-default"
         done
-        for run in a b; do
-            timed check-threads-$run 300 python3 -m gpuci check "${SUBSET[@]}" \
-                --out "$WORK/o-threads" --modes suite,parallel,threads,isolated --timeout 120 \
-                -- -m "$MARK"
-            findings "$WORK/o-threads/verdict.json" | head -3
-        done
+        # a pipeline's first check, with the durations a check elsewhere wrote (issue 29)
+        timed check-carried 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-carried" \
+            --durations "$WORK/o-default/durations.json" --timeout 120 -- -m "$MARK"
+        findings "$WORK/o-carried/verdict.json" | head -3
         timed pytest-3 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
         python3 - "$WORK/walls.txt" <<'PY'
 import re, sys
