@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # This session's device runs (issues 18, 19, 20), each step timed in one command; logs and
 # results under $OUT (the device returns few files: one tarball and a summary).
-#   scripts/device_screens.sh STEP...   steps: subset subset2 audit startup polluted storm
+#   scripts/device_screens.sh STEP...   steps: subset subset2 floor audit startup polluted storm
+# floor:    a clean second check's wall: collection, the suite screen and the rest, timed
 # subset2:  the same checks twice each into one OUT: the second orders by the first's times;
 #           then a first check into a new OUT with the first OUT's durations.json
 # subset:   CuPy v14.2.0's 18-file subset (cupy-tests/): plain pytest warm, gpuci check
@@ -131,6 +132,23 @@ plain = (float(walls["pytest-2"]) + float(walls["pytest-3"])) / 2
 for name in sorted(w for w in walls if w.startswith("check")):
     print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
 PY
+        cd "$ROOT" ;;
+    floor)  # where a clean second check's wall goes: collection, the suite screen, the rest
+        cd "$ROOT/cupy-tests" || exit 3
+        for run in 1 2; do
+            timed pytest-$run 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
+        done
+        timed collect 120 python3 -m pytest -q -p no:cacheprovider --collect-only "${SUBSET[@]}" -m "$MARK"
+        for run in a b; do  # each line of the check's output with its second since the start
+            timed floor-$run 300 bash -c 'python3 -m gpuci check "$@" 2>&1 | python3 -uc "
+import sys, time
+t = time.monotonic()
+for line in sys.stdin: print(f\"{time.monotonic() - t:6.1f} {line}\", end=\"\")"' _ \
+                "${SUBSET[@]}" --out "$WORK/o-floor" --timeout 120 -- -m "$MARK"
+            grep "fork from\|modes: suite\|suite (suite)\|verdict\|reproduce this" "$WORK/floor-$run.log"
+            forks "$WORK/o-floor"
+        done
+        timed pytest-3 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
         cd "$ROOT" ;;
     audit)  # what the fork server's parent makes of the GPU libraries (fork fidelity)
         timed audit 300 python3 scripts/device_audit.py numpy scipy cupy cupyx cupy.testing torch
