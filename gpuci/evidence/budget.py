@@ -3,16 +3,19 @@ from the main passes, within a cap.
 
 A budget taken from the main passes' wall starves a polluted suite (many findings, a short
 suite) and overfeeds a failure storm (one finding, a long suite). This one follows the
-work. Each interpreter costs its start-up (the main passes' fresh interpreters: their
-wall less their tests' time, the median) plus the tests it runs (their longest time in
-any mode). Then, for each isolation suspect (its outcome differs between modes): its
-alone-runs; a poisoned run where it failed after others in one interpreter; a culprit
-search (2·log2(n)+3 runs over the n tests before it, twice their time; for a failure
-only in parallel, one pair per file beside it and one with them all); one
-compute-sanitizer block per distinct CUDA fault; one run in threads where it failed only
-there. For the tests that failed the same way everywhere: their alone-runs, but 3 per
-large group. The sum, times SLACK (estimates are rough, and a budget not spent costs
-nothing), is capped at CAP_S.
+work. Each interpreter costs its start-up (the main passes' per-file interpreters: their
+wall less their tests' time, the median; forked and fresh apart, as a search's steps fork
+and every run a category stands on starts fresh) plus the tests it runs (their longest
+time in any mode). Then, for each isolation suspect (its outcome differs between modes):
+its alone-runs; a poisoned run where it failed after others in one interpreter; a culprit
+search over the n tests before it where it failed (for one that failed in isolated too,
+where it passed: its providers are there): 2·log2(n)+3 forked runs, twice the n tests'
+time, and two fresh confirmations of the culprit's replay; for a failure only in
+parallel, one pair per file beside it and one with them all, and the pair's fresh
+confirmation); one compute-sanitizer block per distinct CUDA fault; one run in threads
+where it failed only there. For the tests that failed the same way everywhere: their
+alone-runs, but 3 per large group. The sum, times SLACK (estimates are rough, and a
+budget not spent costs nothing), is capped at CAP_S.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ class Estimate:
     """The default budget and what it is made of (seconds)."""
 
     seconds: float
-    start_s: float  # one interpreter's start-up
+    start_s: float  # one fresh interpreter's start-up
+    forked_s: float  # one forked interpreter's start-up (a search's step)
     parts: dict[str, float]  # alone, poisoned, culprits, sanitizer, threads, consistent
     suspects: int  # isolation suspects
     capped: bool
@@ -53,17 +57,22 @@ class Estimate:
         cap = f", capped at {CAP_S:.0f}s" if self.capped else ""
         return (
             f"evidence budget {self.seconds:.0f}s, from {self.suspects} isolation suspect(s)"
-            f" ({made or 'nothing to run'}; {self.start_s:.1f}s start-up per run; x{SLACK}{cap})"
+            f" ({made or 'nothing to run'}; {self.start_s:.1f}s start-up per run,"
+            f" {self.forked_s:.1f}s forked; x{SLACK}{cap})"
         )
 
 
 def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
     """The budget the suspects of `results` need, with `runs` alone-runs each."""
-    start = start_up(results)
+    start = start_up(results, forked=False)
+    forked = start_up(results, forked=True, otherwise=start)
     longest = _longest(results)
 
     def cost(ids: list[str]) -> float:
         return start + sum(longest.get(i, 0.0) for i in ids)
+
+    def tests_s(ids: list[str]) -> float:
+        return sum(longest.get(i, 0.0) for i in ids)
 
     wanted = alone_runs_wanted(results, runs) if runs else {}
     plan = prioritize(results, wanted)
@@ -78,14 +87,15 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
         before = _before(orders, test_id, failed)
         if before:
             parts["poisoned"] += cost([test_id])
-            searches = 2 * math.ceil(math.log2(len(before))) + 3
-            parts["culprits"] += searches * cost([test_id]) + 2 * sum(
-                longest.get(i, 0.0) for i in before
-            )
+            steps = 2 * math.ceil(math.log2(len(before))) + 3
+            victim = tests_s([test_id])
+            parts["culprits"] += steps * (forked + victim) + 2 * tests_s(before)
+            parts["culprits"] += 2 * (start + victim + tests_s(before) / 2)  # confirmations
         if failed == {Mode.PARALLEL} and Mode.PARALLEL in results:
             beside = ran_beside(results[Mode.PARALLEL], seen[Mode.PARALLEL].file)
             pairs = len(beside[:MAX_BESIDE]) + (1 if len(beside) > 1 else 0)
-            parts["culprits"] += pairs * (cost([test_id]) + _file_s(results, beside))
+            pair_s = cost([test_id]) + _file_s(results, beside)
+            parts["culprits"] += (pairs + 1) * pair_s  # and the pair's fresh confirmation
         if failed == {Mode.THREADS}:
             parts["threads"] += cost([test_id])
         faults |= _faults(test_id, seen.values())
@@ -100,15 +110,19 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
     return Estimate(
         seconds=round(min(total, CAP_S), 1),
         start_s=start,
+        forked_s=forked,
         parts=parts,
         suspects=len(plan.isolation),
         capped=total > CAP_S,
     )
 
 
-def start_up(results: Mapping[Mode, ModeResults]) -> float:
-    """One fresh interpreter's start-up: the median over the main passes' per-file
-    interpreters of their wall less their tests' time."""
+def start_up(
+    results: Mapping[Mode, ModeResults], *, forked: bool = False, otherwise: float = START_S
+) -> float:
+    """One interpreter's start-up, fresh or `forked`: the median over such per-file
+    interpreters of the main passes of their wall less their tests' time (`otherwise`
+    where none ran)."""
     overheads = []
     for mode in PER_FILE:
         if mode not in results:
@@ -119,11 +133,12 @@ def start_up(results: Mapping[Mode, ModeResults]) -> float:
             if not test.inferred:
                 spent[test.file] = spent.get(test.file, 0.0) + test.duration
         for file_run in run.files:
-            if file_run.inferred or not file_run.interpreters:
+            its = file_run.interpreters
+            if file_run.inferred or not its or any(i.forked != forked for i in its):
                 continue
             wall = file_run.duration - spent.get(file_run.file, 0.0)
-            overheads.append(max(0.0, wall) / len(file_run.interpreters))
-    return round(statistics.median(overheads), 3) if overheads else START_S
+            overheads.append(max(0.0, wall) / len(its))
+    return round(statistics.median(overheads), 3) if overheads else otherwise
 
 
 def _longest(results: Mapping[Mode, ModeResults]) -> dict[str, float]:
@@ -136,16 +151,23 @@ def _longest(results: Mapping[Mode, ModeResults]) -> dict[str, float]:
 
 
 def _before(orders: Mapping[Mode, Order], test_id: str, failed: set[Mode]) -> list[str]:
-    """The tests before it in the interpreter where it failed (fewest first), or where it
-    passed for a test that failed alone (its providers are among them)."""
-    found: list[list[str]] = []
-    for order in orders.values():
+    """The tests a culprit search looks among: those before it where it failed (the
+    fewest), or, for one that failed in isolated too (it may fail alone), where it passed
+    (its providers are among them)."""
+    where_failed: list[list[str]] = []
+    where_passed: list[list[str]] = []
+    for mode, order in orders.items():
         where = order.where.get(test_id)
         if where is None or where[1] == 0:
             continue
         segment, position, _ = where
-        found.append([t.id for t in order.segments[segment][:position]])
-    return min(found, key=len) if found and failed else []
+        earlier = [t.id for t in order.segments[segment][:position]]
+        (where_failed if mode in failed else where_passed).append(earlier)
+    if not failed:
+        return []
+    if Mode.ISOLATED in failed and where_passed:
+        return min(where_passed, key=len)
+    return min(where_failed or where_passed, key=len, default=[])
 
 
 def _file_s(results: Mapping[Mode, ModeResults], files: list[str]) -> float:

@@ -164,6 +164,7 @@ def _gather(
         for member in group.members:
             # a representative's one run, or the others' none, is all a kept group needs
             wanted[member] = 0 if found[member].inferred_from else min(wanted[member], 1)
+            had[member] = len(found[member].alone)  # not run again among the remaining
     found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress, workers)
     had |= more
     orders = {mode: interpreter_order(results[mode]) for mode in results}  # built once
