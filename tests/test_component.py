@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,8 @@ from gitlab_server import FakeGitLab
 from test_gitlab_ci import (
     JOB_TOKEN,
     NOTE_TOKEN,
-    child_env,
-    git,
-    gitlab_ci_local,
+    LocalRunner,
+    commit_all,
     missing,
     safe_job_name,
 )
@@ -44,58 +42,25 @@ def component_ref(pipeline: Path) -> tuple[str, str]:
     return found[1], found[2]
 
 
-class Project:
+class Project(LocalRunner):
     """A copy of a project with its own git repository, in which gitlab-ci-local runs jobs."""
 
     def __init__(self, tmp_path: Path, source: Path, pipeline: str | None = None) -> None:
-        self.tool = gitlab_ci_local()
-        self.dir = tmp_path / "project"
-        shutil.copytree(source, self.dir)
+        project = tmp_path / "project"
+        shutil.copytree(source, project)
         if pipeline is not None:
-            (self.dir / ".gitlab-ci.yml").write_text(pipeline, encoding="utf-8")
-        git(self.dir, "init", "-q", "-b", "main")
-        git(self.dir, "config", "user.name", "gpuci")  # gitlab-ci-local reads them
-        git(self.dir, "config", "user.email", "gpuci@example.com")
-        git(self.dir, "add", "-A")
-        git(self.dir, "-c", "commit.gpgsign=false", "commit", "-q", "-m", "pipeline under test")
-        git(self.dir, "remote", "add", "origin", ORIGIN)
-        git(self.dir, "update-ref", "refs/remotes/origin/main", "HEAD")
-        git(self.dir, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
+            (project / ".gitlab-ci.yml").write_text(pipeline, encoding="utf-8")
+        commit_all(project, ORIGIN)
         # gitlab-ci-local 4.70.1 resolves `include: component:` itself: from the working
         # tree where it names this project at HEAD, else by a git clone into its include
         # cache, which it reuses as it finds it (no --fetch-includes). The clone would reach
         # gitlab.example.com, so this checkout's component file goes where that clone would
         # leave it, and the project's `.gitlab-ci.yml` runs unchanged.
-        where, version = component_ref(self.dir / ".gitlab-ci.yml")
-        fetched = self.dir / ".gitlab-ci-local" / "includes" / "gitlab.example.com" / where
+        where, version = component_ref(project / ".gitlab-ci.yml")
+        fetched = project / ".gitlab-ci-local" / "includes" / "gitlab.example.com" / where
         (fetched / version / "templates").mkdir(parents=True)
         shutil.copy2(COMPONENT, fetched / version / "templates" / "gpuci.yml")
-        self.home = tmp_path / "home"
-        self.home.mkdir()
-        # What the component's `install` input would install: this checkout's gpuci, for
-        # `gpuci` and for the `python3` that finds its verdict.sh.
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        for name, module in (("gpuci", "-m gpuci "), ("python3", "")):
-            shim = bin_dir / name
-            shim.write_text(
-                f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" {module}"$@"\n', "utf-8"
-            )
-            shim.chmod(0o755)
-        self.path = f"{bin_dir}:{child_env()['PATH']}"
-
-    def gcl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run gitlab-ci-local in the project."""
-        return subprocess.run(
-            [self.tool, *args],
-            cwd=self.dir,
-            env=child_env(PATH=self.path, HOME=str(self.home), NO_COLOR="1"),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=timeout,
-        )
+        super().__init__(tmp_path, project)
 
     def config(self) -> dict[str, Any]:
         """The pipeline as gitlab-ci-local expands it (component, inputs, extends applied)."""

@@ -443,25 +443,29 @@ def copy_project(dest: Path) -> None:
             continue
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, dest / name)
+    commit_all(dest, "https://gitlab.example.com/team/gpuci.git")
+
+
+def commit_all(dest: Path, origin: str) -> None:
+    """`dest` as a git repository with one commit and a GitLab-like origin whose default
+    branch is main, as gitlab-ci-local expects."""
     git(dest, "init", "-q", "-b", "main")
     git(dest, "config", "user.name", "gpuci")  # gitlab-ci-local reads them
     git(dest, "config", "user.email", "gpuci@example.com")
     git(dest, "add", "-A")
     git(dest, "-c", "commit.gpgsign=false", "commit", "-q", "-m", "pipeline under test")
-    # A GitLab-like origin whose default branch is main, as gitlab-ci-local expects.
-    git(dest, "remote", "add", "origin", "https://gitlab.example.com/team/gpuci.git")
+    git(dest, "remote", "add", "origin", origin)
     git(dest, "update-ref", "refs/remotes/origin/main", "HEAD")
     git(dest, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
 
 
-class Pipeline:
-    """A copy of the project in which gitlab-ci-local runs jobs with the shell executor."""
+class LocalRunner:
+    """gitlab-ci-local in a project directory, with a home of its own and this checkout's
+    gpuci on PATH."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, project: Path) -> None:
         self.tool = gitlab_ci_local()
-        self.dir = tmp_path / "project"
-        self.dir.mkdir()
-        copy_project(self.dir)
+        self.dir = project
         self.home = tmp_path / "home"
         self.home.mkdir()
         # `gpuci` in the job is this checkout's, run by this interpreter, which is also the
@@ -488,6 +492,16 @@ class Pipeline:
             check=False,
             timeout=timeout,
         )
+
+
+class Pipeline(LocalRunner):
+    """A copy of the project in which gitlab-ci-local runs jobs with the shell executor."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        project = tmp_path / "project"
+        project.mkdir()
+        copy_project(project)
+        super().__init__(tmp_path, project)
 
     def jobs(self) -> list[dict[str, Any]]:
         """The pipeline's jobs as gitlab-ci-local lists them (extends and parallel applied)."""
