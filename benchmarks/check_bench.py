@@ -24,12 +24,8 @@ from check_plants import (
 from gensuite import generate_suite
 
 TARGET_CHECK_CLEAN = 1.5  # gpuci check / plain pytest, a suite with nothing wrong in it
-TARGET_CHECK_POLLUTED = 3.0
-SCREENS = (
-    "suite",
-    "parallel",
-    "threads",
-)  # the passes a check runs at once  # the same with planted failures: their evidence costs more
+TARGET_CHECK_POLLUTED = 3.0  # the same with planted failures: their evidence costs more
+SCREENS = ("suite", "parallel", "threads")  # the passes a check runs at once
 
 
 @dataclass(slots=True)
