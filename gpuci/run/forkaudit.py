@@ -57,7 +57,8 @@ def _tasks() -> list[str]:
     return []
 
 
-def _children() -> frozenset[int]:
+def children() -> frozenset[int]:
+    """This process's children, as each of its threads' /proc entry lists them."""
     found: set[int] = set()
     for task in _tasks():
         with contextlib.suppress(OSError):
@@ -96,7 +97,7 @@ def snapshot() -> State:
     return State(
         threads={t.ident or 0: t.name for t in threading.enumerate()},
         tasks=len(_tasks()),
-        children=_children(),
+        children=children(),
         handlers=handlers,
         fds=fds,
         libraries=_libraries(),

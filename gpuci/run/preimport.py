@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpuci.run.forkaudit import Watch, cuda_state, differing_reads, snapshot
+from gpuci.run.forkaudit import Watch, children, cuda_state, differing_reads
 from gpuci.run.importables import (
     is_users,
     plugins_imports,
@@ -154,7 +154,7 @@ def _start_over(config: dict[str, Any], refused: dict[str, str]) -> NoReturn:
     and descriptors they left cannot be taken back. Their child processes are ended."""
     if len(refused) > MAX_REFUSED:
         config["modules"] = []  # too many to try one by one: pytest and its plugins only
-    for pid in snapshot().children:
+    for pid in children():
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -221,11 +221,9 @@ def _end_children() -> None:
     """gpuci hung up or died: end the children still running, each with its process group,
     as a fresh interpreter ends with gpuci (a server killed on its own leaves them to gpuci,
     which adopts them). Its children are found by their parent, never by a pid kept."""
-    me = os.getpid()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(stat.read_text().rpartition(")")[2].split()[1]) == me:
-                os.killpg(int(stat.parent.name), signal.SIGKILL)  # its own session's group
+    for pid in children():
+        with contextlib.suppress(OSError):  # ended already
+            os.killpg(pid, signal.SIGKILL)  # its own session's group
 
 
 def _reap(sock: socket.socket) -> None:
