@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +20,15 @@ def clean_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
+
+
+def write_files(root: Path, files: Mapping[str, str]) -> Path:
+    """Each of `files` (a path under `root`: its dedented text) written, folders made."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root
 
 
 def gpuci(

@@ -11,14 +11,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from gpuci.gitlab.publish import publish_comment
-from tests.cli_runner import clean_env, gpuci
+from tests.cli_runner import clean_env, gpuci, write_files
 from tests.gitlab_server import FakeGitLab
 
 MODES = ("--modes", "suite,parallel,isolated")  # the modes every check here runs
@@ -35,14 +34,6 @@ HOLDING_TEST = """
         while os.environ.get("GPUCI_MODE") == "suite" and hold.exists() and time.monotonic() < end:
             time.sleep(0.05)
 """
-
-
-def write(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
 
 
 def start_check(root: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -94,7 +85,7 @@ def run_ids(out: Path) -> set[str]:
 
 def test_an_interrupted_fresh_check_leaves_nothing_of_the_previous_one(tmp_path: Path) -> None:
     flag, hold = tmp_path / "broken", tmp_path / "hold"
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "test_fix.py": """
@@ -140,7 +131,7 @@ def test_an_interrupted_fresh_check_leaves_nothing_of_the_previous_one(tmp_path:
 
 def test_resume_keeps_only_the_interrupted_checks_own_results(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
-    root = write(tmp_path / "suite", {"test_slow.py": HOLDING_TEST})
+    root = write_files(tmp_path / "suite", {"test_slow.py": HOLDING_TEST})
     env = clean_env() | {"HOLD": str(hold)}
     out = root / "out"
     assert gpuci("check", ".", "--out", "out", *MODES, cwd=root, env=env).returncode == 0
@@ -161,7 +152,7 @@ def test_resume_keeps_only_the_interrupted_checks_own_results(tmp_path: Path) ->
 
 
 def test_resume_without_a_check_in_out_is_refused(tmp_path: Path) -> None:
-    root = write(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
+    root = write_files(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
     proc = gpuci("check", ".", "--out", "out", "--resume", cwd=root)
     assert proc.returncode == 2
     assert "--resume: out holds no check that gpuci started" in proc.stderr
@@ -172,7 +163,7 @@ def test_resume_without_a_check_in_out_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_command_into_a_busy_out_is_refused_naming_the_holder(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
-    root = write(tmp_path / "suite", {"test_slow.py": HOLDING_TEST})
+    root = write_files(tmp_path / "suite", {"test_slow.py": HOLDING_TEST})
     env = clean_env() | {"HOLD": str(hold)}
     out = root / "out"
     hold.touch()
@@ -191,7 +182,7 @@ def test_a_second_command_into_a_busy_out_is_refused_naming_the_holder(tmp_path:
 
 
 def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_note(tmp_path: Path) -> None:
-    root = write(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
+    root = write_files(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
     lock = root / "out" / ".gpuci" / "lock"
     lock.parent.mkdir(parents=True)
     lock.write_text("pid 4194000 (gpuci check)\n", encoding="utf-8")
@@ -205,7 +196,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_note(tmp_path: Path)
 
 
 def test_a_suite_printing_its_environment_posts_no_secret(tmp_path: Path) -> None:
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "test_env.py": """
@@ -245,7 +236,7 @@ def test_a_suite_printing_its_environment_posts_no_secret(tmp_path: Path) -> Non
 
 
 def test_variables_the_configuration_names_secret_reach_no_test(tmp_path: Path) -> None:
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "pyproject.toml": '[tool.gpuci]\nsecrets = ["DEPLOY_KEY"]\n',
@@ -270,7 +261,7 @@ def test_variables_the_configuration_names_secret_reach_no_test(tmp_path: Path) 
 
 
 def test_a_file_that_exits_at_import_is_its_own_collection_error(tmp_path: Path) -> None:
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "test_exit.py": "import sys\nsys.exit(0)\n\n\ndef test_never():\n    pass\n",
@@ -290,7 +281,7 @@ def test_a_file_that_exits_at_import_is_its_own_collection_error(tmp_path: Path)
 
 def test_a_conftest_that_fails_to_import_names_its_file_and_line(tmp_path: Path) -> None:
     broken = "import os\n\nimport no_such_module_here\n"
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {"sub/conftest.py": broken, "sub/test_in.py": "def test_in():\n    pass\n"},
     )
@@ -325,7 +316,7 @@ def test_bare_gpuci_lists_its_commands(tmp_path: Path) -> None:
 
 
 def test_bad_options_are_refused_at_once_and_touch_nothing(tmp_path: Path) -> None:
-    root = write(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
+    root = write_files(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
     started = time.monotonic()
     proc = gpuci("check", ".", "--out", "out", "--workers", "0", cwd=root)
     assert proc.returncode == 2
@@ -348,7 +339,7 @@ def test_bad_options_are_refused_at_once_and_touch_nothing(tmp_path: Path) -> No
 def test_a_fresh_check_still_orders_its_files_by_the_replaced_checks_times(
     tmp_path: Path,
 ) -> None:
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(1.5)\n",

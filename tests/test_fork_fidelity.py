@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import clean_env, gpuci
+from cli_runner import clean_env, gpuci, write_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,14 +167,6 @@ EXPECTED = {
 }
 
 
-def write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     if shutil.which("cc") is None:
@@ -182,12 +174,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
             pytest.fail("CI needs a C compiler (cc) for the ctypes row of the corpus")
         pytest.skip("no C compiler (cc) for the ctypes row of the corpus")
     base = tmp_path_factory.mktemp("fidelity")
-    site = write(base / "site", PACKAGES)
+    site = write_files(base / "site", PACKAGES)
     subprocess.run(
         ["cc", "-shared", "-fPIC", "-pthread", "-o", site / "libfid.so", site / "fid_clib.c"],
         check=True,
     )
-    root = write(base / "suite", SUITE)
+    root = write_files(base / "suite", SUITE)
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
     return root, env
@@ -274,7 +266,7 @@ def test_a_variable_a_preloaded_module_read_sends_its_file_to_a_fresh_interprete
     # sets, or one each parallel slot sets (the GPUs, rotated)
     _, env = corpus
     test, category, note = ENV_ROWS[row]
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",
@@ -299,8 +291,9 @@ def test_a_finding_whose_forked_evidence_a_fresh_run_contradicts_is_decided_fres
 ) -> None:
     # fid_pid keeps the pid of the interpreter that imported it (the parent, when forked):
     # after the decoy, a forked victim fails; a fresh one fails only after the real polluter
-    site = write(tmp_path / "site", {"fid_pid.py": "import os\nPID = os.getpid()\nDECOY = []\n"})
-    root = write(
+    pid = "import os\nPID = os.getpid()\nDECOY = []\n"
+    site = write_files(tmp_path / "site", {"fid_pid.py": pid})
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",

@@ -8,27 +8,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci
+from cli_runner import gpuci, write_files
 
 from gpuci.run.discover import child_env
 from gpuci.run.forkserver import ForkServer
 from gpuci.run.preloads import guess_test_files, top_level_imports
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
 
 
 def env_with(site: Path | None = None) -> dict[str, str]:
@@ -47,7 +38,7 @@ def forked(run: dict[str, Any]) -> list[bool]:
 
 
 def test_top_level_imports_are_read_from_module_level_only(tmp_path: Path) -> None:
-    write(
+    write_files(
         tmp_path,
         {
             "test_a.py": """
@@ -144,7 +135,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_a_forked_child_ends_with_the_status_popen_gives(server: Any, name: str) -> None:
     served, root = server
-    write(root, {f"test_{name}.py": SCRIPTS[name]})
+    write_files(root, {f"test_{name}.py": SCRIPTS[name]})
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"test_{name}.py"]
     env = child_env(os.environ)
     fresh = subprocess.run(argv, cwd=root, env=env, capture_output=True, check=False)
@@ -161,7 +152,7 @@ def test_a_forked_child_ends_with_the_status_popen_gives(server: Any, name: str)
 
 def test_a_forked_child_is_a_fresh_pytest(tmp_path: Path) -> None:
     # one file asserts what a fresh `python -m pytest` is; it must pass forked and fresh
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",
@@ -201,7 +192,7 @@ def test_a_forked_child_is_a_fresh_pytest(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("preload", [False, True])
 def test_a_death_at_exit_is_a_crash_through_the_fork_server(tmp_path: Path, preload: bool) -> None:
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",
@@ -241,7 +232,7 @@ int cuDevicePrimaryCtxGetState(int device, unsigned *flags, int *active) {
 
 
 def fallback_suite(tmp_path: Path, module: str) -> Path:
-    return write(
+    return write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",
@@ -263,7 +254,7 @@ def check_falls_back(root: Path, site: Path, says: str) -> None:
 
 
 def test_a_preload_that_initializes_torch_cuda_falls_back(tmp_path: Path) -> None:
-    site = write(tmp_path / "site", FAKE_TORCH)
+    site = write_files(tmp_path / "site", FAKE_TORCH)
     root = fallback_suite(tmp_path, "torch")
     check_falls_back(root, site, "importing torch created CUDA state: torch.cuda.is_initialized()")
 
@@ -271,7 +262,7 @@ def test_a_preload_that_initializes_torch_cuda_falls_back(tmp_path: Path) -> Non
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the fake CUDA driver")
 def test_a_preload_that_creates_a_cuda_context_falls_back(tmp_path: Path) -> None:
     # a fake libcuda.so.1 answers as an initialized driver: the real check reads it
-    site = write(
+    site = write_files(
         tmp_path / "site",
         {
             "fake_driver.c": FAKE_DRIVER,
@@ -289,7 +280,7 @@ def test_a_preload_that_creates_a_cuda_context_falls_back(tmp_path: Path) -> Non
 
 
 def test_a_preload_that_fails_to_import_falls_back(tmp_path: Path) -> None:
-    site = write(tmp_path / "site", {"broken.py": "raise RuntimeError('no driver here')\n"})
+    site = write_files(tmp_path / "site", {"broken.py": "raise RuntimeError('no driver here')\n"})
     root = fallback_suite(tmp_path, "json")
     proc = gpuci(
         "check", ".", "--out", "out", "--modes", "parallel", "--preload", "json,broken",
@@ -318,7 +309,7 @@ def test_preload_of_a_missing_module_is_one_note_and_the_check_goes_on(tmp_path:
 
 def test_the_suites_own_modules_are_never_preloaded(tmp_path: Path) -> None:
     # `mine` is importable from the rootdir (the working directory): it must stay out
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",
@@ -340,7 +331,7 @@ def test_the_suites_own_modules_are_never_preloaded(tmp_path: Path) -> None:
 def test_a_pytest_plugin_is_left_to_pytests_assertion_rewriter(tmp_path: Path) -> None:
     # pytest imports a plugin's distribution through its assertion rewriter and warns where
     # a module of it was imported before: preloaded, it broke every filterwarnings=error suite
-    site = write(
+    site = write_files(
         tmp_path / "site",
         {
             "myplug.py": "def pytest_configure(config):\n    pass\n",
@@ -349,7 +340,7 @@ def test_a_pytest_plugin_is_left_to_pytests_assertion_rewriter(tmp_path: Path) -
             "myplug-1.0.dist-info/RECORD": "myplug.py,,\n",
         },
     )
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\nfilterwarnings = error\n",
@@ -369,7 +360,7 @@ def test_a_pytest_plugin_is_left_to_pytests_assertion_rewriter(tmp_path: Path) -
 
 def test_a_plugins_plain_dependency_is_imported_once_by_the_parent(tmp_path: Path) -> None:
     # pytest-run-parallel imports NumPy as it loads: every forked child paid for it again
-    site = write(
+    site = write_files(
         tmp_path / "site",
         {
             "plugdep.py": """
@@ -397,7 +388,9 @@ def test_a_plugins_plain_dependency_is_imported_once_by_the_parent(tmp_path: Pat
                 "AssertionRewritingHook"
             )
     """
-    root = write(tmp_path / "suite", {"test_a.py": test, "test_b.py": test, "test_c.py": test})
+    root = write_files(
+        tmp_path / "suite", {"test_a.py": test, "test_b.py": test, "test_c.py": test}
+    )
     log = tmp_path / "imports.log"
     env = {**env_with(site), "IMPORTS_LOG": str(log)}
     proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", cwd=root, env=env)
@@ -410,7 +403,7 @@ def test_a_plugins_plain_dependency_is_imported_once_by_the_parent(tmp_path: Pat
 def test_a_child_whose_python_settings_differ_starts_fresh(server: Any) -> None:
     # PYTHONPATH, PYTHONHASHSEED...: read as an interpreter starts; a fork keeps the parent's
     served, root = server
-    write(root, {"test_fresh_one.py": SCRIPTS["passes"]})
+    write_files(root, {"test_fresh_one.py": SCRIPTS["passes"]})
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fresh_one.py"]
     env = {**child_env(os.environ), "PYTHONHASHSEED": "123"}
     assert served.spawn(argv, env, str(root)) is None
@@ -419,8 +412,8 @@ def test_a_child_whose_python_settings_differ_starts_fresh(server: Any) -> None:
 
 def test_a_local_module_shadowing_an_installed_one_is_not_preloaded(tmp_path: Path) -> None:
     # pytest puts tests/ first on sys.path: its `helpers.py` wins over an installed one
-    site = write(tmp_path / "site", {"helpers.py": "WHO = 'installed'\n"})
-    root = write(
+    site = write_files(tmp_path / "site", {"helpers.py": "WHO = 'installed'\n"})
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",
@@ -441,8 +434,8 @@ def test_a_local_module_shadowing_an_installed_one_is_not_preloaded(tmp_path: Pa
 def test_a_local_module_is_not_preloaded_when_gpuci_runs_from_elsewhere(tmp_path: Path) -> None:
     # the parent started while pytest collects takes the working directory for the rootdir;
     # where the real one lies elsewhere, the modules beside its tests are the suite's own
-    site = write(tmp_path / "site", {"helpers.py": "WHO = 'installed'\n"})
-    root = write(
+    site = write_files(tmp_path / "site", {"helpers.py": "WHO = 'installed'\n"})
+    root = write_files(
         tmp_path / "suite",
         {
             "pytest.ini": "[pytest]\n",
@@ -467,7 +460,7 @@ def test_a_local_module_is_not_preloaded_when_gpuci_runs_from_elsewhere(tmp_path
 
 
 def test_stopping_while_the_parent_imports_starts_nothing(tmp_path: Path) -> None:
-    site = write(tmp_path / "site", {"slow.py": "import time\ntime.sleep(30)\n"})
+    site = write_files(tmp_path / "site", {"slow.py": "import time\ntime.sleep(30)\n"})
     environ = {**child_env(os.environ), "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
     served = ForkServer(python=sys.executable, environ=environ, modules=["slow"], roots=[])
     stopping = threading.Event()
@@ -482,7 +475,7 @@ def test_stopping_while_the_parent_imports_starts_nothing(tmp_path: Path) -> Non
 def test_a_child_of_a_dead_parent_is_adopted_and_its_status_kept(tmp_path: Path) -> None:
     # gpuci is a subreaper: when the fork server dies, its children re-parent to gpuci,
     # which collects their exit status itself
-    write(
+    write_files(
         tmp_path,
         {
             "pytest.ini": "[pytest]\n",
@@ -526,7 +519,7 @@ print("returncode", child.wait(timeout=60))
 def test_collection_forks_from_the_server_started_for_the_files_paths_hold(tmp_path: Path) -> None:
     # discovery collected in a fresh interpreter before the server started: CuPy's subset
     # imported CuPy twice, one after the other, before any screen began
-    root = write(
+    root = write_files(
         tmp_path / "suite",
         {
             "conftest.py": """
@@ -553,7 +546,7 @@ def test_collection_forks_from_the_server_started_for_the_files_paths_hold(tmp_p
 
 
 def test_the_files_guessed_while_pytest_collects_skip_what_pytest_skips(tmp_path: Path) -> None:
-    write(
+    write_files(
         tmp_path,
         {
             "tests/test_a.py": "",

@@ -7,11 +7,10 @@ collected, and ids only a JSON route keeps intact: none of them may end in a gre
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
-from tests.cli_runner import gpuci
+from tests.cli_runner import gpuci, write_files
 
 MODES = ("--modes", "suite,parallel,isolated")
 # raises in pytest's own hook for one test: plain pytest prints INTERNALERROR, exit 3
@@ -32,19 +31,12 @@ THREE_TESTS = """
 """
 
 
-def write(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (root / name).write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
-
-
 def verdict_of(root: Path) -> dict[str, Any]:
     return dict(json.loads((root / "out" / "verdict.json").read_text(encoding="utf-8")))
 
 
 def test_internal_error_fails_the_check_with_its_cause(tmp_path: Path) -> None:
-    root = write(tmp_path, {"conftest.py": RAISING_CONFTEST, "test_x.py": THREE_TESTS})
+    root = write_files(tmp_path, {"conftest.py": RAISING_CONFTEST, "test_x.py": THREE_TESTS})
     proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
     assert proc.returncode == 3, proc.stdout + proc.stderr  # no test could run: as pytest
     cause = "RuntimeError: hook refuses test_b (at conftest.py:4 in pytest_itemcollected)"
@@ -67,7 +59,7 @@ def test_internal_error_fails_the_check_with_its_cause(tmp_path: Path) -> None:
 
 
 def test_a_file_that_deletes_itself_is_not_a_pass(tmp_path: Path) -> None:
-    root = write(
+    root = write_files(
         tmp_path,
         {
             "test_gone.py": """
@@ -98,7 +90,7 @@ def test_tests_an_interpreter_never_collected_fail_its_file(tmp_path: Path) -> N
             if os.environ.get("GPUCI_MODE") == "parallel":
                 items[:] = [i for i in items if i.name != "test_b"]
     """
-    root = write(tmp_path, {"conftest.py": conftest, "test_x.py": THREE_TESTS})
+    root = write_files(tmp_path, {"conftest.py": conftest, "test_x.py": THREE_TESTS})
     proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     tests = {t["id"]: t for t in verdict_of(root)["tests"]}
@@ -111,7 +103,7 @@ def test_tests_an_interpreter_never_collected_fail_its_file(tmp_path: Path) -> N
 
 
 def test_an_id_with_a_newline_runs_in_every_mode(tmp_path: Path) -> None:
-    root = write(
+    root = write_files(
         tmp_path,
         {
             "pytest.ini": """
