@@ -23,6 +23,7 @@ from test_gitlab_ci import (
     NOTE_TOKEN,
     LocalRunner,
     commit_all,
+    merge_request_pipeline,
     missing,
     safe_job_name,
 )
@@ -109,15 +110,7 @@ def test_the_example_projects_pipeline_checks_reports_and_posts_the_note(tmp_pat
     project = Project(tmp_path, EXAMPLE)
     assert project.job_names() == [CHECK_JOB]  # the default: one job, the screens at once
     with FakeGitLab(token=NOTE_TOKEN) as gitlab:
-        variables = {
-            "CI_PIPELINE_SOURCE": "merge_request_event",
-            "CI_MERGE_REQUEST_IID": gitlab.mr_iid,
-            "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "main",
-            "CI_API_V4_URL": gitlab.api_url,
-            "CI_PROJECT_ID": gitlab.project_id,
-            "CI_JOB_TOKEN": JOB_TOKEN,
-            "GPUCI_GITLAB_TOKEN": NOTE_TOKEN,
-        }
+        variables = merge_request_pipeline(gitlab)
         first = project.run_job(CHECK_JOB, variables)
         output = first.stdout + first.stderr
         assert first.returncode == 1, output  # the planted bug fails the job, after reporting

@@ -729,6 +729,16 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
         assert junit.count(f'name="[{mode}] ') == 7
 
 
+def merge_request_pipeline(gitlab: FakeGitLab, **extra: str) -> dict[str, str]:
+    """A merge-request pipeline's variables into main, aimed at `gitlab`, with a job token."""
+    return gitlab.environ(
+        CI_PIPELINE_SOURCE="merge_request_event",
+        CI_MERGE_REQUEST_TARGET_BRANCH_NAME="main",
+        CI_JOB_TOKEN=JOB_TOKEN,
+        **extra,
+    )
+
+
 class GitLabWithArtifacts(FakeGitLab):
     """FakeGitLab that also serves the default branch's verdict artifact, as GitLab does
     with object storage: a redirect from the API to a signed storage URL."""
@@ -779,16 +789,7 @@ def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: 
         baseline=baseline.read_bytes(), job_token=JOB_TOKEN, token=NOTE_TOKEN
     ) as gitlab:
         result = pipeline.run_verdict(
-            {
-                "CI_PIPELINE_SOURCE": "merge_request_event",
-                "CI_MERGE_REQUEST_IID": gitlab.mr_iid,
-                "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "main",
-                "CI_API_V4_URL": gitlab.api_url,
-                "CI_PROJECT_ID": gitlab.project_id,
-                "CI_JOB_TOKEN": JOB_TOKEN,
-                "GPUCI_GITLAB_TOKEN": NOTE_TOKEN,
-                "GPUCI_DIFF_ARGS": "--allow known,failed",
-            }
+            merge_request_pipeline(gitlab, GPUCI_DIFF_ARGS="--allow known,failed")
         )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
