@@ -17,16 +17,10 @@ GPUCI=(python3 -m gpuci)
 steps=("${@:-multi one subset}")
 steps=(${steps[*]})
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+. "$(dirname "$0")/cupy_subset.sh"  # SUBSET and MARK
 cd cupy-tests || exit 3
 FOUR=(tests/cupy_tests/cuda_tests/test_stream.py tests/cupy_tests/cuda_tests/test_driver.py
       tests/cupy_tests/cuda_tests/test_memory.py tests/cupy_tests/cuda_tests/test_device.py)
-C=tests/cupy_tests/cuda_tests
-K=tests/cupy_tests/core_tests
-SUBSET=($C/test_device.py $C/test_driver.py $C/test_runtime.py $C/test_stream.py
-        $C/test_pinned_memory.py $C/test_memory_hook.py $C/test_memory.py
-        $C/test_compiler_cache.py $C/test_graph.py $K/test_iter.py $K/test_flags.py
-        $K/test_ndarray_conversion.py $K/test_scan.py $K/test_carray.py $K/test_include.py
-        $K/test_core.py $K/test_internal.py tests/cupy_tests/random_tests/test_bit_generator.py)
 
 summary() {  # the verdict's counts, reasons and findings
     python3 - "$1" <<'PY'
@@ -63,18 +57,18 @@ for step in "${steps[@]}"; do
         # Plain pytest before and after the check; the first run also warms CuPy's kernel
         # cache, so the ratio is against the warm runs (2 and 3).
         for run in 1 2; do
-            timed subset-pytest-$run python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "not slow and not multi_gpu"
+            timed subset-pytest-$run python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
             tail -1 "$OUT/subset-pytest-$run.log"
         done
-        timed subset-gpuci "${GPUCI[@]}" check "${SUBSET[@]}" --out "$OUT/o-subset" --timeout 120 -- -m "not slow and not multi_gpu"
+        timed subset-gpuci "${GPUCI[@]}" check "${SUBSET[@]}" --out "$OUT/o-subset" --timeout 120 -- -m "$MARK"
         tail -5 "$OUT/subset-gpuci.log"; summary "$OUT/o-subset/verdict.json" | tee "$OUT/subset.txt"
         # the three modes of earlier sessions, for comparison (the default adds threads)
-        timed subset-gpuci3 "${GPUCI[@]}" check "${SUBSET[@]}" --modes suite,parallel,isolated --out "$OUT/o-subset3" --timeout 120 -- -m "not slow and not multi_gpu"
+        timed subset-gpuci3 "${GPUCI[@]}" check "${SUBSET[@]}" --modes suite,parallel,isolated --out "$OUT/o-subset3" --timeout 120 -- -m "$MARK"
         tail -3 "$OUT/subset-gpuci3.log"
-        timed subset-pytest-3 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "not slow and not multi_gpu"
+        timed subset-pytest-3 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
         tail -1 "$OUT/subset-pytest-3.log" ;;
     threads)
-        timed threads "${GPUCI[@]}" check "${SUBSET[@]}" --modes threads --out "$OUT/o-threads" --timeout 120 -- -m "not slow and not multi_gpu"
+        timed threads "${GPUCI[@]}" check "${SUBSET[@]}" --modes threads --out "$OUT/o-threads" --timeout 120 -- -m "$MARK"
         tail -5 "$OUT/threads.log"; summary "$OUT/o-threads/verdict.json" | tee "$OUT/threads.txt" ;;
     esac
 done

@@ -24,14 +24,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="/tmp/site:$PWD"
 ROOT=$PWD
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$WORK/gpu.txt"
-C=tests/cupy_tests/cuda_tests
-K=tests/cupy_tests/core_tests
-SUBSET=($C/test_device.py $C/test_driver.py $C/test_runtime.py $C/test_stream.py
-        $C/test_pinned_memory.py $C/test_memory_hook.py $C/test_memory.py
-        $C/test_compiler_cache.py $C/test_graph.py $K/test_iter.py $K/test_flags.py
-        $K/test_ndarray_conversion.py $K/test_scan.py $K/test_carray.py $K/test_include.py
-        $K/test_core.py $K/test_internal.py tests/cupy_tests/random_tests/test_bit_generator.py)
-MARK="not slow and not multi_gpu"
+. "$(dirname "$0")/cupy_subset.sh"  # SUBSET and MARK
 
 timed() {  # timed NAME LIMIT COMMAND...: its wall into walls.txt, its output into NAME.log
     local name=$1 limit=$2; shift 2
