@@ -16,6 +16,7 @@ import pytest
 from cli_runner import gpuci, write_files
 
 from gpuci.run.discover import child_env
+from gpuci.run.forkaudit import children, children_by_parent
 from gpuci.run.forkserver import ForkServer
 from gpuci.run.preloads import guess_test_files, top_level_imports
 
@@ -568,3 +569,16 @@ def test_the_files_guessed_while_pytest_collects_skip_what_pytest_skips(tmp_path
     assert guess_test_files([str(tmp_path / "tests" / "helper.py")]) == [
         tmp_path / "tests" / "helper.py"
     ]
+
+
+def test_a_child_is_found_with_or_without_the_kernels_children_lists() -> None:
+    # the GPU machines' kernel keeps no /proc/PID/task/TID/children: the audit and the
+    # server's hangup find children by their parent pid there, and must find the same
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert child.pid in children_by_parent()
+        assert child.pid in children()
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in children_by_parent()

@@ -58,12 +58,27 @@ def _tasks() -> list[str]:
 
 
 def children() -> frozenset[int]:
-    """This process's children, as each of its threads' /proc entry lists them."""
+    """This process's children, as each of its threads' /proc entry lists them; where the
+    kernel keeps no such lists (built without CONFIG_PROC_CHILDREN, as on the GPU machines
+    gpuci was measured on), every process whose parent it is."""
+    if not Path(f"/proc/self/task/{os.getpid()}/children").exists():
+        return children_by_parent()
     found: set[int] = set()
     for task in _tasks():
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
             text = Path(f"/proc/self/task/{task}/children").read_text(encoding="ascii")
             found.update(int(p) for p in text.split())
+    return frozenset(found)
+
+
+def children_by_parent() -> frozenset[int]:
+    """Every process whose /proc stat names this one its parent."""
+    me = os.getpid()
+    found: set[int] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):  # gone, or not a process
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == me:
+                found.add(int(stat.parent.name))
     return frozenset(found)
 
 
