@@ -265,6 +265,7 @@ def explain_results(options: Options) -> None:
         python=evidence.python,
         pytest_args=evidence.pytest_args or None,
         sanitize=evidence.sanitize,
+        workers=max(r.run.workers for r in results.values()),  # the mode jobs' slots
     )
 
 

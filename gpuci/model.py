@@ -394,6 +394,9 @@ class Evidence:
     spent_s: float = 0.0
     runs: int = 0  # interpreters started
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> runs, seconds
+    slots: int = 1  # evidence interpreters allowed at once (strict ones run alone)
+    at_once: int = 0  # the most that ran at once
+    beside: int = 0  # runs that had another beside them
     tests: tuple[TestEvidence, ...] = ()
     leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)  # by file
     strangers: dict[str, tuple[Stranger, ...]] = field(default_factory=dict)  # by file

@@ -12,6 +12,8 @@
 # polluted: examples/gpu_polluted at the default budget against expected.json, then the
 #           same with --serial-modes (its wall beside the screens')
 # storm:    the failure-storm replica (scripts/device_storm.sh)
+# section:  a real CuPy section outside the subset ($SECTION, under cupy-tests/): plain pytest
+#           warm twice, gpuci check at default settings, plain pytest again; every finding
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-out/device}"
@@ -161,7 +163,29 @@ for line in sys.stdin: print(f\"{time.monotonic() - t:6.1f} {line}\", end=\"\")"
             python3 scripts/compare_expected.py "$WORK/p-$how/verdict.json" \
                 examples/gpu_polluted/expected.json | tee "$WORK/polluted-$how.txt"
             findings "$WORK/p-$how/verdict.json" | grep -v "^  \(failed\|order-dep\|thread-unsafe\)"
+            python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print('phases', e.get('phases'), 'concurrency', e.get('concurrency'))" "$WORK/p-$how/evidence/evidence.json"
         done ;;
+    section)
+        cd "$ROOT/cupy-tests" || exit 3
+        sect=(${SECTION:-tests/cupyx_tests/scipy_tests/special_tests})
+        for run in 1 2; do  # the first warms CuPy's kernel cache
+            timed section-pytest-$run 300 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
+            tail -1 "$WORK/section-pytest-$run.log"
+        done
+        timed section-check 420 python3 -m gpuci check "${sect[@]}" --out "$WORK/o-section" \
+            --timeout 120 -- -m "$MARK"
+        grep "^gpuci: modes\|^gpuci: evidence budget\|^evidence\|^verdict" "$WORK/section-check.log"
+        findings "$WORK/o-section/verdict.json" | head -60
+        python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print('phases', e.get('phases'), 'concurrency', e.get('concurrency'))" "$WORK/o-section/evidence/evidence.json"
+        timed section-pytest-3 300 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
+        tail -1 "$WORK/section-pytest-3.log"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["section-pytest-2"]) + float(walls["section-pytest-3"])) / 2
+print(f"section-check: {float(walls['section-check']) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+PY
+        cd "$ROOT" ;;
     storm)
         OUT="$WORK/storm" timeout 500 bash scripts/device_storm.sh > "$WORK/storm.txt" 2>&1
         cat "$WORK/storm/storm-summary.txt"; tail -25 "$WORK/storm/storm-terminal.txt" ;;

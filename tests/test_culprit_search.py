@@ -13,9 +13,11 @@ import pytest
 
 import gpuci.evidence.engine
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.culprits import _bisect, _cascade, _replay
+from gpuci.evidence.bisect import bisect, cascade
+from gpuci.evidence.culprits import _replay
 from gpuci.evidence.engine import run_poisoned
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs
+from gpuci.evidence.probe import Admission
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
@@ -29,6 +31,7 @@ CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
 class FakeRun:
     result: Outcome
     forked: bool = False
+    beside: bool = False  # another run overlapped it
 
     def outcome(self, test_id: str) -> Outcome:
         return self.result
@@ -42,6 +45,8 @@ class FakeProber:
     budget_runs: int = 1000
     runs: list[list[str]] = field(default_factory=list)
     fresh: list[bool] = field(default_factory=list)  # whether each run was asked fresh
+    strict: list[bool] = field(default_factory=list)  # whether each run was asked strict
+    admission: Admission = field(default_factory=Admission)  # one slot: one at a time
 
     def exhausted(self) -> bool:
         return len(self.runs) >= self.budget_runs
@@ -52,10 +57,18 @@ class FakeProber:
     poisoned: bool = False  # the check runs poisoned already (--poison)
 
     def run(
-        self, ids: Sequence[str], *, phase: str, label: str, env: object = None, fresh: bool = True
+        self,
+        ids: Sequence[str],
+        *,
+        phase: str,
+        label: str,
+        env: object = None,
+        fresh: bool = True,
+        strict: bool = False,
     ) -> FakeRun:
         self.runs.append(list(ids))
         self.fresh.append(fresh)
+        self.strict.append(strict)
         return FakeRun(self.victim(ids, len(self.runs)), forked=not fresh)
 
 
@@ -66,7 +79,7 @@ def task(category: Category) -> _Task:
 def test_one_polluter_among_sixteen_is_found_within_the_bound() -> None:
     culprit = CANDIDATES[11]
     prober = FakeProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
-    search = _bisect(prober, task(Category.ORDER_DEPENDENT))
+    search = bisect(prober, task(Category.ORDER_DEPENDENT))
     assert search.culprits == (culprit,)
     assert len(prober.runs) <= 2 * math.ceil(math.log2(len(CANDIDATES))) + 2
     # every run is [candidates..., victim] in the order they first ran, the last two alike
@@ -79,14 +92,14 @@ def test_one_polluter_among_sixteen_is_found_within_the_bound() -> None:
 def test_a_provider_is_found_for_a_test_that_needs_one() -> None:
     provider = CANDIDATES[3]
     prober = FakeProber(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
-    search = _bisect(prober, task(Category.DEPENDS_ON_OTHERS))
+    search = bisect(prober, task(Category.DEPENDS_ON_OTHERS))
     assert search.culprits == (provider,)
 
 
 def test_a_flaky_victim_gets_no_culprit_by_chance() -> None:
     # it passes and fails by turns, whatever ran before it
     prober = FakeProber(lambda _, n: Outcome.PASSED if n % 2 else Outcome.FAILED)
-    search = _bisect(prober, task(Category.DEPENDS_ON_OTHERS))
+    search = bisect(prober, task(Category.DEPENDS_ON_OTHERS))
     assert search.culprits == ()
     assert search.note.startswith("not reproduced")
 
@@ -94,12 +107,12 @@ def test_a_flaky_victim_gets_no_culprit_by_chance() -> None:
 def test_a_cascade_names_an_earlier_culprit_only_when_it_shows_twice() -> None:
     culprit = CANDIDATES[2]
     sticky = FakeProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
-    search = _cascade(sticky, task(Category.ORDER_DEPENDENT), [(culprit,)])
+    search = cascade(sticky, task(Category.ORDER_DEPENDENT), [(culprit,)])
     assert search is not None and search.culprits == (culprit,)
     assert sticky.runs == [[culprit, VICTIM]] * 2
     # a flaky victim fails after it once by chance, then passes: the same run both ways
     flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
-    search = _cascade(flaky, task(Category.ORDER_DEPENDENT), [(culprit,)])
+    search = cascade(flaky, task(Category.ORDER_DEPENDENT), [(culprit,)])
     assert search is not None and search.culprits == ()
     assert SAME_RUN_BOTH_WAYS in search.note and len(flaky.runs) == 2
 
@@ -135,7 +148,7 @@ def test_a_search_cut_by_the_budget_names_no_culprit() -> None:
     prober = FakeProber(
         lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED, budget_runs=3
     )
-    search = _bisect(prober, task(Category.ORDER_DEPENDENT))
+    search = bisect(prober, task(Category.ORDER_DEPENDENT))
     assert search.culprits == ()
     assert search.note.startswith("search cut by budget after 3 run(s), down to")
 

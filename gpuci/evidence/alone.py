@@ -101,7 +101,7 @@ def _alone_round(
 ) -> dict[str, Outcome]:
     """One alone-run of each of `todo`; the outcomes that count, strict ones for failures."""
 
-    def one_by_one(tests: list[str]) -> dict[str, Outcome]:
+    def one_by_one(tests: list[str], *, strict: bool = False) -> dict[str, Outcome]:
         done: dict[str, Outcome] = {}
         for test_id in tests:
             if prober.stopping():
@@ -109,29 +109,33 @@ def _alone_round(
             if prober.exhausted():
                 cut.add(test_id)
                 continue
-            ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}")
+            ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}", strict=strict)
             done[test_id] = ran.outcome(test_id)
+            if ran.beside:
+                beside.add(test_id)
         return done
 
-    # the tests of one file share its journal and log: one after the other
+    beside: set[str] = set()  # ran with another evidence run beside it
+    # the tests of one file run one after the other (one slot each file)
     by_file: dict[str, list[str]] = {}
     for test_id in todo:
         by_file.setdefault(file_of(test_id), []).append(test_id)
     if workers <= 1 or len(by_file) <= 1:
-        return one_by_one(todo)  # nothing beside them: strict already
-    with ThreadPoolExecutor(max_workers=min(workers, len(by_file))) as pool:
-        rounds = list(pool.map(one_by_one, by_file.values()))
-    beside = {i: o for done in rounds for i, o in done.items()}
+        outcomes = one_by_one(todo)
+    else:
+        with ThreadPoolExecutor(max_workers=min(workers, len(by_file))) as pool:
+            rounds = list(pool.map(one_by_one, by_file.values()))
+        outcomes = {i: o for done in rounds for i, o in done.items()}
     # a pass beside others answers the question; a failure may be the others': again,
     # with nothing else running, and that run is the one that counts
-    failing = [i for i in todo if beside.get(i) in NOT_PASSING]
-    strict = one_by_one(failing)
+    failing = [i for i in todo if outcomes.get(i) in NOT_PASSING and i in beside]
+    strict = one_by_one(failing, strict=True)
     for test_id in failing:
         if test_id in strict:
-            beside[test_id] = strict[test_id]
+            outcomes[test_id] = strict[test_id]
         else:  # its confirmation was cut: a failure beside others does not count
-            beside.pop(test_id, None)
-    return beside
+            outcomes.pop(test_id, None)
+    return outcomes
 
 
 def _budget(prober: Prober) -> str:

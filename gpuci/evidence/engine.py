@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
@@ -26,7 +27,7 @@ from gpuci.evidence.classify import classify_results
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
-from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import Order, interpreter_order
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
@@ -109,6 +110,7 @@ def gather_evidence(
         budget_s=budget_s,
         supervisor=supervisor,
         mode_name=EVIDENCE_DIR,
+        slots=workers,
     )
     found: dict[str, TestEvidence] = {}
     try:
@@ -125,6 +127,9 @@ def gather_evidence(
         spent_s=prober.spent() if prober.runs else 0.0,
         runs=prober.runs,
         phases=prober.phase_json(),
+        slots=prober.admission.slots,
+        at_once=prober.admission.most,
+        beside=prober.admission.beside,
         tests=tuple(found.values()),
         leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
         strangers={f: tuple(x) for f, x in prober.strangers.items()},
@@ -212,7 +217,11 @@ def run_threaded(
         if prober.exhausted() or prober.stopping():
             break
         ran = prober.run(
-            [test_id], phase="threads", label=f"threads: {test_id}", env={ADDOPTS: addopts}
+            [test_id],
+            phase="threads",
+            label=f"threads: {test_id}",
+            env={ADDOPTS: addopts},
+            strict=True,
         )
         before = merged.get(test_id, TestEvidence(id=test_id))
         outcome = ran.outcome(test_id)
@@ -225,6 +234,7 @@ def run_threaded(
                 phase="threads",
                 label=f"threads: {test_id} after {len(earlier)} test(s)",
                 env={ADDOPTS: addopts},
+                strict=True,
             )
             replay = Probe(
                 count=len(earlier),
@@ -273,39 +283,52 @@ def run_poisoned(
 ) -> dict[str, TestEvidence]:
     """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
     one that fails so twice reads memory it never wrote (its own bug, not its culprit's).
-    One that fails poisoned, then passes, went both ways under identical conditions: flaky
-    (its search says so, and none is made)."""
+    The victims' first runs go side by side; a failure runs again with nothing beside it.
+    One that fails poisoned with nothing beside it, then passes, went both ways under
+    identical conditions: flaky (its search says so, and none is made)."""
     merged = dict(found)
     if victims and not _poisonable(prober):
         _say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
         return merged
     if victims:
         _say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
-    for test_id in victims:
+
+    def poisoned(test_id: str) -> tuple[list[Outcome], bool]:
         if prober.exhausted() or prober.stopping():
-            break
-        outcomes = [_poisoned_run(prober, test_id)]
+            return [], False
+        first = _poisoned_run(prober, test_id)
+        outcomes = [first.outcome(test_id)]
         if outcomes[0] in NOT_PASSING and not prober.exhausted():  # chance, or its bug?
-            outcomes.append(_poisoned_run(prober, test_id))
+            outcomes.append(_poisoned_run(prober, test_id, strict=True).outcome(test_id))
+        return outcomes, first.beside
+
+    with ThreadPoolExecutor(max_workers=max(1, prober.admission.slots)) as pool:
+        done = list(pool.map(poisoned, victims))
+    for test_id, (outcomes, beside) in zip(victims, done, strict=True):
+        if not outcomes:
+            continue
         before = merged.get(test_id, TestEvidence(id=test_id))
-        if len(outcomes) == 2 and outcomes[1] is Outcome.PASSED:
+        if len(outcomes) == 2 and outcomes[1] is Outcome.PASSED and not beside:
             merged[test_id] = dataclasses.replace(
                 before,
                 search=f"{NOT_REPRODUCED}: poisoned, it failed, then not ({SAME_RUN_BOTH_WAYS})",
             )
         elif outcomes[0] in NOT_PASSING and len(outcomes) == 1:  # unconfirmed: the budget
             merged[test_id] = before
-        else:
+        else:  # a failure beside others that passed alone counts as its strict pass
             merged[test_id] = dataclasses.replace(before, poisoned=outcomes[-1])
         _say(progress, f"  {test_id}: poisoned: {', '.join(o.value for o in outcomes)}")
     return merged
 
 
-def _poisoned_run(prober: Prober, test_id: str) -> Outcome:
-    ran = prober.run(
-        [test_id], phase="poisoned", label=f"poisoned: {test_id}", env={POISON_ENV: "1"}
+def _poisoned_run(prober: Prober, test_id: str, *, strict: bool = False) -> ProbeRun:
+    return prober.run(
+        [test_id],
+        phase="poisoned",
+        label=f"poisoned: {test_id}",
+        env={POISON_ENV: "1"},
+        strict=strict,
     )
-    return ran.outcome(test_id)
 
 
 def rerun_mode_suspects(

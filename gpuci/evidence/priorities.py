@@ -99,7 +99,10 @@ def run_representatives(
             continue
         same = True
         for rep in reps:
-            ran = prober.run([rep], phase="alone", label=f"alone (for its group): {rep}")
+            # a failure decides the group's category: nothing beside it
+            ran = prober.run(
+                [rep], phase="alone", label=f"alone (for its group): {rep}", strict=True
+            )
             outcome = ran.outcome(rep)
             result = ran.results.get(rep)
             alike = (

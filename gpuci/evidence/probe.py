@@ -9,11 +9,13 @@ replays interpreters that ran side by side.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.forkserver import stop_all
+from gpuci.run.gpumem import MemoryGate, earlier_peaks
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
@@ -38,6 +41,7 @@ class ProbeRun:
     log_from: int  # where this run's output begins in it
     results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
     forked: bool = False  # its interpreter forked from the pre-imported parent
+    beside: bool = False  # another evidence run overlapped it (its failure is not strict)
 
     def outcome(self, test_id: str) -> Outcome:
         """The test's outcome; `not-run` where the interpreter never got to it."""
@@ -55,21 +59,82 @@ class ProbeRun:
 
 @dataclass(slots=True)
 class Phase:
-    """The runs and seconds one kind of evidence took."""
+    """The runs and interpreter-seconds one kind of evidence took, and the most at once."""
 
     runs: int = 0
     seconds: float = 0.0
+    at_once: int = 0
+
+
+@dataclass(slots=True)
+class _Flight:
+    """One admitted run (or pair): whether another overlapped it."""
+
+    size: int
+    beside: bool = False
+
+
+@dataclass(slots=True)
+class Admission:
+    """How many evidence interpreters run at once: up to `slots`, none beside a strict one.
+
+    A strict run waits until nothing runs, and while it waits nothing new starts (so it is
+    never starved); a run that overlapped another is marked `beside`.
+    """
+
+    slots: int = 1
+    most: int = 0  # the most interpreters that ran at once
+    beside: int = 0  # runs that had another beside them
+    _flights: list[_Flight] = field(default_factory=list)
+    _strict: int = 0  # strict runs waiting or running
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    @contextlib.contextmanager
+    def admitted(self, *, strict: bool, size: int = 1) -> Iterator[_Flight]:
+        """Hold one of the slots (all of them, where `strict`) for the run inside."""
+        flight = _Flight(size)
+        with self._changed:
+            if strict:
+                self._strict += 1
+                self._changed.wait_for(lambda: not self._flights)
+            else:
+                self._changed.wait_for(
+                    lambda: not self._strict and self._running() + size <= max(self.slots, size)
+                )
+            if self._flights:
+                flight.beside = True
+                for other in self._flights:
+                    other.beside = True
+            self._flights.append(flight)
+            self.most = max(self.most, self._running())
+        try:
+            yield flight
+        finally:
+            with self._changed:
+                self._flights.remove(flight)
+                self._strict -= strict
+                self.beside += flight.size if flight.beside else 0
+                self._changed.notify_all()
+
+    def running(self) -> int:
+        """How many interpreters run now."""
+        with self._changed:
+            return self._running()
+
+    def _running(self) -> int:
+        return sum(f.size for f in self._flights)
 
 
 @dataclass(slots=True)
 class Prober:
-    """Starts evidence interpreters, one at a time, within one budget."""
+    """Starts evidence interpreters, up to the check's slots at once, within one budget."""
 
     interpreters: Interpreters
     rootdir: Path
     gpu: str | None  # what every serial evidence run sees
     budget_s: float | None
     poisoned: bool = False  # every run fills fresh device allocations (a --poison check)
+    admission: Admission = field(default_factory=Admission)
     zero: float = field(default_factory=time.monotonic)
     runs: int = 0
     phases: dict[str, Phase] = field(default_factory=dict)
@@ -77,6 +142,7 @@ class Prober:
     strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
     notes: list[str] = field(default_factory=list)  # what the report must say of the runs
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lanes: dict[str, set[int]] = field(default_factory=dict)  # by file: runs in flight
 
     @classmethod
     def start(
@@ -89,8 +155,11 @@ class Prober:
         budget_s: float | None,
         supervisor: Supervisor,
         mode_name: str,
+        slots: int = 1,
     ) -> Prober:
-        """A prober writing journals and logs under `out`, with `run`'s pytest arguments."""
+        """A prober writing journals and logs under `out`, with `run`'s pytest arguments,
+        running up to `slots` interpreters at once (each once its GPU has room for its
+        file's peak in the check's screens, `out`'s sibling mode directories)."""
         environ = child_env(os.environ)
         environ["GPUCI_MODE"] = mode_name
         if run.poison:  # one environment: the evidence of a poisoned check is poisoned too
@@ -103,8 +172,16 @@ class Prober:
             environ=environ,
             clock_zero=time.monotonic(),
             supervisor=supervisor,
+            gate=MemoryGate(earlier_peaks(None, out.parent)) if slots > 1 else None,
         )
-        return cls(interpreters, Path(run.rootdir), serial_gpu(run), budget_s, run.poison)
+        return cls(
+            interpreters,
+            Path(run.rootdir),
+            serial_gpu(run),
+            budget_s,
+            run.poison,
+            admission=Admission(slots=max(1, slots)),
+        )
 
     def close(self) -> None:
         """Remove scratch files; collect adopted zombies."""
@@ -137,24 +214,28 @@ class Prober:
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
         fresh: bool = True,
+        strict: bool = False,
     ) -> ProbeRun:
         """Run `ids` in one fresh interpreter with the serial GPUs, in the order given; a
         search's step may ask for a forked one (`fresh=False`): a category comes only from
-        fresh runs, each the command the report prints.
+        fresh runs, each the command the report prints. A `strict` run has nothing beside
+        it; any other may share the GPUs (its `beside` says whether it did).
 
         The order must be collection order within each file: pytest is handed the files in
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY).
         """
-        return self._run(
-            ids,
-            phase=phase,
-            label=label,
-            gpu=self.gpu,
-            env=env,
-            wrapper=wrapper,
-            timeout=timeout,
-            fresh=fresh,
-        )
+        with self.admission.admitted(strict=strict) as flight:
+            ran = self._run(
+                ids,
+                phase=phase,
+                label=label,
+                gpu=self.gpu,
+                env=env,
+                wrapper=wrapper,
+                timeout=timeout,
+                fresh=fresh,
+            )
+        return dataclasses.replace(ran, beside=flight.beside)
 
     def _run(
         self,
@@ -169,30 +250,41 @@ class Prober:
         fresh: bool = True,
     ) -> ProbeRun:
         files = list(dict.fromkeys(file_of(i) for i in ids))
-        launch = Launch(
-            key=files[-1],  # the victim's file: its journal and log
-            ids=tuple(ids),
-            targets=tuple(pytest_target(self.rootdir, f) for f in files),
-            slot=0,
-            gpu=gpu,
-            attempt=0,
-            junit=None,
-            label=label,
-            env=dict(env or {}),
-            wrapper=wrapper,
-            timeout=timeout,
-            fresh=fresh,
-        )
-        log = self.interpreters.out / "logs" / f"{launch.stem}.log"
-        started = time.monotonic()
-        with self._lock:
+        key = files[-1]  # the victim's file: its journal and log
+        with self._lock:  # runs of one file at once each get a journal and log of their own
+            lanes = self._lanes.setdefault(key, set())
+            lane = next(n for n in range(len(lanes) + 1) if n not in lanes)
+            lanes.add(lane)
+            at_once = self.admission.running()
+        try:
+            launch = Launch(
+                key=key,
+                ids=tuple(ids),
+                targets=tuple(pytest_target(self.rootdir, f) for f in files),
+                slot=0,
+                gpu=gpu,
+                attempt=0,
+                junit=None,
+                label=label,
+                env=dict(env or {}),
+                wrapper=wrapper,
+                timeout=timeout,
+                fresh=fresh,
+                lane=lane,
+            )
+            log = self.interpreters.out / "logs" / f"{launch.stem}.log"
+            started = time.monotonic()
             log_from = log.stat().st_size if log.exists() else 0
-        attempt = self.interpreters.run(launch)
+            attempt = self.interpreters.run(launch)
+        finally:
+            with self._lock:
+                lanes.discard(lane)
         with self._lock:
             self.runs += 1
             account = self.phases.setdefault(phase, Phase())
             account.runs += 1
             account.seconds += time.monotonic() - started
+            account.at_once = max(account.at_once, at_once)
             if attempt.leftovers:
                 self.leftovers.setdefault(launch.key, []).extend(attempt.leftovers)
             if attempt.strangers:
@@ -215,9 +307,13 @@ class Prober:
     ) -> tuple[list[ProbeRun], int]:
         """Run each group of ids in its own interpreter, all at once, each with its GPUs,
         their first tests held at a rendezvous until every interpreter has reached its own
-        (so that they overlap, whatever each start-up costs). The runs, and how many
-        interpreters reached the rendezvous (all of them: their first tests overlapped)."""
-        with tempfile.TemporaryDirectory(prefix="gpuci-pair-") as scratch:
+        (so that they overlap, whatever each start-up costs), with nothing else beside
+        them. The runs, and how many interpreters reached the rendezvous (all of them:
+        their first tests overlapped)."""
+        with (
+            tempfile.TemporaryDirectory(prefix="gpuci-pair-") as scratch,
+            self.admission.admitted(strict=True, size=len(groups)),
+        ):
             folder = Path(scratch) / "met"
             env = {RENDEZVOUS_ENV: f"{folder}:{len(groups)}"}
             with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
@@ -233,13 +329,16 @@ class Prober:
 
     def forks_off(self, why: str) -> None:
         """A fresh run contradicted forked evidence: every later interpreter of this check
-        starts fresh, and the evidence says why."""
-        stop_all()
+        starts fresh, and the evidence says why. It waits for the runs in flight: ending
+        the server ends its children."""
+        with self.admission.admitted(strict=True, size=0):
+            stop_all()
         self.notes.append(f"fork server off for the rest of the check: {why}")
 
     def phase_json(self) -> dict[str, dict[str, float]]:
-        """evidence.json's `phases`: runs and seconds per kind of evidence."""
+        """evidence.json's `phases`: runs, interpreter-seconds and the most interpreters
+        running at once as one of its runs started, per kind of evidence."""
         return {
-            name: {"runs": p.runs, "seconds": round(p.seconds, 3)}
+            name: {"runs": p.runs, "seconds": round(p.seconds, 3), "at_once": p.at_once}
             for name, p in self.phases.items()
         }

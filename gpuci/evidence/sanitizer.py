@@ -209,6 +209,7 @@ def run_memcheck(prober: Prober, test_id: str, tool: str) -> str:
         label=f"{PHASE}: {test_id}",
         wrapper=(tool, *OPTIONS),
         timeout=limit,
+        strict=True,  # memcheck's slow run, and its first error, are the root's alone
     )
     timed_out = Outcome.TIMED_OUT in ran.outcomes.values()
     out = prober.interpreters.out

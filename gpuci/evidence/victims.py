@@ -27,6 +27,7 @@ class Task:
     rank: tuple[int, int]  # (kind, place in the suite's order): earlier victims first
     pairs: tuple[str, ...] = ()  # files to pair it with where a screen's replay shows nothing
     kind: str = ""  # its failure's kind in the screens (fingerprints.failure_kind)
+    strict: bool = False  # every run with nothing beside it (a redone search)
 
 
 def plan_searches(

@@ -54,7 +54,10 @@ def format_summary(verdict: Verdict) -> str:
     if spent is not None:
         budget = verdict.evidence.get("budget_s")
         limit = f" of a {budget:.0f}s budget" if isinstance(budget, int | float) else ""
-        lines.append(f"evidence: {verdict.evidence.get('runs', 0)} run(s) in {spent:.1f}s{limit}")
+        most = verdict.evidence.get("concurrency", {}).get("most_at_once", 0)
+        together = f", up to {most} at once" if isinstance(most, int) and most > 1 else ""
+        runs = verdict.evidence.get("runs", 0)
+        lines.append(f"evidence: {runs} run(s) in {spent:.1f}s{limit}{together}")
     lines += [
         printable(f"warning: {line}") for line in verdict_lines(verdict.modes, verdict.evidence)
     ]

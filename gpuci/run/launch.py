@@ -35,11 +35,13 @@ class Launch:
     wrapper: tuple[str, ...] = ()  # a command the interpreter runs under (compute-sanitizer)
     timeout: float | None = None  # instead of the interpreters' --timeout (a slow wrapper)
     fresh: bool = False  # never forked: a run whose outcome a printed command stands for
+    lane: int = 0  # an evidence run beside another of the same file: its own journal and log
 
     @property
     def stem(self) -> str:
         """The name of its journal, log and JUnit files."""
-        return SUITE_STEM if self.key == SUITE_UNIT else self.key
+        stem = SUITE_STEM if self.key == SUITE_UNIT else self.key
+        return f"{stem}.{self.lane}" if self.lane else stem
 
 
 @dataclass(slots=True)

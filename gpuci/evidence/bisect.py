@@ -1,0 +1,225 @@
+"""Bisection: the smallest set of earlier tests after which a victim shows its finding.
+
+The tests before the victim where it failed are halved, keeping a half after which it
+still shows it (fails; for depends-on-others, passes), down to the smallest set: about
+2·log2(n) interpreters running `[candidates..., victim]` in the original order. With slots
+to spare a level's halves run at once. A culprit set found for an earlier victim of the
+same interpreter is tried first (a cascade).
+
+Steps may fork and share the GPUs; the answer is confirmed by a second identical run,
+fresh and (where it shows a failure) with nothing beside it. Where that run goes the other
+way after steps that were forked or beside others, `contradicted` says so and the caller
+redoes the search; otherwise the victim is flaky and nothing is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.victims import Task
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
+from gpuci.run.discover import file_of
+
+SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
+CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
+FORKED = "a forked run"  # what a contradicted search's steps were
+LOADED = "a run beside others"
+MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
+
+
+@dataclass(slots=True)
+class Search:
+    """One victim's runs so far."""
+
+    probes: list[Probe]
+    culprits: tuple[str, ...] = ()
+    note: str = ""
+    partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
+    forked: bool = False  # the last run was forked from the pre-imported parent
+    loaded: bool = False  # a run that showed it by failing had another run beside it
+    contradicted: str = ""  # what a strict fresh run did not confirm: FORKED, LOADED runs
+
+
+def _shows(task: Task, outcome: Outcome) -> bool | None:
+    """Whether the victim's outcome shows the finding; None where it did not run."""
+    if outcome in (Outcome.NOT_RUN, Outcome.SKIPPED):
+        return None
+    if task.category is Category.DEPENDS_ON_OTHERS:
+        return outcome is Outcome.PASSED
+    return outcome in NOT_PASSING
+
+
+def _probe(
+    prober: Prober,
+    task: Task,
+    search: Search,
+    before: Sequence[str],
+    kind: str = "",
+    *,
+    fresh: bool = False,
+    strict: bool = False,
+) -> bool:
+    """Run `[before..., victim]` (forked, unless `fresh`: a confirmation); whether the victim
+    shows the finding."""
+    return _record(task, search, *_step(prober, task, before, kind, fresh=fresh, strict=strict))
+
+
+def _step(
+    prober: Prober,
+    task: Task,
+    before: Sequence[str],
+    kind: str = "",
+    *,
+    fresh: bool = False,
+    strict: bool = False,
+) -> tuple[Probe, ProbeRun]:
+    """One run of the search, not yet recorded (halves of a level run at once)."""
+    ran = prober.run(
+        [*before, task.victim],
+        phase=PHASE,
+        label=f"culprits of {task.victim}: after {len(before)} test(s)",
+        fresh=fresh,
+        strict=strict or task.strict,
+    )
+    outcome = ran.outcome(task.victim)
+    probe = Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome, kind=kind)
+    return probe, ran
+
+
+def _record(task: Task, search: Search, probe: Probe, ran: ProbeRun) -> bool:
+    """Add one run to the search; whether the victim showed the finding."""
+    search.probes.append(probe)
+    search.forked = ran.forked
+    shows = bool(_shows(task, probe.outcome))
+    # a failure beside another run may be the other's doing: the strict confirmation decides
+    search.loaded = search.loaded or (shows and ran.beside and probe.outcome in NOT_PASSING)
+    return shows
+
+
+def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Search | None:
+    """A culprit set found for an earlier victim, confirmed on this one in two runs."""
+    if task.category is not Category.ORDER_DEPENDENT:
+        return None
+    candidates = set(task.candidates)
+    tried = 0
+    search = Search([])
+    for culprits in roots:
+        if tried == MAX_CASCADE_TRIES or prober.exhausted():
+            break
+        if not set(culprits) <= candidates:
+            continue
+        tried += 1
+        ordered = [c for c in task.candidates if c in set(culprits)]
+        if _probe(prober, task, search, ordered, CASCADE):
+            if _confirmed_again(prober, task, search, ordered):
+                search.culprits = tuple(ordered)
+                search.note = (
+                    "cascade: the culprit of an earlier victim, confirmed twice in"
+                    f" {len(search.probes)} run(s)"
+                )
+            return search
+    if not search.probes:
+        return None
+    return bisect(prober, task, search)
+
+
+def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[str]) -> bool:
+    """The run that just showed the finding, once more and fresh (the command the report
+    prints): a flaky victim would otherwise hand the search a culprit by chance (then the
+    note says `SAME_RUN_BOTH_WAYS`); where the first was forked, the fork is suspect."""
+    suspect = " and ".join(
+        what for what, was in ((FORKED, search.forked), (LOADED, search.loaded)) if was
+    )
+    # a failure decides a category only with nothing beside it; a pass answers under load
+    strict = task.category is not Category.DEPENDS_ON_OTHERS
+    if not prober.exhausted() and _probe(prober, task, search, current, fresh=True, strict=strict):
+        return True
+    search.contradicted = suspect if not prober.exhausted() else ""
+    search.note = (
+        f"search cut by budget before {len(current)} test(s) were confirmed twice"
+        if prober.exhausted()
+        else f"{NOT_REPRODUCED}: it {SHOWN[task.category]} after {len(current)} test(s),"
+        f" then not ({SAME_RUN_BOTH_WAYS})"
+    )
+    return False
+
+
+def bisect(prober: Prober, task: Task, search: Search | None = None) -> Search:
+    """Halve the candidates, keeping a half that still shows the finding; then confirm."""
+    search = search or Search([])
+    current = list(task.candidates)
+    confirmed = False  # whether the last probe ran exactly `current` and showed it
+    several = False
+    while len(current) > 1:
+        if prober.exhausted() or prober.stopping():
+            # a narrowed set is not a culprit until a run confirms it: none is named
+            search.note = (
+                f"search cut by budget after {len(search.probes)} run(s),"
+                f" down to {len(current)} of {len(task.candidates)} tests"
+            )
+            return search
+        half = len(current) // 2
+        shown = _halves(prober, task, search, (current[:half], current[half:]))
+        if shown is None:
+            several = True  # neither half alone: the finding needs tests from both
+            break
+        current, confirmed = shown, True
+    if not confirmed:
+        if prober.exhausted():
+            search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
+            return search
+        confirmed = _probe(prober, task, search, current)
+    if not confirmed:
+        runs = len(search.probes)
+        what = SHOWN[task.category]
+        search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
+        return search
+    if not _confirmed_again(prober, task, search, current):
+        return search
+    runs = len(search.probes)
+    search.culprits = tuple(current)
+    search.note = f"bisection: {runs} run(s)" + (
+        f"; needs all {len(current)} together" if several else ""
+    )
+    return search
+
+
+def _halves(
+    prober: Prober, task: Task, search: Search, parts: tuple[list[str], list[str]]
+) -> list[str] | None:
+    """The first half after which the victim shows the finding, or None. With slots to
+    spare both halves run at once (the second's run is then spent whether or not the first
+    shows it); otherwise the second runs only where the first does not show it. Where both
+    fail beside each other the victim may be failing by the load (two of it at once, a
+    test that contends for a device): the halves run again one by one, strictly. Halves
+    holding a file the victim may contend with run one by one from the start."""
+    # a file that ran beside the victim where it failed may contend with it: its tests
+    # replayed in one half would load the other half's victim
+    contender = any(file_of(t) in task.pairs for part in parts for t in part)
+    if task.strict or prober.admission.slots < 2 or contender:
+        return _one_by_one(prober, task, search, parts, strict=task.strict)
+    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        steps = list(pool.map(lambda part: _step(prober, task, part), parts))
+    shown = [_record(task, search, probe, ran) for probe, ran in steps]
+    failed_beside = all(ran.beside and p.outcome in NOT_PASSING for p, ran in steps)
+    if all(shown) and failed_beside:
+        return _one_by_one(prober, task, search, parts, strict=True)
+    return next((part for part, shows in zip(parts, shown, strict=True) if shows), None)
+
+
+def _one_by_one(
+    prober: Prober,
+    task: Task,
+    search: Search,
+    parts: tuple[list[str], list[str]],
+    *,
+    strict: bool,
+) -> list[str] | None:
+    for part in parts:
+        if _probe(prober, task, search, part, strict=strict):
+            return part
+    return None
