@@ -1,7 +1,5 @@
-"""File formats: `run.json` (schema ``gpuci.run/1``) and `verdict.json` (``gpuci.verdict/1``).
-
-Their shape lives here alone; a file of another schema or a malformed one is an InputError.
-"""
+"""File formats: `run.json` (schema ``gpuci.run/1``), `verdict.json` (``gpuci.verdict/1``) and
+`evidence.json`; their shape lives here alone: another schema or malformed is an InputError."""
 
 from __future__ import annotations
 
@@ -328,17 +326,12 @@ def evidence_to_json(evidence: Evidence) -> dict[str, Any]:
         "spent_s": round(evidence.spent_s, 3),
         "runs": evidence.runs,
         **({"phases": evidence.phases} if evidence.phases else {}),
-        "concurrency": concurrency_to_json(evidence),
+        "concurrency": dict(evidence.concurrency),
         "tests": [_test_evidence_to_json(t) for t in evidence.tests],
         **({"leftovers": strays_to_json(evidence.leftovers)} if evidence.leftovers else {}),
         **({"strangers": strays_to_json(evidence.strangers)} if evidence.strangers else {}),
         **({"notes": list(evidence.notes)} if evidence.notes else {}),
     }
-
-
-def concurrency_to_json(evidence: Evidence) -> dict[str, int]:
-    """How the evidence runs shared the GPUs (evidence.json, verdict.json)."""
-    return {"slots": evidence.slots, "most_at_once": evidence.at_once, "beside": evidence.beside}
 
 
 def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
@@ -372,9 +365,7 @@ def read_evidence(path: Path) -> Evidence:
             budget_s=None if budget is None else float(budget),
             spent_s=float(data.get("spent_s", 0.0)),
             runs=int(data.get("runs", 0)),
-            slots=int(data.get("concurrency", {}).get("slots", 1)),
-            at_once=int(data.get("concurrency", {}).get("most_at_once", 0)),
-            beside=int(data.get("concurrency", {}).get("beside", 0)),
+            concurrency={str(k): int(v) for k, v in data.get("concurrency", {}).items()},
             notes=tuple(str(n) for n in data.get("notes", ())),
             phases={
                 str(k): {str(n): float(x) for n, x in v.items()}

@@ -1,8 +1,5 @@
-"""The shared model: modes, outcomes, categories, results, and their files on disk.
-
-Every stage imports this module and none other of gpuci's (but the stages before it).
-Their files on disk, `run.json` and `verdict.json`, are read and written by `gpuci.formats`.
-"""
+"""The shared model: modes, outcomes, categories, results. Every stage imports it and none
+other of gpuci's but the stages before it; `gpuci.formats` reads and writes their files."""
 
 from __future__ import annotations
 
@@ -394,9 +391,7 @@ class Evidence:
     spent_s: float = 0.0
     runs: int = 0  # interpreters started
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> runs, seconds
-    slots: int = 1  # evidence interpreters allowed at once (strict ones run alone)
-    at_once: int = 0  # the most that ran at once
-    beside: int = 0  # runs that had another beside them
+    concurrency: dict[str, int] = field(default_factory=dict)  # slots, most_at_once, beside
     tests: tuple[TestEvidence, ...] = ()
     leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)  # by file
     strangers: dict[str, tuple[Stranger, ...]] = field(default_factory=dict)  # by file

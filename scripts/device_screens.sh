@@ -164,6 +164,8 @@ for line in sys.stdin: print(f\"{time.monotonic() - t:6.1f} {line}\", end=\"\")"
                 examples/gpu_polluted/expected.json | tee "$WORK/polluted-$how.txt"
             findings "$WORK/p-$how/verdict.json" | grep -v "^  \(failed\|order-dep\|thread-unsafe\)"
             python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print('phases', e.get('phases'), 'concurrency', e.get('concurrency'))" "$WORK/p-$how/evidence/evidence.json"
+            cp "$WORK/polluted-$how.log" "$OUT/polluted-$how.log"  # the progress, whole
+            cp "$WORK/p-$how/evidence/runs.jsonl" "$OUT/polluted-$how-runs.jsonl"
         done ;;
     section)
         cd "$ROOT/cupy-tests" || exit 3

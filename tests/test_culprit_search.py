@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import gpuci.evidence.engine
-from gpuci.evidence.classify import Classified
 from gpuci.evidence.bisect import bisect, cascade
+from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _replay
 from gpuci.evidence.engine import run_poisoned
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs

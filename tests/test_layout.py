@@ -65,6 +65,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "beside",
         "pairs",
         "victims",
+        "bisect",
         "culprits",
         "strict",
         "sanitizer",

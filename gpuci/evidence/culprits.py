@@ -180,7 +180,10 @@ def _search_once(
             _say(progress, f"  {task.victim}: {prober.notes[-1]}; its search runs again fresh")
         else:
             break
+        earlier = search.probes  # kept: every run is evidence, the doubted ones first
         search = _search(prober, results, task, roots, partnerable)
+        search.probes[:0] = earlier
+        search.note += f"; again after {len(earlier)} run(s) a strict run contradicted"
     shown = ", ".join(search.culprits) or "-"
     _say(progress, f"  {task.victim}: culprits: {shown} ({search.note})")
     return search

@@ -27,7 +27,7 @@ from gpuci.evidence.classify import classify_results
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
-from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.probe import RUNS_FILE, Prober, ProbeRun
 from gpuci.evidence.reproduce import Order, interpreter_order
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
@@ -127,15 +127,14 @@ def gather_evidence(
         spent_s=prober.spent() if prober.runs else 0.0,
         runs=prober.runs,
         phases=prober.phase_json(),
-        slots=prober.admission.slots,
-        at_once=prober.admission.most,
-        beside=prober.admission.beside,
+        concurrency=prober.admission.to_json(),
         tests=tuple(found.values()),
         leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
         strangers={f: tuple(x) for f, x in prober.strangers.items()},
         notes=tuple(prober.notes),
     )
     write_json_atomic(directory / EVIDENCE_FILE, evidence_to_json(evidence))
+    prober.write_timeline(directory / RUNS_FILE)
     if prober.stopping():
         raise Interrupted(f"interrupted; the evidence gathered so far is in {directory}")
     return evidence

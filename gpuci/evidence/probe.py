@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import tempfile
 import threading
@@ -29,6 +30,7 @@ from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
 
+RUNS_FILE = "runs.jsonl"  # the evidence's timeline: one line per interpreter, as they ended
 RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"  # the plugin's: hold the first test until all arrive
 
 
@@ -116,6 +118,10 @@ class Admission:
                 self.beside += flight.size if flight.beside else 0
                 self._changed.notify_all()
 
+    def to_json(self) -> dict[str, int]:
+        """evidence.json's `concurrency`."""
+        return {"slots": self.slots, "most_at_once": self.most, "beside": self.beside}
+
     def running(self) -> int:
         """How many interpreters run now."""
         with self._changed:
@@ -141,6 +147,7 @@ class Prober:
     leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
     strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
     notes: list[str] = field(default_factory=list)  # what the report must say of the runs
+    timeline: list[dict[str, object]] = field(default_factory=list)  # evidence/runs.jsonl
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _lanes: dict[str, set[int]] = field(default_factory=dict)  # by file: runs in flight
 
@@ -281,6 +288,16 @@ class Prober:
                 lanes.discard(lane)
         with self._lock:
             self.runs += 1
+            self.timeline.append(
+                {
+                    "label": label,
+                    "phase": phase,
+                    "start": round(started - self.zero, 3),
+                    "end": round(time.monotonic() - self.zero, 3),
+                    "at_once": at_once,
+                    "forked": attempt.interpreter.forked,
+                }
+            )
             account = self.phases.setdefault(phase, Phase())
             account.runs += 1
             account.seconds += time.monotonic() - started
@@ -334,6 +351,13 @@ class Prober:
         with self.admission.admitted(strict=True, size=0):
             stop_all()
         self.notes.append(f"fork server off for the rest of the check: {why}")
+
+    def write_timeline(self, path: Path) -> None:
+        """`runs.jsonl`: each run's label, phase, start and end (seconds since the prober
+        started), how many ran at once as it started, and whether it forked."""
+        lines = "".join(json.dumps(run, ensure_ascii=False) + "\n" for run in self.timeline)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(lines, encoding="utf-8")
 
     def phase_json(self) -> dict[str, dict[str, float]]:
         """evidence.json's `phases`: runs, interpreter-seconds and the most interpreters

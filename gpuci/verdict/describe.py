@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuci.evidence.results import ModeResults
-from gpuci.formats import concurrency_to_json, strays_to_json
+from gpuci.formats import strays_to_json
 from gpuci.model import SUITE_UNIT, Evidence, Mode, TestVerdict
 from gpuci.run.progress import count_tests
 
@@ -43,7 +43,7 @@ def describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -
         "budget_s": evidence.budget_s,
         "spent_s": round(evidence.spent_s, 3),
         "runs": evidence.runs,
-        "concurrency": concurrency_to_json(evidence),
+        "concurrency": dict(evidence.concurrency),
         "cut": cut,
         **({"leftovers": strays_to_json(evidence.leftovers)} if evidence.leftovers else {}),
         **({"strangers": strays_to_json(evidence.strangers)} if evidence.strangers else {}),

@@ -1,0 +1,186 @@
+"""Evidence runs side by side: the admission of runs to the check's slots, and the searches
+that share them (a pass answers under load; a failure decides only with nothing beside it)."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpuci.evidence.bisect import bisect
+from gpuci.evidence.culprits import _search_once
+from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.probe import Admission
+from gpuci.evidence.victims import Task
+from gpuci.model import Category, Outcome
+
+VICTIM = "test_v.py::test_victim"
+CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
+
+
+def test_runs_share_the_slots_and_a_strict_one_has_nothing_beside_it() -> None:
+    admission = Admission(slots=2)
+    timeline: list[tuple[str, str, int]] = []  # (run, "in" or "out", running then)
+    lock = threading.Lock()
+
+    def run(name: str, *, strict: bool, hold: float) -> None:
+        with admission.admitted(strict=strict):
+            with lock:
+                timeline.append((name, "in", admission.running()))
+            time.sleep(hold)
+            with lock:
+                timeline.append((name, "out", admission.running()))
+
+    threads = [
+        threading.Thread(target=run, args=("a",), kwargs={"strict": False, "hold": 0.3}),
+        threading.Thread(target=run, args=("b",), kwargs={"strict": False, "hold": 0.3}),
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.1)  # a and b run; the strict run waits for both, and c waits behind it
+    strict = threading.Thread(target=run, args=("s",), kwargs={"strict": True, "hold": 0.2})
+    strict.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=run, args=("c",), kwargs={"strict": False, "hold": 0.1})
+    late.start()
+    for thread in [*threads, strict, late]:
+        thread.join()
+    order = [(name, what) for name, what, _ in timeline]
+    s_in, s_out = order.index(("s", "in")), order.index(("s", "out"))
+    assert order.index(("a", "out")) < s_in and order.index(("b", "out")) < s_in
+    assert s_out < order.index(("c", "in")), timeline  # nothing started beside it
+    assert max(n for _, _, n in timeline) == 2 and admission.most == 2
+    assert ("s", "in", 1) in timeline  # alone
+    assert admission.beside == 2  # a and b overlapped; s and c had nothing beside them
+
+
+def test_a_strict_run_is_not_starved_by_a_stream_of_others() -> None:
+    admission = Admission(slots=1)
+    first = threading.Event()
+    done: list[str] = []
+
+    def others() -> None:
+        for _ in range(20):
+            with admission.admitted(strict=False):
+                first.set()
+                time.sleep(0.01)
+            done.append("other")
+
+    stream = threading.Thread(target=others)
+    stream.start()
+    first.wait()
+    with admission.admitted(strict=True):
+        done.append("strict")
+    stream.join()
+    assert done.index("strict") < 5, done  # it waited for the run in flight, not the stream
+
+
+@dataclass
+class LoadedRun:
+    result: Outcome
+    beside: bool
+    forked: bool = False
+
+    def outcome(self, test_id: str) -> Outcome:
+        return self.result
+
+
+@dataclass
+class LoadedProber:
+    """Runs that are not strict have others beside them; `victim(ids, strict)` is the
+    victim's outcome."""
+
+    victim: Callable[[Sequence[str], bool], Outcome]
+    admission: Admission = field(default_factory=lambda: Admission(slots=4))
+    runs: list[tuple[list[str], bool]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def exhausted(self) -> bool:
+        return len(self.runs) > 200
+
+    def stopping(self) -> bool:
+        return False
+
+    def run(
+        self,
+        ids: Sequence[str],
+        *,
+        phase: str,
+        label: str,
+        fresh: bool = True,
+        strict: bool = False,
+    ) -> LoadedRun:
+        with self._lock:
+            self.runs.append((list(ids), strict))
+        return LoadedRun(self.victim(ids, strict), beside=not strict)
+
+
+def task(category: Category = Category.ORDER_DEPENDENT) -> Task:
+    return Task(victim=VICTIM, category=category, candidates=CANDIDATES, rank=(0, 0))
+
+
+def test_halves_run_at_once_and_the_confirmation_of_a_failure_is_strict() -> None:
+    culprit = CANDIDATES[13]
+    prober = LoadedProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
+    search = bisect(prober, task())  # type: ignore[arg-type]
+    assert search.culprits == (culprit,)
+    # four levels, both halves each; the last run, the confirmation, had nothing beside it
+    assert len(prober.runs) == 2 * 4 + 1
+    assert prober.runs[-1] == ([culprit, VICTIM], True)
+    assert not any(strict for _, strict in prober.runs[:-1])
+
+
+def test_a_providers_pass_answers_under_load() -> None:
+    provider = CANDIDATES[2]
+    prober = LoadedProber(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
+    search = bisect(prober, task(Category.DEPENDS_ON_OTHERS))  # type: ignore[arg-type]
+    assert search.culprits == (provider,)
+    assert not any(strict for _, strict in prober.runs)  # a pass needs no strict run
+
+
+def test_a_victim_failing_by_the_load_in_both_halves_is_bisected_strictly() -> None:
+    # it fails whenever another run is beside it, and after its culprit
+    culprit = CANDIDATES[5]
+    prober = LoadedProber(
+        lambda ids, strict: Outcome.FAILED if culprit in ids or not strict else Outcome.PASSED
+    )
+    search = bisect(prober, task())  # type: ignore[arg-type]
+    assert search.culprits == (culprit,)
+    assert prober.runs[-1] == ([culprit, VICTIM], True)
+
+
+def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again() -> None:
+    # a decoy's file loads the victim when the two run at once (not in one interpreter):
+    # the halves blame the decoy, the strict confirmation passes, and the search runs again
+    # with nothing beside it: never reproduced, and not called flaky either
+    decoy = CANDIDATES[12]
+    prober = LoadedProber(
+        lambda ids, strict: Outcome.FAILED if decoy in ids and not strict else Outcome.PASSED
+    )
+    out = io.StringIO()
+    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    assert search.culprits == () and search.note.startswith(NOT_REPRODUCED), search.note
+    assert SAME_RUN_BOTH_WAYS not in search.note
+    assert "again, strictly" in out.getvalue()
+    redo = prober.runs[prober.runs.index(([decoy, VICTIM], True)) + 1 :]
+    assert redo and all(strict for _, strict in redo)
+    assert not prober.notes  # the load was to blame, not the fork: the fork server stays
+
+
+def test_a_half_holding_a_file_that_ran_beside_the_victim_runs_one_at_a_time() -> None:
+    culprit = CANDIDATES[3]
+    prober = LoadedProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
+    contended = Task(
+        victim=VICTIM,
+        category=Category.ORDER_DEPENDENT,
+        candidates=CANDIDATES,
+        rank=(0, 0),
+        pairs=("test_09.py",),  # it ran beside the victim where the victim failed
+    )
+    search = bisect(prober, contended)  # type: ignore[arg-type]
+    assert search.culprits == (culprit,)
+    # the first level holds test_09.py: its halves one at a time (the first showed it)
+    assert [len(ids) for ids, _ in prober.runs[:2]] == [9, 5]
