@@ -22,7 +22,6 @@ from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_B
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
-from gpuci.run.discover import file_of
 
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
@@ -195,12 +194,8 @@ def _halves(
     spare both halves run at once (the second's run is then spent whether or not the first
     shows it); otherwise the second runs only where the first does not show it. Where both
     fail beside each other the victim may be failing by the load (two of it at once, a
-    test that contends for a device): the halves run again one by one, strictly. Halves
-    holding a file the victim may contend with run one by one from the start."""
-    # a file that ran beside the victim where it failed may contend with it: its tests
-    # replayed in one half would load the other half's victim
-    contender = any(file_of(t) in task.pairs for part in parts for t in part)
-    if task.strict or prober.admission.slots < 2 or contender:
+    test that contends for a device): the halves run again one by one, strictly."""
+    if task.strict or prober.admission.slots < 2:
         return _one_by_one(prober, task, search, parts, strict=task.strict)
     with ThreadPoolExecutor(max_workers=len(parts)) as pool:
         steps = list(pool.map(lambda part: _step(prober, task, part), parts))

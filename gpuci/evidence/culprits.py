@@ -37,7 +37,6 @@ from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, TestEvidence, printable
-from gpuci.run.discover import file_of
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
@@ -116,43 +115,21 @@ def search_culprits(
 
 def _by_interpreter(tasks: Sequence[Task]) -> tuple[list[list[Task]], list[Task]]:
     """The replayed victims grouped by the interpreter they failed in (their candidates
-    begin with its first test), in order, with the groups of victims that may contend
-    joined (one's file ran beside the other's in a screen); and the concurrency victims."""
+    begin with its first test), in order; and the concurrency victims, paired."""
     groups: dict[str, list[Task]] = {}
     pairs: list[Task] = []
     for task in tasks:
         if task.category is Category.CONCURRENCY:
             pairs.append(task)
-            continue
-        key = task.candidates[0] if task.candidates else ""
-        joined = {k for k, g in groups.items() if any(_may_contend(task, t) for t in g)}
-        if key in groups:
-            joined.add(key)
-        merged = [t for k in groups if k in joined for t in groups[k]]
-        for k in joined:
-            del groups[k]
-        groups[key] = [*merged, task]
-    return [sorted(g, key=lambda t: t.rank) for g in groups.values()], pairs
-
-
-def _may_contend(one: Task, other: Task) -> bool:
-    """Whether the two victims' files ran beside each other where one failed: searched side
-    by side, each would load the other's runs."""
-    return file_of(other.victim) in one.pairs or file_of(one.victim) in other.pairs
-
-
-def _waves(group: Sequence[Task], width: int) -> list[list[Task]]:
-    """The victims of one group in waves: the first alone (its culprit may be everyone's),
-    then up to `width` at once, a wave ending before a victim that may contend with one
-    already in it."""
-    waves: list[list[Task]] = []
-    for task in group:
-        wave = waves[-1] if len(waves) > 1 else None
-        if wave is None or len(wave) == width or any(_may_contend(task, t) for t in wave):
-            waves.append([task])
         else:
-            wave.append(task)
-    return waves
+            groups.setdefault(task.candidates[0] if task.candidates else "", []).append(task)
+    return list(groups.values()), pairs
+
+
+def _waves(group: Sequence[Task], width: int) -> list[Sequence[Task]]:
+    """The victims of one interpreter in waves: the first alone (its culprit may be every
+    later victim's: a cascade), then up to `width` at once."""
+    return [group[:1], *(group[i : i + width] for i in range(1, len(group), width))]
 
 
 def _search_once(

@@ -25,7 +25,7 @@ from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.forkserver import stop_all
-from gpuci.run.gpumem import MemoryGate, earlier_peaks
+from gpuci.run.gpumem import MARGIN_FRACTION, MARGIN_MIB, earlier_peaks
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
@@ -70,39 +70,55 @@ class Phase:
 
 @dataclass(slots=True)
 class _Flight:
-    """One admitted run (or pair): whether another overlapped it."""
+    """One admitted run (or pair): whether another overlapped it, the device memory kept."""
 
     size: int
+    need_mib: int = 0
     beside: bool = False
 
 
 @dataclass(slots=True)
 class Admission:
-    """How many evidence interpreters run at once: up to `slots`, none beside a strict one.
+    """How many evidence interpreters run at once: up to `slots`, none beside a strict one,
+    and no more together than the GPU holds by their files' peaks in the screens.
 
     A strict run waits until nothing runs, and while it waits nothing new starts (so it is
-    never starved); a run that overlapped another is marked `beside`.
+    never starved); a run that overlapped another is marked `beside`. Memory is kept for a
+    run from its admission (a free-memory reading would let two big runs that start at the
+    same moment both in).
     """
 
     slots: int = 1
+    capacity_mib: int | None = None  # the GPU's memory; None: not known, not checked
+    peaks: dict[str, int] = field(default_factory=dict)  # by file, from the screens
     most: int = 0  # the most interpreters that ran at once
     beside: int = 0  # runs that had another beside them
     _flights: list[_Flight] = field(default_factory=list)
     _strict: int = 0  # strict runs waiting or running
     _changed: threading.Condition = field(default_factory=threading.Condition)
 
+    def need(self, files: Sequence[str]) -> int:
+        """The device memory to keep for an interpreter of `files` (0: not known)."""
+        peak = max((self.peaks.get(f, 0) for f in files), default=0)
+        return round(peak * (1 + MARGIN_FRACTION) + MARGIN_MIB) if peak else 0
+
+    def _fits(self, size: int, need_mib: int) -> bool:
+        if self._strict or self._running() + size > max(self.slots, size):
+            return False
+        if not self._flights or self.capacity_mib is None:
+            return True
+        return sum(f.need_mib for f in self._flights) + need_mib <= self.capacity_mib
+
     @contextlib.contextmanager
-    def admitted(self, *, strict: bool, size: int = 1) -> Iterator[_Flight]:
+    def admitted(self, *, strict: bool, size: int = 1, need_mib: int = 0) -> Iterator[_Flight]:
         """Hold one of the slots (all of them, where `strict`) for the run inside."""
-        flight = _Flight(size)
+        flight = _Flight(size, need_mib)
         with self._changed:
             if strict:
                 self._strict += 1
                 self._changed.wait_for(lambda: not self._flights)
             else:
-                self._changed.wait_for(
-                    lambda: not self._strict and self._running() + size <= max(self.slots, size)
-                )
+                self._changed.wait_for(lambda: self._fits(size, need_mib))
             if self._flights:
                 flight.beside = True
                 for other in self._flights:
@@ -179,15 +195,19 @@ class Prober:
             environ=environ,
             clock_zero=time.monotonic(),
             supervisor=supervisor,
-            gate=MemoryGate(earlier_peaks(None, out.parent)) if slots > 1 else None,
         )
+        total = str(run.environment.get("gpu_memory_mib", ""))
         return cls(
             interpreters,
             Path(run.rootdir),
             serial_gpu(run),
             budget_s,
             run.poison,
-            admission=Admission(slots=max(1, slots)),
+            admission=Admission(
+                slots=max(1, slots),
+                capacity_mib=int(total) if total.isdigit() else None,
+                peaks=earlier_peaks(None, out.parent),
+            ),
         )
 
     def close(self) -> None:
@@ -231,7 +251,8 @@ class Prober:
         The order must be collection order within each file: pytest is handed the files in
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY).
         """
-        with self.admission.admitted(strict=strict) as flight:
+        need = self.admission.need([file_of(i) for i in ids])
+        with self.admission.admitted(strict=strict, need_mib=need) as flight:
             ran = self._run(
                 ids,
                 phase=phase,
