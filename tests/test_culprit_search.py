@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-import gpuci.evidence.engine
+import gpuci.evidence.poisoned
 from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _replay
-from gpuci.evidence.engine import run_poisoned
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs
+from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.probe import Admission
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
@@ -130,7 +130,7 @@ def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
 def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence.engine, "_poisonable", lambda prober: True)
+    monkeypatch.setattr(gpuci.evidence.poisoned, "_poisonable", lambda prober: True)
     reader = FakeProber(lambda _, n: Outcome.FAILED)
     found = run_poisoned(reader, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
     assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2

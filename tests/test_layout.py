@@ -64,6 +64,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "priorities",
         "beside",
         "pairs",
+        "poisoned",
         "victims",
         "bisect",
         "culprits",

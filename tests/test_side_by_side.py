@@ -9,9 +9,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import pytest
+
+import gpuci.evidence.poisoned
 from gpuci.evidence.bisect import bisect
 from gpuci.evidence.culprits import _search_once
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.probe import Admission
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Outcome
@@ -112,6 +116,7 @@ class LoadedProber:
         label: str,
         fresh: bool = True,
         strict: bool = False,
+        env: object = None,
     ) -> LoadedRun:
         with self._lock:
             self.runs.append((list(ids), strict))
@@ -194,3 +199,19 @@ def test_two_runs_that_do_not_fit_the_gpu_together_run_one_after_the_other() -> 
     (a0, a1), (b0, b1) = spans["test_hog_a.py"], spans["test_hog_b.py"]
     assert a1 <= b0 or b1 <= a0, spans  # never together
     assert admission.most == 2  # a file of unknown peak went beside one of them
+
+
+def test_a_poisoned_failure_beside_others_is_weighed_by_strict_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gpuci.evidence.poisoned, "_poisonable", lambda prober: True)
+    # it fails whenever another run is beside it: the load's, not a flaky test's
+    loaded = LoadedProber(lambda _, strict: Outcome.PASSED if strict else Outcome.FAILED)
+    found = run_poisoned(loaded, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    assert found[VICTIM].poisoned is Outcome.PASSED and not found[VICTIM].search
+    assert [strict for _, strict in loaded.runs] == [False, True, True]
+    # it fails every other run, whatever runs beside it: the strict runs disagree
+    count = iter(range(100))
+    flaky = LoadedProber(lambda *_: Outcome.FAILED if next(count) % 2 == 0 else Outcome.PASSED)
+    found = run_poisoned(flaky, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    assert found[VICTIM].poisoned is None and SAME_RUN_BOTH_WAYS in found[VICTIM].search

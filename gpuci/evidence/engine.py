@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
 from gpuci.evidence.classify import classify_results
 from gpuci.evidence.culprits import search_culprits
-from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
-from gpuci.evidence.probe import RUNS_FILE, Prober, ProbeRun
+from gpuci.evidence.probe import RUNS_FILE, Prober
 from gpuci.evidence.reproduce import Order, interpreter_order
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
@@ -39,7 +37,6 @@ from gpuci.formats import (
     write_json_atomic,
 )
 from gpuci.model import (
-    NOT_PASSING,
     PROBE_SHOWN,
     SUITE_UNIT,
     Category,
@@ -53,7 +50,6 @@ from gpuci.model import (
     TestResult,
     printable,
 )
-from gpuci.run.discover import POISON_ENV
 from gpuci.run.endings import EXIT_ID
 from gpuci.run.plan import thread_args
 from gpuci.run.session import Interrupted
@@ -256,78 +252,6 @@ def _earlier_in(order: Order | None, test_id: str) -> list[str]:
     segment, position, _ = where
     before = [t.id for t in order.segments[segment][:position]]
     return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]
-
-
-def _poisonable(prober: Prober) -> bool:
-    """Whether the suite's interpreter can import a library the plugin poisons: without one
-    a poisoned run is an alone-run again, and its cost is wasted."""
-    probe = "import importlib.util as u; print(any(u.find_spec(m) for m in ('cupy', 'torch')))"
-    try:
-        found = subprocess.run(
-            [prober.interpreters.python, "-c", probe],
-            cwd=prober.rootdir,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return True  # cannot tell: poison, and let the run say
-    return found.stdout.strip() != "False"
-
-
-def run_poisoned(
-    prober: Prober, victims: Sequence[str], found: Mapping[str, TestEvidence], *, progress: TextIO
-) -> dict[str, TestEvidence]:
-    """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
-    one that fails so twice reads memory it never wrote (its own bug, not its culprit's).
-    The victims' first runs go side by side; a failure runs again with nothing beside it.
-    One that fails poisoned with nothing beside it, then passes, went both ways under
-    identical conditions: flaky (its search says so, and none is made)."""
-    merged = dict(found)
-    if victims and not _poisonable(prober):
-        _say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
-        return merged
-    if victims:
-        _say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
-
-    def poisoned(test_id: str) -> tuple[list[Outcome], bool]:
-        if prober.exhausted() or prober.stopping():
-            return [], False
-        first = _poisoned_run(prober, test_id)
-        outcomes = [first.outcome(test_id)]
-        if outcomes[0] in NOT_PASSING and not prober.exhausted():  # chance, or its bug?
-            outcomes.append(_poisoned_run(prober, test_id, strict=True).outcome(test_id))
-        return outcomes, first.beside
-
-    with ThreadPoolExecutor(max_workers=max(1, prober.admission.slots)) as pool:
-        done = list(pool.map(poisoned, victims))
-    for test_id, (outcomes, beside) in zip(victims, done, strict=True):
-        if not outcomes:
-            continue
-        before = merged.get(test_id, TestEvidence(id=test_id))
-        if len(outcomes) == 2 and outcomes[1] is Outcome.PASSED and not beside:
-            merged[test_id] = dataclasses.replace(
-                before,
-                search=f"{NOT_REPRODUCED}: poisoned, it failed, then not ({SAME_RUN_BOTH_WAYS})",
-            )
-        elif outcomes[0] in NOT_PASSING and len(outcomes) == 1:  # unconfirmed: the budget
-            merged[test_id] = before
-        else:  # a failure beside others that passed alone counts as its strict pass
-            merged[test_id] = dataclasses.replace(before, poisoned=outcomes[-1])
-        _say(progress, f"  {test_id}: poisoned: {', '.join(o.value for o in outcomes)}")
-    return merged
-
-
-def _poisoned_run(prober: Prober, test_id: str, *, strict: bool = False) -> ProbeRun:
-    return prober.run(
-        [test_id],
-        phase="poisoned",
-        label=f"poisoned: {test_id}",
-        env={POISON_ENV: "1"},
-        strict=strict,
-    )
 
 
 def rerun_mode_suspects(
