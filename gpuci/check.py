@@ -5,9 +5,10 @@ interpreter first, then the parallel files (longest first by an earlier run's ti
 the threads files (where the suite asks for threads: `gpuci.run.modes`). Then isolated,
 strict (one at a time), only for the files that did not pass in parallel (the rest
 inferred from it; after threads without parallel, every file: a threads pass stands in
-for nothing), then the evidence once for the whole check, within a budget that defaults
-to what its suspects need (`gpuci.evidence.budget`). `--serial-modes` runs the modes one after
-another instead, as gpuci did before the screens.
+for nothing) and whose failures were not alike in every screen, then the evidence once
+for the whole check, within a budget that defaults to what its suspects need
+(`gpuci.evidence.budget`). `--serial-modes` runs the modes one after another instead, as
+gpuci did before the screens.
 """
 
 from __future__ import annotations
