@@ -10,14 +10,14 @@ time in any mode). Then, for each isolation suspect (its outcome differs between
 its alone-runs; a poisoned run where it failed after others in one interpreter; a culprit
 search over the n tests before it where it failed (for one that failed in isolated too,
 where it passed: its providers are there): 2·log2(n)+3 forked runs, twice the n tests'
-time, and two fresh confirmations of the culprit's replay; for a failure in parallel
-(only there, or in a screen, where a replay may show nothing), one pair per file beside
-it and one with them all, and the pair's fresh confirmation; one compute-sanitizer
-block per distinct CUDA fault; one run in threads where it failed only there. For the
-tests that failed the same way everywhere: their alone-runs, but 3 per large group, and
-the searches above for one whose file the lazy isolated pass left out (its failures
-alike in every screen: it may pass alone). The sum, times SLACK (estimates are rough,
-and a budget not spent costs nothing), is capped at CAP_S.
+time, and two fresh confirmations of the culprit's replay; for a failure only in
+parallel, one pair per file beside it and one with them all, and the pair's fresh
+confirmation; one compute-sanitizer block per distinct CUDA fault; one run in threads
+where it failed only there. For the tests that failed the same way everywhere: their
+alone-runs, but 3 per large group, and the searches above for one whose file the lazy
+isolated pass left out (its failures alike in every screen: it may pass alone). The sum,
+times SLACK (estimates are rough, and a budget not spent costs nothing), is capped at
+CAP_S.
 """
 
 from __future__ import annotations
@@ -85,8 +85,7 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
 
     def search(test_id: str, seen: Mapping[Mode, TestResult]) -> None:
         """A poisoned run and a culprit search where it failed after others; pairs where
-        it failed in parallel (only there, or in a screen, where a replay may show
-        nothing); a run in threads where it failed only there."""
+        it failed only in parallel; a run in threads where it failed only there."""
         failed = {m for m, t in seen.items() if t.outcome in NOT_PASSING and not t.inferred}
         before = _before(orders, test_id, failed)
         if before:
@@ -96,8 +95,7 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
             parts["culprits"] += steps * (forked + victim) + 2 * tests_s(before)
             parts["culprits"] += 2 * (start + victim + tests_s(before) / 2)  # confirmations
         parallel = results.get(Mode.PARALLEL)
-        screened = parallel is not None and bool(parallel.run.beside)
-        if Mode.PARALLEL in failed and parallel and (failed == {Mode.PARALLEL} or screened):
+        if failed == {Mode.PARALLEL} and parallel is not None:
             beside = ran_beside(parallel, seen[Mode.PARALLEL].file)
             pairs = len(beside[:MAX_BESIDE]) + (1 if len(beside) > 1 else 0)
             pair_s = cost([test_id]) + _file_s(results, beside)
