@@ -5,9 +5,10 @@ interpreter first, then the parallel files (longest first by an earlier run's ti
 the threads files (where the suite asks for threads: `gpuci.run.modes`). Then isolated,
 strict (one at a time), only for the files that did not pass in parallel (the rest
 inferred from it; after threads without parallel, every file: a threads pass stands in
-for nothing), then the evidence once for the whole check, within a budget that defaults
-to what its suspects need (`gpuci.evidence.budget`). `--serial-modes` runs the modes one after
-another instead, as gpuci did before the screens.
+for nothing) and whose failures were not alike in every screen, then the evidence once
+for the whole check, within a budget that defaults to what its suspects need
+(`gpuci.evidence.budget`). `--serial-modes` runs the modes one after another instead, as
+gpuci did before the screens.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from gpuci.evidence.budget import default_budget
 from gpuci.evidence.engine import gather_evidence, rerun_mode_suspects
+from gpuci.evidence.fingerprints import files_failing_alike
 from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.model import InputError, Mode, ModeRun, UsageError
@@ -66,6 +68,8 @@ CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
 # worker threads see no earlier test's thread-local state; pytest-run-parallel 0.10 passes
 # a test that fails by a warning), so threads alone never makes isolated lazy
 INFERRED_FROM = Mode.PARALLEL
+# a file whose failures were alike in each of these is not re-run in isolated at all
+SCREENS = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS)
 
 
 def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
@@ -229,12 +233,21 @@ def _lazy_isolated(
     lazy: list[Mode],
     prior: ModeRun | None,
 ) -> ModeRun:
-    """Isolated, strict, for the files that did not pass in `lazy`; the rest inferred."""
+    """Isolated, strict, for the files that did not pass in `lazy`, but those whose failures
+    were alike in every screen (their alone-runs decide); the rest inferred."""
+    screens = [runs[m] for m in SCREENS if m in runs]
+    alike = files_failing_alike(screens) & files_to_confirm(*(runs[m] for m in lazy))
+    if alike:
+        where = ", ".join(r.mode.value for r in screens)
+        say(
+            f"isolated: {len(alike)} file(s) failed alike in every screen ({where}):"
+            " not re-run, their tests' alone-runs decide"
+        )
     return run_one_mode(
         opts,
         Mode.ISOLATED,
         discovery,
-        only=files_to_confirm(*(runs[m] for m in lazy)),
+        only=files_to_confirm(*(runs[m] for m in lazy)) - alike,
         inferred_from=runs[INFERRED_FROM],
         resume=prior,
     )

@@ -144,7 +144,12 @@ def test_the_report_tells_time_and_inference_as_they_were(
         assert row is not None, file
         cells = re.findall(r"<td[^>]*>(.*?)</td>", row[1])
         assert cells[column] == "—", (file, cells)
-    # inferring a passing file is a fact, not a warning
-    fact = f"isolated: {len(inferred)} of "
+    # inferring a passing file is a fact, not a warning; so is leaving out one whose
+    # failures were alike in every screen (the example's test_02_pool.py and others)
+    runs = verdict["modes"]["isolated"]["file_runs"]
+    alike = sum(1 for r in runs if r.get("inferred") and r["status"] != "passed")
+    fact = f"isolated: {len(inferred) - alike} of {len(runs)} files inferred from parallel,"
     assert fact in note and f"⚠️ {fact}" not in note
     assert f'<ul class="facts">\n<li>{fact}' in html
+    left_out = f"isolated: {alike} of {len(runs)} files not re-run, their failures alike"
+    assert alike and left_out in note and left_out in html

@@ -76,6 +76,30 @@ def test_a_check_with_another_outs_durations_runs_its_longest_file_first(tmp_pat
     assert (second / "elsewhere" / "durations.json").is_file()  # and it writes its own
 
 
+def test_new_files_among_carried_durations_are_estimated_from_their_tests(tmp_path: Path) -> None:
+    # the carried times fit 0.8 s of start-up and 0.1 s per test: new_big.py, with 40
+    # tests, is estimated 4.8 s and starts first, new_one.py 0.9 s and starts last (the
+    # known files' mean would have put both second); the progress counts both
+    tests = {"a": 2, "b": 4, "c": 12, "new_big": 40, "new_one": 1}
+    root = tmp_path / "suite"
+    root.mkdir()
+    for name, n in tests.items():
+        text = f"@pytest.mark.parametrize('i', range({n}))\ndef test_x(i):\n    pass\n"
+        (root / f"test_{name}.py").write_text(f"import pytest\n\n\n{text}", encoding="utf-8")
+    times = {"test_a.py": 1.0, "test_b.py": 1.2, "test_c.py": 2.0}
+    files = {name: {"parallel": seconds} for name, seconds in times.items()}
+    carried = tmp_path / "durations.json"
+    carried.write_text(json.dumps({"schema": SCHEMA, "run_id": "", "files": files}), "utf-8")
+    args = ("--modes", "parallel", "--workers", "1", "--durations", str(carried))
+    proc = gpuci("check", ".", "--out", "out", *args, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    order = ["test_new_big.py", "test_c.py", "test_b.py", "test_a.py", "test_new_one.py"]
+    assert parallel_order(root / "out") == order
+    # what is left after new_big.py: 2.0 + 1.2 + 1.0 + 0.9 s, one at a time
+    assert "parallel test_new_big.py: 40 passed" in proc.stderr
+    assert "~5s left" in proc.stderr.split("parallel test_new_big.py", 1)[1].splitlines()[0]
+
+
 @pytest.mark.slow
 def test_explain_writes_the_mode_jobs_durations_for_the_next_pipelines_jobs(
     tmp_path: Path,

@@ -35,11 +35,16 @@ SUITE = {
             pass
     """,
     "test_bad.py": """
+        import sys
+
         def test_first_fails():
             assert False, "broken"
 
         def test_second_fails():
-            assert False, "broken too"
+            # its words name what else the interpreter collected: they differ between the
+            # suite and the file's own interpreter, so the lazy isolated pass runs the file
+            others = "beside test_clean.py" if "test_clean" in sys.modules else "on its own"
+            assert False, f"broken too, {others}"
     """,
     "test_clean.py": """
         def test_ok():

@@ -3,17 +3,21 @@ bounded and printable; groups pick representatives spread over their files."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuci.evidence.fingerprints import (
     MAX_FINGERPRINT,
     REPRESENTATIVES,
     consistent_failures,
     failure_kind,
+    files_failing_alike,
     fingerprint,
     group_failures,
     same_kind,
     spread,
 )
-from gpuci.model import Mode, Outcome, TestResult
+from gpuci.model import Mode, ModeRun, Outcome, TestResult
+from gpuci.run.endings import EXIT_ID
 
 
 def _failed(
@@ -99,3 +103,27 @@ def test_two_sides_of_one_contention_fail_the_same_way_whatever_each_names() -> 
         failure_kind([weights]), failure_kind([_failed("d.py::t", "KeyError: 'x'")])
     )
     assert failure_kind([_failed("e.py::t", "", outcome=Outcome.CRASHED)]) == ""
+
+
+def _screen(mode: Mode, *tests: TestResult) -> ModeRun:
+    return ModeRun(mode=mode, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+
+
+def test_a_file_is_alike_only_where_each_failure_is_the_same_in_every_screen() -> None:
+    ok = TestResult(id="a.py::test_ok", file="a.py", outcome=Outcome.PASSED)
+    broken = [_failed("a.py::test_x", "ValueError: bad 1"), _failed("a.py::test_y", "KeyError: 2")]
+    again = [_failed("a.py::test_x", "ValueError: bad 7"), _failed("a.py::test_y", "KeyError: 9")]
+    suite, parallel = _screen(Mode.SUITE, ok, *broken), _screen(Mode.PARALLEL, ok, *again)
+    # two failures of their own, each the same way in both screens (numbers aside)
+    assert files_failing_alike([suite, parallel]) == {"a.py"}
+    differs = _screen(Mode.PARALLEL, ok, again[0], _failed("a.py::test_y", "KeyError: other"))
+    assert files_failing_alike([suite, differs]) == set()
+    passed = _screen(Mode.PARALLEL, ok, again[0], dataclasses.replace(ok, id="a.py::test_y"))
+    assert files_failing_alike([suite, passed]) == set()
+    crashed = _failed("a.py::test_y", "Fatal Python error", outcome=Outcome.CRASHED)
+    assert files_failing_alike([suite, _screen(Mode.PARALLEL, ok, again[0], crashed)]) == set()
+    missing = _screen(Mode.PARALLEL, ok, again[0])  # a screen that did not run test_y
+    assert files_failing_alike([suite, missing]) == set()
+    # a pseudo test for a dead interpreter has no alone-run to decide it
+    dead = _failed(f"a.py::{EXIT_ID}", "exit code 3")
+    assert files_failing_alike([_screen(Mode.SUITE, dead), _screen(Mode.PARALLEL, dead)]) == set()

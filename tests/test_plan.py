@@ -7,6 +7,8 @@ import pytest
 from gpuci.model import Mode, UsageError
 from gpuci.run.plan import (
     choose_workers,
+    estimate_durations,
+    fit_startup_and_rate,
     order_files,
     parse_gpus_per_slot,
     parse_shard,
@@ -29,9 +31,62 @@ def test_without_durations_path_order_is_kept() -> None:
     assert order_files(FILES, {}) == FILES
 
 
-def test_a_file_without_a_duration_is_placed_by_the_mean() -> None:
+def test_a_file_without_a_duration_or_a_count_is_placed_by_the_mean() -> None:
     durations = {"a.py": 1.0, "b.py": 9.0}  # mean 5: c.py goes between them
     assert order_files(["a.py", "b.py", "c.py"], durations) == ["b.py", "c.py", "a.py"]
+
+
+def test_a_first_check_starts_the_file_with_the_most_tests_first() -> None:
+    # no earlier run: the last file in path order, with 10x the parametrized tests, first
+    counts = dict.fromkeys(FILES, 4) | {"f.py": 40, "c.py": 5}
+    assert order_files(FILES, {}, counts) == ["f.py", "c.py", "a.py", "b.py", "d.py", "e.py"]
+
+
+# 0.8 s of start-up and 0.1 s per test: a.py, b.py and c.py measured, new.py not
+KNOWN = {"a.py": 1.0, "b.py": 1.2, "c.py": 2.0}
+COUNTS = {"a.py": 2, "b.py": 4, "c.py": 12, "new.py": 40}
+
+
+def test_a_new_file_is_estimated_from_its_number_of_tests() -> None:
+    files = ["a.py", "b.py", "c.py", "new.py"]
+    estimates = estimate_durations(files, KNOWN, COUNTS)
+    assert estimates == {**KNOWN, "new.py": pytest.approx(0.8 + 0.1 * 40)}
+    # the known files' mean (1.4 s) would have started it after c.py
+    assert order_files(files, KNOWN, COUNTS) == ["new.py", "c.py", "b.py", "a.py"]
+    assert estimate_durations(files, KNOWN, COUNTS | {"new.py": 1})["new.py"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize(
+    ("points", "fit"),
+    [
+        ([], (0.0, 0.0)),
+        ([(4, 2.0), (4, 1.0)], (0.0, 0.375)),  # one number of tests: a rate through zero
+        ([(0, 3.0)], (3.0, 0.0)),  # no tests to share it: all start-up
+        ([(2, 3.0), (10, 1.0)], (2.0, 0.0)),  # more tests, shorter: noise, the mean
+        ([(2, 0.1), (4, 1.0)], (0.0, pytest.approx(4.2 / 20))),  # no negative start-up
+    ],
+)
+def test_the_fit_never_goes_negative(
+    points: list[tuple[int, float]], fit: tuple[float, float]
+) -> None:
+    assert fit_startup_and_rate(points) == fit
+
+
+def test_shards_use_the_same_estimates_as_the_order() -> None:
+    files = ["a.py", "b.py", "c.py", "new.py"]
+    estimates = estimate_durations(files, KNOWN, COUNTS)
+    for index in (1, 2):
+        shard = shard_files(files, KNOWN, index, 2, COUNTS)
+        assert shard == shard_files(files, estimates, index, 2)
+    # new.py (4.8 s estimated) has a shard to itself; by the mean it would have shared one
+    assert shard_files(files, KNOWN, 1, 2, COUNTS) == ["new.py"]
+
+
+def test_without_durations_shards_are_balanced_by_tests() -> None:
+    counts = {"a.py": 30, "b.py": 10, "c.py": 10, "d.py": 10}
+    files = list(counts)
+    assert shard_files(files, {}, 1, 2, counts) == ["a.py"]
+    assert shard_files(files, {}, 2, 2, counts) == ["b.py", "c.py", "d.py"]
 
 
 @pytest.mark.parametrize("total", [1, 2, 3, 4, 7])

@@ -4,7 +4,7 @@
 turns a warning into an error); beside them, a test that depends on another file and an
 order-dependent pair. The check spends a few alone-runs on the 300 (their group's
 representatives), names both culprits at the default budget, shows the 300 as one group,
-and takes at most twice its main passes.
+and its evidence takes at most twice its main passes.
 """
 
 from __future__ import annotations
@@ -131,8 +131,15 @@ def test_the_storm_is_one_group_everywhere(stormed: tuple[Path, str, float]) -> 
     assert '<details class="members"><summary>300 tests</summary>' in html
 
 
-def test_the_check_takes_at_most_twice_its_main_passes(stormed: tuple[Path, str, float]) -> None:
+def test_the_evidence_takes_at_most_twice_the_main_passes(stormed: tuple[Path, str, float]) -> None:
+    # the evidence, not the whole check's wall: the lazy isolated pass no longer re-runs the
+    # storm's files (their failures were alike in every screen), so the main passes shrank
+    # to about half, while discovery and the report cost what they did (wall 20-22 s before,
+    # 16-17 s after, on a shared 2-core machine)
     out, _, wall = stormed
     modes = read(out / "verdict.json")["modes"]
     main = sum(m["wall_s"] for m in modes.values())
-    assert wall <= 2 * main, (wall, main)
+    spent = read(out / "evidence" / "evidence.json")["spent_s"]
+    assert spent <= 2 * main, (spent, main, wall)
+    isolated = read(out / "isolated" / "run.json")["files"]
+    assert {f["file"] for f in isolated if not f.get("inferred")} == {"test_b_cold.py"}

@@ -12,10 +12,12 @@ search over the n tests before it where it failed (for one that failed in isolat
 where it passed: its providers are there): 2·log2(n)+3 forked runs, twice the n tests'
 time, and two fresh confirmations of the culprit's replay; for a failure only in
 parallel, one pair per file beside it and one with them all, and the pair's fresh
-confirmation); one compute-sanitizer block per distinct CUDA fault; one run in threads
+confirmation; one compute-sanitizer block per distinct CUDA fault; one run in threads
 where it failed only there. For the tests that failed the same way everywhere: their
-alone-runs, but 3 per large group. The sum, times SLACK (estimates are rough, and a
-budget not spent costs nothing), is capped at CAP_S.
+alone-runs, but 3 per large group, and the searches above for one whose file the lazy
+isolated pass left out (its failures alike in every screen: it may pass alone). The sum,
+times SLACK (estimates are rough, and a budget not spent costs nothing), is capped at
+CAP_S.
 """
 
 from __future__ import annotations
@@ -80,10 +82,11 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
     parts["consistent"] = 0.0
     orders = {mode: interpreter_order(r) for mode, r in results.items()}
     faults: set[str] = set()
-    for test_id, n in plan.isolation.items():
-        seen = {m: t for m, r in results.items() for t in r.run.tests if t.id == test_id}
-        failed = {m for m, t in seen.items() if t.outcome in NOT_PASSING}
-        parts["alone"] += n * cost([test_id])
+
+    def search(test_id: str, seen: Mapping[Mode, TestResult]) -> None:
+        """A poisoned run and a culprit search where it failed after others; pairs where
+        it failed only in parallel; a run in threads where it failed only there."""
+        failed = {m for m, t in seen.items() if t.outcome in NOT_PASSING and not t.inferred}
         before = _before(orders, test_id, failed)
         if before:
             parts["poisoned"] += cost([test_id])
@@ -91,18 +94,28 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
             victim = tests_s([test_id])
             parts["culprits"] += steps * (forked + victim) + 2 * tests_s(before)
             parts["culprits"] += 2 * (start + victim + tests_s(before) / 2)  # confirmations
-        if failed == {Mode.PARALLEL} and Mode.PARALLEL in results:
-            beside = ran_beside(results[Mode.PARALLEL], seen[Mode.PARALLEL].file)
+        parallel = results.get(Mode.PARALLEL)
+        if failed == {Mode.PARALLEL} and parallel is not None:
+            beside = ran_beside(parallel, seen[Mode.PARALLEL].file)
             pairs = len(beside[:MAX_BESIDE]) + (1 if len(beside) > 1 else 0)
             pair_s = cost([test_id]) + _file_s(results, beside)
             parts["culprits"] += (pairs + 1) * pair_s  # and the pair's fresh confirmation
         if failed == {Mode.THREADS}:
             parts["threads"] += cost([test_id])
+
+    for test_id, n in plan.isolation.items():
+        seen = {m: t for m, r in results.items() for t in r.run.tests if t.id == test_id}
+        parts["alone"] += n * cost([test_id])
+        search(test_id, seen)
         faults |= _faults(test_id, seen.values())
     for test_id, n in plan.consistent.items():
         parts["consistent"] += n * cost([test_id])
-        seen_here = [t for r in results.values() for t in r.run.tests if t.id == test_id]
-        faults |= _faults(test_id, seen_here)
+        seen = {m: t for m, r in results.items() for t in r.run.tests if t.id == test_id}
+        if any(t.inferred for t in seen.values()):
+            # the lazy isolated pass left its file out (alike in every screen): isolated
+            # did not say whether it fails alone, so it may pass there and need a search
+            search(test_id, seen)
+        faults |= _faults(test_id, seen.values())
     for group in plan.groups:
         parts["consistent"] += sum(cost([r]) for r in group.representatives)
     parts["sanitizer"] = len(faults) * (MIN_RUN_S + SANITIZER_SLOWDOWN * start)

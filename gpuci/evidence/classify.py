@@ -69,15 +69,16 @@ def classify_results(
         by_id[mode] = tests
     threads = results[Mode.THREADS].run.threads if Mode.THREADS in results else None
     # who ran first in its file: each of these modes runs a file in a fresh interpreter
-    per_file = (Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)
-    reference = next((orders[m] for m in per_file if m in orders), None)
+    per_file = [orders[m] for m in (Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS) if m in orders]
     found: dict[str, Classified] = {}
     for test_id in dict.fromkeys(i for mode in modes for i in by_id[mode]):
         mine = {m: by_id[m][test_id] for m in modes if test_id in by_id[m]}
         outcomes = {m: mine[m].outcome if m in mine else Outcome.NOT_RUN for m in modes}
         reruns = tuple(r for t in mine.values() for r in t.reruns) + tuple(alone.get(test_id, ()))
-        first = reference is not None and first_in_interpreter(reference, test_id)
-        judged, notes = _threads_judged(outcomes, mine, threads)
+        # the first order that ran it: isolated's, or parallel's for a file isolated left out
+        where = next((o for o in per_file if test_id in o.where), None)
+        first = where is not None and first_in_interpreter(where, test_id)
+        judged, notes = _threads_judged(ran_outcomes(outcomes, mine), mine, threads)
         found[test_id] = Classified(
             id=test_id,
             category=classify_test(
@@ -89,6 +90,20 @@ def classify_results(
             notes=notes,
         )
     return found
+
+
+def ran_outcomes(
+    outcomes: Mapping[Mode, Outcome], results: Mapping[Mode, TestResult]
+) -> dict[Mode, Outcome]:
+    """The outcomes of the modes that ran the test: one a lazy isolated pass inferred from
+    parallel (its file passed there, or failed alike in every screen) is `not-run`, so the
+    category is what it would be had isolated not been asked. Read as a fresh isolated
+    failure, the first test of a file that failed alike in every screen and passes alone
+    was `flaky` (H100, 2026-11-24: both memory hogs)."""
+    return {
+        m: Outcome.NOT_RUN if m in results and results[m].inferred else o
+        for m, o in outcomes.items()
+    }
 
 
 def _threads_judged(

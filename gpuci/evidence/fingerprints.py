@@ -16,7 +16,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuci.model import Mode, Outcome, TestResult, printable
+from gpuci.model import Mode, ModeRun, Outcome, TestResult, printable
+from gpuci.run.endings import EXIT_ID
 
 MAX_INPUT = 2_000  # characters of a message looked at: the rest cannot change the group
 MAX_FINGERPRINT = 240  # characters of a fingerprint
@@ -156,3 +157,24 @@ def _ends_first(ids: Sequence[str]) -> list[str]:
     """The first, the last, the middle, then the rest in order."""
     picks = dict.fromkeys([ids[0], ids[-1], ids[len(ids) // 2], *ids])
     return list(picks)
+
+
+def files_failing_alike(screens: Sequence[ModeRun]) -> set[str]:
+    """The files whose every test that did not pass failed the same way in every screen:
+    failed, with one fingerprint, in each of `screens`. A lazy isolated pass leaves them
+    out (their alone-runs decide); a crash, a time-out, a pass or a skip in one screen, a
+    test one screen did not run or a fingerprint that differs keeps a file in."""
+    by_screen = [{t.id: t for t in run.tests if not t.inferred} for run in screens]
+    ok = (Outcome.PASSED, Outcome.SKIPPED)
+    suspects = {t.id: t.file for tests in by_screen for t in tests.values() if t.outcome not in ok}
+    alike = set(suspects.values())
+    for test_id, file in suspects.items():
+        seen = [tests.get(test_id) for tests in by_screen]
+        failed = [t for t in seen if t is not None and t.outcome is Outcome.FAILED]
+        prints = {fingerprint(test_id, t.message, t.where) for t in failed}
+        said = all(t.message.strip() for t in failed)  # a failure without words is like none
+        # a pseudo test (an interpreter that died between tests) has no alone-run to decide
+        real = "::" in test_id and not test_id.endswith(EXIT_ID)
+        if not (real and said and len(failed) == len(seen) and len(prints) == 1):
+            alike.discard(file)
+    return alike

@@ -41,8 +41,8 @@ def interpreter_order(results: ModeResults) -> Order:
         blocks: list[tuple[str, int]] = []
         previous: TestResult | None = None
         for test in part.tests:
-            if test.outcome is Outcome.NOT_RUN:
-                continue  # it did not run, so it ran before nothing
+            if test.outcome is Outcome.NOT_RUN or test.inferred:
+                continue  # it did not run (or only another mode did), so it ran before nothing
             # The runner resumes in a fresh interpreter after a crash or a timeout.
             after_crash = previous is not None and previous.outcome in RESTARTING
             same_file = previous is not None and previous.file == test.file

@@ -86,7 +86,10 @@ def _plan(
         set(NOT_PASSING) if test.category is Category.ORDER_DEPENDENT else {Outcome.PASSED}
     )
     modes: tuple[Mode, ...] = (Mode.ISOLATED, Mode.SUITE)
-    if test.category is Category.DEPENDS_ON_OTHERS:
+    isolated = test.results.get(Mode.ISOLATED)
+    if test.category is Category.DEPENDS_ON_OTHERS or (isolated is not None and isolated.inferred):
+        # parallel ran its file as isolated would have, fresh: the fewest tests before it
+        # where a lazy isolated pass left the file to it
         modes = (Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE)
     best: Task | None = None
     for mode in modes:

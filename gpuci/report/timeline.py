@@ -170,12 +170,21 @@ def mode_facts(verdict: Verdict) -> list[str]:
     facts = []
     for name, mode in verdict.modes.items():
         inferred = mode.get("inferred_files") if isinstance(mode, Mapping) else None
-        if isinstance(inferred, int) and inferred:
-            files = len(file_runs(mode))
-            # a lazy isolated pass takes parallel's outcomes; without parallel, threads'
-            source = "parallel" if "parallel" in verdict.modes else "threads"
+        if not isinstance(inferred, int) or not inferred:
+            continue
+        runs = file_runs(mode)
+        # a lazy isolated pass takes parallel's outcomes; without parallel, threads'
+        source = "parallel" if "parallel" in verdict.modes else "threads"
+        alike = sum(1 for r in runs if r.get("inferred") and r.get("status") != "passed")
+        if inferred > alike:
             facts.append(
-                f"{name}: {inferred} of {files} files inferred from {source}, where they passed"
+                f"{name}: {inferred - alike} of {len(runs)} files inferred from {source},"
+                " where they passed"
+            )
+        if alike:
+            facts.append(
+                f"{name}: {alike} of {len(runs)} files not re-run, their failures alike in every"
+                " screen: their tests' alone-runs decided"
             )
     return facts
 

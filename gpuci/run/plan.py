@@ -105,28 +105,73 @@ def read_durations(path: Path, mode: Mode = Mode.PARALLEL) -> dict[str, float]:
     return durations
 
 
-def order_files(files: Sequence[str], durations: Mapping[str, float]) -> list[str]:
-    """Longest first by earlier durations (LPT); path order when none are known."""
-    known = [durations[f] for f in files if f in durations]
+def estimate_durations(
+    files: Sequence[str], durations: Mapping[str, float], counts: Mapping[str, int]
+) -> dict[str, float]:
+    """Each file's seconds: its earlier duration, else a start-up plus a per-test rate fitted
+    on the files whose durations are known, times its number of tests (`counts`); with no
+    duration known, its number of tests, which orders but is not seconds."""
+    known = {f: durations[f] for f in files if f in durations}
     if not known:
-        return list(files)
-    guess = sum(known) / len(known)
+        return {f: float(counts[f]) for f in files if f in counts}
+    startup, rate = fit_startup_and_rate([(counts[f], d) for f, d in known.items() if f in counts])
+    # a file whose tests nobody counted (a caller without counts): the known files' mean
+    mean = sum(known.values()) / len(known)
+    estimates = dict(known)
+    for f in files:
+        if f not in known:
+            estimates[f] = startup + rate * counts[f] if f in counts else mean
+    return estimates
+
+
+def fit_startup_and_rate(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Seconds = start-up + rate x tests, least squares over (tests, seconds), neither
+    negative; one number of tests alone gives a rate through zero (a new file with 10x the
+    tests of the known ones is longer, if not quite 10x)."""
+    if not points:
+        return 0.0, 0.0
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    squares = sum(x * x for x, _ in points)
+    if spread == 0:
+        return (0.0, mean_y / mean_x) if mean_x else (mean_y, 0.0)
+    rate = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+    if rate < 0:  # noise: more tests never make a file shorter
+        return mean_y, 0.0
+    startup = mean_y - rate * mean_x
+    if startup < 0:
+        return 0.0, sum(x * y for x, y in points) / squares
+    return startup, rate
+
+
+def order_files(
+    files: Sequence[str], durations: Mapping[str, float], counts: Mapping[str, int] | None = None
+) -> list[str]:
+    """Longest first (LPT) by earlier durations, a file without one by its estimate from its
+    number of tests; by number of tests where no duration is known; else path order."""
+    estimates = estimate_durations(files, durations, counts or {})
     position = {f: i for i, f in enumerate(files)}
-    return sorted(files, key=lambda f: (-durations.get(f, guess), position[f]))
+    return sorted(files, key=lambda f: (-estimates.get(f, 0.0), position[f]))
 
 
 def shard_files(
-    files: Sequence[str], durations: Mapping[str, float], index: int, total: int
+    files: Sequence[str],
+    durations: Mapping[str, float],
+    index: int,
+    total: int,
+    counts: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """The files of shard `index` of `total`, balanced by total duration (greedy LPT)."""
-    known = [durations[f] for f in files if f in durations]
-    guess = sum(known) / len(known) if known else 1.0
+    """The files of shard `index` of `total`, balanced by their estimates (greedy LPT)."""
+    estimates = estimate_durations(files, durations, counts or {})
     bins: list[tuple[float, int]] = [(0.0, i) for i in range(total)]
     owner: dict[str, int] = {}
-    for f in order_files(files, {f: durations.get(f, guess) for f in files}):
+    for f in order_files(files, estimates):
         load, which = heapq.heappop(bins)
         owner[f] = which
-        heapq.heappush(bins, (load + durations.get(f, guess), which))
+        # a file with nothing to go by still counts, so that the shards share them out
+        heapq.heappush(bins, (load + estimates.get(f, 1.0), which))
     return [f for f in files if owner[f] == index - 1]
 
 

@@ -1,9 +1,9 @@
 """Modes: one mode planned from the command line (its files, order, slots and GPUs) and run.
 
 The shared body of `gpuci run` and of each pass of `gpuci check`: what to order files by
-(--durations, an earlier run in OUT, the check's suite pass, or tests per file), the
-shard, the workers, the mode's directory; `plan_mode` stops before running, so that the
-check can run several modes at once as screens.
+(--durations, an earlier run in OUT, or the check's suite pass; a file none of them timed
+by its number of tests), the shard, the workers, the mode's directory; `plan_mode` stops
+before running, so that the check can run several modes at once as screens.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from gpuci.run.outdir import prepare_out
 from gpuci.run.plan import (
     choose_workers,
     cpu_count,
+    estimate_durations,
     parse_gpus_per_slot,
     parse_shard,
     parse_workers,
@@ -70,17 +71,18 @@ def _history(options: ModeOptions) -> Path:
 
 def _durations(
     options: ModeOptions, mode: Mode, discovery: Discovery, timed_by: ModeRun | None
-) -> tuple[dict[str, float], bool, bool]:
+) -> tuple[dict[str, float], bool]:
     """What to order files by: --durations, else an earlier run in OUT, else this check's
-    suite pass (its tests' times per file), else tests per file; whether they are seconds,
-    and whether they include interpreter start-up (only an earlier run's file times do).
+    suite pass (its tests' times per file), else nothing (each file's number of tests
+    stands in: `estimate_durations`); and whether they include interpreter start-up (only
+    an earlier run's file times do).
 
     Isolated never reads its own OUT: a sharded isolated run that read its sibling shards'
     results would plan differently from them.
     """
 
     if options.durations is not None:
-        return read_durations(options.durations, mode), True, True
+        return read_durations(options.durations, mode), True
     if mode is not Mode.ISOLATED:
         # its own earlier times first (a file in threads runs longer than alone), then
         # parallel's; a lazy isolated pass ran only a few files: most of them, or none
@@ -91,7 +93,7 @@ def _durations(
                 with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
                     durations = read_durations(directory)
                     if 2 * len(durations.keys() & set(discovery.files)) >= len(discovery.files):
-                        return durations, True, True
+                        return durations, True
     if timed_by is not None:
         # Without start-up, but what longest-first needs: a file that compiles for 10 s
         # with 2 tests is long here, where its number of tests would call it short.
@@ -99,9 +101,8 @@ def _durations(
         for test in timed_by.tests:
             per_file[test.file] = per_file.get(test.file, 0.0) + test.duration
         if per_file:
-            return per_file, True, False
-    # no earlier run: a file's number of tests stands in for its length
-    return {f: float(len(ids)) for f, ids in discovery.tests.items()}, False, True
+            return per_file, False
+    return {}, True
 
 
 def run_one_mode(
@@ -156,10 +157,14 @@ def plan_mode(
         start_fork_server(
             options.preload, options.python, discovery.rootdir, discovery.files, options.paths
         )
-    durations, in_seconds, with_startup = _durations(options, mode, discovery, timed_by)
+    durations, with_startup = _durations(options, mode, discovery, timed_by)
     files = list(discovery.files)
+    # parametrized tests count each: what a file's length goes by where no time is known;
+    # one estimate per file, fitted on every file, for the shards, the order and the progress
+    counts = {f: len(discovery.tests.get(f, ())) for f in files}
+    estimates = estimate_durations(files, durations, counts)
     if shard:
-        files = shard_files(files, durations, *shard)
+        files = shard_files(files, estimates, *shard)
     if only is not None:
         files = [f for f in files if f in only]
     workers, why = (1, "one at a time")
@@ -172,7 +177,7 @@ def plan_mode(
     schedule = plan_schedule(
         files,
         mode=mode,
-        durations=durations,
+        durations=estimates,
         serial=discovery.serial,
         workers=workers,
         gpus=gpus,
@@ -200,10 +205,10 @@ def plan_mode(
     run_options = _run_options(
         options, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
     )
-    estimates = durations if in_seconds else {}
-    return Screen(
-        discovery=discovery, schedule=schedule, options=run_options, estimates=estimates
-    ), (with_startup)
+    # seconds only where some were measured (else numbers of tests): the progress's estimates
+    seconds = {f: estimates[f] for f in files if f in estimates} if durations else {}
+    screen = Screen(discovery=discovery, schedule=schedule, options=run_options, estimates=seconds)
+    return screen, with_startup
 
 
 def _run_options(

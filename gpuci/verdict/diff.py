@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci.evidence.classify import classify_results
+from gpuci.evidence.classify import classify_results, ran_outcomes
 from gpuci.evidence.fingerprints import first_fingerprint
 from gpuci.evidence.reproduce import (
     alone_command,
@@ -203,7 +203,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 ),
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
                 notes=test.notes
-                + _isolated_note(category, test.outcomes)
+                + _isolated_note(category, ran_outcomes(test.outcomes, test.results))
                 + ((strict.note,) if strict.note else ())
                 + contention_note(category, test.seen[0].file, ev.culprits if ev else (), results),
                 with_provider=provider_command(
