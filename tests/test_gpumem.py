@@ -17,6 +17,7 @@ from gpuci.run.gpumem import (
     earlier_peaks,
     may_start,
     read_peaks,
+    screen_peaks,
 )
 from gpuci.run.supervisor import Supervisor
 
@@ -87,6 +88,14 @@ def test_peaks_are_read_per_file_from_an_earlier_run(tmp_path: Path) -> None:
     other = write_run(tmp_path / "elsewhere.json", {"d.py": [50]})
     assert earlier_peaks(other, out) == {"d.py": 50}  # --durations wins
     assert earlier_peaks(None, tmp_path / "empty") == {}
+
+
+def test_the_evidence_takes_each_files_peak_from_isolated_and_parallel(tmp_path: Path) -> None:
+    # a lazy isolated pass left the hog's file out: parallel's peak stands for it
+    write_run(tmp_path / "parallel" / "run.json", {"hog.py": [53000], "a.py": [300]})
+    write_run(tmp_path / "isolated" / "run.json", {"a.py": [500]})
+    assert screen_peaks(tmp_path) == {"hog.py": 53000, "a.py": 500}
+    assert screen_peaks(tmp_path / "empty") == {}
 
 
 def test_the_gate_waits_for_room_while_others_run() -> None:

@@ -127,9 +127,13 @@ def _by_interpreter(tasks: Sequence[Task]) -> tuple[list[list[Task]], list[Task]
 
 
 def _waves(group: Sequence[Task], width: int) -> list[Sequence[Task]]:
-    """The victims of one interpreter in waves: the first alone (its culprit may be every
-    later victim's: a cascade), then up to `width` at once."""
-    return [group[:1], *(group[i : i + width] for i in range(1, len(group), width))]
+    """The victims of one interpreter in waves: its first order-dependent victim beside
+    the others, which try no earlier culprits (its culprit may be every later victim's: a
+    cascade), then its later order-dependent victims up to `width` at once."""
+    cascading = [t for t in group if t.category is Category.ORDER_DEPENDENT]
+    first = [t for t in group if t not in cascading[1:]]
+    rest = cascading[1:]
+    return [first, *(rest[i : i + width] for i in range(0, len(rest), width))]
 
 
 def _search_once(

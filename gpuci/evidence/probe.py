@@ -25,7 +25,7 @@ from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.forkserver import stop_all
-from gpuci.run.gpumem import MARGIN_FRACTION, MARGIN_MIB, earlier_peaks
+from gpuci.run.gpumem import MARGIN_FRACTION, MARGIN_MIB, screen_peaks
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
@@ -206,7 +206,7 @@ class Prober:
             admission=Admission(
                 slots=max(1, slots),
                 capacity_mib=int(total) if total.isdigit() else None,
-                peaks=earlier_peaks(None, out.parent),
+                peaks=screen_peaks(out.parent),
             ),
         )
 

@@ -74,6 +74,17 @@ def earlier_peaks(durations: Path | None, out: Path) -> dict[str, int]:
     return {}
 
 
+def screen_peaks(out: Path) -> dict[str, int]:
+    """Each file's highest peak in OUT's isolated and parallel runs (a lazy isolated pass
+    ran few files: parallel's peaks stand for the rest)."""
+    peaks: dict[str, int] = {}
+    for mode in EARLIER:
+        with contextlib.suppress(GpuciError, OSError):  # unreadable: nothing known
+            for file, peak in read_peaks(out / mode.value).items():
+                peaks[file] = max(peak, peaks.get(file, 0))
+    return peaks
+
+
 class _Nvml:
     """Device memory per process and free per GPU, from pynvml; None where not importable."""
 
