@@ -78,7 +78,7 @@ def _evidence(test: TestVerdict) -> str:
         evidence += f" reruns={','.join(test.reruns)}"
     if test.inferred:  # a lazy isolated pass: the mode never ran it
         modes = " and ".join(test.inferred)
-        if all(test.outcomes.get(m) == "passed" for m in test.inferred):
+        if all(test.outcomes.get(m) in ("passed", "skipped") for m in test.inferred):
             evidence += f" ({modes} not run for it: taken from its file's pass in parallel)"
         else:  # its category came from the screens and its alone-runs
             evidence += f" ({modes} not re-run for it: its file failed alike in every screen)"
