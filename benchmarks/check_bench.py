@@ -24,7 +24,7 @@ from check_plants import (
 from gensuite import generate_suite
 
 TARGET_CHECK_CLEAN = 1.5  # gpuci check / plain pytest, a suite with nothing wrong in it
-TARGET_CHECK_POLLUTED = 3.0  # the same with planted failures: their evidence costs more
+TARGET_CHECK_POLLUTED = 2.5  # the same with planted failures: their evidence costs more
 SCREENS = ("suite", "parallel", "threads")  # the passes a check runs at once
 
 
@@ -60,6 +60,7 @@ def read_check_out(out: Path, exit_code: int) -> dict[str, Any]:
         "modes_run": ran,
         "evidence_s": evidence.get("spent_s"),
         "evidence_runs": evidence.get("runs"),
+        "evidence_concurrency": evidence.get("concurrency", {}),
         "categories": {
             t["id"]: t.get("category")
             for t in verdict.get("tests", [])
@@ -213,6 +214,7 @@ def check_report(
         ("polluted", results.polluted_check, results.polluted_outs),
     ):
         lines.append(f"where the {kind} check goes: {time_split(samples.wall, outs)}")
+    lines += [evidence_line(r, out) for r, out in enumerate(results.polluted_outs)]
     found = [out["summary"] for out in results.polluted_outs]
     matches = [
         as_planted(results.plants, out["categories"], out["summary"])
@@ -283,6 +285,16 @@ def check_report(
         "commands": commands,
     }
     return lines, data, ok
+
+
+def evidence_line(repetition: int, out: dict[str, Any]) -> str:
+    """What one polluted check's evidence ran: its runs, how many at once, its wall."""
+    at_once = out.get("evidence_concurrency") or {}
+    return (
+        f"evidence, polluted repetition {repetition + 1}: {out.get('evidence_runs') or 0} runs,"
+        f" up to {at_once.get('most_at_once', 1)} at once of {at_once.get('slots', 1)} slots"
+        f" ({at_once.get('beside', 0)} beside another), wall {out.get('evidence_s') or 0.0:.1f}s"
+    )
 
 
 def check_floor(results: CheckResults, startup_s: float | None) -> tuple[str, dict[str, Any]]:
