@@ -215,3 +215,12 @@ def test_a_poisoned_failure_beside_others_is_weighed_by_strict_runs(
     flaky = LoadedProber(lambda *_: Outcome.FAILED if next(count) % 2 == 0 else Outcome.PASSED)
     found = run_poisoned(flaky, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
     assert found[VICTIM].poisoned is None and SAME_RUN_BOTH_WAYS in found[VICTIM].search
+
+
+def test_a_peak_learned_alone_is_kept_for_the_later_runs() -> None:
+    # the screens saw the hog fail short of memory beside its partner: a small peak
+    admission = Admission(slots=4, capacity_mib=81559, peaks={"test_hog_a.py": 600})
+    small = admission.need(["test_hog_a.py"])
+    admission.learn("test_hog_a.py", 53248)  # its alone-run held 52 GiB
+    admission.learn("test_hog_a.py", None)  # a run not measured changes nothing
+    assert admission.need(["test_hog_a.py"]) > 53248 > small

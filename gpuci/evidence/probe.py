@@ -134,6 +134,13 @@ class Admission:
                 self.beside += flight.size if flight.beside else 0
                 self._changed.notify_all()
 
+    def learn(self, file: str, peak_mib: int | None) -> None:
+        """A run of `file` alone peaked at `peak_mib`: a screen's run that failed short of
+        memory (beside a hog) held less than the file needs."""
+        if peak_mib:
+            with self._changed:
+                self.peaks[file] = max(peak_mib, self.peaks.get(file, 0))
+
     def to_json(self) -> dict[str, int]:
         """evidence.json's `concurrency`."""
         return {"slots": self.slots, "most_at_once": self.most, "beside": self.beside}
@@ -307,6 +314,8 @@ class Prober:
         finally:
             with self._lock:
                 lanes.discard(lane)
+        if len(files) == 1:  # its peak is its file's alone
+            self.admission.learn(key, attempt.interpreter.gpu_peak_mib)
         with self._lock:
             self.runs += 1
             self.timeline.append(
