@@ -226,11 +226,13 @@ def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) 
     # partner's pairs showed failing beside it: contention is symmetric). In the screens a hog
     # may also fail in the suite interpreter while its partner runs in a parallel slot:
     # an order-dependent suspect first, it is tried with the 2 culprits found so far and
-    # its interpreter replayed (at most 3 runs showing nothing) before it is paired; the
-    # evidence runs side by side, and a hog's replay beside another search's replay of the
-    # other hog fails by the load: a strict run contradicts it, and it is replayed once more
-    # with nothing beside it (at most 4 runs more each).
-    bound = bisection(2) + 2 * 4 + (1 + bisection(11)) + bisection(12) + 2 * (2 * 2 + 2 + 3 + 4)
+    # its interpreter replayed (at most 3 runs showing nothing) before it is paired. The
+    # evidence runs side by side: a hog's replay beside another search's replay that holds
+    # the other hog fails by the load, a strict run contradicts it, and its search runs
+    # again with nothing beside it (at most a whole replay more each).
+    redone = bisection(12)
+    bound = bisection(2) + 2 * 4 + (1 + bisection(11)) + bisection(12) + 2 * (2 * 2 + 2 + 3)
+    bound += 2 * redone
     runs = evidence["phases"]["culprits"]["runs"]
     pairs = sum(  # a pair probe names a file beside the victim: one more interpreter
         1 for hog in HOGS for probe in tests[hog].get("probes", ()) if "::" not in probe["shown"][0]

@@ -3,6 +3,7 @@ that share them (a pass answers under load; a failure decides only with nothing 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 
 import gpuci.evidence.poisoned
 from gpuci.evidence.bisect import bisect
-from gpuci.evidence.culprits import _search_once
+from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.probe import Admission
@@ -224,3 +225,24 @@ def test_a_peak_learned_alone_is_kept_for_the_later_runs() -> None:
     admission.learn("test_hog_a.py", 53248)  # its alone-run held 52 GiB
     admission.learn("test_hog_a.py", None)  # a run not measured changes nothing
     assert admission.need(["test_hog_a.py"]) > 53248 > small
+
+
+def test_victims_that_failed_alike_beside_each_other_are_not_searched_at_once() -> None:
+    def victim(name: str, kind: str, beside: str) -> Task:
+        return Task(
+            victim=f"{name}.py::test_x",
+            category=Category.ORDER_DEPENDENT,
+            candidates=CANDIDATES,
+            rank=(0, int(name[-1])),
+            pairs=(f"{beside}.py",),
+            kind=kind,
+        )
+
+    oom = "RuntimeError: out of device memory: held by N other process(es)"
+    first, hog_a, hog_b = victim("v1", "", "x"), victim("h2", oom, "h3"), victim("h3", oom, "h2")
+    other = victim("v4", "AssertionError: limit leaked, the pool", "h2")
+    assert _waves([first, hog_a, hog_b, other], 4) == [[first], [hog_a], [hog_b, other]]
+    groups, _ = _by_interpreter(
+        [dataclasses.replace(hog_a, candidates=("a.py::t",)), hog_b]  # two interpreters
+    )
+    assert len(groups) == 1  # one group: its waves keep them apart

@@ -25,6 +25,7 @@ from typing import TextIO
 
 from gpuci.evidence.bisect import FORKED, LOADED, Search, bisect, cascade
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.fingerprints import same_kind
 from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
     NOT_SEARCHED,
@@ -37,6 +38,7 @@ from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, TestEvidence, printable
+from gpuci.run.discover import file_of
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
@@ -115,25 +117,49 @@ def search_culprits(
 
 def _by_interpreter(tasks: Sequence[Task]) -> tuple[list[list[Task]], list[Task]]:
     """The replayed victims grouped by the interpreter they failed in (their candidates
-    begin with its first test), in order; and the concurrency victims, paired."""
+    begin with its first test), in order, with the groups of two victims that may contend
+    joined; and the concurrency victims, paired."""
     groups: dict[str, list[Task]] = {}
     pairs: list[Task] = []
     for task in tasks:
         if task.category is Category.CONCURRENCY:
             pairs.append(task)
-        else:
-            groups.setdefault(task.candidates[0] if task.candidates else "", []).append(task)
-    return list(groups.values()), pairs
+            continue
+        key = task.candidates[0] if task.candidates else ""
+        joined = {k for k, g in groups.items() if any(_may_contend(task, t) for t in g)}
+        merged = [t for k in groups if k in joined | {key} for t in groups[k]]
+        for k in joined | {key}:
+            groups.pop(k, None)
+        groups[key] = [*merged, task]
+    return [sorted(g, key=lambda t: t.rank) for g in groups.values()], pairs
 
 
-def _waves(group: Sequence[Task], width: int) -> list[Sequence[Task]]:
+def _may_contend(one: Task, other: Task) -> bool:
+    """Whether two victims failed the same way while their files ran side by side in a
+    screen (two tests asking one device for more than it has): searched at once, each
+    would fail beside the other's runs."""
+    beside = file_of(other.victim) in one.pairs or file_of(one.victim) in other.pairs
+    return beside and bool(one.kind) and same_kind(one.kind, other.kind)
+
+
+def _waves(group: Sequence[Task], width: int) -> list[list[Task]]:
     """The victims of one interpreter in waves: its first order-dependent victim beside
     the others, which try no earlier culprits (its culprit may be every later victim's: a
-    cascade), then its later order-dependent victims up to `width` at once."""
+    cascade), then its later order-dependent victims up to `width` at once; a wave ends
+    before a victim that may contend with one already in it."""
     cascading = [t for t in group if t.category is Category.ORDER_DEPENDENT]
-    first = [t for t in group if t not in cascading[1:]]
-    rest = cascading[1:]
-    return [first, *(rest[i : i + width] for i in range(0, len(rest), width))]
+    head = [t for t in group if t not in cascading[1:]]
+    waves: list[list[Task]] = []
+    for batch, limit in ((head, len(head)), (cascading[1:], width)):
+        wave: list[Task] = []
+        for task in batch:
+            if len(wave) == limit or any(_may_contend(task, t) for t in wave):
+                waves.append(wave)
+                wave = []
+            wave.append(task)
+        if wave:
+            waves.append(wave)
+    return waves
 
 
 def _search_once(
