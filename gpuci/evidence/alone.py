@@ -68,12 +68,11 @@ def run_alone(
     wanted: Mapping[str, int],
     *,
     progress: TextIO,
-    workers: int = 1,
     again: bool = False,  # they ran alone before: the line says so, not the same twice
 ) -> dict[str, TestEvidence]:
-    """Every suspect's alone-runs, round by round, so a cut budget spreads evenly; with
-    `workers` > 1 a round's runs go beside each other, and a failing one is confirmed
-    alone before it counts."""
+    """Every suspect's alone-runs, round by round, so a cut budget spreads evenly; where
+    the prober has more than one slot a round's runs go beside each other, and a failing
+    one is confirmed alone before it counts."""
     alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
     cut: set[str] = set()
     _say(
@@ -84,7 +83,7 @@ def run_alone(
     )
     for round_ in range(max(wanted.values(), default=0)):
         todo = [i for i, n in wanted.items() if n > round_]
-        for test_id, outcome in _alone_round(prober, todo, workers, cut).items():
+        for test_id, outcome in _alone_round(prober, todo, cut).items():
             alone[test_id].append(outcome)
     found = {
         i: TestEvidence(id=i, alone=tuple(o), cut=CUT_BY_BUDGET if i in cut else "")
@@ -96,9 +95,7 @@ def run_alone(
     return found
 
 
-def _alone_round(
-    prober: Prober, todo: list[str], workers: int, cut: set[str]
-) -> dict[str, Outcome]:
+def _alone_round(prober: Prober, todo: list[str], cut: set[str]) -> dict[str, Outcome]:
     """One alone-run of each of `todo`; the outcomes that count, strict ones for failures."""
 
     def one_by_one(tests: list[str], *, strict: bool = False) -> dict[str, Outcome]:
@@ -120,6 +117,7 @@ def _alone_round(
     by_file: dict[str, list[str]] = {}
     for test_id in todo:
         by_file.setdefault(file_of(test_id), []).append(test_id)
+    workers = prober.admission.slots
     if workers <= 1 or len(by_file) <= 1:
         outcomes = one_by_one(todo)
     else:
@@ -148,14 +146,13 @@ def more_alone(
     wanted: Mapping[str, int],
     found: Mapping[str, TestEvidence],
     progress: TextIO,
-    workers: int = 1,
 ) -> dict[str, TestEvidence]:
     """More alone-runs of `wanted`, added to what was found."""
     merged = dict(found)
     if not any(wanted.values()):
         return merged
     again = any(found[i].alone for i, n in wanted.items() if n and i in found)
-    ran = run_alone(prober, wanted, progress=progress, workers=workers, again=again)
+    ran = run_alone(prober, wanted, progress=progress, again=again)
     for test_id, extra in ran.items():
         before = merged.get(test_id, TestEvidence(id=test_id))
         merged[test_id] = dataclasses.replace(

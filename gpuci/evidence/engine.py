@@ -89,7 +89,8 @@ def gather_evidence(
     In order, within one budget: alone-runs (they decide the categories), poisoned runs of
     order-dependent victims, culprit searches, then compute-sanitizer on the roots
     (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
-    `workers`: how many alone-runs may go at once (the check's slots); the rest is strict.
+    `workers`: how many evidence runs may go at once (the check's slots); strict ones
+    run with nothing beside them.
     """
     tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
@@ -111,9 +112,7 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(
-                prober, results, runs, progress, sanitize=sanitize, tool=tool, workers=workers
-            )
+            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -144,7 +143,6 @@ def _gather(
     *,
     sanitize: bool | None,
     tool: str | None,
-    workers: int = 1,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
     matters least: the isolation suspects' first alone-runs (a second at once for one that
@@ -155,9 +153,9 @@ def _gather(
     alone in threads; then the remaining alone-runs."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
     plan = prioritize(results, wanted)
-    found, had = first_alone(prober, plan.isolation, {}, progress, workers)
+    found, had = first_alone(prober, plan.isolation, {}, progress)
     once = {i: min(n, 1) for i, n in plan.consistent.items()}
-    found = more_alone(prober, once, found, progress, workers)
+    found = more_alone(prober, once, found, progress)
     had |= once
     found, split = run_representatives(prober, plan.groups, found, progress=progress)
     for group in plan.groups:
@@ -165,7 +163,7 @@ def _gather(
             # a representative's one run, or the others' none, is all a kept group needs
             wanted[member] = 0 if found[member].inferred_from else min(wanted[member], 1)
             had[member] = len(found[member].alone)  # not run again among the remaining
-    found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress, workers)
+    found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress)
     had |= more
     orders = {mode: interpreter_order(results[mode]) for mode in results}  # built once
     classified = classify_results(results, {i: t.alone for i, t in found.items()}, orders)
@@ -187,7 +185,7 @@ def _gather(
             order=orders.get(Mode.THREADS),
         )
     rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
-    return describe_cuts(more_alone(prober, rest, found, progress, workers), wanted)
+    return describe_cuts(more_alone(prober, rest, found, progress), wanted)
 
 
 def run_threaded(

@@ -59,19 +59,18 @@ def first_alone(
     wanted: Mapping[str, int],
     found: Mapping[str, TestEvidence],
     progress: TextIO,
-    workers: int = 1,
 ) -> tuple[dict[str, TestEvidence], dict[str, int]]:
     """One alone-run each; a second at once for a test that failed its first (it tells a
     flaky test from a real failure before any culprit is searched for). The evidence, and
     the runs each test has had of those it wanted."""
     first = {i: min(n, 1) for i, n in wanted.items()}
-    merged = more_alone(prober, first, found, progress, workers)
+    merged = more_alone(prober, first, found, progress)
     again = {
         i: n - 1
         for i, n in wanted.items()
         if n > 1 and i in merged and Outcome.PASSED not in merged[i].alone and not merged[i].cut
     }
-    merged = more_alone(prober, again, merged, progress, workers)
+    merged = more_alone(prober, again, merged, progress)
     return merged, {i: n + again.get(i, 0) for i, n in first.items()}
 
 
