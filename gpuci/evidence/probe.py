@@ -25,7 +25,7 @@ from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.forkserver import stop_all
-from gpuci.run.gpumem import MARGIN_FRACTION, MARGIN_MIB, screen_peaks
+from gpuci.run.gpumem import screen_peaks, with_margin
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
@@ -100,7 +100,7 @@ class Admission:
     def need(self, files: Sequence[str]) -> int:
         """The device memory to keep for an interpreter of `files` (0: not known)."""
         peak = max((self.peaks.get(f, 0) for f in files), default=0)
-        return round(peak * (1 + MARGIN_FRACTION) + MARGIN_MIB) if peak else 0
+        return round(with_margin(peak)) if peak else 0
 
     def _fits(self, size: int, need_mib: int) -> bool:
         if self._strict or self._running() + size > max(self.slots, size):
@@ -316,6 +316,7 @@ class Prober:
                 lanes.discard(lane)
         if len(files) == 1:  # its peak is its file's alone
             self.admission.learn(key, attempt.interpreter.gpu_peak_mib)
+        ended = time.monotonic()
         with self._lock:
             self.runs += 1
             self.timeline.append(
@@ -323,14 +324,14 @@ class Prober:
                     "label": label,
                     "phase": phase,
                     "start": round(started - self.zero, 3),
-                    "end": round(time.monotonic() - self.zero, 3),
+                    "end": round(ended - self.zero, 3),
                     "at_once": at_once,
                     "forked": attempt.interpreter.forked,
                 }
             )
             account = self.phases.setdefault(phase, Phase())
             account.runs += 1
-            account.seconds += time.monotonic() - started
+            account.seconds += ended - started
             account.at_once = max(account.at_once, at_once)
             if attempt.leftovers:
                 self.leftovers.setdefault(launch.key, []).extend(attempt.leftovers)

@@ -44,7 +44,12 @@ def may_start(need_mib: int | None, free_mib: int | None, *, others_running: boo
     """
     if need_mib is None or free_mib is None or not others_running:
         return True
-    return free_mib >= need_mib * (1 + MARGIN_FRACTION) + MARGIN_MIB
+    return free_mib >= with_margin(need_mib)
+
+
+def with_margin(peak_mib: int) -> float:
+    """What a file that peaked at `peak_mib` last time may need now."""
+    return peak_mib * (1 + MARGIN_FRACTION) + MARGIN_MIB
 
 
 def read_peaks(path: Path) -> dict[str, int]:
