@@ -18,9 +18,10 @@ from typing import TextIO
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults
-from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence, TestResult, printable
+from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence, TestResult
 from gpuci.run.discover import file_of
 from gpuci.run.endings import EXIT_ID
+from gpuci.run.progress import say
 
 CUT_BY_BUDGET = "not rerun: budget"  # no alone-run ran
 
@@ -75,7 +76,7 @@ def run_alone(
     one is confirmed alone before it counts."""
     alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
     cut: set[str] = set()
-    _say(
+    say(
         progress,
         f"evidence: running {sum(1 for n in wanted.values() if n)} test(s) alone"
         f"{' again' if again else ''},"
@@ -91,7 +92,7 @@ def run_alone(
     }
     for test in found.values():
         outcomes = ", ".join(o.value for o in test.alone) or "-"
-        _say(progress, f"  {test.id}: alone: {outcomes}{f' ({test.cut})' if test.cut else ''}")
+        say(progress, f"  {test.id}: alone: {outcomes}{f' ({test.cut})' if test.cut else ''}")
     return found
 
 
@@ -159,7 +160,3 @@ def more_alone(
             before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
         )
     return merged
-
-
-def _say(progress: TextIO, text: str) -> None:
-    print(printable(f"gpuci: {text}"), file=progress, flush=True)

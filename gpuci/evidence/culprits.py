@@ -37,8 +37,9 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
-from gpuci.model import Category, Mode, TestEvidence, printable
+from gpuci.model import Category, Mode, TestEvidence
 from gpuci.run.discover import file_of
+from gpuci.run.progress import say
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
@@ -57,7 +58,7 @@ def search_culprits(
     tasks = plan_searches(results, classified, found, orders)
     if not tasks:
         return dict(found)
-    _say(progress, f"culprits: searching for {len(tasks)} victim(s)")
+    say(progress, f"culprits: searching for {len(tasks)} victim(s)")
     partnerable = frozenset(t.id for t in classified.values() if t.category in PARTNERABLE)
 
     slots = max(1, prober.admission.slots)
@@ -90,7 +91,7 @@ def search_culprits(
                     if partner not in searches:
                         note = partner_note(task.victim, len(search.probes))
                         searches[partner] = Search([], culprits=(task.victim,), note=note)
-                        _say(progress, f"  {partner}: culprits: {task.victim} ({note})")
+                        say(progress, f"  {partner}: culprits: {task.victim} ({note})")
         return searches
 
     interpreters, pairs = _by_interpreter(sorted(tasks, key=lambda t: t.rank))
@@ -173,7 +174,7 @@ def _search_once(
 ) -> Search:
     """One victim's search, redone strictly where a strict fresh run contradicted it."""
     if prober.exhausted():
-        _say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
+        say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
         return Search([], note=NOT_SEARCHED)
     search = _search(prober, results, task, roots, partnerable)
     for _ in range(2):  # each cause of doubt removed once: the load, then the fork
@@ -181,10 +182,10 @@ def _search_once(
             break
         if LOADED in search.contradicted and not task.strict:  # the load first: forks stay
             task = dataclasses.replace(task, strict=True)
-            _say(progress, f"  {task.victim}: a strict run contradicted {LOADED}; again, strictly")
+            say(progress, f"  {task.victim}: a strict run contradicted {LOADED}; again, strictly")
         elif FORKED in search.contradicted:  # the fork was not what a fresh interpreter is
             prober.forks_off(f"a fresh run of {task.victim} contradicted a forked one")
-            _say(progress, f"  {task.victim}: {prober.notes[-1]}; its search runs again fresh")
+            say(progress, f"  {task.victim}: {prober.notes[-1]}; its search runs again fresh")
         else:
             break
         earlier = search.probes  # kept: every run is evidence, the doubted ones first
@@ -192,7 +193,7 @@ def _search_once(
         search.probes[:0] = earlier
         search.note += f"; again after {len(earlier)} run(s) a strict run contradicted"
     shown = ", ".join(search.culprits) or "-"
-    _say(progress, f"  {task.victim}: culprits: {shown} ({search.note})")
+    say(progress, f"  {task.victim}: culprits: {shown} ({search.note})")
     return search
 
 
@@ -264,7 +265,3 @@ def _pairs(
         partners=found.partners,
         contradicted=FORKED if found.contradicted else "",
     )
-
-
-def _say(progress: TextIO, text: str) -> None:
-    print(printable(f"gpuci: {text}"), file=progress, flush=True)

@@ -48,10 +48,10 @@ from gpuci.model import (
     Probe,
     TestEvidence,
     TestResult,
-    printable,
 )
 from gpuci.run.endings import EXIT_ID
 from gpuci.run.plan import thread_args
+from gpuci.run.progress import say
 from gpuci.run.session import Interrupted
 from gpuci.run.strays import leftover_line, stranger_line
 from gpuci.run.supervisor import Supervisor
@@ -59,17 +59,13 @@ from gpuci.run.supervisor import Supervisor
 ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
 
 
-def _say(progress: TextIO, text: str) -> None:
-    print(printable(f"gpuci: {text}"), file=progress, flush=True)
-
-
 def _say_strays(prober: Prober, progress: TextIO, where: str) -> None:
     for file, left in prober.leftovers.items():
         for leftover in left:
-            _say(progress, f"warning: {leftover_line(file, leftover, where=where)}")
+            say(progress, f"warning: {leftover_line(file, leftover, where=where)}")
     for file, strangers in prober.strangers.items():
         for stranger in strangers:
-            _say(progress, f"warning: {stranger_line(file, stranger, where=where)}")
+            say(progress, f"warning: {stranger_line(file, stranger, where=where)}")
 
 
 def gather_evidence(
@@ -205,7 +201,7 @@ def run_threaded(
     other interpreters, and only a strict run makes its failure a finding (a Probe)."""
     merged = dict(found)
     addopts = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *threads]))
-    _say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
+    say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
     for test_id in tests:
         if prober.exhausted() or prober.stopping():
             break
@@ -219,7 +215,7 @@ def run_threaded(
         before = merged.get(test_id, TestEvidence(id=test_id))
         outcome = ran.outcome(test_id)
         merged[test_id] = dataclasses.replace(before, threaded=outcome)
-        _say(progress, f"  {test_id}: alone in threads: {outcome.value}")
+        say(progress, f"  {test_id}: alone in threads: {outcome.value}")
         earlier = _earlier_in(order, test_id)
         if outcome is Outcome.PASSED and earlier and not prober.exhausted():
             ran = prober.run(
@@ -235,7 +231,7 @@ def run_threaded(
                 outcome=ran.outcome(test_id),
             )
             merged[test_id] = dataclasses.replace(merged[test_id], probes=(replay,))
-            _say(
+            say(
                 progress,
                 f"  {test_id}: after its file's earlier tests in threads: {replay.outcome.value}",
             )

@@ -12,12 +12,9 @@ from typing import TextIO
 
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
-from gpuci.model import NOT_PASSING, Outcome, TestEvidence, printable
+from gpuci.model import NOT_PASSING, Outcome, TestEvidence
 from gpuci.run.discover import POISON_ENV
-
-
-def _say(progress: TextIO, text: str) -> None:
-    print(printable(f"gpuci: {text}"), file=progress, flush=True)
+from gpuci.run.progress import say
 
 
 def _poisonable(prober: Prober) -> bool:
@@ -50,10 +47,10 @@ def run_poisoned(
     search says so, and none is made)."""
     merged = dict(found)
     if victims and not _poisonable(prober):
-        _say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
+        say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
         return merged
     if victims:
-        _say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
+        say(progress, f"poisoned allocations: running {len(victims)} victim(s) alone")
 
     def poisoned(test_id: str) -> tuple[list[Outcome], bool]:
         if prober.exhausted() or prober.stopping():
@@ -83,7 +80,7 @@ def run_poisoned(
             merged[test_id] = before
         else:  # a failure beside others that passed alone counts as its strict pass
             merged[test_id] = dataclasses.replace(before, poisoned=outcomes[-1])
-        _say(progress, f"  {test_id}: poisoned: {', '.join(o.value for o in outcomes)}")
+        say(progress, f"  {test_id}: poisoned: {', '.join(o.value for o in outcomes)}")
     return merged
 
 

@@ -28,7 +28,8 @@ from gpuci.evidence.fingerprints import (
 )
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
-from gpuci.model import Mode, Outcome, TestEvidence, printable
+from gpuci.model import Mode, Outcome, TestEvidence
+from gpuci.run.progress import say
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,7 +88,7 @@ def run_representatives(
     split: list[str] = []
     for group in groups:
         reps = group.representatives
-        _say(
+        say(
             progress,
             f"evidence: {len(group.members)} tests failed the same way everywhere;"
             f" running {len(reps)} of them alone: {group.fingerprint}",
@@ -111,17 +112,17 @@ def run_representatives(
             )
             same = same and alike
             merged[rep] = TestEvidence(id=rep, alone=(outcome,), fingerprint=group.fingerprint)
-            _say(progress, f"  {rep}: alone: {outcome.value}{'' if alike else ' (differs)'}")
+            say(progress, f"  {rep}: alone: {outcome.value}{'' if alike else ' (differs)'}")
         rest = [m for m in group.members if m not in reps]
         if same:
             for member in rest:
                 merged[member] = TestEvidence(
                     id=member, fingerprint=group.fingerprint, inferred_from=reps
                 )
-            _say(progress, f"  the other {len(rest)}: failed, inferred from them")
+            say(progress, f"  the other {len(rest)}: failed, inferred from them")
         else:
             split += rest
-            _say(progress, f"  the group splits: its other {len(rest)} run alone each")
+            say(progress, f"  the group splits: its other {len(rest)} run alone each")
     return merged, split
 
 
@@ -138,7 +139,3 @@ def describe_cuts(
                 test, cut=f"the budget cut {missing} of {want} alone-runs"
             )
     return described
-
-
-def _say(progress: TextIO, text: str) -> None:
-    print(printable(f"gpuci: {text}"), file=progress, flush=True)

@@ -25,8 +25,9 @@ from typing import TextIO
 
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.probe import Prober
-from gpuci.model import Category, Outcome, TestEvidence, TestResult, UsageError, printable
+from gpuci.model import Category, Outcome, TestEvidence, TestResult, UsageError
 from gpuci.run.endings import EXIT_ID
+from gpuci.run.progress import say
 
 PHASE = "sanitizer"
 TOOL = "compute-sanitizer"
@@ -178,11 +179,11 @@ def sanitize_roots(
     if not roots:
         return merged
     if tool is None:
-        _say(progress, f"{TOOL}: not found; {len(roots)} root(s) with a CUDA fault not sanitized")
+        say(progress, f"{TOOL}: not found; {len(roots)} root(s) with a CUDA fault not sanitized")
         return merged
     left = prober.left()
     budget = "" if left is None else f", budget left {left:.0f}s"
-    _say(progress, f"{TOOL}: running {len(roots)} root(s) alone under memcheck{budget}")
+    say(progress, f"{TOOL}: running {len(roots)} root(s) alone under memcheck{budget}")
     for test_id in roots:
         if prober.stopping():
             break
@@ -192,7 +193,7 @@ def sanitize_roots(
         text = NOT_RUN if starved else run_memcheck(prober, test_id, tool)
         before = merged.get(test_id, TestEvidence(id=test_id))
         merged[test_id] = dataclasses.replace(before, sanitizer=text)
-        _say(progress, f"  {test_id}: sanitizer: {(text.splitlines() or [''])[0]}")
+        say(progress, f"  {test_id}: sanitizer: {(text.splitlines() or [''])[0]}")
     return merged
 
 
@@ -377,7 +378,3 @@ def cap_lines(lines: Sequence[str], notes: Sequence[str] = ()) -> str:
 
 def _short(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
-
-
-def _say(progress: TextIO, text: str) -> None:
-    print(printable(f"gpuci: {text}"), file=progress, flush=True)

@@ -21,6 +21,12 @@ from gpuci.model import (
 from gpuci.run.plan import Schedule
 from gpuci.run.strays import run_lines
 
+
+def say(progress: TextIO, text: str) -> None:
+    """One line of gpuci's progress on `progress`, made printable (test ids are untrusted)."""
+    print(printable(f"gpuci: {text}"), file=progress, flush=True)
+
+
 SKIP_REASONS_SHOWN = 3
 # pytest's own words (its summary line's) where they say more than the outcome, in place
 COUNT_ORDER = (
