@@ -236,7 +236,8 @@ def _lazy_isolated(
     """Isolated, strict, for the files that did not pass in `lazy`, but those whose failures
     were alike in every screen (their alone-runs decide); the rest inferred."""
     screens = [runs[m] for m in SCREENS if m in runs]
-    alike = files_failing_alike(screens) & files_to_confirm(*(runs[m] for m in lazy))
+    unconfirmed = files_to_confirm(*(runs[m] for m in lazy))
+    alike = files_failing_alike(screens) & unconfirmed
     if alike:
         where = ", ".join(r.mode.value for r in screens)
         say(
@@ -247,7 +248,7 @@ def _lazy_isolated(
         opts,
         Mode.ISOLATED,
         discovery,
-        only=files_to_confirm(*(runs[m] for m in lazy)) - alike,
+        only=unconfirmed - alike,
         inferred_from=runs[INFERRED_FROM],
         resume=prior,
     )
