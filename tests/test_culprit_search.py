@@ -110,11 +110,13 @@ def test_a_cascade_names_an_earlier_culprit_only_when_it_shows_twice() -> None:
     search = cascade(sticky, task(Category.ORDER_DEPENDENT), [(culprit,)])
     assert search is not None and search.culprits == (culprit,)
     assert sticky.runs == [[culprit, VICTIM]] * 2
-    # a flaky victim fails after it once by chance, then passes: the same run both ways
+    # a flaky victim fails after it once by chance (forked), then passes fresh: a third
+    # run, fresh and strict, fails again: the same command both ways, not the fork
     flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
     search = cascade(flaky, task(Category.ORDER_DEPENDENT), [(culprit,)])
-    assert search is not None and search.culprits == ()
-    assert SAME_RUN_BOTH_WAYS in search.note and len(flaky.runs) == 2
+    assert search is not None and search.culprits == () and not search.contradicted
+    assert SAME_RUN_BOTH_WAYS in search.note and len(flaky.runs) == 3
+    assert flaky.fresh == [False, True, True] and flaky.strict[1:] == [True, True]
 
 
 def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 import pytest
 
 import gpuci.evidence.poisoned
+from gpuci.evidence.alone import more_alone, run_alone
 from gpuci.evidence.bisect import bisect
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.probe import Admission
 from gpuci.evidence.victims import Task
-from gpuci.model import Category, Outcome
+from gpuci.model import Category, Outcome, TestEvidence
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -99,6 +100,7 @@ class LoadedProber:
 
     victim: Callable[[Sequence[str], bool], Outcome]
     admission: Admission = field(default_factory=lambda: Admission(slots=4))
+    forks: bool = False  # whether a run that need not be fresh is forked
     runs: list[tuple[list[str], bool]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -108,6 +110,9 @@ class LoadedProber:
 
     def stopping(self) -> bool:
         return False
+
+    def left(self) -> float | None:
+        return None
 
     def run(
         self,
@@ -121,7 +126,8 @@ class LoadedProber:
     ) -> LoadedRun:
         with self._lock:
             self.runs.append((list(ids), strict))
-        return LoadedRun(self.victim(ids, strict), beside=not strict)
+        forked = self.forks and not fresh
+        return LoadedRun(self.victim(ids, strict), beside=not strict, forked=forked)
 
 
 def task(category: Category = Category.ORDER_DEPENDENT) -> Task:
@@ -133,10 +139,21 @@ def test_halves_run_at_once_and_the_confirmation_of_a_failure_is_strict() -> Non
     prober = LoadedProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
     search = bisect(prober, task())  # type: ignore[arg-type]
     assert search.culprits == (culprit,)
-    # four levels, both halves each; the last run, the confirmation, had nothing beside it
+    # two levels of four parts at once (as many runs as four levels of halves); the last
+    # run, the confirmation, had nothing beside it
     assert len(prober.runs) == 2 * 4 + 1
+    assert [len(ids) - 1 for ids, _ in prober.runs[:4]] == [4, 4, 4, 4]
     assert prober.runs[-1] == ([culprit, VICTIM], True)
     assert not any(strict for _, strict in prober.runs[:-1])
+
+
+def test_a_finding_that_needs_tests_of_two_parts_falls_back_to_halves() -> None:
+    # it fails only after both: in no quarter alone, in the first half
+    needed = {CANDIDATES[1], CANDIDATES[5]}
+    prober = LoadedProber(lambda ids, _: Outcome.FAILED if needed <= set(ids) else Outcome.PASSED)
+    search = bisect(prober, task())  # type: ignore[arg-type]
+    assert search.culprits == CANDIDATES[:8] and "needs all 8 together" in search.note
+    assert [len(ids) - 1 for ids, _ in prober.runs[:6]] == [4, 4, 4, 4, 8, 8]
 
 
 def test_a_providers_pass_answers_under_load() -> None:
@@ -156,6 +173,11 @@ def test_a_victim_failing_by_the_load_in_both_halves_is_bisected_strictly() -> N
     search = bisect(prober, task())  # type: ignore[arg-type]
     assert search.culprits == (culprit,)
     assert prober.runs[-1] == ([culprit, VICTIM], True)
+    # one that failed beside others in the parallel screen is split in halves only
+    prober.runs.clear()
+    loadable = dataclasses.replace(task(), loadable=True)
+    assert bisect(prober, loadable).culprits == (culprit,)  # type: ignore[arg-type]
+    assert [len(ids) - 1 for ids, _ in prober.runs[:2]] == [8, 8]
 
 
 def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again() -> None:
@@ -174,6 +196,53 @@ def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again
     redo = prober.runs[prober.runs.index(([decoy, VICTIM], True)) + 1 :]
     assert redo and all(strict for _, strict in redo)
     assert not prober.notes  # the load was to blame, not the fork: the fork server stays
+
+
+def test_a_flaky_victim_contradicting_its_forked_search_is_flaky_not_searched_again() -> None:
+    # it fails every other run: the forked steps name a culprit by chance, the fresh
+    # confirmation passes, and a third, strict run fails again: one command, both ways
+    count = iter(range(100))
+    prober = LoadedProber(
+        lambda *_: Outcome.FAILED if next(count) % 2 == 0 else Outcome.PASSED,
+        admission=Admission(slots=1),  # one run at a time: the alternation is in order
+        forks=True,
+    )
+    out = io.StringIO()
+    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    assert search.culprits == () and SAME_RUN_BOTH_WAYS in search.note, search.note
+    assert "then again" in search.note and not search.contradicted
+    assert "again, strictly" not in out.getvalue() and not prober.notes  # no redo, forks on
+    assert [strict for _, strict in prober.runs[-2:]] == [True, True]
+    assert len(prober.runs) <= 2 * 4 + 2
+
+
+def test_a_providers_confirmation_failing_beside_others_holds_where_a_strict_run_passes() -> None:
+    provider = CANDIDATES[9]
+    confirmations = iter([Outcome.FAILED, Outcome.PASSED])  # the load's failure, then alone
+
+    def victim(ids: Sequence[str], strict: bool) -> Outcome:
+        if ids == [provider, VICTIM] and len(prober.runs) > 8:
+            return next(confirmations)
+        return Outcome.PASSED if provider in ids else Outcome.FAILED
+
+    prober = LoadedProber(victim, forks=True)
+    search = bisect(prober, task(Category.DEPENDS_ON_OTHERS))  # type: ignore[arg-type]
+    assert search.culprits == (provider,), search.note
+    assert prober.runs[-1] == ([provider, VICTIM], True)
+
+
+def test_a_test_that_failed_alone_runs_its_next_alone_run_strictly() -> None:
+    broken, fine = "test_b.py::test_broken", "test_f.py::test_fine"
+    prober = LoadedProber(lambda ids, _: Outcome.FAILED if broken in ids else Outcome.PASSED)
+    found = run_alone(prober, {broken: 2, fine: 2}, progress=io.StringIO())  # type: ignore[arg-type]
+    assert found[broken].alone == (Outcome.FAILED, Outcome.FAILED)
+    assert found[fine].alone == (Outcome.PASSED, Outcome.PASSED)
+    # its first beside the other, confirmed strictly; its second strict from the start
+    assert [strict for ids, strict in prober.runs if ids == [broken]] == [False, True, True]
+    earlier = {broken: TestEvidence(id=broken, alone=(Outcome.FAILED,))}
+    prober.runs.clear()
+    more_alone(prober, {broken: 1}, earlier, io.StringIO())  # type: ignore[arg-type]
+    assert prober.runs == [([broken], True)]
 
 
 def test_two_runs_that_do_not_fit_the_gpu_together_run_one_after_the_other() -> None:

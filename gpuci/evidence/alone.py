@@ -3,7 +3,8 @@
 A test whose isolated run was the first of its interpreter was already seen alone once; a
 test that timed out gets one alone run at most. Alone-runs may run beside each other, up
 to the check's slots (a pass answers the question: it passed with more going on, not
-less); a failing one is confirmed alone, with nothing else running, before it counts.
+less); a failing one is confirmed alone, with nothing else running, before it counts, and
+a test that failed an alone-run runs its next ones that way from the start.
 `--evidence-budget` caps the seconds spent; what it cuts is recorded per test ("not rerun:
 budget"), never silently classified.
 """
@@ -70,11 +71,14 @@ def run_alone(
     *,
     progress: TextIO,
     again: bool = False,  # they ran alone before: the line says so, not the same twice
+    failed: frozenset[str] = frozenset(),  # tests that failed an earlier alone-run
 ) -> dict[str, TestEvidence]:
     """Every suspect's alone-runs, round by round, so a cut budget spreads evenly; where
     the prober has more than one slot a round's runs go beside each other, and a failing
-    one is confirmed alone before it counts."""
+    one is confirmed alone before it counts. A test that failed an earlier alone-run runs
+    strictly at once: its failure, likely again, would need that run anyway."""
     alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
+    failing = set(failed)
     cut: set[str] = set()
     say(
         progress,
@@ -84,8 +88,10 @@ def run_alone(
     )
     for round_ in range(max(wanted.values(), default=0)):
         todo = [i for i, n in wanted.items() if n > round_]
-        for test_id, outcome in _alone_round(prober, todo, cut).items():
+        for test_id, outcome in _alone_round(prober, todo, cut, failing).items():
             alone[test_id].append(outcome)
+            if outcome in NOT_PASSING:
+                failing.add(test_id)
     found = {
         i: TestEvidence(id=i, alone=tuple(o), cut=CUT_BY_BUDGET if i in cut else "")
         for i, o in alone.items()
@@ -96,8 +102,11 @@ def run_alone(
     return found
 
 
-def _alone_round(prober: Prober, todo: list[str], cut: set[str]) -> dict[str, Outcome]:
-    """One alone-run of each of `todo`; the outcomes that count, strict ones for failures."""
+def _alone_round(
+    prober: Prober, todo: list[str], cut: set[str], failing: set[str]
+) -> dict[str, Outcome]:
+    """One alone-run of each of `todo`; the outcomes that count, strict ones for failures
+    (and for the `failing`, which run strictly from the start)."""
 
     def one_by_one(tests: list[str], *, strict: bool = False) -> dict[str, Outcome]:
         done: dict[str, Outcome] = {}
@@ -117,24 +126,24 @@ def _alone_round(prober: Prober, todo: list[str], cut: set[str]) -> dict[str, Ou
     # the tests of one file run one after the other (one slot each file)
     by_file: dict[str, list[str]] = {}
     for test_id in todo:
-        by_file.setdefault(file_of(test_id), []).append(test_id)
+        if test_id not in failing:
+            by_file.setdefault(file_of(test_id), []).append(test_id)
+    loose = [i for i in todo if i not in failing]
     workers = prober.admission.slots
     if workers <= 1 or len(by_file) <= 1:
-        outcomes = one_by_one(todo)
+        outcomes = one_by_one(loose)
     else:
         with ThreadPoolExecutor(max_workers=min(workers, len(by_file))) as pool:
             rounds = list(pool.map(one_by_one, by_file.values()))
         outcomes = {i: o for done in rounds for i, o in done.items()}
     # a pass beside others answers the question; a failure may be the others': again,
     # with nothing else running, and that run is the one that counts
-    failing = [i for i in todo if outcomes.get(i) in NOT_PASSING and i in beside]
-    strict = one_by_one(failing, strict=True)
-    for test_id in failing:
-        if test_id in strict:
-            outcomes[test_id] = strict[test_id]
-        else:  # its confirmation was cut: a failure beside others does not count
-            outcomes.pop(test_id, None)
-    return outcomes
+    confirm = [i for i in loose if outcomes.get(i) in NOT_PASSING and i in beside]
+    strict = one_by_one([*confirm, *(i for i in todo if i in failing)], strict=True)
+    for test_id in confirm:
+        if test_id not in strict:  # its confirmation was cut: a failure beside others
+            outcomes.pop(test_id, None)  # does not count
+    return outcomes | strict
 
 
 def _budget(prober: Prober) -> str:
@@ -153,7 +162,10 @@ def more_alone(
     if not any(wanted.values()):
         return merged
     again = any(found[i].alone for i, n in wanted.items() if n and i in found)
-    ran = run_alone(prober, wanted, progress=progress, again=again)
+    failed = frozenset(
+        i for i in wanted if i in found and any(o in NOT_PASSING for o in found[i].alone)
+    )
+    ran = run_alone(prober, wanted, progress=progress, again=again, failed=failed)
     for test_id, extra in ran.items():
         before = merged.get(test_id, TestEvidence(id=test_id))
         merged[test_id] = dataclasses.replace(

@@ -3,17 +3,21 @@
 The tests before the victim where it failed are halved, keeping a half after which it
 still shows it (fails; for depends-on-others, passes), down to the smallest set: about
 2·log2(n) interpreters running `[candidates..., victim]` in the original order. With slots
-to spare a level's halves run at once. A culprit set found for an earlier victim of the
-same interpreter is tried first (a cascade).
+to spare a level splits its candidates into up to MAX_PARTS parts that run at once: about
+as many runs, in half the levels. A culprit set found for an earlier victim of the same
+interpreter is tried first (a cascade).
 
 Steps may fork and share the GPUs; the answer is confirmed by a second identical run,
 fresh and (where it shows a failure) with nothing beside it. Where that run goes the other
-way after steps that were forked or beside others, `contradicted` says so and the caller
-redoes the search; otherwise the victim is flaky and nothing is named.
+way after steps that were forked or beside others, it runs once more, strictly: where that
+one shows the finding the victim is flaky (one fresh command went both ways), otherwise
+`contradicted` says so and the caller redoes the search. After fresh, strict steps a
+confirmation that goes the other way makes the victim flaky. Either way nothing is named.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
 FORKED = "a forked run"  # what a contradicted search's steps were
 LOADED = "a run beside others"
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
+MAX_PARTS = 4  # a level's candidates run in at most this many parts at once
 
 
 @dataclass(slots=True)
@@ -129,26 +134,50 @@ def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Sea
 def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[str]) -> bool:
     """The run that just showed the finding, once more and fresh (the command the report
     prints): a flaky victim would otherwise hand the search a culprit by chance (then the
-    note says `SAME_RUN_BOTH_WAYS`); where the first was forked, the fork is suspect."""
+    note says `SAME_RUN_BOTH_WAYS`). Where the steps were forked or beside others and this
+    run goes the other way, a third, strict, tells a flaky victim (it shows the finding
+    again) from a fork's or load's doing (`contradicted`: the search is redone): a redone
+    search of a flaky victim costs a whole search and turns the fork server off."""
     suspect = " and ".join(
         what for what, was in ((FORKED, search.forked), (LOADED, search.loaded)) if was
     )
     # a failure decides a category only with nothing beside it; a pass answers under load
     strict = task.category is not Category.DEPENDS_ON_OTHERS
-    if not prober.exhausted() and _probe(prober, task, search, current, fresh=True, strict=strict):
+    if prober.exhausted():
+        search.note = f"search cut by budget before {len(current)} test(s) were confirmed twice"
+        return False
+    probe, ran = _step(prober, task, current, fresh=True, strict=strict)
+    if _record(task, search, probe, ran):
         return True
-    search.contradicted = suspect if not prober.exhausted() else ""
+    loaded = ran.beside and probe.outcome in NOT_PASSING  # a failure that does not count
+    # before the search is redone for the fork's or the load's doing: the same fresh run
+    # once more, with nothing beside it. Where it shows the finding now, the first failed
+    # by the load, or the command went both ways (the victim is flaky)
+    if (
+        (suspect or loaded)
+        and not prober.exhausted()
+        and _probe(prober, task, search, current, fresh=True, strict=True)
+    ):
+        if loaded:
+            return True
+        search.note = (
+            f"{NOT_REPRODUCED}: fresh, it {SHOWN[task.category]} after {len(current)}"
+            f" test(s), then not, then again ({SAME_RUN_BOTH_WAYS})"
+        )
+        return False
+    if suspect and prober.exhausted():
+        search.note = f"search cut by budget before {len(current)} test(s) were confirmed twice"
+        return False
+    search.contradicted = suspect
     search.note = (
-        f"search cut by budget before {len(current)} test(s) were confirmed twice"
-        if prober.exhausted()
-        else f"{NOT_REPRODUCED}: it {SHOWN[task.category]} after {len(current)} test(s),"
+        f"{NOT_REPRODUCED}: it {SHOWN[task.category]} after {len(current)} test(s),"
         f" then not ({SAME_RUN_BOTH_WAYS})"
     )
     return False
 
 
 def bisect(prober: Prober, task: Task, search: Search | None = None) -> Search:
-    """Halve the candidates, keeping a half that still shows the finding; then confirm."""
+    """Split the candidates, keeping a part that still shows the finding; then confirm."""
     search = search or Search([])
     current = list(task.candidates)
     confirmed = False  # whether the last probe ran exactly `current` and showed it
@@ -161,10 +190,9 @@ def bisect(prober: Prober, task: Task, search: Search | None = None) -> Search:
                 f" down to {len(current)} of {len(task.candidates)} tests"
             )
             return search
-        half = len(current) // 2
-        shown = _halves(prober, task, search, (current[:half], current[half:]))
+        shown = _split(prober, task, search, current)
         if shown is None:
-            several = True  # neither half alone: the finding needs tests from both
+            several = True  # no part alone: the finding needs tests from several
             break
         current, confirmed = shown, True
     if not confirmed:
@@ -187,30 +215,52 @@ def bisect(prober: Prober, task: Task, search: Search | None = None) -> Search:
     return search
 
 
-def _halves(
-    prober: Prober, task: Task, search: Search, parts: tuple[list[str], list[str]]
-) -> list[str] | None:
-    """The first half after which the victim shows the finding, or None. With slots to
-    spare both halves run at once (the second's run is then spent whether or not the first
-    shows it); otherwise the second runs only where the first does not show it. Where both
-    fail beside each other the victim may be failing by the load (two of it at once, a
-    test that contends for a device): the halves run again one by one, strictly."""
+def _split(prober: Prober, task: Task, search: Search, current: list[str]) -> list[str] | None:
+    """The first part of `current` after which the victim shows the finding, or None. With
+    slots to spare up to MAX_PARTS parts run at once: fewer levels, each replaying fewer
+    tests, in about as many runs as halving (k runs a level, log_k(n) levels); where no
+    part shows it, the halves (the finding may need tests of two parts). A victim the load
+    may fail gets halves at once: more parts would fail by each other unevenly. Otherwise
+    halves, the second only where the first does not show it."""
     if task.strict or prober.admission.slots < 2:
-        return _one_by_one(prober, task, search, parts, strict=task.strict)
+        return _one_by_one(prober, task, search, _parts(current, 2), strict=task.strict)
+    parts = _parts(current, 2 if task.loadable else min(prober.admission.slots, MAX_PARTS))
+    shown = _at_once(prober, task, search, parts)
+    if shown is None and len(parts) > 2:
+        shown = _at_once(prober, task, search, _parts(current, 2))
+    return shown
+
+
+def _parts(items: list[str], k: int) -> list[list[str]]:
+    """`items` in `k` consecutive parts of nearly equal length (none empty)."""
+    k = max(1, min(k, len(items)))
+    size, extra = divmod(len(items), k)
+    bounds = [i * size + min(i, extra) for i in range(k + 1)]
+    return [items[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def _at_once(
+    prober: Prober, task: Task, search: Search, parts: Sequence[list[str]]
+) -> list[str] | None:
+    """Every part at once (each run is spent whether or not an earlier part shows it); the
+    first that shows the finding. Where several fail beside each other the victim may be
+    failing by the load (two of it at once, a test that contends for a device): those
+    parts run again one by one, strictly."""
     with ThreadPoolExecutor(max_workers=len(parts)) as pool:
         steps = list(pool.map(lambda part: _step(prober, task, part), parts))
     shown = [_record(task, search, probe, ran) for probe, ran in steps]
-    failed_beside = all(ran.beside and p.outcome in NOT_PASSING for p, ran in steps)
-    if all(shown) and failed_beside:
-        return _one_by_one(prober, task, search, parts, strict=True)
-    return next((part for part, shows in zip(parts, shown, strict=True) if shows), None)
+    showing = [(part, step) for part, shows, step in zip(parts, shown, steps, strict=True) if shows]
+    by_load = all(ran.beside and probe.outcome in NOT_PASSING for _, (probe, ran) in showing)
+    if len(showing) > 1 and by_load:
+        return _one_by_one(prober, task, search, [part for part, _ in showing], strict=True)
+    return showing[0][0] if showing else None
 
 
 def _one_by_one(
     prober: Prober,
     task: Task,
     search: Search,
-    parts: tuple[list[str], list[str]],
+    parts: Sequence[list[str]],
     *,
     strict: bool,
 ) -> list[str] | None:

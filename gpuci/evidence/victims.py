@@ -28,6 +28,10 @@ class Task:
     pairs: tuple[str, ...] = ()  # files to pair it with where a screen's replay shows nothing
     kind: str = ""  # its failure's kind in the screens (fingerprints.failure_kind)
     strict: bool = False  # every run with nothing beside it (a redone search)
+    # it failed in the parallel screen, where only its own file ran before it: other
+    # interpreters beside it (two of it at once, too) may fail it, so its search splits
+    # in halves, whose failing beside each other sends them to strict runs
+    loadable: bool = False
 
 
 def plan_searches(
@@ -76,6 +80,11 @@ def _plan(
         )
     parallel = results.get(Mode.PARALLEL)
     pairs: tuple[str, ...] = ()
+    loadable = bool(
+        parallel is not None
+        and parallel.run.beside
+        and test.outcomes.get(Mode.PARALLEL) in NOT_PASSING
+    )
     if parallel is not None and parallel.run.beside and test.category is Category.ORDER_DEPENDENT:
         # a screen's failure: maybe beside a file, not after one
         if test.outcomes.get(Mode.PARALLEL) in NOT_PASSING:
@@ -110,6 +119,7 @@ def _plan(
                 rank=rank,
                 pairs=pairs,
                 kind=failure_kind(test.seen) if pairs else "",
+                loadable=loadable,
             )
     return best
 
