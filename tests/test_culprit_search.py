@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 import gpuci.evidence.poisoned
+from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _replay
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs
 from gpuci.evidence.poisoned import run_poisoned
-from gpuci.evidence.probe import Admission
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task

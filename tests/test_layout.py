@@ -59,6 +59,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "reproduce",
         "fingerprints",
         "classify",
+        "admission",
         "probe",
         "alone",
         "priorities",

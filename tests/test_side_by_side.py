@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import pytest
 
 import gpuci.evidence.poisoned
+from gpuci.evidence.admission import Admission
 from gpuci.evidence.alone import more_alone, run_alone
 from gpuci.evidence.bisect import bisect
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
-from gpuci.evidence.probe import Admission
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Outcome, TestEvidence
 
@@ -294,6 +294,22 @@ def test_a_peak_learned_alone_is_kept_for_the_later_runs() -> None:
     admission.learn("test_hog_a.py", 53248)  # its alone-run held 52 GiB
     admission.learn("test_hog_a.py", None)  # a run not measured changes nothing
     assert admission.need(["test_hog_a.py"]) > 53248 > small
+
+
+def test_a_file_that_ran_out_of_memory_in_a_screen_keeps_the_gpu_until_measured() -> None:
+    # the screens saw each hog fail short of memory beside the other: small peaks
+    admission = Admission(
+        slots=4, capacity_mib=81559, peaks={"test_hog_a.py": 600, "test_hog_b.py": 700}
+    )
+    admission.ran_out(["test_hog_a.py", "test_hog_b.py"])
+    hog, other = admission.need(["test_hog_a.py"]), admission.need(["test_small.py"])
+    assert hog > 81559 and other == 0
+    with admission.admitted(strict=False, need_mib=hog):
+        assert not admission._fits(1, admission.need(["test_hog_b.py"]))
+        assert not admission._fits(1, other)  # nothing beside it: it may need all of it
+    admission.learn("test_hog_a.py", 53248)  # measured alone: the stand-in goes
+    assert round(53248 * 1.0) <= admission.need(["test_hog_a.py"]) < 81559
+    Admission(slots=4).ran_out(["test_hog_a.py"])  # no GPU memory known: nothing to keep
 
 
 def test_victims_that_failed_alike_beside_each_other_are_not_searched_at_once() -> None:

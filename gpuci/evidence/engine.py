@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
-from gpuci.evidence.classify import classify_results
+from gpuci.evidence.classify import classify_results, out_of_device_memory
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
@@ -37,6 +37,7 @@ from gpuci.formats import (
     write_json_atomic,
 )
 from gpuci.model import (
+    NOT_PASSING,
     PROBE_SHOWN,
     SUITE_UNIT,
     Category,
@@ -49,6 +50,7 @@ from gpuci.model import (
     TestEvidence,
     TestResult,
 )
+from gpuci.run.discover import file_of
 from gpuci.run.endings import EXIT_ID
 from gpuci.run.plan import thread_args
 from gpuci.run.progress import say
@@ -104,6 +106,13 @@ def gather_evidence(
         supervisor=supervisor,
         mode_name=EVIDENCE_DIR,
         slots=workers,
+    )
+    # a test that ran out of device memory in a screen: its file's peak there is too small
+    prober.admission.ran_out(
+        file_of(t.id)
+        for r in results.values()
+        for t in r.run.tests
+        if t.outcome in NOT_PASSING and out_of_device_memory(t.message)
     )
     found: dict[str, TestEvidence] = {}
     try:

@@ -3,29 +3,30 @@
 Every evidence run (alone-runs, culprit searches, poisoned runs, compute-sanitizer) goes
 through one `Prober`, so they share one environment (the GPUs of the check's serial
 interpreters, unless a concurrency pair replays the parallel slots' own), one budget and
-one account of what the runs left behind. Runs are serial, except `run_together`, which
-replays interpreters that ran side by side.
+one account of what the runs left behind. Runs share the check's slots as
+`gpuci.evidence.admission` admits them; `run_together` replays interpreters that ran side
+by side.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuci.evidence.admission import Admission
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.forkserver import stop_all
-from gpuci.run.gpumem import screen_peaks, with_margin
+from gpuci.run.gpumem import screen_peaks
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
@@ -66,92 +67,6 @@ class Phase:
     runs: int = 0
     seconds: float = 0.0
     at_once: int = 0
-
-
-@dataclass(slots=True)
-class _Flight:
-    """One admitted run (or pair): whether another overlapped it, the device memory kept."""
-
-    size: int
-    need_mib: int = 0
-    beside: bool = False
-
-
-@dataclass(slots=True)
-class Admission:
-    """How many evidence interpreters run at once: up to `slots`, none beside a strict one,
-    and no more together than the GPU holds by their files' peaks in the screens.
-
-    A strict run waits until nothing runs, and while it waits nothing new starts (so it is
-    never starved); a run that overlapped another is marked `beside`. Memory is kept for a
-    run from its admission (a free-memory reading would let two big runs that start at the
-    same moment both in).
-    """
-
-    slots: int = 1
-    capacity_mib: int | None = None  # the GPU's memory; None: not known, not checked
-    peaks: dict[str, int] = field(default_factory=dict)  # by file, from the screens
-    most: int = 0  # the most interpreters that ran at once
-    beside: int = 0  # runs that had another beside them
-    _flights: list[_Flight] = field(default_factory=list)
-    _strict: int = 0  # strict runs waiting or running
-    _changed: threading.Condition = field(default_factory=threading.Condition)
-
-    def need(self, files: Sequence[str]) -> int:
-        """The device memory to keep for an interpreter of `files` (0: not known)."""
-        peak = max((self.peaks.get(f, 0) for f in files), default=0)
-        return round(with_margin(peak)) if peak else 0
-
-    def _fits(self, size: int, need_mib: int) -> bool:
-        if self._strict or self._running() + size > max(self.slots, size):
-            return False
-        if not self._flights or self.capacity_mib is None:
-            return True
-        return sum(f.need_mib for f in self._flights) + need_mib <= self.capacity_mib
-
-    @contextlib.contextmanager
-    def admitted(self, *, strict: bool, size: int = 1, need_mib: int = 0) -> Iterator[_Flight]:
-        """Hold one of the slots (all of them, where `strict`) for the run inside."""
-        flight = _Flight(size, need_mib)
-        with self._changed:
-            if strict:
-                self._strict += 1
-                self._changed.wait_for(lambda: not self._flights)
-            else:
-                self._changed.wait_for(lambda: self._fits(size, need_mib))
-            if self._flights:
-                flight.beside = True
-                for other in self._flights:
-                    other.beside = True
-            self._flights.append(flight)
-            self.most = max(self.most, self._running())
-        try:
-            yield flight
-        finally:
-            with self._changed:
-                self._flights.remove(flight)
-                self._strict -= strict
-                self.beside += flight.size if flight.beside else 0
-                self._changed.notify_all()
-
-    def learn(self, file: str, peak_mib: int | None) -> None:
-        """A run of `file` alone peaked at `peak_mib`: a screen's run that failed short of
-        memory (beside a hog) held less than the file needs."""
-        if peak_mib:
-            with self._changed:
-                self.peaks[file] = max(peak_mib, self.peaks.get(file, 0))
-
-    def to_json(self) -> dict[str, int]:
-        """evidence.json's `concurrency`."""
-        return {"slots": self.slots, "most_at_once": self.most, "beside": self.beside}
-
-    def running(self) -> int:
-        """How many interpreters run now."""
-        with self._changed:
-            return self._running()
-
-    def _running(self) -> int:
-        return sum(f.size for f in self._flights)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,117 @@
+"""Admission: how many evidence interpreters run at once, and which may share the GPUs.
+
+Up to the check's slots run at once; a strict run has nothing beside it; and no more run
+together than the GPU holds by their files' peaks (the screens', or one measured alone).
+A file that ran out of device memory in a screen has no peak to go by (it stopped short of
+what it needs): it keeps the whole GPU until a run of it alone measures one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from gpuci.run.gpumem import with_margin
+
+
+@dataclass(slots=True)
+class _Flight:
+    """One admitted run (or pair): whether another overlapped it, the device memory kept."""
+
+    size: int
+    need_mib: int = 0
+    beside: bool = False
+
+
+@dataclass(slots=True)
+class Admission:
+    """How many evidence interpreters run at once: up to `slots`, none beside a strict one,
+    and no more together than the GPU holds by their files' peaks in the screens.
+
+    A strict run waits until nothing runs, and while it waits nothing new starts (so it is
+    never starved); a run that overlapped another is marked `beside`. Memory is kept for a
+    run from its admission (a free-memory reading would let two big runs that start at the
+    same moment both in).
+    """
+
+    slots: int = 1
+    capacity_mib: int | None = None  # the GPU's memory; None: not known, not checked
+    peaks: dict[str, int] = field(default_factory=dict)  # by file, from the screens
+    most: int = 0  # the most interpreters that ran at once
+    beside: int = 0  # runs that had another beside them
+    unmeasured: set[str] = field(default_factory=set)  # files that keep the whole GPU
+    _flights: list[_Flight] = field(default_factory=list)
+    _strict: int = 0  # strict runs waiting or running
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def need(self, files: Sequence[str]) -> int:
+        """The device memory to keep for an interpreter of `files` (0: not known)."""
+        peak = max((self.peaks.get(f, 0) for f in files), default=0)
+        return round(with_margin(peak)) if peak else 0
+
+    def _fits(self, size: int, need_mib: int) -> bool:
+        if self._strict or self._running() + size > max(self.slots, size):
+            return False
+        if not self._flights or self.capacity_mib is None:
+            return True
+        return sum(f.need_mib for f in self._flights) + need_mib <= self.capacity_mib
+
+    @contextlib.contextmanager
+    def admitted(self, *, strict: bool, size: int = 1, need_mib: int = 0) -> Iterator[_Flight]:
+        """Hold one of the slots (all of them, where `strict`) for the run inside."""
+        flight = _Flight(size, need_mib)
+        with self._changed:
+            if strict:
+                self._strict += 1
+                self._changed.wait_for(lambda: not self._flights)
+            else:
+                self._changed.wait_for(lambda: self._fits(size, need_mib))
+            if self._flights:
+                flight.beside = True
+                for other in self._flights:
+                    other.beside = True
+            self._flights.append(flight)
+            self.most = max(self.most, self._running())
+        try:
+            yield flight
+        finally:
+            with self._changed:
+                self._flights.remove(flight)
+                self._strict -= strict
+                self.beside += flight.size if flight.beside else 0
+                self._changed.notify_all()
+
+    def ran_out(self, files: Iterable[str]) -> None:
+        """`files` ran out of device memory in a screen: what they held there is not what
+        they need, so each keeps the whole GPU until a run of it alone is measured."""
+        if self.capacity_mib is None:
+            return
+        with self._changed:
+            for file in files:
+                self.unmeasured.add(file)
+                self.peaks[file] = self.capacity_mib
+
+    def learn(self, file: str, peak_mib: int | None) -> None:
+        """A run of `file` alone peaked at `peak_mib`: a screen's run that failed short of
+        memory (beside a hog) held less than the file needs."""
+        if peak_mib:
+            with self._changed:
+                if file in self.unmeasured:  # the whole GPU stood in for it: replaced
+                    self.unmeasured.discard(file)
+                    self.peaks[file] = peak_mib
+                else:
+                    self.peaks[file] = max(peak_mib, self.peaks.get(file, 0))
+
+    def to_json(self) -> dict[str, int]:
+        """evidence.json's `concurrency`."""
+        return {"slots": self.slots, "most_at_once": self.most, "beside": self.beside}
+
+    def running(self) -> int:
+        """How many interpreters run now."""
+        with self._changed:
+            return self._running()
+
+    def _running(self) -> int:
+        return sum(f.size for f in self._flights)
