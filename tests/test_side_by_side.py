@@ -16,11 +16,14 @@ import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.alone import more_alone, run_alone
 from gpuci.evidence.bisect import bisect
+from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
-from gpuci.evidence.victims import Task
-from gpuci.model import Category, Outcome, TestEvidence
+from gpuci.evidence.reproduce import interpreter_order
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.victims import Task, plan_searches
+from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -331,3 +334,46 @@ def test_victims_that_failed_alike_beside_each_other_are_not_searched_at_once() 
         [dataclasses.replace(hog_a, candidates=("a.py::t",)), hog_b]  # two interpreters
     )
     assert len(groups) == 1  # one group: its waves keep them apart
+
+
+@pytest.mark.parametrize(
+    ("category", "suite", "loadable"),
+    [
+        (Category.ORDER_DEPENDENT, Outcome.FAILED, True),  # it may fail by the load
+        (Category.DEPENDS_ON_OTHERS, Outcome.PASSED, False),  # it shows by passing
+    ],
+)
+def test_only_a_victim_that_failed_beside_others_and_shows_by_failing_is_loadable(
+    category: Category, suite: Outcome, loadable: bool
+) -> None:
+    def mode(which: Mode, victim: Outcome) -> ModeResults:
+        tests = [
+            TestResult(id="test_a.py::test_a", file="test_a.py", outcome=Outcome.PASSED),
+            TestResult(id="test_b.py::test_b", file="test_b.py", outcome=Outcome.PASSED),
+            TestResult(id=VICTIM, file="test_v.py", outcome=victim),
+        ]
+        beside = (Mode.PARALLEL,) if which is Mode.SUITE else (Mode.SUITE,)
+        run = ModeRun(
+            mode=which,
+            command=("gpuci",),
+            rootdir="/x",
+            workers=2,
+            tests=tuple(tests),
+            beside=beside,
+        )
+        return ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+
+    results = {
+        Mode.SUITE: mode(Mode.SUITE, suite),
+        Mode.PARALLEL: mode(Mode.PARALLEL, Outcome.FAILED),
+    }
+    orders = {m: interpreter_order(r) for m, r in results.items()}
+    victim = Classified(
+        id=VICTIM,
+        category=category,
+        outcomes={Mode.SUITE: suite, Mode.PARALLEL: Outcome.FAILED},
+        reruns=(Outcome.PASSED,) if suite is Outcome.FAILED else (Outcome.FAILED,),
+        results={m: r.run.tests[-1] for m, r in results.items()},
+    )
+    (found,) = plan_searches(results, {VICTIM: victim}, {}, orders)
+    assert found.loadable is loadable and found.candidates

@@ -80,8 +80,9 @@ def _plan(
         )
     parallel = results.get(Mode.PARALLEL)
     pairs: tuple[str, ...] = ()
-    loadable = bool(
-        parallel is not None
+    loadable = bool(  # a depends-on-others victim shows by passing: the load cannot
+        test.category is Category.ORDER_DEPENDENT
+        and parallel is not None
         and parallel.run.beside
         and test.outcomes.get(Mode.PARALLEL) in NOT_PASSING
     )
