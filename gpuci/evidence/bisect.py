@@ -143,8 +143,9 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
     )
     # a failure decides a category only with nothing beside it; a pass answers under load
     strict = task.category is not Category.DEPENDS_ON_OTHERS
+    cut = f"search cut by budget before {len(current)} test(s) were confirmed twice"
     if prober.exhausted():
-        search.note = f"search cut by budget before {len(current)} test(s) were confirmed twice"
+        search.note = cut
         return False
     probe, ran = _step(prober, task, current, fresh=True, strict=strict)
     if _record(task, search, probe, ran):
@@ -165,8 +166,8 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
             f" test(s), then not, then again ({SAME_RUN_BOTH_WAYS})"
         )
         return False
-    if suspect and prober.exhausted():
-        search.note = f"search cut by budget before {len(current)} test(s) were confirmed twice"
+    if (suspect or loaded) and prober.exhausted():  # the run that would decide was cut
+        search.note = cut
         return False
     search.contradicted = suspect
     search.note = (
