@@ -124,11 +124,10 @@ def _alone_round(
 
     beside: set[str] = set()  # ran with another evidence run beside it
     # the tests of one file run one after the other (one slot each file)
-    by_file: dict[str, list[str]] = {}
-    for test_id in todo:
-        if test_id not in failing:
-            by_file.setdefault(file_of(test_id), []).append(test_id)
     loose = [i for i in todo if i not in failing]
+    by_file: dict[str, list[str]] = {}
+    for test_id in loose:
+        by_file.setdefault(file_of(test_id), []).append(test_id)
     workers = prober.admission.slots
     if workers <= 1 or len(by_file) <= 1:
         outcomes = one_by_one(loose)

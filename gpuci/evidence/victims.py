@@ -80,16 +80,12 @@ def _plan(
         )
     parallel = results.get(Mode.PARALLEL)
     pairs: tuple[str, ...] = ()
-    loadable = bool(  # a depends-on-others victim shows by passing: the load cannot
-        test.category is Category.ORDER_DEPENDENT
-        and parallel is not None
-        and parallel.run.beside
-        and test.outcomes.get(Mode.PARALLEL) in NOT_PASSING
-    )
+    loadable = False  # a depends-on-others victim shows by passing: the load cannot
     if parallel is not None and parallel.run.beside and test.category is Category.ORDER_DEPENDENT:
         # a screen's failure: maybe beside a file, not after one
         if test.outcomes.get(Mode.PARALLEL) in NOT_PASSING:
             pairs = co_runners(results, test.results[Mode.PARALLEL].file)
+            loadable = True
         elif test.outcomes.get(Mode.SUITE) in NOT_PASSING:
             pairs = beside_suite_test(results, test.id)
     wanted: set[Outcome] = (
