@@ -55,8 +55,11 @@ def wait_for_suite_test(out: Path, proc: subprocess.Popen[str]) -> None:
     journal = out / "suite" / "journal" / "suite.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        started = journal.exists() and '"e": "start"' in journal.read_text(encoding="utf-8")
-        if started and check_id(out) != earlier:
+        # the check's id first: it is written after the earlier results were moved aside,
+        # so a journal read once it changed is the new check's (read the other way round,
+        # the earlier check's journal could pass, and Ctrl-C land before the screens)
+        new = check_id(out) != earlier
+        if new and journal.exists() and '"e": "start"' in journal.read_text(encoding="utf-8"):
             return
         time.sleep(0.05)
     proc.kill()
