@@ -57,6 +57,7 @@ from gpuci.run.plan_mode import (
     say,
     shard_of,
     start_fork_server,
+    suite_held,
     threads_of,
 )
 from gpuci.run.resume import check_extra_modes, earlier_run, has_results
@@ -121,6 +122,12 @@ def write_verdict(options: Options, path: Path) -> int:
 def _run_modes(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
     """The modes asked for (check_options) or chosen, screened at once or one after
     another, as the check decides them; the slots they ran in."""
+    suite = asked.modes is None or Mode.SUITE in asked.modes
+    with suite_held(opts, when=suite and not options.resume):
+        return _discover_and_run(opts, options, asked)
+
+
+def _discover_and_run(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
     discovery = discover(opts)  # once: every mode runs the same collected tests
     modes, why = choose_modes(asked, discovery)
     opts = replace(opts, mode_plan=(tuple(modes), why))
@@ -363,7 +370,8 @@ def run_mode_with_reruns(options: Options, mode: Mode) -> ModeRun:
             f"replacing the earlier {mode.value} results in {mode_dir}"
             " (--resume continues an interrupted run instead)"
         )
-    run = run_one_mode(replace(opts, run_id=run_id), mode, resume=prior)
+    with suite_held(opts, when=mode is Mode.SUITE and prior is None):
+        run = run_one_mode(replace(opts, run_id=run_id), mode, resume=prior)
     return rerun_mode_suspects(
         run, mode_dir, runs=evidence.reruns, budget_s=evidence.budget_s, python=evidence.python
     )

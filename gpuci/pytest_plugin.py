@@ -28,6 +28,11 @@ interpreters of a concurrency pair), each interpreter holds its first test at it
 until N interpreters have reached theirs (at most RENDEZVOUS_WAIT_S), so that the two
 tests run at the same time, whatever each interpreter's start-up cost.
 
+With `GPUCI_HOLD=1` (the check's suite interpreter, started before gpuci knows the suite),
+the interpreter journals a `held` event once pytest has collected (what `collected` says,
+before GPUCI_ONLY: gpuci's discovery), and waits until `GPUCI_ONLY`'s file appears
+(`gpuci.run.waits`).
+
 `threads` is there only under pytest-run-parallel with `--parallel-threads` above 1: each
 test ran in that many threads at once, except those in `single_threaded` (marked
 `thread_unsafe` and the like), which ran in one. A failure in any thread is the test's
@@ -66,12 +71,10 @@ import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 from gpuci.run.forkaudit import RUNS_FRESH, differing_reads
+from gpuci.run.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
-RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"
-RENDEZVOUS_WAIT_S = 60.0  # a partner that never gets there does not hold the other forever
-RENDEZVOUS_POLL_S = 0.01
 SITE_DIRS = ("site-packages", "dist-packages")  # whose frames are not the suite's own
 SERIAL_MARK = "gpu_serial"
 # pytest-run-parallel's plugin object; its run_in_parallel maps the ids it runs threaded
@@ -87,6 +90,7 @@ class Journal:
         self._config = config  # whose hooks say what pytest's own summary counts
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._deselected: set[str] = set()  # files with tests the user's arguments left out
+        self._filtering = False  # while GPUCI_ONLY's tests are kept
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one event and push it to the OS before going on."""
@@ -105,20 +109,24 @@ class Journal:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """Keep only the tests named in GPUCI_ONLY, in collection order."""
+        """Keep only the tests named in GPUCI_ONLY, in collection order; held first
+        (GPUCI_HOLD), with what was collected, until that file is there."""
         only_file = os.environ.get("GPUCI_ONLY")
         if not only_file:
             return
+        hold_until_released(Path(only_file), self._collection("held", config, items), self.write)
         wanted = set(json.loads(Path(only_file).read_text(encoding="utf-8")))
         keep = [item for item in items if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]
         if dropped:
+            self._filtering = True  # not the user's arguments: not recorded as deselected
             config.hook.pytest_deselected(items=dropped)
+            self._filtering = False
         items[:] = keep
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         """Remember which files lost tests to -m, -k or --deselect (not to GPUCI_ONLY)."""
-        if not os.environ.get("GPUCI_ONLY"):
+        if not self._filtering:
             self._deselected.update(item.nodeid.split("::", 1)[0] for item in items)
 
     @pytest.hookimpl(wrapper=True)
@@ -155,21 +163,7 @@ class Journal:
         if differing:
             self.write({"e": "unforked", "why": differing})
             pytest.exit(f"gpuci: {differing}: {RUNS_FRESH}", returncode=4)
-        event: dict[str, Any] = {
-            "e": "collected",
-            "ids": [item.nodeid for item in session.items],
-            "serial": [
-                item.nodeid
-                for item in session.items
-                if item.get_closest_marker(SERIAL_MARK) is not None
-            ],
-            "rootdir": str(session.config.rootpath),
-            "deselected": sorted(self._deselected),
-            "t": time.time(),  # the wall clock: the parent measures start-up against it
-        }
-        asked = _configured_threads(session.config)
-        if asked > 1:  # the suite's configuration (or arguments) ask for threads
-            event["parallel_threads"] = asked
+        event = self._collection("collected", session.config, session.items)
         threads = _parallel_threads(session.config)
         if threads > 1:
             event["threads"] = threads
@@ -184,6 +178,26 @@ class Journal:
                     item.nodeid for item in session.items if item.nodeid not in threaded
                 ]
         self.write(event)
+
+    def _collection(
+        self, kind: str, config: pytest.Config, items: list[pytest.Item]
+    ) -> dict[str, Any]:
+        """What was collected: the ids, which must run alone, the rootdir, the files the
+        user's arguments deselected, the threads the suite's configuration asks for."""
+        event: dict[str, Any] = {
+            "e": kind,
+            "ids": [item.nodeid for item in items],
+            "serial": [
+                item.nodeid for item in items if item.get_closest_marker(SERIAL_MARK) is not None
+            ],
+            "rootdir": str(config.rootpath),
+            "deselected": sorted(self._deselected),
+            "t": time.time(),  # the wall clock: the parent measures start-up against it
+        }
+        asked = _configured_threads(config)
+        if asked > 1:  # the suite's configuration (or arguments) ask for threads
+            event["parallel_threads"] = asked
+        return event
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         """Record that a test started: if no finish follows, it crashed or hung."""
@@ -294,30 +308,6 @@ def _innermost_own(report: pytest.TestReport | pytest.CollectReport) -> str:
         if path and not path.startswith("<") and not any(d in path for d in SITE_DIRS):
             return f"{path}:{line}"[:MESSAGE_LIMIT]
     return ""
-
-
-class Rendezvous:
-    """Holds the first test of this interpreter until every partner reached its own."""
-
-    def __init__(self, spec: str) -> None:
-        folder, _, count = spec.rpartition(":")
-        self._folder = Path(folder)
-        self._count = int(count) if count.isdigit() else 2
-        self._done = False
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self) -> None:
-        """Arrive, then wait for the others (once, at the first test)."""
-        if self._done:
-            return
-        self._done = True
-        self._folder.mkdir(parents=True, exist_ok=True)
-        (self._folder / str(os.getpid())).touch()
-        deadline = time.monotonic() + RENDEZVOUS_WAIT_S
-        while time.monotonic() < deadline:
-            if sum(1 for _ in self._folder.iterdir()) >= self._count:
-                return
-            time.sleep(RENDEZVOUS_POLL_S)
 
 
 def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:

@@ -62,7 +62,9 @@ for mode in ("suite", "parallel", "threads", "isolated"):
         its = [i for f in json.loads(path.read_text())["files"] for i in f["interpreters"]]
         longest = max((i["end"] - i["start"] for i in its), default=0)
         print(f"{mode}: {len(its)} interpreters, {sum(bool(i.get('forked')) for i in its)} forked,"
-              f" longest {longest:.1f} s")
+              f" longest {longest:.1f} s, first start {min((i['start'] for i in its), default=0):.1f} s"
+              f" (start-up {its[0].get('startup_s') if its else None} s),"
+              f" last end {max((i['end'] for i in its), default=0):.1f} s")
 PY
 }
 

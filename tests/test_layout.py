@@ -34,6 +34,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "supervisor",
         "gpumem",
         "forkaudit",
+        "waits",
         "importables",
         "preimport",
         "preloads",
@@ -42,6 +43,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "logs",
         "journal",
         "launch",
+        "held",
         "endings",
         "interpreter",
         "junit",
@@ -96,6 +98,7 @@ CHILD_SIDE = (
     "evidence.poison",
     "run.preimport",
     "run.forkaudit",
+    "run.waits",
     "run.importables",
 )
 MAX_MODULE_LINES = 400

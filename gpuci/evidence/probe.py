@@ -30,9 +30,9 @@ from gpuci.run.gpumem import screen_peaks
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
 from gpuci.run.supervisor import Supervisor
+from gpuci.run.waits import RENDEZVOUS_ENV  # the plugin's: hold the first test until all arrive
 
 RUNS_FILE = "runs.jsonl"  # the evidence's timeline: one line per interpreter, as they ended
-RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"  # the plugin's: hold the first test until all arrive
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

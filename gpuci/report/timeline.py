@@ -80,7 +80,10 @@ def timeline(verdict: Verdict) -> dict[str, Any] | None:
     # The axis ends with the last file: the alone-reruns after it are not drawn.
     end = max(number(r.get("end")) for r in runs) or 1.0
     wall = number(mode.get("wall_s")) if isinstance(mode, Mapping) else 0.0
-    scale = TIMELINE_WIDTH / end
+    # the axis starts before 0 where the suite interpreter started before the screens
+    # (`gpuci.run.held`: it collected beside discovery)
+    origin = min(0.0, *(number(r.get("start")) for r in runs))
+    scale = TIMELINE_WIDTH / (end - origin)
     rows = []
     previous_group = None
     for i, (shard, gpu, slot) in enumerate(lanes):
@@ -103,7 +106,7 @@ def timeline(verdict: Verdict) -> dict[str, Any] | None:
         status = status_class(run.get("status"))
         bars.append(
             {
-                "x": round(TIMELINE_LABEL + start * scale, 2),
+                "x": round(TIMELINE_LABEL + (start - origin) * scale, 2),
                 "y": index[lane(run)] * TIMELINE_ROW + 3,
                 "width": round(max((stop - start) * scale, 1.5), 2),
                 "status": status,
@@ -123,7 +126,8 @@ def timeline(verdict: Verdict) -> dict[str, Any] | None:
         "rows": rows,
         "bars": bars,
         "ticks": [
-            {"x": round(TIMELINE_LABEL + t * scale, 2), "label": seconds(t)} for t in ticks(end)
+            {"x": round(TIMELINE_LABEL + (t - origin) * scale, 2), "label": seconds(t)}
+            for t in ticks(end)
         ],
         "statuses": sorted({b["status"] for b in bars}),
         "wall": seconds(max(wall, end)),

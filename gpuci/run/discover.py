@@ -93,9 +93,7 @@ def discover_tests(
     `collect` starts the collecting interpreter: forked from the fork server where there is
     one (`gpuci.run.plan_mode`), else fresh.
     """
-    for path in paths:
-        if not Path(path).exists():
-            raise UsageError(f"{path}: no such file or directory")
+    _check_paths_exist(paths)
     with tempfile.TemporaryDirectory(prefix="gpuci-discover-") as tmp:
         journal = Path(tmp) / "collect.jsonl"
         env = child_env(os.environ)
@@ -132,6 +130,20 @@ def discover_tests(
             _collection_failure(paths, text, code)
         )
     return _build(paths, collected[-1], events)
+
+
+def discovered(paths: Sequence[str], events: list[dict[str, object]]) -> Discovery:
+    """The discovery of a suite interpreter that journaled its collection of PATHS (`held`,
+    `gpuci.run.held`): the same command as `discover_tests`', but for --collect-only."""
+    _check_paths_exist(paths)
+    held = [e for e in events if e.get("e") == "held"]
+    return _build(paths, held[-1], events)
+
+
+def _check_paths_exist(paths: Sequence[str]) -> None:
+    for path in paths:
+        if not Path(path).exists():
+            raise UsageError(f"{path}: no such file or directory")
 
 
 def _collection_failure(paths: Sequence[str], output: str, code: int) -> str:

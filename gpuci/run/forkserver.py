@@ -144,10 +144,13 @@ class ForkServer:
         return self.rootdir is not None and rootdir.resolve().is_relative_to(self.rootdir)
 
     def say_ready(self) -> None:
-        """Say what it imported, where it kept quiet so far (started early)."""
-        if self.quiet and self.ready is not None and self.failure is None:
-            self.quiet = False
-            self._said_ready()
+        """Say what it imported, where it kept quiet so far (started early): now, where its
+        imports are done, else once they are (at its first use)."""
+        with self._lock:
+            if self.quiet and self.failure is None:
+                self.quiet = False
+                if self.ready is not None:
+                    self._said_ready()
 
     def _said_ready(self) -> None:
         """One line on what the parent imported (and one on what it could not find)."""

@@ -34,7 +34,7 @@ from gpuci.model import (
     Outcome,
     TestResult,
 )
-from gpuci.run.discover import PLUGIN, file_of
+from gpuci.run.discover import file_of
 from gpuci.run.endings import (
     EXIT_ID,
     Ending,
@@ -46,9 +46,10 @@ from gpuci.run.endings import (
 from gpuci.run.forked import ForkedChild
 from gpuci.run.forkserver import say_once, start_interpreter
 from gpuci.run.gpumem import MemoryGate, sampler
+from gpuci.run.held import take_held
 from gpuci.run.holders import StrangerCheck, gpu_watch
 from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
-from gpuci.run.launch import Attempt, Launch
+from gpuci.run.launch import Attempt, Launch, launch_environ, pytest_command
 from gpuci.run.ledger import note_started
 from gpuci.run.logs import CappedLog
 from gpuci.run.reaper import (
@@ -105,19 +106,7 @@ class Interpreters:
 
     def command(self, launch: Launch) -> list[str]:
         """The command line of one interpreter."""
-        cmd = [
-            self.python,
-            "-m",
-            "pytest",
-            "-p",
-            PLUGIN,
-            "-p",
-            "no:cacheprovider",
-            "--continue-on-collection-errors",
-        ]
-        if launch.junit is not None:
-            cmd += ["-o", f"junit_suite_name={launch.key}", f"--junitxml={launch.junit}"]
-        return [*launch.wrapper, *cmd, *self.pytest_args, *launch.targets]
+        return pytest_command(self.python, self.pytest_args, launch)
 
     def run(self, launch: Launch) -> Attempt:
         """Start one interpreter, watch it to the end, and read what it did; a forked one
@@ -130,39 +119,16 @@ class Interpreters:
         return attempt
 
     def _run(self, launch: Launch, *, fresh: bool) -> Attempt:
-        out = self.out
         stem = launch.stem
-        journal = out / "journal" / f"{stem}.jsonl"
+        journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
-        only = self.tmp / f"only-{threading.get_ident()}-{launch.attempt}.json"
-        only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
-        env = dict(
-            self.environ,
-            GPUCI_JOURNAL=str(journal),
-            GPUCI_ONLY=str(only),
-            GPUCI_SLOT=str(launch.slot),
-            **launch.env,
-        )
-        cookie = env[COOKIE_ENV] = new_cookie()  # inherited by all the interpreter starts
-        if launch.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = launch.gpu
-        log_rel = f"logs/{stem}.log"
-        cmd = self.command(launch)
-        log = CappedLog(out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
-        reader = JournalReader(journal)
+        reader = JournalReader(journal)  # from its end: an earlier attempt's events are read
         if self.gate is not None:
             self.gate.wait(launch.key, launch.gpu, self.supervisor)
-        start = self.now()
-        started_at = time.time()  # the plugin stamps its first events with this clock
-        try:
-            files = [Path.cwd() / t.partition("::")[0] for t in launch.targets]
-            proc = start_interpreter(
-                cmd, env, fresh=fresh, stopping=self.supervisor.stopping, files=files
-            )
-        except OSError as exc:
-            log.close()
-            raise GpuciError(f"could not start {self.python}: {exc}") from None
-        note_started(proc.pid, cookie=cookie)  # a killed gpuci's next command ends it
+        proc, cmd, cookie, start, started_at, output = self._start(launch, journal, fresh=fresh)
+        log_rel = f"logs/{stem}.log"
+        log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
+        log.write(output)  # what a held interpreter printed while gpuci collected from it
         self.supervisor.add(proc)
         if self.nice:
             with contextlib.suppress(OSError):  # ended already: nothing to yield
@@ -204,6 +170,35 @@ class Interpreters:
             ended=[proc.pid, *(leftover.pid for leftover in left)],
         )
         return attempt
+
+    def _start(
+        self, launch: Launch, journal: Path, *, fresh: bool
+    ) -> tuple[subprocess.Popen[bytes] | ForkedChild, list[str], str, float, float, bytes]:
+        """Start the interpreter (or take the held suite interpreter, `gpuci.run.held`); the
+        process, its command and cookie, when it started (on the mode's clock, and on the
+        wall clock that the plugin stamps its first events with), what it printed unlogged."""
+        only = self.tmp / f"only-{threading.get_ident()}-{launch.attempt}.json"
+        env = launch_environ(self.environ, launch, journal=journal, only=only)
+        cookie = env[COOKIE_ENV] = new_cookie()  # inherited by all the interpreter starts
+        cmd = self.command(launch)
+        # started before discovery with this command's options and environment, and held
+        # after its collection: taken, its start-up before the mode's clock as it was
+        held = take_held(cmd, launch.targets, env) if launch.held else None
+        if held is not None:
+            proc = held.release(journal, launch.ids)
+            start = held.started - self.zero
+            return proc, held.command, held.cookie, start, held.started_at, bytes(held.output)
+        only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
+        start, started_at = self.now(), time.time()
+        try:
+            files = [Path.cwd() / t.partition("::")[0] for t in launch.targets]
+            proc = start_interpreter(
+                cmd, env, fresh=fresh, stopping=self.supervisor.stopping, files=files
+            )
+        except OSError as exc:
+            raise GpuciError(f"could not start {self.python}: {exc}") from None
+        note_started(proc.pid, cookie=cookie)  # a killed gpuci's next command ends it
+        return proc, cmd, cookie, start, started_at, b""
 
     def _watch(
         self,

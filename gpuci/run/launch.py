@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from gpuci.model import (
     Stranger,
     TestResult,
 )
+from gpuci.run.discover import PLUGIN
 
 SUITE_STEM = "suite"  # its journal, log and JUnit file names
 
@@ -36,6 +37,7 @@ class Launch:
     timeout: float | None = None  # instead of the interpreters' --timeout (a slow wrapper)
     fresh: bool = False  # never forked: a run whose outcome a printed command stands for
     lane: int = 0  # an evidence run beside another of the same file: its own journal and log
+    held: bool = False  # the suite interpreter started before discovery may be taken for it
 
     @property
     def stem(self) -> str:
@@ -57,3 +59,41 @@ class Attempt:
     leftovers: list[Leftover] = field(default_factory=list)  # what it left running, ended
     strangers: list[Stranger] = field(default_factory=list)  # new GPU memory holders after it
     unforked: str = ""  # why a forked child stopped before its tests: run it fresh
+
+
+def pytest_command(python: str, pytest_args: Sequence[str], launch: Launch) -> list[str]:
+    """The command line of one interpreter: `python -m pytest` with gpuci's plugin."""
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        "-p",
+        PLUGIN,
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+    ]
+    if launch.junit is not None:
+        cmd += ["-o", f"junit_suite_name={launch.key}", f"--junitxml={launch.junit}"]
+    return [*launch.wrapper, *cmd, *pytest_args, *launch.targets]
+
+
+def launch_environ(
+    environ: Mapping[str, str], launch: Launch, *, journal: Path, only: Path
+) -> dict[str, str]:
+    """The environment of one interpreter: its journal, its tests, its slot and GPUs."""
+    env = dict(
+        environ,
+        GPUCI_JOURNAL=str(journal),
+        GPUCI_ONLY=str(only),
+        GPUCI_SLOT=str(launch.slot),
+        **launch.env,
+    )
+    if launch.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = launch.gpu
+    return env
+
+
+def junit_part(out: Path, stem: str, attempt: int) -> Path:
+    """Where one interpreter of a unit writes its JUnit XML (merged at the unit's end)."""
+    return out / "junit" / f"{stem}.part{attempt}.xml"

@@ -14,21 +14,23 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gpuci.model import GpuciError, Mode, ModeRun, printable
-from gpuci.run.discover import Discovery, child_env, discover_tests
+from gpuci.model import SUITE_UNIT, GpuciError, Mode, ModeRun, printable
+from gpuci.run.discover import Discovery, child_env, discover_tests, discovered
 from gpuci.run.forkaudit import RUNS_FRESH
 from gpuci.run.forkserver import current as current_fork_server
 from gpuci.run.forkserver import serve as serve_forks
 from gpuci.run.forkserver import start_interpreter
 from gpuci.run.gpumem import earlier_peaks
 from gpuci.run.gpus import detect_gpus
+from gpuci.run.held import held_collection, hold_suite, let_go
+from gpuci.run.launch import SUITE_STEM, Launch, junit_part
 from gpuci.run.modes import mode_settings
 from gpuci.run.options import ModeOptions, Preload
-from gpuci.run.outdir import prepare_out
+from gpuci.run.outdir import STATE_DIR, prepare_out
 from gpuci.run.plan import (
     choose_workers,
     cpu_count,
@@ -46,6 +48,7 @@ from gpuci.run.preloads import guess_test_files, parse_preload
 from gpuci.run.resume import given_paths, was_interrupted
 from gpuci.run.screens import Screen
 from gpuci.run.session import RunOptions, run_mode
+from gpuci.run.unit import mode_environ, mode_pytest_args
 
 
 def threads_of(options: ModeOptions, mode: Mode) -> int | None:
@@ -243,6 +246,42 @@ def _run_options(
     )
 
 
+@contextlib.contextmanager
+def suite_held(options: ModeOptions, *, when: bool) -> Iterator[None]:
+    """Where `when` and unsharded, the suite interpreter imports and collects beside
+    discovery, as in plain pytest (`hold_suite_interpreter`); killed at the block's end
+    where its screen did not take it (a check that stopped before, or planned otherwise)."""
+    if when and shard_of(options) is None:
+        hold_suite_interpreter(options)
+    try:
+        yield
+    finally:
+        let_go()
+
+
+def hold_suite_interpreter(options: ModeOptions) -> None:
+    """Start the check's suite interpreter now, beside discovery, on PATHS, held after its
+    collection until the suite screen takes it (`gpuci.run.held`)."""
+    gpus = detect_gpus(options.gpus, os.environ)
+    per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
+    mode_dir = mode_dir_of(options, Mode.SUITE)
+    run = _run_options(
+        options, Mode.SUITE, out=mode_dir, shard=None, gpus=gpus, per_slot=per_slot, resume=None
+    )
+    launch = Launch(
+        key=SUITE_UNIT,
+        ids=(),
+        targets=options.paths,  # what discovery collects, and plain pytest would
+        slot=0,  # the suite's in the screens, and every serial interpreter's
+        gpu=visible_gpus(gpus, 1, per_slot)[0],
+        attempt=1,
+        junit=junit_part(mode_dir, SUITE_STEM, 1),
+        label="",
+    )
+    folder = options.out / STATE_DIR / "held-suite"
+    hold_suite(run.python, mode_pytest_args(run), mode_environ(run), launch, folder)
+
+
 def pool_workers(
     requested: int | None, gpus: tuple[str, ...], per_slot: int | None, files: int
 ) -> tuple[int, str]:
@@ -328,12 +367,19 @@ def say(text: str) -> None:
 def discover(options: ModeOptions) -> Discovery:
     """pytest's collection of PATHS, with the suite's own configuration; notes what it left."""
     start_fork_server_early(options.preload, options.python, options.paths)
-    discovery = discover_tests(
-        options.paths,
-        options.pytest_args,
-        python=options.python,
-        timeout=max(options.timeout or 0, 600),
-        collect=_collect_forked,
+    timeout = max(options.timeout or 0, 600)
+    # the held suite interpreter's collection where there is one (it started first, fresh)
+    held = held_collection(timeout)
+    discovery = (
+        discovered(options.paths, held)
+        if held is not None
+        else discover_tests(
+            options.paths,
+            options.pytest_args,
+            python=options.python,
+            timeout=timeout,
+            collect=_collect_forked,
+        )
     )
     for file in discovery.deselected:
         say(f"{file}: every test deselected by the pytest arguments; not run")

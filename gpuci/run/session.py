@@ -124,8 +124,10 @@ class ModeSession:
             shard=options.shard,
             timeout=options.timeout,
             reruns=options.reruns,
-            # beside other modes, its wall ends with its last unit, not with the pool
-            wall_s=max(ends) if beside and ends else time.monotonic() - self.zero,
+            # beside other modes, its wall ends with its last unit, not with the pool; it
+            # starts with the suite interpreter held since before the mode's clock
+            wall_s=(max(ends) if beside and ends else time.monotonic() - self.zero)
+            - min((0.0, *(f.start for f in self.file_runs.values()))),
             started_at=self.started_at,
             interrupted=self.supervisor.stopping.is_set(),
             environment=describe_environment(os.environ, options.python),

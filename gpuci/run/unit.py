@@ -28,7 +28,7 @@ from gpuci.run.gpumem import MemoryGate
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.journal import collection_error
 from gpuci.run.junit import kept_junit, write_file_junit
-from gpuci.run.launch import SUITE_STEM, Attempt, Launch
+from gpuci.run.launch import SUITE_STEM, Attempt, Launch, junit_part
 from gpuci.run.plan import thread_args
 from gpuci.run.resume import Earlier
 from gpuci.run.supervisor import Supervisor
@@ -64,16 +64,12 @@ def start_interpreters(
     options: RunOptions, out: Path, clock_zero: float, supervisor: Supervisor
 ) -> Interpreters:
     """The interpreter launcher of a mode: its pytest arguments, timeout and environment."""
-    environ = child_env(os.environ)
-    environ["GPUCI_MODE"] = options.mode.value
-    if options.poison:
-        environ[POISON_ENV] = "1"
     return Interpreters(
         out=out,
         python=options.python,
-        pytest_args=options.pytest_args + thread_args(options.threads),
+        pytest_args=mode_pytest_args(options),
         timeout=options.timeout,
-        environ=environ,
+        environ=mode_environ(options),
         clock_zero=clock_zero,
         supervisor=supervisor,
         gate=MemoryGate(options.peaks),  # a file starts once its GPU has room for it
@@ -83,6 +79,20 @@ def start_interpreters(
         # the suite interpreter beside them is the floor of a check's cost: it gets the CPU
         nice=0 if options.mode in FRESH_MODES else SCREEN_NICE,
     )
+
+
+def mode_environ(options: RunOptions) -> dict[str, str]:
+    """The environment every interpreter of a mode starts from."""
+    environ = child_env(os.environ)
+    environ["GPUCI_MODE"] = options.mode.value
+    if options.poison:
+        environ[POISON_ENV] = "1"
+    return environ
+
+
+def mode_pytest_args(options: RunOptions) -> tuple[str, ...]:
+    """The pytest arguments every interpreter of a mode gets."""
+    return options.pytest_args + thread_args(options.threads)
 
 
 class UnitRunner:
@@ -143,8 +153,12 @@ class UnitRunner:
                     slot=slot,
                     gpu=gpu,
                     attempt=number,
-                    junit=junit_dir / f"{stem}.part{number}.xml",
+                    junit=junit_part(self.interpreters.out, stem, number),
                     label=f"interpreter {number}" + (" (resumed)" if number > 1 else ""),
+                    # the first suite interpreter may be the one started beside discovery
+                    # (`gpuci.run.held`), on PATHS: not where pytest, handed a directory
+                    # whose conftest.py is broken, would end at once
+                    held=key == SUITE_UNIT and number == 1 and not kept and not broken,
                 )
             )
             attempts.append(attempt)

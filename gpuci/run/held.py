@@ -1,0 +1,181 @@
+"""Held: the check's suite interpreter, started fresh beside discovery and held after its
+collection until the suite screen takes it.
+
+Plain pytest is one interpreter that imports and collects, then runs. A check collects
+first (discovery) to plan its screens; a suite interpreter started only then imports and
+collects all over again, seconds before its first test (about 5 s on CuPy's subset). So a
+check starts it at once, on the check's PATHS (what discovery collects, with the same
+arguments), under `GPUCI_HOLD`: once collected it journals `held` and waits for the file
+of ids to run (`gpuci.run.waits`). The suite screen takes it where its command and
+environment are exactly what it would start (`take_held`); one not taken (a check that
+stopped before its screens, or planned them otherwise) is killed (`let_go`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci.run.forked import ForkedChild
+from gpuci.run.forkserver import start_interpreter
+from gpuci.run.journal import JournalReader
+from gpuci.run.launch import Launch, launch_environ, pytest_command
+from gpuci.run.ledger import note_started
+from gpuci.run.reaper import COOKIE_ENV, new_cookie
+from gpuci.run.supervisor import signal_group
+from gpuci.run.waits import HOLD_ENV, POLL_S
+
+# the keys every interpreter has its own of: not compared when the screen takes it
+OWN_KEYS = ("GPUCI_JOURNAL", "GPUCI_ONLY", COOKIE_ENV, HOLD_ENV)
+PIPE_BYTES = 1 << 20  # what it may print before it is taken, unread (Linux's default: 64 KiB)
+OUTPUT_BYTES = 1 << 20  # what is kept of what it printed before its collection ended
+
+
+@dataclass(slots=True)
+class HeldSuite:
+    """A suite interpreter started before discovery, held after its collection."""
+
+    proc: subprocess.Popen[bytes] | ForkedChild
+    command: list[str]
+    targets: tuple[str, ...]  # the check's PATHS, as the command ends with them
+    env: dict[str, str]
+    started: float  # time.monotonic() at its start
+    started_at: float  # time.time() at its start: the clock of the journal's stamps
+    output: bytearray = field(default_factory=bytearray)  # read before it was taken
+
+    @property
+    def cookie(self) -> str:
+        """The cookie its processes carry (`gpuci.run.reaper`)."""
+        return self.env[COOKIE_ENV]
+
+    def release(self, journal: Path, ids: Sequence[str]) -> subprocess.Popen[bytes] | ForkedChild:
+        """Let it run `ids`, journaling into `journal` from now on; the process."""
+        Path(self.env["GPUCI_JOURNAL"]).replace(journal)  # the file it has open goes along
+        only = Path(self.env["GPUCI_ONLY"])
+        ready = only.with_suffix(".tmp")
+        ready.write_text(json.dumps(list(ids)), encoding="utf-8")
+        ready.replace(only)  # whole at once: it reads the file as soon as it appears
+        return self.proc
+
+
+class _Holding:
+    """The one held interpreter of this process, and the folders of those started."""
+
+    def __init__(self) -> None:
+        self.held: HeldSuite | None = None
+        self.folders: set[Path] = set()  # removed at the end: a taken one reads its ids there
+
+    def take(self) -> HeldSuite | None:
+        held, self.held = self.held, None
+        return held
+
+
+_HOLDING = _Holding()
+
+
+def hold_suite(
+    python: str,
+    pytest_args: Sequence[str],
+    environ: Mapping[str, str],
+    launch: Launch,
+    folder: Path,
+) -> None:
+    """Start the suite interpreter that `launch` (on the check's PATHS) and a mode's
+    `python`, `pytest_args` and `environ` describe, held; its journal and ids in `folder`."""
+    let_go()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    _HOLDING.folders.add(folder)
+    command = pytest_command(python, pytest_args, launch)
+    env = launch_environ(
+        environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
+    )
+    env[COOKIE_ENV] = new_cookie()
+    env[HOLD_ENV] = "1"
+    started, started_at = time.monotonic(), time.time()
+    proc = start_interpreter(command, env, fresh=True, stopping=threading.Event())
+    note_started(proc.pid, cookie=env[COOKIE_ENV])  # a killed gpuci's next command ends it
+    if proc.stdout is not None:
+        with contextlib.suppress(AttributeError, OSError):  # no such fcntl: 64 KiB it is
+            fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    _HOLDING.held = HeldSuite(proc, command, launch.targets, env, started, started_at)
+
+
+def held_collection(timeout: float) -> list[dict[str, Any]] | None:
+    """What the held suite interpreter collected: its journal's events up to `held`, once
+    it got there (gpuci's discovery: the same collection of PATHS, fresh); None where none
+    is held, or it ended or took `timeout` before (collection then runs on its own)."""
+    held = _HOLDING.held
+    if held is None or held.proc.stdout is None:
+        return None
+    reader = JournalReader(Path(held.env["GPUCI_JOURNAL"]))
+    fd = held.proc.stdout.fileno()
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events += reader.read()
+        if any(e.get("e") == "held" for e in events):
+            return events
+        if held.proc.poll() is not None:
+            return None
+        # what it prints meanwhile is read here (and logged once taken), so a full pipe
+        # never stops it short of its collection
+        if select.select([fd], [], [], POLL_S)[0]:
+            data = os.read(fd, 1 << 16)
+            held.output += data[: max(0, OUTPUT_BYTES - len(held.output))]
+    return None
+
+
+def take_held(
+    command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]
+) -> HeldSuite | None:
+    """The held suite interpreter, where it still runs and was started with `command` but
+    for its targets, and with `env` but for each interpreter's own keys; else None (and
+    one held is killed: the suite runs as `command` says)."""
+    held = _HOLDING.take()
+    if held is None:
+        return None
+    ours = held.command[: len(held.command) - len(held.targets)]
+    asked = list(command[: len(command) - len(targets)])
+    if held.proc.poll() is None and ours == asked and _same(held.env, env):
+        return held
+    _end(held)
+    return None
+
+
+def let_go() -> None:
+    """Kill the held suite interpreter, where one was not taken; remove the folders of
+    those started (at the end of the check: a taken one reads its file of ids)."""
+    held = _HOLDING.take()
+    if held is not None:
+        _end(held)
+    for folder in list(_HOLDING.folders):
+        shutil.rmtree(folder, ignore_errors=True)
+        _HOLDING.folders.discard(folder)
+
+
+def _same(held: Mapping[str, str], asked: Mapping[str, str]) -> bool:
+    def without(env: Mapping[str, str]) -> dict[str, str]:
+        return {k: v for k, v in env.items() if k not in OWN_KEYS}
+
+    return without(held) == without(asked)
+
+
+def _end(held: HeldSuite) -> None:
+    signal_group(held.proc, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        held.proc.wait(timeout=5)
+    if held.proc.stdout is not None:
+        held.proc.stdout.close()

@@ -1,0 +1,231 @@
+"""The check's suite interpreter starts beside discovery, held after its collection
+(`gpuci.run.held`): taken by the suite screen, or killed where the check does not take it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cli_runner import clean_env, gpuci, write_files
+
+from gpuci.run.discover import PLUGIN, child_env
+
+SUITE = {
+    "pytest.ini": "[pytest]\n",
+    "tests/test_a.py": """
+        def test_one():
+            assert True
+
+        def test_two():
+            assert True
+    """,
+    "tests/test_b.py": """
+        def test_fails():
+            assert 1 == 2
+    """,
+}
+MODES = ("--modes", "suite,parallel,isolated", "--evidence-budget", "30")
+
+
+def events(journal: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines()]
+
+
+def suite_command(out: Path) -> str:
+    """The command line the suite interpreter's log says it ran."""
+    return (out / "suite" / "logs" / "suite.log").read_text(encoding="utf-8").splitlines()[0]
+
+
+def held_processes(out: Path) -> list[int]:
+    """Live processes started as this OUT's held suite interpreter."""
+    mark = f"GPUCI_JOURNAL={out / '.gpuci' / 'held-suite'}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if mark in environ and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def test_the_suite_screen_takes_the_interpreter_started_beside_discovery(tmp_path: Path) -> None:
+    root = write_files(tmp_path / "suite", SUITE)
+    out = tmp_path / "out"
+    result = gpuci("check", "tests", "--out", str(out), *MODES, cwd=root)
+    assert result.returncode == 1, result.stderr
+    # it ran on PATHS, as discovery collected them (and plain pytest would), not on files
+    junit = out / "suite" / "junit" / "suite.part1.xml"
+    assert suite_command(out).endswith(f"--junitxml={junit} tests")
+    run = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
+    [interpreter] = run["files"][0]["interpreters"]
+    assert interpreter["start"] < 0  # it started before the mode's clock, and says so
+    assert run["wall_s"] >= interpreter["end"] - interpreter["start"] - 0.01
+    assert 0 < interpreter["startup_s"] < interpreter["end"] - interpreter["start"]
+    kinds = [e["e"] for e in events(out / "suite" / "journal" / "suite.jsonl")]
+    assert kinds[:2] == ["held", "collected"] and kinds[-1] == "end"
+    outcomes = {t["id"]: t["outcome"] for t in run["tests"]}
+    assert outcomes == {
+        "tests/test_a.py::test_one": "passed",
+        "tests/test_a.py::test_two": "passed",
+        "tests/test_b.py::test_fails": "failed",
+    }
+    assert (out / "suite" / "junit.xml").exists()
+    assert not (out / ".gpuci" / "held-suite").exists()
+
+
+def test_a_held_interpreter_runs_only_the_ids_it_is_released_with(tmp_path: Path) -> None:
+    root = write_files(
+        tmp_path,
+        {
+            "test_x.py": """
+                import os, pathlib
+
+                def test_first():
+                    pathlib.Path(os.environ["RAN"], "first").touch()
+
+                def test_second():
+                    pathlib.Path(os.environ["RAN"], "second").touch()
+            """
+        },
+    )
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    journal, only = tmp_path / "journal.jsonl", tmp_path / "only.json"
+    env = dict(
+        child_env(clean_env()),
+        GPUCI_HOLD="1",
+        GPUCI_JOURNAL=str(journal),
+        GPUCI_ONLY=str(only),
+        RAN=str(ran),
+    )
+    command = [sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "test_x.py"]
+    proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (journal.exists() and "held" in journal.read_text(encoding="utf-8")):
+            assert time.monotonic() < deadline and proc.poll() is None, "never held"
+            time.sleep(0.05)
+        held = events(journal)[0]
+        assert held["e"] == "held" and held["ids"] == [
+            "test_x.py::test_first",
+            "test_x.py::test_second",
+        ]
+        time.sleep(0.5)
+        assert proc.poll() is None and not list(ran.iterdir())  # held: nothing ran
+        only.write_text(json.dumps(["test_x.py::test_second"]), encoding="utf-8")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert sorted(p.name for p in ran.iterdir()) == ["second"]
+    assert [e["id"] for e in events(journal) if e["e"] == "finish"] == ["test_x.py::test_second"]
+
+
+def test_a_broken_conftest_folder_gets_a_suite_interpreter_of_its_own(tmp_path: Path) -> None:
+    # pytest handed the folder would end at once: the suite runs the other files, and
+    # the interpreter started on PATHS is not taken (nor left running)
+    files = dict(SUITE)
+    files["tests/broken/conftest.py"] = "raise ImportError('broken on purpose')\n"
+    files["tests/broken/test_c.py"] = "def test_c():\n    pass\n"
+    root = write_files(tmp_path / "suite", files)
+    out = tmp_path / "out"
+    result = gpuci("check", "tests", "--out", str(out), *MODES, cwd=root)
+    assert result.returncode == 1, result.stderr
+    assert suite_command(out).endswith(" tests/test_a.py tests/test_b.py")
+    assert held_processes(out) == []
+
+
+def test_a_check_that_fails_before_its_screens_leaves_no_held_interpreter(tmp_path: Path) -> None:
+    files = dict(SUITE, **{"empty/readme.txt": "no tests here\n"})
+    root = write_files(tmp_path / "suite", files)
+    out = tmp_path / "out"
+    result = gpuci("check", "tests", "empty", "--out", str(out), cwd=root)
+    assert result.returncode == 2, result.stderr
+    assert "empty: no tests collected" in result.stderr
+    assert held_processes(out) == []
+    assert not (out / "suite").exists() and not (out / ".gpuci" / "held-suite").exists()
+
+
+def test_ctrl_c_during_collection_ends_the_held_interpreter(tmp_path: Path) -> None:
+    files = dict(SUITE)
+    files["conftest.py"] = """
+        import time
+
+        def pytest_configure(config):
+            time.sleep(5)  # collection takes its time: the check is stopped meanwhile
+    """
+    root = write_files(tmp_path / "suite", files)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuci", "check", "tests", "--out", str(out)],
+        cwd=root,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not held_processes(out):
+            assert time.monotonic() < deadline and proc.poll() is None, "never started"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert held_processes(out) == []
+    assert not (out / ".gpuci" / "held-suite").exists()
+    assert not (out / "suite").exists()
+
+
+def test_the_check_collects_once_in_the_held_interpreter(tmp_path: Path) -> None:
+    # discovery is the held interpreter's collection: no separate --collect-only, and what
+    # the user's -k deselects is still said
+    files = dict(SUITE)
+    files["conftest.py"] = """
+        import os, pathlib, sys
+
+        def pytest_configure(config):
+            kind = "collect-only" if config.option.collectonly else "run"
+            with open(os.environ["STARTS"], "a") as f:
+                f.write(kind + "\\n")
+    """
+    root = write_files(tmp_path / "suite", files)
+    out, starts = tmp_path / "out", tmp_path / "starts.txt"
+    result = gpuci(
+        "check",
+        "tests",
+        "--out",
+        str(out),
+        *MODES,
+        "--",
+        "-k",
+        "not fails",
+        cwd=root,
+        env={**clean_env(), "STARTS": str(starts)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "collect-only" not in starts.read_text(encoding="utf-8")
+    assert "tests/test_b.py: every test deselected by the pytest arguments" in result.stderr
+    assert suite_command(out).endswith(" -k 'not fails' tests")
+
+
+def test_gpuci_run_mode_suite_takes_it_too(tmp_path: Path) -> None:
+    root = write_files(tmp_path / "suite", SUITE)
+    out = tmp_path / "out"
+    result = gpuci("run", "tests", "--mode", "suite", "--out", str(out), cwd=root)
+    assert result.returncode == 1, result.stderr
+    assert suite_command(out).endswith(" tests")
+    assert held_processes(out) == []
