@@ -12,6 +12,9 @@ from pathlib import Path
 
 from cli_runner import clean_env, gpuci, write_files
 
+from gpuci.evidence.beside import beside_suite_test
+from gpuci.evidence.results import ModeResults
+from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun, Outcome, TestResult
 from gpuci.run.discover import PLUGIN, child_env
 
 SUITE = {
@@ -229,3 +232,49 @@ def test_gpuci_run_mode_suite_takes_it_too(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert suite_command(out).endswith(" tests")
     assert held_processes(out) == []
+
+
+def test_a_held_suite_interpreters_tests_ran_once_the_screens_started() -> None:
+    # held since 5 s before the screens, collected in 3 s: its first test ran at 0, beside
+    # the parallel file that ran then, not beside the one that ended before 0.5 s
+    held = Interpreter(exit_code=1, start=-5.0, end=4.0, log="l", startup_s=3.0)
+    suite_tests = (
+        TestResult(id="test_a.py::test_a", file="test_a.py", outcome=Outcome.PASSED, duration=1.0),
+        TestResult(id="test_v.py::test_v", file="test_v.py", outcome=Outcome.FAILED, duration=2.0),
+    )
+    suite = ModeRun(
+        mode=Mode.SUITE,
+        command=("gpuci",),
+        rootdir="/x",
+        workers=1,
+        tests=suite_tests,
+        beside=(Mode.PARALLEL,),
+        files=(
+            FileRun(
+                file="(suite)",
+                status=FileStatus.FAILED,
+                slot=0,
+                gpu=None,
+                start=-5.0,
+                end=4.0,
+                interpreters=(held,),
+            ),
+        ),
+    )
+    spans = {"test_early.py": (0.0, 0.5), "test_late.py": (1.2, 3.0)}
+    parallel = ModeRun(
+        mode=Mode.PARALLEL,
+        command=("gpuci",),
+        rootdir="/x",
+        workers=2,
+        beside=(Mode.SUITE,),
+        files=tuple(
+            FileRun(file=f, status=FileStatus.PASSED, slot=1, gpu=None, start=s, end=e)
+            for f, (s, e) in spans.items()
+        ),
+    )
+    results = {
+        run.mode: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+        for run in (suite, parallel)
+    }
+    assert beside_suite_test(results, "test_v.py::test_v") == ("test_late.py",)
