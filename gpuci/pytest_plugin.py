@@ -58,6 +58,7 @@ child next to nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -114,7 +115,8 @@ class Journal:
         only_file = os.environ.get("GPUCI_ONLY")
         if not only_file:
             return
-        hold_until_released(Path(only_file), self._collection("held", config, items), self.write)
+        held = functools.partial(self._collection, "held", config, items)
+        hold_until_released(Path(only_file), held, self.write)
         wanted = set(json.loads(Path(only_file).read_text(encoding="utf-8")))
         keep = [item for item in items if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]

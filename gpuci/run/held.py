@@ -71,11 +71,11 @@ class HeldSuite:
 
 
 class _Holding:
-    """The one held interpreter of this process, and the folders of those started."""
+    """The one held interpreter of this process, and the folder of the last one started."""
 
     def __init__(self) -> None:
         self.held: HeldSuite | None = None
-        self.folders: set[Path] = set()  # removed at the end: a taken one reads its ids there
+        self.folder: Path | None = None  # removed at the end: a taken one reads its ids there
 
     def take(self) -> HeldSuite | None:
         held, self.held = self.held, None
@@ -97,7 +97,7 @@ def hold_suite(
     let_go()
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    _HOLDING.folders.add(folder)
+    _HOLDING.folder = folder
     command = pytest_command(python, pytest_args, launch)
     env = launch_environ(
         environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
@@ -156,14 +156,14 @@ def take_held(
 
 
 def let_go() -> None:
-    """Kill the held suite interpreter, where one was not taken; remove the folders of
-    those started (at the end of the check: a taken one reads its file of ids)."""
+    """Kill the held suite interpreter, where one was not taken; remove the folder of the
+    one started (at the end of the check: a taken one reads its file of ids)."""
     held = _HOLDING.take()
     if held is not None:
         _end(held)
-    for folder in list(_HOLDING.folders):
-        shutil.rmtree(folder, ignore_errors=True)
-        _HOLDING.folders.discard(folder)
+    if _HOLDING.folder is not None:
+        shutil.rmtree(_HOLDING.folder, ignore_errors=True)
+        _HOLDING.folder = None
 
 
 def _same(held: Mapping[str, str], asked: Mapping[str, str]) -> bool:

@@ -45,14 +45,15 @@ class Rendezvous:
 
 
 def hold_until_released(
-    only: Path, held: dict[str, Any], write: Callable[[dict[str, Any]], None]
+    only: Path, collected: Callable[[], dict[str, Any]], write: Callable[[dict[str, Any]], None]
 ) -> None:
-    """Under GPUCI_HOLD, journal `held` (what was collected, stamped with the wall clock)
-    and wait until gpuci writes the file of ids to run: it starts this interpreter before it
-    knows them. No time limit: gpuci kills an interpreter it does not take, and the kernel
-    one whose gpuci died (PR_SET_PDEATHSIG)."""
+    """Under GPUCI_HOLD, journal `held` (`collected()`: what was collected, stamped with the
+    wall clock) and wait until gpuci writes the file of ids to run: it starts this
+    interpreter before it knows them. No time limit: gpuci kills an interpreter it does not
+    take, and the kernel one whose gpuci died (PR_SET_PDEATHSIG). Elsewhere: nothing, not
+    even the event (every other interpreter with GPUCI_ONLY passes here)."""
     if os.environ.get(HOLD_ENV) != "1":
         return
-    write(held)
+    write(collected())
     while not only.exists():
         time.sleep(POLL_S)
