@@ -117,6 +117,11 @@ PY
             head -3 "$WORK/findings-$run.txt"
             forks "$WORK/o-default"
         done
+        # another first check with nothing known: the order the parallel files started in
+        timed check-first2 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-first2" \
+            --timeout 120 -- -m "$MARK"
+        forks "$WORK/o-first2"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(f\"  {f['start']:5.1f} {f['end']:5.1f} {f['file']}\") for f in sorted(r['files'], key=lambda f: f['start'])]" "$WORK/o-first2/parallel/run.json"
         # a pipeline's first check, with the durations a check elsewhere wrote (issue 29)
         timed check-carried 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-carried" \
             --durations "$WORK/o-default/durations.json" --timeout 120 -- -m "$MARK"

@@ -54,7 +54,8 @@ def test_a_check_with_another_outs_durations_runs_its_longest_file_first(tmp_pat
     first = write_suite(tmp_path / "first")
     proc = gpuci("check", ".", "--out", "out", *CHECK, cwd=first)
     assert proc.returncode == 1, proc.stderr  # the planted failure
-    assert parallel_order(first / "out") == ["test_many.py", "test_some.py", "test_slow.py"]
+    # nothing known: the most tests first (then whatever the suite interpreter found long)
+    assert parallel_order(first / "out")[0] == "test_many.py"
     durations = first / "out" / "durations.json"
     assert "durations: out/durations.json" in proc.stderr
     data = json.loads(durations.read_text(encoding="utf-8"))

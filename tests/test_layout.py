@@ -51,6 +51,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "resume",
         "unit",
         "pool",
+        "learning",
         "session",
         "screens",
         "plan_mode",

@@ -98,3 +98,40 @@ def test_serial_modes_is_refused_by_gpuci_run(tmp_path: Path) -> None:
     assert proc.stderr.startswith("gpuci: error: --serial-modes: only for gpuci check")
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (root / "out").exists()
+
+
+# Where nothing is known, the parallel files start by their number of tests: test_a_slow.py
+# (3 tests of 1 s) would start last. The suite interpreter reaches it first, and the
+# parallel screen learns from it that the file is long.
+SLOW_FEW = {
+    "pytest.ini": "[pytest]\n",
+    "test_a_slow.py": """
+        import time
+        import pytest
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_slow(n):
+            time.sleep(1.0)
+    """,
+    **{
+        f"test_{name}_quick.py": """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(12))
+        def test_quick(n):
+            pass
+        """
+        for name in "bcdefg"
+    },
+}
+
+
+def test_a_file_the_suite_found_long_starts_early_in_parallel(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "suite", SLOW_FEW)
+    modes = ("--modes", "suite,parallel", "--workers", "2")
+    proc = gpuci("check", ".", "--out", "out", *modes, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parallel = json.loads((root / "out" / "parallel" / "run.json").read_text(encoding="utf-8"))
+    started = [f["file"] for f in sorted(parallel["files"], key=lambda f: f["start"])]
+    assert started[0].endswith("_quick.py")  # nothing known yet: the most tests first
+    assert started.index("test_a_slow.py") <= 2, started

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,8 @@ class Interpreters:
         self.supervisor = supervisor
         self.tmp = Path(tempfile.mkdtemp(prefix="gpuci-"))
         self.strangers = StrangerCheck(gpu_watch())  # the first of a command snapshots
+        # told each batch of journal events as it is read (the screens learn from the suite)
+        self.on_events: Callable[[list[dict[str, Any]]], None] | None = None
 
     def now(self) -> float:
         """Seconds since the clock's zero (the start of the mode)."""
@@ -221,7 +223,8 @@ class Interpreters:
         eof = False
         while not eof:
             wake = 0.1 if kill_at is not None or exited_at is not None else 0.25
-            readable, _, _ = select.select([fd], [], [], wake if timeout else 1.0)
+            # a timeout, or a listener learning from it, wants its events soon
+            readable, _, _ = select.select([fd], [], [], wake if timeout or self.on_events else 1.0)
             if readable:
                 data = os.read(fd, 1 << 16)
                 if data:
@@ -232,6 +235,7 @@ class Interpreters:
             if new:
                 last_progress = time.monotonic()
                 events += new
+                self._tell(new)
             now = time.monotonic()
             if self.supervisor.stopping.is_set() and kill_at is None:
                 signal_group(proc, signal.SIGKILL)
@@ -254,8 +258,14 @@ class Interpreters:
                         break
         proc.stdout.close()
         proc.wait()
-        events += reader.read()
+        new = reader.read()
+        events += new
+        self._tell(new)
         return events, timed_out
+
+    def _tell(self, events: list[dict[str, Any]]) -> None:
+        if events and self.on_events is not None:
+            self.on_events(events)
 
     def _interpret(
         self,

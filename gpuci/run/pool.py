@@ -7,7 +7,7 @@ every screen at once (the suite interpreter first), so that all share one set of
 from __future__ import annotations
 
 import contextlib
-import queue
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -24,25 +24,32 @@ def run_slots(
     supervisor: Supervisor,
     *,
     first_slot: int = 0,
+    choose: Callable[[Sequence[Unit]], Unit] | None = None,
 ) -> None:
     """Run files in up to `workers` slots (numbered from `first_slot`); a slot takes the
-    next file as soon as it is free."""
-    if not files:
+    next file as soon as it is free: the first not started, or the one `choose` picks from
+    those not started (at that moment: it may learn as the files run)."""
+    remaining = list(files)
+    lock = threading.Lock()
+
+    def take() -> list[Unit]:
+        """The next file, as a list of one; none once all started, or when stopping."""
+        with lock:
+            if not remaining or supervisor.stopping.is_set():
+                return []
+            unit = remaining[0] if choose is None else choose(tuple(remaining))
+            remaining.remove(unit)
+            return [unit]
+
+    def in_a_slot(slot: int) -> None:
+        while taken := take():
+            run_one(taken[0], slot)
+
+    used = min(workers, len(remaining))
+    if not used:
         return
-    slots: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for slot in range(first_slot, first_slot + workers):
-        slots.put(slot)
-
-    def in_a_slot(key: Unit) -> None:
-        slot = slots.get()
-        try:
-            if not supervisor.stopping.is_set():
-                run_one(key, slot)
-        finally:
-            slots.put(slot)
-
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpuci-slot") as pool:
-        wait_for([pool.submit(in_a_slot, key) for key in files])
+    with ThreadPoolExecutor(max_workers=used, thread_name_prefix="gpuci-slot") as pool:
+        wait_for([pool.submit(in_a_slot, slot) for slot in range(first_slot, first_slot + used)])
 
 
 def run_beside(

@@ -1,8 +1,9 @@
 """Screens: a check's main passes run at once, in one pool of slots on the same GPUs.
 
 The suite interpreter starts first (it is the longest unit) and holds slot 0 to its end;
-the parallel files (longest first) and the threads files share the other slots; files
-marked gpu_serial run last, one at a time, with nothing beside them. Each mode still
+the parallel files and the threads files share the other slots, longest first (and long
+where the suite interpreter found them long, `gpuci.run.learning`); files marked
+gpu_serial run last, one at a time, with nothing beside them. Each mode still
 writes its own directory (run.json, JUnit, journals, logs), and its run.json names the
 modes that ran beside it (`beside`): what failed there failed under the check's combined
 load, and only a strict run (evidence) may call it a finding.
@@ -19,6 +20,7 @@ from typing import TextIO
 
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
 from gpuci.run.discover import Discovery
+from gpuci.run.learning import LearnedOrder, SuiteClock
 from gpuci.run.plan import Schedule
 from gpuci.run.pool import run_beside, run_slots, wait_for
 from gpuci.run.progress import Progress
@@ -60,12 +62,13 @@ def run_by_mode(
     supervisor: Supervisor,
     *,
     first_slot: int = 0,
+    choose: Callable[[Sequence[Job]], Job] | None = None,
 ) -> None:
     """Each mode's files in an equal share of the slots, the modes beside each other: the
     parallel files run W at a time whether or not the threads files run beside them."""
     modes = list(dict.fromkeys(mode for mode, _ in jobs))
     if len(modes) <= 1:
-        run_slots(jobs, slots, run_one, supervisor, first_slot=first_slot)
+        run_slots(jobs, slots, run_one, supervisor, first_slot=first_slot, choose=choose)
         return
     share = max(1, slots // len(modes))
     with ThreadPoolExecutor(max_workers=len(modes), thread_name_prefix="gpuci-screen") as pool:
@@ -78,10 +81,41 @@ def run_by_mode(
                     run_one,
                     supervisor,
                     first_slot=first_slot + k * share,
+                    choose=choose,
                 )
                 for k, mode in enumerate(modes)
             ]
         )
+
+
+def learned_orders(
+    screens: Sequence[Screen], sessions: Mapping[Mode, ModeSession]
+) -> dict[Mode, LearnedOrder]:
+    """Beside the suite interpreter, each other screen's order, learning from its journal
+    which files are long (`gpuci.run.learning`)."""
+    if Mode.SUITE not in sessions:
+        return {}
+    clock = SuiteClock()
+    sessions[Mode.SUITE].interpreters.on_events = clock.observe
+    orders: dict[Mode, LearnedOrder] = {}
+    for screen in screens:
+        mode = screen.options.mode
+        if mode is not Mode.SUITE:
+            counts = {f: len(screen.discovery.tests.get(f, ())) for f in screen.schedule.files}
+            orders[mode] = LearnedOrder(screen.schedule.pool, screen.estimates, counts, clock)
+    return orders
+
+
+def choosing(orders: Mapping[Mode, LearnedOrder]) -> Callable[[Sequence[Job]], Job]:
+    """The pool's choice of the next job of one mode's files: its learned order's."""
+
+    def choose(jobs: Sequence[Job]) -> Job:
+        mode = jobs[0][0]
+        if mode not in orders:
+            return jobs[0]
+        return mode, orders[mode].choose([key for _, key in jobs])
+
+    return choose
 
 
 def _estimates(screens: Sequence[Screen]) -> dict[str, float]:
@@ -124,12 +158,15 @@ def run_screens(
         pool, alone = screen_jobs(sessions)
         units = [f"{mode.value} {key}" for mode, key in pool + alone]
         estimates = _estimates(screens)
+        orders = learned_orders(screens, sessions)
         # estimates come from an earlier run's file times (start-up included) or are none
         reporter = Progress(progress, units, workers, estimates, zero)
 
         def run_one(job: Job, slot: int) -> None:
             mode, key = job
             file_run, tests = sessions[mode].run_unit(key, slot, slot_gpus[slot])
+            if mode in orders:
+                orders[mode].finished(key, file_run.duration)
             if not supervisor.stopping.is_set():
                 unit = f"{mode.value} {key}"
                 reporter.file_done(file_run, tests, unit=unit, label=mode.value)
@@ -137,6 +174,7 @@ def run_screens(
         with supervisor.handling_signals():
             suite = next((j for j in pool if j[0] is Mode.SUITE), None)
             rest = [j for j in pool if j is not suite]
+            choice = choosing(orders)
             if suite is None:
                 run_by_mode(rest, workers, run_one, supervisor)
             else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
@@ -144,7 +182,9 @@ def run_screens(
                     suite,
                     0,
                     run_one,
-                    lambda: run_by_mode(rest, workers - 1, run_one, supervisor, first_slot=1),
+                    lambda: run_by_mode(
+                        rest, workers - 1, run_one, supervisor, first_slot=1, choose=choice
+                    ),
                 )
             run_slots(alone, 1, run_one, supervisor)
         modes = tuple(sessions)

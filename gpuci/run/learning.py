@@ -1,0 +1,108 @@
+"""What the screens learn as they run: the suite interpreter's time in each file, for the
+order of the parallel (and threads) files that have not started yet.
+
+Where no earlier check timed the files, they start by their number of tests, and a file
+that compiles for 12 s in 2 tests starts last and ends the screens long after the suite
+(CuPy's `test_include.py`). The suite interpreter runs every file beside them from the
+screens' start, in its own order: a file it found long starts next.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpuci.run.discover import file_of
+from gpuci.run.plan import estimate_durations, fit_startup_and_rate
+
+
+class SuiteClock:
+    """The suite interpreter's seconds in each file so far, from its journal's events as
+    they are read (when they are read stands for when they were written: the parent reads
+    the journal every quarter second or so)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seconds: dict[str, float] = {}
+        self._finished: dict[str, int] = {}
+        self._file: str | None = None  # the file its running test is in
+        self._since = 0.0
+
+    def observe(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Take the events the suite interpreter's journal gave since the last call."""
+        now = self._clock()
+        with self._lock:
+            for event in events:
+                kind = event.get("e")
+                if kind == "start":
+                    self._enter(file_of(str(event.get("id"))), now)
+                elif kind == "finish":
+                    file = file_of(str(event.get("id")))
+                    self._finished[file] = self._finished.get(file, 0) + 1
+                elif kind == "end":
+                    self._enter(None, now)
+
+    def _enter(self, file: str | None, now: float) -> None:
+        if file == self._file:
+            return
+        if self._file is not None:
+            self._seconds[self._file] = self._seconds.get(self._file, 0.0) + now - self._since
+        self._file, self._since = file, now
+
+    def work(self, file: str, tests: int) -> float | None:
+        """The seconds `file`'s `tests` take in the suite interpreter: measured once it left
+        the file, else what its tests so far took, as many times over as it has tests left
+        to the one running; None before it started the file."""
+        with self._lock:
+            spent = self._seconds.get(file)
+            if file != self._file:
+                return spent
+            spent = (spent or 0.0) + self._clock() - self._since
+            begun = self._finished.get(file, 0) + 1  # the running test's time is in `spent`
+            return spent * max(tests, begun) / begun
+
+
+class LearnedOrder:
+    """Chooses which file starts next: the longest by what is known at that moment (an
+    earlier check's durations, this screen's finished files, the suite interpreter's time in
+    each file); the planned order where nothing tells files apart."""
+
+    def __init__(
+        self,
+        planned: Sequence[str],
+        durations: Mapping[str, float],
+        counts: Mapping[str, int],
+        suite: SuiteClock,
+    ) -> None:
+        self._position = {f: i for i, f in enumerate(planned)}
+        self._known = dict(durations)  # seconds, interpreter start-up included
+        self._counts = counts
+        self._suite = suite
+        self._lock = threading.Lock()
+
+    def finished(self, file: str, seconds: float) -> None:
+        """A file of this screen ended after `seconds` (start-up included)."""
+        with self._lock:
+            self._known[file] = seconds
+
+    def choose(self, remaining: Sequence[str]) -> str:
+        """The file of `remaining` to start now."""
+        with self._lock:
+            known = dict(self._known)
+        if not known:  # numbers of tests order the files, but are not seconds to compare
+            return min(remaining, key=lambda f: self._position.get(f, len(self._position)))
+        estimates = estimate_durations(list(self._position), known, self._counts)
+        startup, _ = fit_startup_and_rate(
+            [(self._counts[f], s) for f, s in known.items() if f in self._counts]
+        )
+
+        def longest(file: str) -> tuple[float, int]:
+            planned = estimates.get(file, 0.0)
+            work = self._suite.work(file, self._counts.get(file, 1))
+            seconds = planned if work is None else max(planned, startup + work)
+            return -seconds, self._position.get(file, len(self._position))
+
+        return min(remaining, key=longest)
