@@ -322,7 +322,8 @@ class TestVerdict:
     inferred: tuple[str, ...] = ()  # modes whose outcome was concluded, not run
     cut: str = ""  # evidence the budget left out, e.g. "not rerun: budget"
     culprits: tuple[str, ...] = ()  # who broke it (test ids; files for concurrency)
-    providers: tuple[str, ...] = ()  # depends-on-others: the tests after which it passes
+    providers: tuple[str, ...] = ()  # depends-on-others: the tests after which it passes, or
+    # the files with which it passes when merely collected (imported, none of their tests run)
     search: str = ""  # how the culprits were found, or why they were not
     probes: tuple[Probe, ...] = ()  # the culprit search's runs
     poisoned: str | None = None  # Outcome value alone with poisoned allocations, if run

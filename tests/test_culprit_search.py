@@ -65,6 +65,7 @@ class FakeProber:
         env: object = None,
         fresh: bool = True,
         strict: bool = False,
+        collect: Sequence[str] = (),
     ) -> FakeRun:
         self.runs.append(list(ids))
         self.fresh.append(fresh)

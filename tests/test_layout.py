@@ -71,6 +71,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "poisoned",
         "victims",
         "bisect",
+        "collected",
         "culprits",
         "strict",
         "sanitizer",

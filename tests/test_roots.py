@@ -71,17 +71,22 @@ def test_a_root_is_told_with_its_first_blamed_victims_command() -> None:
 @pytest.mark.parametrize(
     ("category", "victims", "expected"),
     [
-        (Category.ORDER_DEPENDENT, 1, "X broke 1 later test"),
-        (Category.ORDER_DEPENDENT, 7, "X broke 7 later tests"),
-        (Category.DEPENDS_ON_OTHERS, 1, "1 test passes only after X"),
-        (Category.DEPENDS_ON_OTHERS, 3, "3 tests pass only after X"),
-        (Category.CONCURRENCY, 1, "1 test fails beside X"),
-        (Category.CONCURRENCY, 2, "2 tests fail beside X"),
-        (Category.FAILED, 2, "X came before 2 tests"),
+        (Category.ORDER_DEPENDENT, 1, "t.py::x broke 1 later test"),
+        (Category.ORDER_DEPENDENT, 7, "t.py::x broke 7 later tests"),
+        (Category.DEPENDS_ON_OTHERS, 1, "1 test passes only after t.py::x"),
+        (Category.DEPENDS_ON_OTHERS, 3, "3 tests pass only after t.py::x"),
+        (Category.CONCURRENCY, 1, "1 test fails beside t.py::x"),
+        (Category.CONCURRENCY, 2, "2 tests fail beside t.py::x"),
+        (Category.FAILED, 2, "t.py::x came before 2 tests"),
     ],
 )
 def test_headline_words(category: Category, victims: int, expected: str) -> None:
-    assert headline(category, ["X"], victims).text() == expected
+    assert headline(category, ["t.py::x"], victims).text() == expected
+
+
+def test_a_provider_file_is_one_imported_not_one_run_before() -> None:
+    words = headline(Category.DEPENDS_ON_OTHERS, ["t.py"], 2).text()
+    assert words == "2 tests pass only where pytest imported t.py"
 
 
 def test_headline_names_a_few_culprits_and_counts_the_rest() -> None:

@@ -57,7 +57,7 @@ def _shows(task: Task, outcome: Outcome) -> bool | None:
     return outcome in NOT_PASSING
 
 
-def _probe(
+def probe_after(
     prober: Prober,
     task: Task,
     search: Search,
@@ -81,9 +81,11 @@ def _step(
     fresh: bool = False,
     strict: bool = False,
 ) -> tuple[Probe, ProbeRun]:
-    """One run of the search, not yet recorded (halves of a level run at once)."""
+    """One run of the search, not yet recorded (halves of a level run at once). A file among
+    `before` is collected (imported) with none of its tests run (`gpuci.evidence.collected`)."""
     ran = prober.run(
-        [*before, task.victim],
+        [*(b for b in before if "::" in b), task.victim],
+        collect=[b for b in before if "::" not in b],
         phase=PHASE,
         label=f"culprits of {task.victim}: after {len(before)} test(s)",
         fresh=fresh,
@@ -118,7 +120,7 @@ def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Sea
             continue
         tried += 1
         ordered = [c for c in task.candidates if c in set(culprits)]
-        if _probe(prober, task, search, ordered, CASCADE):
+        if probe_after(prober, task, search, ordered, CASCADE):
             if _confirmed_again(prober, task, search, ordered):
                 search.culprits = tuple(ordered)
                 search.note = (
@@ -157,7 +159,7 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
     if (
         (suspect or loaded)
         and not prober.exhausted()
-        and _probe(prober, task, search, current, fresh=True, strict=True)
+        and probe_after(prober, task, search, current, fresh=True, strict=True)
     ):
         if loaded:
             return True
@@ -200,7 +202,7 @@ def bisect(prober: Prober, task: Task, search: Search | None = None) -> Search:
         if prober.exhausted():
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
             return search
-        confirmed = _probe(prober, task, search, current)
+        confirmed = probe_after(prober, task, search, current)
     if not confirmed:
         runs = len(search.probes)
         what = SHOWN[task.category]
@@ -266,6 +268,6 @@ def _one_by_one(
     strict: bool,
 ) -> list[str] | None:
     for part in parts:
-        if _probe(prober, task, search, part, strict=strict):
+        if probe_after(prober, task, search, part, strict=strict):
             return part
     return None

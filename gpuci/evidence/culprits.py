@@ -4,7 +4,9 @@
   after which it still fails, down to the smallest set (`gpuci.evidence.bisect`).
 - cascades: a culprit set found for one victim is tried first on the later victims of its
   interpreter (a sticky CUDA error, a leaked pool limit: one root with its victims).
-- depends-on-others: the same halving, keeping a half after which it passes.
+- depends-on-others: first the suite's other files collected with it, none of their tests
+  run: where it passes so, the files whose import it needs (`gpuci.evidence.collected`);
+  else the same halving, keeping a half after which it passes.
 - concurrency: the victim started with each file that overlapped it (`gpuci.evidence.pairs`);
   a test of that file that failed the victim's way beside it is its partner, and names it.
 
@@ -25,6 +27,7 @@ from typing import TextIO
 
 from gpuci.evidence.bisect import FORKED, LOADED, Search, bisect, cascade
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.collected import after_collected, collected_files, search_collected
 from gpuci.evidence.fingerprints import same_kind
 from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
@@ -206,7 +209,15 @@ def _search(
 ) -> Search:
     if task.category is Category.CONCURRENCY:
         return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
-    return _replay(prober, results.get(Mode.PARALLEL), task, roots, partnerable)
+    # a file's import may be what it needs: the suite's other files collected first, a
+    # run that costs no test of theirs
+    tried = search_collected(prober, results, task)
+    if tried is not None and (tried.culprits or tried.note):
+        return tried
+    replay = _replay(prober, results.get(Mode.PARALLEL), task, roots, partnerable)
+    if tried is None:
+        return replay
+    return after_collected(tried, replay, len(collected_files(results, task.victim)))
 
 
 def _replay(

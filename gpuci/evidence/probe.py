@@ -164,6 +164,7 @@ class Prober:
         timeout: float | None = None,
         fresh: bool = True,
         strict: bool = False,
+        collect: Sequence[str] = (),
     ) -> ProbeRun:
         """Run `ids` in one fresh interpreter with the serial GPUs, in the order given; a
         search's step may ask for a forked one (`fresh=False`): a category comes only from
@@ -171,9 +172,10 @@ class Prober:
         it; any other may share the GPUs (its `beside` says whether it did).
 
         The order must be collection order within each file: pytest is handed the files in
-        the order they first appear, and runs only `ids` of them (GPUCI_ONLY).
+        the order they first appear, and runs only `ids` of them (GPUCI_ONLY); the files in
+        `collect` come first, collected (imported) with none of their tests run.
         """
-        need = self.admission.need([file_of(i) for i in ids])
+        need = self.admission.need([*collect, *(file_of(i) for i in ids)])
         with self.admission.admitted(strict=strict, need_mib=need) as flight:
             ran = self._run(
                 ids,
@@ -184,6 +186,7 @@ class Prober:
                 wrapper=wrapper,
                 timeout=timeout,
                 fresh=fresh,
+                collect=collect,
             )
         return dataclasses.replace(ran, beside=flight.beside)
 
@@ -198,8 +201,9 @@ class Prober:
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
         fresh: bool = True,
+        collect: Sequence[str] = (),
     ) -> ProbeRun:
-        files = list(dict.fromkeys(file_of(i) for i in ids))
+        files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
         key = files[-1]  # the victim's file: its journal and log
         with self._lock:  # runs of one file at once each get a journal and log of their own
             lanes = self._lanes.setdefault(key, set())

@@ -191,7 +191,9 @@ def provider_command(
     if category is not Category.DEPENDS_ON_OTHERS or not culprits or not target:
         return ""
     run = next(iter(results.values())).run
-    return pytest_command(run, [*culprits, target], serial_gpu(run))
+    # a provider file is collected (imported) with every one of its tests deselected
+    deselect = [arg for c in culprits if "::" not in c for arg in ("--deselect", f"{c}::")]
+    return pytest_command(run, [*culprits, target], serial_gpu(run), extra=deselect)
 
 
 def alone_command(

@@ -55,7 +55,9 @@ def headline(category: Category, culprits: Sequence[str], victims: int) -> Headl
     more = len(culprits) - len(named)
     if category is Category.DEPENDS_ON_OTHERS:
         verb = "passes" if victims == 1 else "pass"
-        return Headline(lead=f"{tests} {verb} only after", culprits=named, more=more, tail="")
+        # provider files: merely collected (imported), none of their tests run
+        after = "where pytest imported" if all("::" not in c for c in culprits) else "after"
+        return Headline(lead=f"{tests} {verb} only {after}", culprits=named, more=more, tail="")
     if category is Category.CONCURRENCY:
         verb = "fails" if victims == 1 else "fail"
         return Headline(lead=f"{tests} {verb} beside", culprits=named, more=more, tail="")
@@ -106,7 +108,9 @@ def commands_of(test: TestVerdict) -> tuple[tuple[str, str], ...]:
     if not test.reproduce:
         return ()
     if test.category is Category.DEPENDS_ON_OTHERS and test.with_provider:
-        return (("fails alone", test.reproduce), ("passes after its provider", test.with_provider))
+        collected = all("::" not in c for c in test.providers)  # provider files, imported
+        passes = "passes with its provider collected" if collected else "passes after its provider"
+        return (("fails alone", test.reproduce), (passes, test.with_provider))
     # a diagnosed victim's command is its poisoned run alone (its own bug): one command
     if test.category is Category.ORDER_DEPENDENT and test.passes_alone and not test.diagnosis:
         return (("fails after its culprit", test.reproduce), ("passes alone", test.passes_alone))

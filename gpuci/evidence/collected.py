@@ -1,0 +1,73 @@
+"""Collected files: a depends-on-others victim run with the suite's other files collected
+(imported) and none of their tests run, before any replay of the tests before it.
+
+pytest imports every file it was handed before the first test runs, so a file whose import
+sets up what the victim needs makes it pass in the suite wherever that file stands in the
+order, and a replay of the tests before it would name one of that file's tests, or none
+where the file comes later. (CuPy v14.2.0's
+`test_init.py::TestShowConfig::test_show_config_with_handles` passes only where a file
+that imports `cupy.cuda.nccl`, which preloads NCCL, was collected with it.) Where it passes
+so, the files are halved as the tests are (`gpuci.evidence.bisect`), keeping a part with
+which it passes, down to the smallest set; the answer is confirmed twice, fresh. One run,
+and no test of theirs, where it does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from gpuci.evidence.bisect import Search, bisect, probe_after
+from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.victims import Task
+from gpuci.model import Category, Mode, Outcome
+from gpuci.run.discover import file_of
+
+COLLECTED = "collection"  # a search over collected files: the start of its note
+
+
+def collected_files(results: Mapping[Mode, ModeResults], victim: str) -> tuple[str, ...]:
+    """The other files the suite interpreter collected where the victim passed there, in
+    its order; none elsewhere."""
+    suite = results.get(Mode.SUITE)
+    if suite is None:
+        return ()
+    outcomes = {t.id: t.outcome for t in suite.run.tests}
+    if outcomes.get(victim) is not Outcome.PASSED:
+        return ()
+    own = file_of(victim)
+    return tuple(dict.fromkeys(t.file for t in suite.run.tests if t.file != own))
+
+
+def search_collected(
+    prober: Prober, results: Mapping[Mode, ModeResults], task: Task
+) -> Search | None:
+    """A depends-on-others victim with the suite's other files collected: where it passes,
+    the smallest set of them with which it does (its providers, files); where it does not,
+    the run for the replay's search to keep (its `culprits` empty, its note ""). None where
+    there is nothing to try."""
+    files = collected_files(results, task.victim)
+    if task.category is not Category.DEPENDS_ON_OTHERS or not files or prober.exhausted():
+        return None
+    search = Search([])
+    if not probe_after(prober, task, search, files):
+        return search
+    found = bisect(prober, dataclasses.replace(task, candidates=files))
+    found.probes[:0] = search.probes
+    if found.culprits:
+        shown = ", ".join(found.culprits)
+        found.note = (
+            f"{COLLECTED}: it passes where pytest has imported {shown} (collected, none of"
+            f" its tests run), {len(found.probes)} run(s)"
+        )
+    return found
+
+
+def after_collected(tried: Search, replay: Search, files: int) -> Search:
+    """The replay's search after a run with every other file collected showed nothing."""
+    replay.probes[:0] = tried.probes
+    if replay.note.startswith(NOT_REPRODUCED) and SAME_RUN_BOTH_WAYS not in replay.note:
+        replay.note += f"; nor with the suite's other {files} file(s) collected"
+    return replay

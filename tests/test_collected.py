@@ -1,0 +1,112 @@
+"""End-to-end: a test that passes only where pytest imported another file (collected, none
+of its tests run) is depends-on-others, with that file as its provider and a command that
+collects it (as CuPy's test_show_config_with_handles passes only beside a file that
+imports cupy.cuda.nccl, which preloads NCCL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import clean_env, gpuci, write_files
+
+VICTIM = "test_b_init.py::test_with_handles"
+# pkg.info(full=True) fills in the library's path only while a preload may still be
+# attempted: the first call returns it, the second None, unless a preload was attempted
+# already (by an import), when both return None
+SUITE = {
+    "pytest.ini": "[pytest]\n",
+    "pkg/__init__.py": """
+        attempted = False
+
+        def preload():
+            global attempted
+            attempted = True
+
+        def info(full):
+            if attempted or not full:
+                return None
+            preload()
+            return "/lib/libnccl.so.2"
+    """,
+    "test_a_other.py": """
+        def test_other():
+            pass
+    """,
+    "test_b_init.py": """
+        import pkg
+
+        def test_plain():
+            pass
+
+        def test_with_handles():
+            first, second = pkg.info(True), pkg.info(True)
+            assert first == second, f"{first} != {second}"
+    """,
+    "PROVIDER": """
+        import pkg
+
+        pkg.preload()  # at import, as cupy/cuda/nccl.py does
+
+        def test_n1():
+            pass
+
+        def test_n2():
+            pass
+    """,
+}
+
+
+def verdict_test(out: Path, test_id: str) -> dict[str, Any]:
+    data = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    return next(t for t in data["tests"] if t["id"] == test_id)
+
+
+def shell(command: str, root: Path) -> subprocess.CompletedProcess[str]:
+    env = clean_env({**os.environ, "PYTHONPATH": str(root)})
+    return subprocess.run(
+        command, shell=True, env=env, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+# after the victim in the suite's order no replay of earlier tests shows it; before it, the
+# replay finds one of its tests, and the file collected alone is enough
+@pytest.mark.parametrize("provider", ["test_c_nccl.py", "test_0_nccl.py"])
+def test_a_provider_by_import_is_named_as_a_file_with_a_command_that_collects_it(
+    tmp_path: Path, provider: str
+) -> None:
+    files = {provider if k == "PROVIDER" else k: v for k, v in SUITE.items()}
+    root = write_files(tmp_path / "suite", files)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = gpuci("check", ".", "--out", "out", env=env, cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    test = verdict_test(root / "out", VICTIM)
+    assert test["category"] == "depends-on-others"
+    assert test["providers"] == [provider], test.get("search")
+    assert test["search"].startswith("collection: it passes where pytest has imported")
+    assert f"--deselect {provider}::" in test["with_provider"]
+    # both printed commands, run as printed: it fails alone, passes with the file collected
+    passed = shell(test["with_provider"], root)
+    assert passed.returncode == 0 and "1 passed, 2 deselected" in passed.stdout, passed.stdout
+    assert shell(test["reproduce"], root).returncode == 1
+    assert f"1 test passes only where pytest imported {provider}" in proc.stdout
+
+
+def test_a_provider_whose_test_must_run_stays_a_test(tmp_path: Path) -> None:
+    # the preload in a test, not at import: collecting the file is not enough
+    files = dict(SUITE)
+    files["test_0_nccl.py"] = files.pop("PROVIDER").replace(
+        "pkg.preload()  # at import, as cupy/cuda/nccl.py does", ""
+    ).replace("def test_n1():\n            pass", "def test_n1():\n            pkg.preload()")
+    root = write_files(tmp_path / "suite", files)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = gpuci("check", ".", "--out", "out", env=env, cwd=root)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    test = verdict_test(root / "out", VICTIM)
+    assert test["category"] == "depends-on-others"
+    assert test["providers"] == ["test_0_nccl.py::test_n1"], test.get("search")
+    assert "--deselect" not in test["with_provider"]
