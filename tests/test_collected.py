@@ -69,7 +69,7 @@ def verdict_test(out: Path, test_id: str) -> dict[str, Any]:
 def shell(command: str, root: Path) -> subprocess.CompletedProcess[str]:
     env = clean_env({**os.environ, "PYTHONPATH": str(root)})
     return subprocess.run(
-        command, shell=True, env=env, capture_output=True, text=True, check=False, timeout=120
+        ["bash", "-c", command], env=env, capture_output=True, text=True, check=False, timeout=120
     )
 
 
@@ -99,9 +99,11 @@ def test_a_provider_by_import_is_named_as_a_file_with_a_command_that_collects_it
 def test_a_provider_whose_test_must_run_stays_a_test(tmp_path: Path) -> None:
     # the preload in a test, not at import: collecting the file is not enough
     files = dict(SUITE)
-    files["test_0_nccl.py"] = files.pop("PROVIDER").replace(
-        "pkg.preload()  # at import, as cupy/cuda/nccl.py does", ""
-    ).replace("def test_n1():\n            pass", "def test_n1():\n            pkg.preload()")
+    files["test_0_nccl.py"] = (
+        files.pop("PROVIDER")
+        .replace("pkg.preload()  # at import, as cupy/cuda/nccl.py does", "")
+        .replace("def test_n1():\n            pass", "def test_n1():\n            pkg.preload()")
+    )
     root = write_files(tmp_path / "suite", files)
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = gpuci("check", ".", "--out", "out", env=env, cwd=root)

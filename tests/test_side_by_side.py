@@ -126,6 +126,7 @@ class LoadedProber:
         fresh: bool = True,
         strict: bool = False,
         env: object = None,
+        collect: Sequence[str] = (),
     ) -> LoadedRun:
         with self._lock:
             self.runs.append((list(ids), strict))

@@ -29,6 +29,7 @@ from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
 
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
+COLLECTED = "collected"  # a probe with files collected, none of their tests run
 FORKED = "a forked run"  # what a contradicted search's steps were
 LOADED = "a run beside others"
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
@@ -83,11 +84,14 @@ def _step(
 ) -> tuple[Probe, ProbeRun]:
     """One run of the search, not yet recorded (halves of a level run at once). A file among
     `before` is collected (imported) with none of its tests run (`gpuci.evidence.collected`)."""
+    collect = [b for b in before if "::" not in b]
+    kind = kind or (COLLECTED if collect else "")
     ran = prober.run(
         [*(b for b in before if "::" in b), task.victim],
-        collect=[b for b in before if "::" not in b],
+        collect=collect,
         phase=PHASE,
-        label=f"culprits of {task.victim}: after {len(before)} test(s)",
+        label=f"culprits of {task.victim}: "
+        + (f"{len(collect)} file(s) {COLLECTED}" if collect else f"after {len(before)} test(s)"),
         fresh=fresh,
         strict=strict or task.strict,
     )

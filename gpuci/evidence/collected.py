@@ -25,7 +25,7 @@ from gpuci.evidence.victims import Task
 from gpuci.model import Category, Mode, Outcome
 from gpuci.run.discover import file_of
 
-COLLECTED = "collection"  # a search over collected files: the start of its note
+BY_COLLECTION = "collection"  # a search over collected files: the start of its note
 
 
 def collected_files(results: Mapping[Mode, ModeResults], victim: str) -> tuple[str, ...]:
@@ -59,7 +59,7 @@ def search_collected(
     if found.culprits:
         shown = ", ".join(found.culprits)
         found.note = (
-            f"{COLLECTED}: it passes where pytest has imported {shown} (collected, none of"
+            f"{BY_COLLECTION}: it passes where pytest has imported {shown} (collected, none of"
             f" its tests run), {len(found.probes)} run(s)"
         )
     return found
