@@ -61,9 +61,16 @@ SUITE = {
 }
 
 
-def verdict_test(out: Path, test_id: str) -> dict[str, Any]:
-    data = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
-    return next(t for t in data["tests"] if t["id"] == test_id)
+def check_victim(root: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`gpuci check` of the suite at `root` (it fails), and its victim's verdict."""
+    proc = gpuci(
+        "check", ".", "--out", "out", env={**os.environ, "PYTHONPATH": str(root)}, cwd=root
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    data = json.loads((root / "out" / "verdict.json").read_text(encoding="utf-8"))
+    test = next(t for t in data["tests"] if t["id"] == VICTIM)
+    assert test["category"] == "depends-on-others"
+    return proc, test
 
 
 def shell(command: str, root: Path) -> subprocess.CompletedProcess[str]:
@@ -81,11 +88,7 @@ def test_a_provider_by_import_is_named_as_a_file_with_a_command_that_collects_it
 ) -> None:
     files = {provider if k == "PROVIDER" else k: v for k, v in SUITE.items()}
     root = write_files(tmp_path / "suite", files)
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = gpuci("check", ".", "--out", "out", env=env, cwd=root)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    test = verdict_test(root / "out", VICTIM)
-    assert test["category"] == "depends-on-others"
+    proc, test = check_victim(root)
     assert test["providers"] == [provider], test.get("search")
     assert test["search"].startswith("collection: it passes where pytest has imported")
     assert f"--deselect {provider}::" in test["with_provider"]
@@ -104,11 +107,6 @@ def test_a_provider_whose_test_must_run_stays_a_test(tmp_path: Path) -> None:
         .replace("pkg.preload()  # at import, as cupy/cuda/nccl.py does", "")
         .replace("def test_n1():\n            pass", "def test_n1():\n            pkg.preload()")
     )
-    root = write_files(tmp_path / "suite", files)
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = gpuci("check", ".", "--out", "out", env=env, cwd=root)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    test = verdict_test(root / "out", VICTIM)
-    assert test["category"] == "depends-on-others"
+    _, test = check_victim(write_files(tmp_path / "suite", files))
     assert test["providers"] == ["test_0_nccl.py::test_n1"], test.get("search")
     assert "--deselect" not in test["with_provider"]

@@ -10,7 +10,8 @@ time in any mode). Then, for each isolation suspect (its outcome differs between
 its alone-runs; a poisoned run where it failed after others in one interpreter; a culprit
 search over the n tests before it where it failed (for one that failed in isolated too,
 where it passed: its providers are there): 2·log2(n)+3 forked runs, twice the n tests'
-time, and two fresh confirmations of the culprit's replay; for a failure only in
+time, and two fresh confirmations of the culprit's replay (and, where it passed in the
+suite, a run with the suite's other files collected first); for a failure only in
 parallel, one pair per file beside it and one with them all, and the pair's fresh
 confirmation; one compute-sanitizer block per distinct CUDA fault; one run in threads
 where it failed only there. For the tests that failed the same way everywhere: their
@@ -94,6 +95,10 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
             victim = tests_s([test_id])
             parts["culprits"] += steps * (forked + victim) + 2 * tests_s(before)
             parts["culprits"] += 2 * (start + victim + tests_s(before) / 2)  # confirmations
+            suite = seen.get(Mode.SUITE)
+            if suite is not None and suite.outcome is Outcome.PASSED:
+                # passed in the suite: first one run with its other files collected
+                parts["culprits"] += forked + victim
         parallel = results.get(Mode.PARALLEL)
         if failed == {Mode.PARALLEL} and parallel is not None:
             beside = ran_beside(parallel, seen[Mode.PARALLEL].file)
