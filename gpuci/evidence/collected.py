@@ -24,6 +24,7 @@ from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Mode, Outcome
 from gpuci.run.discover import file_of
+from gpuci.run.journal import COLLECTION_ERROR
 
 BY_COLLECTION = "collection"  # a search over collected files: the start of its note
 
@@ -37,8 +38,10 @@ def collected_files(results: Mapping[Mode, ModeResults], victim: str) -> tuple[s
     outcomes = {t.id: t.outcome for t in suite.run.tests}
     if outcomes.get(victim) is not Outcome.PASSED:
         return ()
-    own = file_of(victim)
-    return tuple(dict.fromkeys(t.file for t in suite.run.tests if t.file != own))
+    # a file that did not collect would end the run before its first test
+    broken = {t.file for t in suite.run.tests if t.message.startswith(COLLECTION_ERROR)}
+    skip = broken | {file_of(victim)}
+    return tuple(dict.fromkeys(t.file for t in suite.run.tests if t.file not in skip))
 
 
 def search_collected(

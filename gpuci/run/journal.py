@@ -16,6 +16,8 @@ from typing import Any
 from gpuci.model import Outcome, TestResult
 from gpuci.run.discover import file_of
 
+COLLECTION_ERROR = "collection error"  # the message's start for a file pytest could not collect
+
 
 class JournalReader:
     """Reads the events a child appends, complete lines only, from where it left off."""
@@ -100,7 +102,7 @@ def collection_error(node_id: str, message: str) -> TestResult:
         id=node_id,
         file=file_of(node_id),
         outcome=Outcome.FAILED,
-        message=f"collection error: {message}",
+        message=f"{COLLECTION_ERROR}: {message}",
     )
 
 
