@@ -15,7 +15,7 @@ and no test of theirs, where it does not.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gpuci.evidence.bisect import Search, bisect, probe_after
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
@@ -44,33 +44,31 @@ def collected_files(results: Mapping[Mode, ModeResults], victim: str) -> tuple[s
     return tuple(dict.fromkeys(t.file for t in suite.run.tests if t.file not in skip))
 
 
-def search_collected(
-    prober: Prober, results: Mapping[Mode, ModeResults], task: Task
-) -> Search | None:
+def collected_first(
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    task: Task,
+    replay: Callable[[], Search],
+) -> Search:
     """A depends-on-others victim with the suite's other files collected: where it passes,
     the smallest set of them with which it does (its providers, files); where it does not,
-    the run for the replay's search to keep (its `culprits` empty, its note ""). None where
-    there is nothing to try."""
+    `replay`'s search, after that one run."""
     files = collected_files(results, task.victim)
     if task.category is not Category.DEPENDS_ON_OTHERS or not files or prober.exhausted():
-        return None
-    search = Search([])
-    if not probe_after(prober, task, search, files):
-        return search
-    found = bisect(prober, dataclasses.replace(task, candidates=files))
-    found.probes[:0] = search.probes
-    if found.culprits:
-        shown = ", ".join(found.culprits)
-        found.note = (
-            f"{BY_COLLECTION}: it passes where pytest has imported {shown} (collected, none of"
-            f" its tests run), {len(found.probes)} run(s)"
-        )
-    return found
-
-
-def after_collected(tried: Search, replay: Search, files: int) -> Search:
-    """The replay's search after a run with every other file collected showed nothing."""
-    replay.probes[:0] = tried.probes
-    if replay.note.startswith(NOT_REPRODUCED) and SAME_RUN_BOTH_WAYS not in replay.note:
-        replay.note += f"; nor with the suite's other {files} file(s) collected"
-    return replay
+        return replay()
+    tried = Search([])
+    if probe_after(prober, task, tried, files):
+        found = bisect(prober, dataclasses.replace(task, candidates=files))
+        found.probes[:0] = tried.probes
+        if found.culprits:
+            shown = ", ".join(found.culprits)
+            found.note = (
+                f"{BY_COLLECTION}: it passes where pytest has imported {shown} (collected,"
+                f" none of its tests run), {len(found.probes)} run(s)"
+            )
+        return found
+    search = replay()
+    search.probes[:0] = tried.probes
+    if search.note.startswith(NOT_REPRODUCED) and SAME_RUN_BOTH_WAYS not in search.note:
+        search.note += f"; nor with the suite's other {len(files)} file(s) collected"
+    return search

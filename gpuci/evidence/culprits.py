@@ -27,7 +27,7 @@ from typing import TextIO
 
 from gpuci.evidence.bisect import FORKED, LOADED, Search, bisect, cascade
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.collected import after_collected, collected_files, search_collected
+from gpuci.evidence.collected import collected_first
 from gpuci.evidence.fingerprints import same_kind
 from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
@@ -211,13 +211,12 @@ def _search(
         return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
     # a file's import may be what it needs: the suite's other files collected first, a
     # run that costs no test of theirs
-    tried = search_collected(prober, results, task)
-    if tried is not None and (tried.culprits or tried.note):
-        return tried
-    replay = _replay(prober, results.get(Mode.PARALLEL), task, roots, partnerable)
-    if tried is None:
-        return replay
-    return after_collected(tried, replay, len(collected_files(results, task.victim)))
+    return collected_first(
+        prober,
+        results,
+        task,
+        lambda: _replay(prober, results.get(Mode.PARALLEL), task, roots, partnerable),
+    )
 
 
 def _replay(
