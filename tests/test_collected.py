@@ -110,3 +110,13 @@ def test_a_provider_whose_test_must_run_stays_a_test(tmp_path: Path) -> None:
     _, test = check_victim(write_files(tmp_path / "suite", files))
     assert test["providers"] == ["test_0_nccl.py::test_n1"], test.get("search")
     assert "--deselect" not in test["with_provider"]
+
+
+def test_one_other_file_costs_its_run_and_one_fresh_confirmation(tmp_path: Path) -> None:
+    # the run with the suite's one other file collected is the halving's only step: it is
+    # not run again before its fresh confirmation
+    files = {k: v for k, v in SUITE.items() if k != "test_a_other.py"}
+    files["test_c_nccl.py"] = files.pop("PROVIDER")
+    _, test = check_victim(write_files(tmp_path / "suite", files))
+    assert test["providers"] == ["test_c_nccl.py"], test.get("search")
+    assert [p["outcome"] for p in test["probes"]] == ["passed", "passed"], test["probes"]

@@ -183,11 +183,14 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
     return False
 
 
-def bisect(prober: Prober, task: Task, search: Search | None = None) -> Search:
-    """Split the candidates, keeping a part that still shows the finding; then confirm."""
+def bisect(
+    prober: Prober, task: Task, search: Search | None = None, *, shown: bool = False
+) -> Search:
+    """Split the candidates, keeping a part that still shows the finding; then confirm.
+    `shown`: a run of `search` ran exactly the candidates and showed it (not run again)."""
     search = search or Search([])
     current = list(task.candidates)
-    confirmed = False  # whether the last probe ran exactly `current` and showed it
+    confirmed = shown  # whether a probe ran exactly `current` and showed it
     several = False
     while len(current) > 1:
         if prober.exhausted() or prober.stopping():
@@ -197,11 +200,11 @@ def bisect(prober: Prober, task: Task, search: Search | None = None) -> Search:
                 f" down to {len(current)} of {len(task.candidates)} tests"
             )
             return search
-        shown = _split(prober, task, search, current)
-        if shown is None:
+        part = _split(prober, task, search, current)
+        if part is None:
             several = True  # no part alone: the finding needs tests from several
             break
-        current, confirmed = shown, True
+        current, confirmed = part, True
     if not confirmed:
         if prober.exhausted():
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"

@@ -58,8 +58,8 @@ def collected_first(
         return replay()
     tried = Search([])
     if probe_after(prober, task, tried, files):
-        found = bisect(prober, dataclasses.replace(task, candidates=files))
-        found.probes[:0] = tried.probes
+        # that run is the halving's first: with one file, what is left is its confirmation
+        found = bisect(prober, dataclasses.replace(task, candidates=files), tried, shown=True)
         if found.culprits:
             shown = ", ".join(found.culprits)
             found.note = (
