@@ -72,6 +72,7 @@ import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 from gpuci.run.forkaudit import RUNS_FRESH, differing_reads
+from gpuci.run.rewritten import differing_plugins
 from gpuci.run.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
 
 MESSAGE_LIMIT = 500
@@ -161,7 +162,7 @@ class Journal:
         """Record the ids that will run, which must run alone, and in how many threads; in a
         forked child whose environment differs from what its preloaded modules read (a
         conftest.py set a variable), stop before any test: gpuci runs it fresh."""
-        differing = _differing_fork_reads()
+        differing = _differing_fork_reads() or _differing_fork_plugins(session.config)
         if differing:
             self.write({"e": "unforked", "why": differing})
             pytest.exit(f"gpuci: {differing}: {RUNS_FRESH}", returncode=4)
@@ -344,6 +345,13 @@ def _differing_fork_reads() -> str:
         return ""
     differing = differing_reads(reads, os.environ)
     return f"{'; '.join(differing)} differs in its environment" if differing else ""
+
+
+def _differing_fork_plugins(config: pytest.Config) -> str:
+    """In a forked child: why a fresh pytest would not hold the plugins the parent loaded
+    as this one does (`gpuci.run.rewritten`); else ''."""
+    plugins = getattr(sys.modules.get("gpuci.run.preimport"), "FORK_PLUGINS", None)
+    return differing_plugins(plugins, config) if plugins is not None else ""
 
 
 def _threads_asked_by_gpuci(config: pytest.Config) -> bool:

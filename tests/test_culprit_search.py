@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import gpuci.evidence.culprits
 import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import bisect, cascade
@@ -266,3 +267,81 @@ def test_a_partner_failing_the_victims_way_shows_the_contention_and_is_named() -
     # counting only the victim's own outcome, the same runs showed nothing
     blind = pairs(FakeContention(lambda _, n: Outcome.PASSED), parallel, concurrency)
     assert blind.culprits == () and blind.note.startswith("not reproduced")
+
+
+@dataclass
+class FakeHogs(FakeProber):
+    """Two hogs that cannot both fit: in every pair run both fail the same way."""
+
+    def run_together(
+        self,
+        groups: Sequence[tuple[Sequence[str], str | None]],
+        *,
+        phase: str,
+        label: str,
+        fresh: bool = True,
+    ) -> tuple[list[FakeSidedRun], int]:
+        self.runs.append([i for ids, _ in groups for i in ids])
+        failed = {
+            i: TestResult(id=i, file=i.partition("::")[0], outcome=Outcome.FAILED, message=OOM)
+            for ids, _ in groups
+            for i in ids
+        }
+        runs = [
+            FakeSidedRun(Outcome.FAILED, results={i: failed[i]}) for ids, _ in groups for i in ids
+        ]
+        return runs, len(groups)
+
+
+OOM = "OutOfMemoryError: out of device memory allocating 52 GiB"
+
+
+def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # gpu_polluted's two 52 GiB hogs: each one's pair ran the same two files, twice
+    hog_a, hog_b = "test_hog_a.py::test_hold", "test_hog_b.py::test_hold"
+
+    def hog(victim: str, other: str) -> _Task:
+        return _Task(
+            victim=victim,
+            category=Category.CONCURRENCY,
+            candidates=(other.partition("::")[0],),
+            rank=(0, 0),
+            kind="OutOfMemoryError: out of device memory allocating N GiB",
+        )
+
+    tests = tuple(
+        TestResult(id=i, file=i.partition("::")[0], outcome=Outcome.FAILED, message=OOM)
+        for i in (hog_a, hog_b)
+    )
+    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+    parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    classified = {
+        i: Classified(
+            id=i,
+            category=Category.CONCURRENCY,
+            outcomes={Mode.PARALLEL: Outcome.FAILED},
+            reruns=(Outcome.PASSED,),
+            results={Mode.PARALLEL: t},
+        )
+        for i, t in zip((hog_a, hog_b), tests, strict=True)
+    }
+    monkeypatch.setattr(
+        gpuci.evidence.culprits,
+        "plan_searches",
+        lambda *_: [hog(hog_a, hog_b), hog(hog_b, hog_a)],
+    )
+    prober = FakeHogs(lambda _, n: Outcome.FAILED, admission=Admission(slots=4))
+    found = gpuci.evidence.culprits.search_culprits(
+        prober,  # type: ignore[arg-type]
+        {Mode.PARALLEL: parallel},
+        classified,
+        {},
+        orders={},
+        progress=io.StringIO(),
+    )
+    assert found[hog_a].culprits == ("test_hog_b.py",)
+    assert found[hog_b].culprits == (hog_a,)
+    assert found[hog_b].search.startswith("pair: the partner of")
+    assert len(prober.runs) == 2  # hog_a's pair and its confirmation; none of hog_b's own

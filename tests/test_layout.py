@@ -36,6 +36,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "forkaudit",
         "waits",
         "importables",
+        "rewritten",
         "preimport",
         "preloads",
         "forked",
@@ -102,6 +103,7 @@ CHILD_SIDE = (
     "run.forkaudit",
     "run.waits",
     "run.importables",
+    "run.rewritten",
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80

@@ -20,6 +20,7 @@ from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
+from gpuci.evidence.priorities import first_alone, prioritize
 from gpuci.evidence.reproduce import interpreter_order
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
@@ -378,3 +379,35 @@ def test_only_a_victim_that_failed_beside_others_and_shows_by_failing_is_loadabl
     )
     (found,) = plan_searches(results, {VICTIM: victim}, {}, orders)
     assert found.loadable is loadable and found.candidates
+
+
+def test_a_suspect_that_failed_in_its_own_files_interpreters_runs_alone_strictly_at_once() -> None:
+    # it passed only in the suite interpreter (depends on others): its alone-run beside
+    # others failed, needed a strict run to count, and the second alone-run came on top
+    needs, polluted = "test_n.py::test_needs", "test_p.py::test_polluted"
+
+    def mode(which: Mode, outcomes: dict[str, Outcome]) -> ModeResults:
+        tests = tuple(
+            TestResult(id=i, file=i.partition("::")[0], outcome=o) for i, o in outcomes.items()
+        )
+        run = ModeRun(mode=which, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+        return ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+
+    failed, passed = Outcome.FAILED, Outcome.PASSED
+    results = {
+        Mode.SUITE: mode(Mode.SUITE, {needs: passed, polluted: failed}),
+        Mode.PARALLEL: mode(Mode.PARALLEL, {needs: failed, polluted: passed}),
+    }
+    plan = prioritize(results, {needs: 2, polluted: 2})
+    assert plan.likely_failing == {needs}
+    prober = LoadedProber(lambda ids, _: failed if needs in ids else passed)
+    found, _ = first_alone(
+        prober,  # type: ignore[arg-type]
+        plan.isolation,
+        {},
+        io.StringIO(),
+        likely_failing=plan.likely_failing,
+    )
+    assert found[needs].alone == (failed, failed)
+    assert [strict for ids, strict in prober.runs if ids == [needs]] == [True, True]
+    assert [strict for ids, strict in prober.runs if ids == [polluted]] == [False]

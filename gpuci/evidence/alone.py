@@ -155,15 +155,18 @@ def more_alone(
     wanted: Mapping[str, int],
     found: Mapping[str, TestEvidence],
     progress: TextIO,
+    *,
+    likely_failing: frozenset[str] = frozenset(),
 ) -> dict[str, TestEvidence]:
-    """More alone-runs of `wanted`, added to what was found."""
+    """More alone-runs of `wanted`, added to what was found; a test that failed an earlier
+    one, or is `likely_failing`, runs with nothing beside it from the start."""
     merged = dict(found)
     if not any(wanted.values()):
         return merged
     again = any(found[i].alone for i, n in wanted.items() if n and i in found)
     failed = frozenset(
         i for i in wanted if i in found and any(o in NOT_PASSING for o in found[i].alone)
-    )
+    ) | (likely_failing & wanted.keys())
     ran = run_alone(prober, wanted, progress=progress, again=again, failed=failed)
     for test_id, extra in ran.items():
         before = merged.get(test_id, TestEvidence(id=test_id))

@@ -66,12 +66,15 @@ def search_culprits(
 
     slots = max(1, prober.admission.slots)
 
-    def search_in_waves(group: Sequence[Task], width: int) -> dict[str, Search]:
+    def search_in_waves(
+        group: Sequence[Task], width: int, *, one_by_one: bool = False
+    ) -> dict[str, Search]:
         """One interpreter's victims in order: the first alone, then `width` at a time, each
-        trying the culprits found in earlier waves first (a cascade)."""
+        trying the culprits found in earlier waves first (a cascade); `one_by_one` (the
+        pairs): one victim at a time, so that one shown as a partner is not searched."""
         roots: list[tuple[str, ...]] = []  # culprit sets found so far, in order
         searches: dict[str, Search] = {}
-        for wave in _waves(group, width):
+        for wave in [[t] for t in group] if one_by_one else _waves(group, width):
             # an earlier victim's pair runs may have shown it as a partner: done
             todo = [t for t in wave if t.victim not in searches]
             if prober.stopping() or not todo:
@@ -108,7 +111,7 @@ def search_culprits(
                 searches[victim] = search
     # pairs run with nothing beside them, one at a time; a victim shown as a partner is done
     later = [t for t in pairs if t.victim not in searches]
-    for victim, search in search_in_waves(later, 1).items():
+    for victim, search in search_in_waves(later, 1, one_by_one=True).items():
         searches.setdefault(victim, search)
     merged = dict(found)
     for victim, search in searches.items():

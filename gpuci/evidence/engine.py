@@ -158,7 +158,9 @@ def _gather(
     alone in threads; then the remaining alone-runs."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
     plan = prioritize(results, wanted)
-    found, had = first_alone(prober, plan.isolation, {}, progress)
+    found, had = first_alone(
+        prober, plan.isolation, {}, progress, likely_failing=plan.likely_failing
+    )
     once = {i: min(n, 1) for i, n in plan.consistent.items()}
     found = more_alone(prober, once, found, progress)
     had |= once

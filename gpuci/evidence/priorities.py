@@ -28,7 +28,7 @@ from gpuci.evidence.fingerprints import (
 )
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
-from gpuci.model import Mode, Outcome, TestEvidence
+from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence
 from gpuci.run.progress import say
 
 
@@ -38,6 +38,9 @@ class Priorities:
     failed the same way everywhere, alone or as groups."""
 
     isolation: dict[str, int]  # alone-runs wanted, by id
+    # isolation suspects that failed in every interpreter of their own file: their alone-run
+    # will likely fail too, and a failure beside others would need a run with none anyway
+    likely_failing: frozenset[str] = frozenset()
     consistent: dict[str, int]  # failed the same way in every mode, not in a large group
     groups: tuple[FailureGroup, ...]  # large groups of consistent failures
 
@@ -48,11 +51,26 @@ def prioritize(results: Mapping[Mode, ModeResults], wanted: Mapping[str, int]) -
     groups = group_failures({i: t for i, t in failures.items() if t.message.strip()})
     large = tuple(g for g in groups if len(g.members) > REPRESENTATIVES)
     grouped = {m for g in large for m in g.members}
+    isolation = {i: n for i, n in wanted.items() if i not in failures}
     return Priorities(
-        isolation={i: n for i, n in wanted.items() if i not in failures},
+        isolation=isolation,
+        likely_failing=_failed_in_own_files(results, isolation),
         consistent={i: n for i, n in wanted.items() if i in failures and i not in grouped},
         groups=large,
     )
+
+
+def _failed_in_own_files(
+    results: Mapping[Mode, ModeResults], suspects: Mapping[str, int]
+) -> frozenset[str]:
+    """The suspects that did not pass in any interpreter of their own file that ran them
+    (parallel, isolated: not taken from another mode), and ran in at least one."""
+    seen: dict[str, bool] = {}
+    for mode in (Mode.PARALLEL, Mode.ISOLATED):
+        for test in results[mode].run.tests if mode in results else ():
+            if test.id in suspects and not test.inferred and test.outcome is not Outcome.NOT_RUN:
+                seen[test.id] = seen.get(test.id, True) and test.outcome in NOT_PASSING
+    return frozenset(i for i, failed in seen.items() if failed)
 
 
 def first_alone(
@@ -60,12 +78,15 @@ def first_alone(
     wanted: Mapping[str, int],
     found: Mapping[str, TestEvidence],
     progress: TextIO,
+    *,
+    likely_failing: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, TestEvidence], dict[str, int]]:
     """One alone-run each; a second at once for a test that failed its first (it tells a
     flaky test from a real failure before any culprit is searched for). The evidence, and
-    the runs each test has had of those it wanted."""
+    the runs each test has had of those it wanted. The `likely_failing` run with nothing
+    beside them from the start."""
     first = {i: min(n, 1) for i, n in wanted.items()}
-    merged = more_alone(prober, first, found, progress)
+    merged = more_alone(prober, first, found, progress, likely_failing=likely_failing)
     again = {
         i: n - 1
         for i, n in wanted.items()

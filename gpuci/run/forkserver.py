@@ -166,6 +166,8 @@ class ForkServer:
         _say(f"interpreters fork from a parent that imported {shown} ({self.ready_s:.1f}s)")
         if self.named_missing:
             _say(f"note: --preload: no module named {', '.join(self.named_missing)}; not preloaded")
+        if self.ready.get("plugins_off"):
+            _say(f"note: pytest plugins not preloaded: {self.ready['plugins_off']}")
         for module, left in self.ready.get("refused", {}).items():
             _say(
                 f"note: {module} not preloaded: its import left {left}, which a fork would not copy"

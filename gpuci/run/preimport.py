@@ -45,6 +45,7 @@ from gpuci.run.importables import (
     pytest_plugins,
     rewritten_by_pytest,
 )
+from gpuci.run.rewritten import Plugins, blocked_plugins, load_plugins
 
 SELF = "gpuci.run.preimport"
 MESSAGE_MAX = 1 << 20  # bytes of one request (its environment is the largest part)
@@ -56,6 +57,10 @@ WATCH = Watch()  # the imports' environment reads and seeds
 # In a forked child: the variables the parent's imports read, for the plugin to compare
 # once the child's conftest.py files have run (None in any other interpreter).
 FORK_READS: dict[str, tuple[str | None, str]] | None = None
+# In a forked child: the pytest plugins the parent loaded, for the plugin to compare once
+# pytest has loaded its own (None in any other interpreter, or where none were).
+FORK_PLUGINS: Plugins | None = None
+PLUGINS = Plugins()  # what this parent loaded through pytest's rewriter
 _INITIAL_SIGNALS = {  # dispositions as this interpreter started, before any import
     s: signal.getsignal(s)
     for s in signal.valid_signals()
@@ -102,6 +107,10 @@ def preload(config: dict[str, Any]) -> dict[str, Any]:
         why = _plugins_import(done, name, roots)
         if why:
             return _refuse(why)
+    plugins_off = config.get("plugins_off", "")
+    if not plugins_off:
+        plugins_off = _load_plugins(done, config, refused)
+    PLUGINS.note_brought()
     WATCH.stop()
     present += done.brought.get("pytest", [])  # every child imports pytest, and these with it
     return {
@@ -114,6 +123,8 @@ def preload(config: dict[str, Any]) -> dict[str, Any]:
         "brought": done.brought,
         "reads": {k: list(v) for k, v in WATCH.reads.items()},
         "seeded": WATCH.seeded,
+        "plugins": list(PLUGINS.loaded),
+        "plugins_off": plugins_off,
     }
 
 
@@ -138,6 +149,23 @@ def _plugins_import(done: _Preloaded, name: str, roots: list[Path]) -> str:
     if left:  # every fresh pytest imports it as the plugin loads: nothing to fork from
         return f"importing {name} (for a pytest plugin) left {', '.join(left)}"
     return _imported(done, name, " (for a pytest plugin)")
+
+
+def _load_plugins(done: _Preloaded, config: dict[str, Any], refused: dict[str, str]) -> str:
+    """Load the pytest plugins as pytest does, through its rewriter; why not, or ''. Where
+    loading went wrong part of the way, this process starts over without it."""
+    try:
+        loaded, why = load_plugins(blocked_plugins(os.environ), WATCH.audited_import)
+    except BaseException as exc:  # whatever a plugin's import (or pytest's hook) raises
+        loaded, why = Plugins(), f"{type(exc).__name__}: {exc}"
+    if why:
+        _start_over({**config, "plugins_off": why}, refused)
+    why = cuda_state() or ""
+    if why:
+        _start_over({**config, "plugins_off": f"a plugin created CUDA state: {why}"}, refused)
+    PLUGINS.loaded, PLUGINS.marked = loaded.loaded, loaded.marked
+    done.imported += [getattr(p, "__name__", name) for name, p in loaded.loaded.items()]
+    return ""
 
 
 def _imported(done: _Preloaded, name: str, why: str) -> str:
@@ -266,8 +294,9 @@ def _become(request: dict[str, Any], log: int, ready: int) -> None:
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None and "numpy.random" not in WATCH.seeded:
         numpy_random.seed()
-    global FORK_READS  # noqa: PLW0603 -- the child's plugin reads it, once
+    global FORK_READS, FORK_PLUGINS  # noqa: PLW0603 -- the child's plugin reads them, once
     FORK_READS = dict(WATCH.reads)
+    FORK_PLUGINS = PLUGINS
     os.write(ready, b"+")
     os.close(ready)
 
