@@ -27,6 +27,7 @@ from typing import Any
 
 GROUP = "pytest11"
 DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")  # pytest's, which the parent's hook uses
+HOOK_SETTINGS = {"enable_assertion_pass_hook": False}  # the hook's other ini value: pytest's
 ALWAYS_BLOCKED = frozenset({"randomly"})  # every evidence run says -p no:randomly
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 # imported before pytest installs its rewriting hook, in a fresh interpreter too
@@ -73,9 +74,7 @@ class _HookConfig:
         self.warned: list[str] = []
 
     def getini(self, name: str) -> Any:
-        return {"python_files": list(DEFAULT_PYTHON_FILES), "enable_assertion_pass_hook": False}[
-            name
-        ]
+        return list(DEFAULT_PYTHON_FILES) if name == "python_files" else HOOK_SETTINGS[name]
 
     def issue_config_time_warning(self, warning: Warning, stacklevel: int) -> None:
         self.warned.append(str(warning))  # a plugin module imported before: not preloaded
