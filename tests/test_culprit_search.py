@@ -23,6 +23,7 @@ from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
+from gpuci.run.discover import file_of
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -170,7 +171,11 @@ class FakePairProber(FakeProber):
         fresh: bool = True,
     ) -> tuple[list[FakeRun], int]:
         self.runs.append([i for ids, _ in groups for i in ids])
-        return [FakeRun(self.victim([], len(self.runs)))], len(groups)
+        return self.answer(groups), len(groups)
+
+    def answer(self, groups: Sequence[tuple[Sequence[str], str | None]]) -> list[FakeRun]:
+        """Each interpreter's run, the victim's first."""
+        return [FakeRun(self.victim([], len(self.runs)))]
 
 
 def pairs(prober: FakeProber, parallel: ModeResults, task: _Task, kind: str = "") -> Any:
@@ -230,26 +235,17 @@ OUT_OF_MEMORY = "OutOfMemoryError: out of device memory allocating 410 MiB (PID 
 
 
 @dataclass
-class FakeContention(FakeProber):
+class FakeContention(FakePairProber):
     """Whichever asks second fails: here always the partner, never the victim."""
 
-    def run_together(
-        self,
-        groups: Sequence[tuple[Sequence[str], str | None]],
-        *,
-        phase: str,
-        label: str,
-        fresh: bool = True,
-    ) -> tuple[list[FakeSidedRun], int]:
-        self.runs.append([i for ids, _ in groups for i in ids])
+    def answer(self, groups: Sequence[tuple[Sequence[str], str | None]]) -> list[FakeRun]:
         partner = TestResult(
             id="test_x.py::test_a", file="test_x.py", outcome=Outcome.FAILED, message=OUT_OF_MEMORY
         )
-        runs = [
+        return [
             FakeSidedRun(Outcome.PASSED),
             FakeSidedRun(Outcome.PASSED, results={partner.id: partner}),
         ]
-        return runs, len(groups)
 
 
 def test_a_partner_failing_the_victims_way_shows_the_contention_and_is_named() -> None:
@@ -270,27 +266,17 @@ def test_a_partner_failing_the_victims_way_shows_the_contention_and_is_named() -
 
 
 @dataclass
-class FakeHogs(FakeProber):
+class FakeHogs(FakePairProber):
     """Two hogs that cannot both fit: in every pair run both fail the same way."""
 
-    def run_together(
-        self,
-        groups: Sequence[tuple[Sequence[str], str | None]],
-        *,
-        phase: str,
-        label: str,
-        fresh: bool = True,
-    ) -> tuple[list[FakeSidedRun], int]:
-        self.runs.append([i for ids, _ in groups for i in ids])
-        failed = {
-            i: TestResult(id=i, file=i.partition("::")[0], outcome=Outcome.FAILED, message=OOM)
-            for ids, _ in groups
-            for i in ids
-        }
-        runs = [
-            FakeSidedRun(Outcome.FAILED, results={i: failed[i]}) for ids, _ in groups for i in ids
+    def answer(self, groups: Sequence[tuple[Sequence[str], str | None]]) -> list[FakeRun]:
+        return [
+            FakeSidedRun(Outcome.FAILED, results={i: _oom(i)}) for ids, _ in groups for i in ids
         ]
-        return runs, len(groups)
+
+
+def _oom(test_id: str) -> TestResult:
+    return TestResult(id=test_id, file=file_of(test_id), outcome=Outcome.FAILED, message=OOM)
 
 
 OOM = "OutOfMemoryError: out of device memory allocating 52 GiB"
@@ -311,10 +297,7 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
             kind="OutOfMemoryError: out of device memory allocating N GiB",
         )
 
-    tests = tuple(
-        TestResult(id=i, file=i.partition("::")[0], outcome=Outcome.FAILED, message=OOM)
-        for i in (hog_a, hog_b)
-    )
+    tests = (_oom(hog_a), _oom(hog_b))
     run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
     parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
     classified = {
