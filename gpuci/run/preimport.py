@@ -109,7 +109,7 @@ def preload(config: dict[str, Any]) -> dict[str, Any]:
             return _refuse(why)
     plugins_off = config.get("plugins_off", "")
     if not plugins_off:
-        plugins_off = _load_plugins(done, config, refused)
+        plugins_off = _load_plugins(done, plugins, config, refused)
     PLUGINS.note_brought()
     WATCH.stop()
     present += done.brought.get("pytest", [])  # every child imports pytest, and these with it
@@ -151,11 +151,16 @@ def _plugins_import(done: _Preloaded, name: str, roots: list[Path]) -> str:
     return _imported(done, name, " (for a pytest plugin)")
 
 
-def _load_plugins(done: _Preloaded, config: dict[str, Any], refused: dict[str, str]) -> str:
+def _load_plugins(
+    done: _Preloaded,
+    plugins: list[importlib.metadata.Distribution],
+    config: dict[str, Any],
+    refused: dict[str, str],
+) -> str:
     """Load the pytest plugins as pytest does, through its rewriter; why not, or ''. Where
     loading went wrong part of the way, this process starts over without it."""
     try:
-        loaded, why = load_plugins(blocked_plugins(os.environ), WATCH.audited_import)
+        loaded, why = load_plugins(plugins, blocked_plugins(os.environ), WATCH.audited_import)
     except BaseException as exc:  # whatever a plugin's import (or pytest's hook) raises
         loaded, why = Plugins(), f"{type(exc).__name__}: {exc}"
     if why:

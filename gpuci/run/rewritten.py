@@ -20,14 +20,13 @@ import itertools
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 GROUP = "pytest11"
 DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")  # pytest's, which the parent's hook uses
-HOOK_SETTINGS = {"enable_assertion_pass_hook": False}  # the hook's other ini value: pytest's
 ALWAYS_BLOCKED = frozenset({"randomly"})  # every evidence run says -p no:randomly
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 # imported before pytest installs its rewriting hook, in a fresh interpreter too
@@ -74,7 +73,7 @@ class _HookConfig:
         self.warned: list[str] = []
 
     def getini(self, name: str) -> Any:
-        return list(DEFAULT_PYTHON_FILES) if name == "python_files" else HOOK_SETTINGS[name]
+        return {"python_files": [*DEFAULT_PYTHON_FILES], "enable_assertion_pass_hook": False}[name]
 
     def issue_config_time_warning(self, warning: Warning, stacklevel: int) -> None:
         self.warned.append(str(warning))  # a plugin module imported before: not preloaded
@@ -88,7 +87,7 @@ class _State:  # pytest's AssertionState, as the hook uses it
         return None
 
 
-def blocked_plugins(environ: dict[str, str] | os._Environ[str]) -> frozenset[str]:
+def blocked_plugins(environ: Mapping[str, str]) -> frozenset[str]:
     """The plugins no child loads: `-p no:NAME` in PYTEST_ADDOPTS, and gpuci's own."""
     words = shlex.split(environ.get("PYTEST_ADDOPTS", ""))
     given = [b for a, b in itertools.pairwise(words) if a == "-p"]
@@ -96,11 +95,13 @@ def blocked_plugins(environ: dict[str, str] | os._Environ[str]) -> frozenset[str
     return ALWAYS_BLOCKED | {g.removeprefix("no:") for g in given if g.startswith("no:")}
 
 
-def entry_points(blocked: frozenset[str]) -> list[importlib.metadata.EntryPoint]:
+def entry_points(
+    dists: Sequence[importlib.metadata.Distribution], blocked: frozenset[str]
+) -> list[importlib.metadata.EntryPoint]:
     """The pytest11 entry points pytest would load, in its order (pluggy's: distributions
     as importlib.metadata lists them, a name once)."""
     found: dict[str, importlib.metadata.EntryPoint] = {}
-    for dist in importlib.metadata.distributions():
+    for dist in dists:
         for ep in dist.entry_points:
             if ep.group == GROUP and ep.name not in found:
                 found[ep.name] = ep
@@ -108,9 +109,12 @@ def entry_points(blocked: frozenset[str]) -> list[importlib.metadata.EntryPoint]
 
 
 def load_plugins(
-    blocked: frozenset[str], audited_import: Callable[[str], list[str]]
+    dists: Sequence[importlib.metadata.Distribution],
+    blocked: frozenset[str],
+    audited_import: Callable[[str], list[str]],
 ) -> tuple[Plugins, str]:
-    """Import the plugins' entry points through pytest's rewriting hook; what was loaded,
+    """Import the entry points of the plugins' distributions `dists` (in
+    importlib.metadata's order) through pytest's rewriting hook; what was loaded,
     and why not (or '' where every one was). `audited_import` imports one module and says
     what it left that a fork would not copy; a plugin that left anything ends the loading
     with that reason (this process must then start over without it)."""
@@ -118,7 +122,7 @@ def load_plugins(
     from _pytest.config import _iter_rewritable_modules
 
     plugins = Plugins()
-    files = (str(f) for d in _plugin_dists() for f in d.files or ())
+    files = (str(f) for d in dists for f in d.files or ())
     marked = list(_iter_rewritable_modules(files))
     early = sorted(set(marked) & set(sys.modules))
     if early:  # imported plainly already: pytest would warn, and so must a child
@@ -130,7 +134,7 @@ def load_plugins(
     hook.mark_rewrite(*marked)
     sys.meta_path.insert(0, hook)
     try:
-        for ep in entry_points(blocked):
+        for ep in entry_points(dists, blocked):
             left = audited_import(ep.module)
             if left:
                 return plugins, f"the pytest plugin {ep.name} left {', '.join(left)}"
@@ -139,12 +143,6 @@ def load_plugins(
         sys.meta_path.remove(hook)
     plugins.marked = marked
     return plugins, "; ".join(config.warned)
-
-
-def _plugin_dists() -> Iterable[importlib.metadata.Distribution]:
-    for dist in importlib.metadata.distributions():
-        if any(ep.group == GROUP for ep in dist.entry_points):
-            yield dist
 
 
 def differing_plugins(plugins: Plugins, config: Any) -> str:
