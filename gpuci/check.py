@@ -56,7 +56,6 @@ from gpuci.run.plan_mode import (
     run_one_mode,
     say,
     shard_of,
-    start_fork_server,
     suite_held,
     threads_of,
 )
@@ -139,7 +138,6 @@ def _discover_and_run(opts: ModeOptions, options: Options, asked: AskedModes) ->
         opts = replace(opts, run_id=run_id)
     else:  # only now: a suite that cannot be collected replaces nothing
         opts, earlier = _replace_earlier(opts), {}
-    start_fork_server(opts.preload, opts.python, discovery.rootdir, discovery.files, opts.paths)
     shown = [*modes, *(m for m in Mode if m not in modes)]
     say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel runs lazily: only the files that did not pass in the screens
@@ -273,8 +271,6 @@ def explain_results(options: Options) -> None:
             f"{out}: its tests ran in {first.rootdir}, which is not a directory here;"
             " run gpuci explain where the suite is checked out at the same path"
         )
-    files = [f.file for f in first.files]
-    start_fork_server(options.preload, evidence.python, Path(first.rootdir), files, first.paths)
     budget = _budget(out, evidence)
     shutil.rmtree(out / "evidence", ignore_errors=True)  # about earlier runs, if any
     _write_durations(out)  # the mode jobs' times, for the next pipeline's

@@ -119,25 +119,8 @@ def _run_options() -> _Parser:
         action="store_true",
         help="continue an interrupted OUT: keep what finished, run the rest",
     )
-    _preload_options(parent)
     parent.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     return parent
-
-
-def _preload_options(parser: argparse.ArgumentParser) -> None:
-    """--preload and --no-preload: how interpreters start (run, check, explain)."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--preload",
-        metavar="MOD,...",
-        help="modules the fork server imports before forking each interpreter"
-        " (default: those the test files import at top level, never the suite's own)",
-    )
-    group.add_argument(
-        "--no-preload",
-        action="store_true",
-        help="no fork server: every interpreter is a fresh python -m pytest",
-    )
 
 
 def _diff_options() -> _Parser:
@@ -227,7 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="most seconds of evidence runs (default: what the suspects in OUT need, as check"
         " computes it)",
     )
-    _preload_options(explain)
     explain.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)
     return parser
 
@@ -299,14 +281,9 @@ def _adopt_orphans() -> None:
 
 @contextlib.contextmanager
 def _interpreters() -> Iterator[None]:
-    """Adopt orphans while the command runs, and end its fork server, if any, after."""
-    from gpuci.run.forkserver import stop_all
-
+    """Adopt orphans while the command runs."""
     _adopt_orphans()
-    try:
-        yield
-    finally:
-        stop_all()
+    yield
 
 
 def _cmd_run(options: Options) -> int:

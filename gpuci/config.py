@@ -30,7 +30,12 @@ else:  # pragma: no cover - Python 3.10
 PYPROJECT = "pyproject.toml"
 TABLE = "[tool.gpuci]"
 KNOWN = "known"  # the policy's word for isolation problems a baseline already had
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# the fork server's key, gone with it
+REMOVED = "preload"
+REMOVED_WHY = (
+    "is gone: every interpreter is a fresh `python -m pytest` (forked ones were unfaithful);"
+    " delete the key"
+)
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -47,7 +52,6 @@ class Config:
     evidence_budget: float | None = None
     gpus: str | None = None  # "0,1", as --gpus takes it
     gpus_per_slot: int | None = None
-    preload: tuple[str, ...] | None = None  # modules a fork server imports before forking
     fail_on: str | None = None  # comma list, as --fail-on takes it
     allow: str | None = None
     secrets: tuple[str, ...] = ()  # environment variables no child may see
@@ -117,6 +121,8 @@ def parse_config(table: Any, path: Path) -> Config:
     naming the key and the file."""
     if not isinstance(table, dict):
         raise UsageError(f"{path}: {TABLE} must be a table, got {_kind(table)}")
+    if REMOVED in table:  # a key that once worked gets the reason, not "unknown"
+        raise UsageError(f"{path}: {TABLE} {REMOVED!r} {REMOVED_WHY}")
     unknown = sorted(k for k in table if k not in _PARSERS)
     if unknown:
         raise UsageError(
@@ -216,7 +222,6 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "evidence-budget": ("evidence_budget", _seconds(zero=True)),
     "gpus": ("gpus", _gpus),
     "gpus-per-slot": ("gpus_per_slot", _whole(1)),
-    "preload": ("preload", _names("module names", lambda v: bool(_MODULE.fullmatch(v)))),
     "fail-on": ("fail_on", _categories()),
     "allow": ("allow", _categories(KNOWN)),
     "secrets": (
@@ -227,7 +232,7 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 
 # What a key is where neither the command line nor the table sets it.
 DEFAULTS: dict[str, Any] = {"workers": "auto", "threads": 4, "reruns": 2, "secrets": ()}
-CONFIG_ONLY = ("preload", "secrets")  # keys with no command-line option (yet)
+CONFIG_ONLY = ("secrets",)  # keys with no command-line option (yet)
 
 
 def effective_settings(given: Mapping[str, Any], config: Config) -> dict[str, Setting]:

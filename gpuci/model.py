@@ -132,19 +132,17 @@ class Interpreter:
     start: float  # seconds since the mode started
     end: float
     log: str  # path of its log, relative to the mode directory
-    forked: bool = False  # forked from the pre-imported parent, not started fresh
     gpu_peak_mib: int | None = None  # its most device memory at once; None: not measured
     startup_s: float | None = None  # from its start to its journal's first event (collection)
 
     def to_json(self) -> dict[str, Any]:
-        """The run.json form (forked and gpu_peak_mib only where true or measured)."""
+        """The run.json form (gpu_peak_mib and startup_s only where measured)."""
         return {
             "exit_code": self.exit_code,
             "signal": self.signal,
             "start": round(self.start, 3),
             "end": round(self.end, 3),
             "log": self.log,
-            **({"forked": True} if self.forked else {}),
             **({"gpu_peak_mib": self.gpu_peak_mib} if self.gpu_peak_mib is not None else {}),
             **({"startup_s": round(self.startup_s, 3)} if self.startup_s is not None else {}),
         }
@@ -158,7 +156,6 @@ class Interpreter:
             start=float(data["start"]),
             end=float(data["end"]),
             log=data["log"],
-            forked=bool(data.get("forked", False)),
             gpu_peak_mib=data.get("gpu_peak_mib"),
             startup_s=float(data["startup_s"]) if data.get("startup_s") is not None else None,
         )
@@ -396,4 +393,4 @@ class Evidence:
     tests: tuple[TestEvidence, ...] = ()
     leftovers: dict[str, tuple[Leftover, ...]] = field(default_factory=dict)  # by file
     strangers: dict[str, tuple[Stranger, ...]] = field(default_factory=dict)  # by file
-    notes: tuple[str, ...] = ()  # what the report must say of the runs (fork server off)
+    notes: tuple[str, ...] = ()  # what the report must say of the runs

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuci.config import configure
 from gpuci.model import Mode, UsageError
-from gpuci.run.options import ModeOptions, Preload
+from gpuci.run.options import ModeOptions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +54,6 @@ class Options:
     asked_modes: str | None = None  # check's --modes (or [tool.gpuci] modes), as given
     serial_modes: bool = False
     resume: bool = False
-    preload: Preload = field(default_factory=Preload)  # run, check, explain
     evidence: EvidenceOptions | None = None  # run, check, explain
     verdict: VerdictOptions | None = None  # diff, check, explain
     # gpuci's own secrets and those [tool.gpuci] names, withheld from every child
@@ -89,9 +88,6 @@ def build_options(args: argparse.Namespace) -> Options:
 
     modes = value("modes")
     asked = ",".join(m.value for m in modes) if isinstance(modes, tuple) else modes
-    preload = Preload(
-        off=given.get("no_preload", False), named=given.get("preload"), configured=config.preload
-    )
     python: str = given.get("python", sys.executable)
     pytest_args: tuple[str, ...] = given.get("pytest_args", ())
     mode_options = None
@@ -110,7 +106,6 @@ def build_options(args: argparse.Namespace) -> Options:
             gpus_per_slot=value("gpus_per_slot"),
             durations=args.durations,
             poison=args.poison,
-            preload=preload,
             settings=settings,
         )
     evidence = None
@@ -137,7 +132,6 @@ def build_options(args: argparse.Namespace) -> Options:
         asked_modes=asked,
         serial_modes=given.get("serial_modes", False),
         resume=given.get("resume", False),
-        preload=preload,
         evidence=evidence,
         verdict=verdict,
         withheld=config.secrets,

@@ -40,7 +40,8 @@ failure, with that thread's exception as the message.
 
 With `GPUCI_ONLY` naming a file of test ids (a JSON list, so that an id keeps every
 character pytest allows in it, a newline included), only those tests run: that is how
-gpuci resumes after a crash and reruns a test alone.
+gpuci resumes after a crash and reruns a test alone. `null` there runs every test collected
+(a held interpreter released for a screen, which runs files, not ids).
 
 With `GPUCI_POISON=1`, every device allocation handed to a test is filled first (CuPy:
 0xFF bytes; PyTorch: NaN and the largest integer), so a kernel that reads memory it never
@@ -62,7 +63,6 @@ import functools
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -71,8 +71,7 @@ from typing import IO, Any
 import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
-from gpuci.run.forkaudit import RUNS_FRESH, differing_reads
-from gpuci.run.rewritten import differing_plugins
+from gpuci.run.ids import select_ids
 from gpuci.run.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
 
 MESSAGE_LIMIT = 500
@@ -111,14 +110,19 @@ class Journal:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """Keep only the tests named in GPUCI_ONLY, in collection order; held first
-        (GPUCI_HOLD), with what was collected, until that file is there."""
+        """Keep only the tests named in GPUCI_ONLY, in collection order (an id computed
+        differently here matched by its stable part, `gpuci.run.ids`); held first
+        (GPUCI_HOLD), with what was collected, until that file is there. A file that says
+        `null` keeps every test: a screen runs what pytest collects, as plain pytest would."""
         only_file = os.environ.get("GPUCI_ONLY")
         if not only_file:
             return
         held = functools.partial(self._collection, "held", config, items)
         hold_until_released(Path(only_file), held, self.write)
-        wanted = set(json.loads(Path(only_file).read_text(encoding="utf-8")))
+        asked = json.loads(Path(only_file).read_text(encoding="utf-8"))
+        if asked is None:
+            return
+        wanted = set(select_ids(asked, [item.nodeid for item in items]))
         keep = [item for item in items if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]
         if dropped:
@@ -159,13 +163,7 @@ class Journal:
             )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Record the ids that will run, which must run alone, and in how many threads; in a
-        forked child whose environment differs from what its preloaded modules read (a
-        conftest.py set a variable), stop before any test: gpuci runs it fresh."""
-        differing = _differing_fork_reads() or _differing_fork_plugins(session.config)
-        if differing:
-            self.write({"e": "unforked", "why": differing})
-            pytest.exit(f"gpuci: {differing}: {RUNS_FRESH}", returncode=4)
+        """Record the ids that will run, which must run alone, and in how many threads."""
         event = self._collection("collected", session.config, session.items)
         threads = _parallel_threads(session.config)
         if threads > 1:
@@ -334,24 +332,6 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
         text = lines[-1].removeprefix("E").strip()
         return (f"{text} ({where})" if where else text)[:MESSAGE_LIMIT]
     return lines[0][:MESSAGE_LIMIT] if lines else ""
-
-
-def _differing_fork_reads() -> str:
-    """In a forked child: the variables its parent's imports read that differ here, now
-    that the conftest.py files ran (`gpuci.run.preimport.FORK_READS`); else ''."""
-    parent = sys.modules.get("gpuci.run.preimport")  # the fork server's, when forked from it
-    reads = getattr(parent, "FORK_READS", None)
-    if not reads:
-        return ""
-    differing = differing_reads(reads, os.environ)
-    return f"{'; '.join(differing)} differs in its environment" if differing else ""
-
-
-def _differing_fork_plugins(config: pytest.Config) -> str:
-    """In a forked child: why a fresh pytest would not hold the plugins the parent loaded
-    as this one does (`gpuci.run.rewritten`); else ''."""
-    plugins = getattr(sys.modules.get("gpuci.run.preimport"), "FORK_PLUGINS", None)
-    return differing_plugins(plugins, config) if plugins is not None else ""
 
 
 def _threads_asked_by_gpuci(config: pytest.Config) -> bool:

@@ -32,7 +32,6 @@ CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
 @dataclass
 class FakeRun:
     result: Outcome
-    forked: bool = False
     beside: bool = False  # another run overlapped it
 
     def outcome(self, test_id: str) -> Outcome:
@@ -46,7 +45,6 @@ class FakeProber:
     victim: Callable[[Sequence[str], int], Outcome]
     budget_runs: int = 1000
     runs: list[list[str]] = field(default_factory=list)
-    fresh: list[bool] = field(default_factory=list)  # whether each run was asked fresh
     strict: list[bool] = field(default_factory=list)  # whether each run was asked strict
     admission: Admission = field(default_factory=Admission)  # one slot: one at a time
 
@@ -65,14 +63,12 @@ class FakeProber:
         phase: str,
         label: str,
         env: object = None,
-        fresh: bool = True,
         strict: bool = False,
         collect: Sequence[str] = (),
     ) -> FakeRun:
         self.runs.append(list(ids))
-        self.fresh.append(fresh)
         self.strict.append(strict)
-        return FakeRun(self.victim(ids, len(self.runs)), forked=not fresh)
+        return FakeRun(self.victim(ids, len(self.runs)))
 
 
 def task(category: Category) -> _Task:
@@ -88,8 +84,8 @@ def test_one_polluter_among_sixteen_is_found_within_the_bound() -> None:
     # every run is [candidates..., victim] in the order they first ran, the last two alike
     assert all(run[-1] == VICTIM for run in prober.runs)
     assert prober.runs[-1] == prober.runs[-2] == [culprit, VICTIM]
-    # the search forks; the confirmation that names the culprit is the fresh command printed
-    assert prober.fresh[-1] and not any(prober.fresh[:-1])
+    # the confirmation that names the culprit (the command printed) has nothing beside it
+    assert prober.strict[-1]
 
 
 def test_a_provider_is_found_for_a_test_that_needs_one() -> None:
@@ -113,13 +109,13 @@ def test_a_cascade_names_an_earlier_culprit_only_when_it_shows_twice() -> None:
     search = cascade(sticky, task(Category.ORDER_DEPENDENT), [(culprit,)])
     assert search is not None and search.culprits == (culprit,)
     assert sticky.runs == [[culprit, VICTIM]] * 2
-    # a flaky victim fails after it once by chance (forked), then passes fresh: a third
-    # run, fresh and strict, fails again: the same command both ways, not the fork
+    # a flaky victim fails after it once by chance, with nothing beside it, then passes
+    # strictly: the same command went both ways, and nothing is named
     flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
     search = cascade(flaky, task(Category.ORDER_DEPENDENT), [(culprit,)])
     assert search is not None and search.culprits == () and not search.contradicted
-    assert SAME_RUN_BOTH_WAYS in search.note and len(flaky.runs) == 3
-    assert flaky.fresh == [False, True, True] and flaky.strict[1:] == [True, True]
+    assert SAME_RUN_BOTH_WAYS in search.note and len(flaky.runs) == 2
+    assert flaky.strict[1]
 
 
 def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
@@ -168,7 +164,6 @@ class FakePairProber(FakeProber):
         *,
         phase: str,
         label: str,
-        fresh: bool = True,
     ) -> tuple[list[FakeRun], int]:
         self.runs.append([i for ids, _ in groups for i in ids])
         return self.answer(groups), len(groups)

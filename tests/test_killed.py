@@ -1,6 +1,6 @@
 """A gpuci killed with `kill -9` (issue 27, item 8), through the real CLI.
 
-Its interpreters end with it, fresh or forked; what a test started in its own session
+Its interpreters end with it; what a test started in its own session
 lives on, and the next command on that OUT ends it and says so, never touching a pid that
 names another process by now. The lock's and check.json's notes say what is true.
 """
@@ -72,11 +72,10 @@ def helpers_of(ledger: list[dict[str, object]]) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("preload", [(), ("--no-preload",)], ids=["forked", "fresh"])
-def test_a_killed_check_leaves_nothing_behind(tmp_path: Path, preload: tuple[str, ...]) -> None:
+def test_a_killed_check_leaves_nothing_behind(tmp_path: Path) -> None:
     (tmp_path / "test_hold.py").write_text(textwrap.dedent(HOLDING), encoding="utf-8")
     check = subprocess.Popen(
-        [sys.executable, "-m", "gpuci", "check", ".", "--out", "out", *MODES, *preload],
+        [sys.executable, "-m", "gpuci", "check", ".", "--out", "out", *MODES],
         cwd=tmp_path,
         env=clean_env(),
         stdin=subprocess.DEVNULL,
@@ -100,7 +99,7 @@ def test_a_killed_check_leaves_nothing_behind(tmp_path: Path, preload: tuple[str
     assert len(interpreters) == 2
     os.kill(check.pid, signal.SIGKILL)
     check.wait(timeout=30)
-    # its interpreters (and a fork server) end with it; the helpers live on
+    # its interpreters end with it; the helpers live on
     others = [int(str(e["pid"])) for e in recorded if int(str(e["pid"])) != check.pid]
     wait_until("its interpreters ended", lambda: not any(alive(p) for p in others), 10)
     assert all(alive(p) for p in helpers)

@@ -21,26 +21,21 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "run": (
         "masking",
         "outdir",
-        "discover",
-        "modes",
-        "options",
-        "durations",
-        "plan",
         "gpus",
         "reaper",
         "ledger",
         "holders",
         "strays",
         "supervisor",
+        "spawn",
+        "discover",
+        "modes",
+        "options",
+        "durations",
+        "plan",
         "gpumem",
-        "forkaudit",
         "waits",
-        "importables",
-        "rewritten",
-        "preimport",
-        "preloads",
-        "forked",
-        "forkserver",
+        "ids",
         "logs",
         "journal",
         "launch",
@@ -94,16 +89,13 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 }
 # After the packages: these may import any of them, and the ones before them here.
 ON_TOP = ("config", "options", "pytest_plugin", "check", "cli", "__main__")
-# Loaded into every test interpreter (the plugin and its poisoning) or their pre-imported
-# parent (the fork server): each must stay cheap and self-contained.
+# Loaded into every test interpreter (the plugin and its poisoning): each must stay cheap
+# and self-contained.
 CHILD_SIDE = (
     "pytest_plugin",
     "evidence.poison",
-    "run.preimport",
-    "run.forkaudit",
     "run.waits",
-    "run.importables",
-    "run.rewritten",
+    "run.ids",
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80

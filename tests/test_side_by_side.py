@@ -91,7 +91,6 @@ def test_a_strict_run_is_not_starved_by_a_stream_of_others() -> None:
 class LoadedRun:
     result: Outcome
     beside: bool
-    forked: bool = False
 
     def outcome(self, test_id: str) -> Outcome:
         return self.result
@@ -104,7 +103,6 @@ class LoadedProber:
 
     victim: Callable[[Sequence[str], bool], Outcome]
     admission: Admission = field(default_factory=lambda: Admission(slots=4))
-    forks: bool = False  # whether a run that need not be fresh is forked
     runs: list[tuple[list[str], bool]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -124,15 +122,13 @@ class LoadedProber:
         *,
         phase: str,
         label: str,
-        fresh: bool = True,
         strict: bool = False,
         env: object = None,
         collect: Sequence[str] = (),
     ) -> LoadedRun:
         with self._lock:
             self.runs.append((list(ids), strict))
-        forked = self.forks and not fresh
-        return LoadedRun(self.victim(ids, strict), beside=not strict, forked=forked)
+        return LoadedRun(self.victim(ids, strict), beside=not strict)
 
 
 def task(category: Category = Category.ORDER_DEPENDENT) -> Task:
@@ -200,23 +196,21 @@ def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again
     assert "again, strictly" in out.getvalue()
     redo = prober.runs[prober.runs.index(([decoy, VICTIM], True)) + 1 :]
     assert redo and all(strict for _, strict in redo)
-    assert not prober.notes  # the load was to blame, not the fork: the fork server stays
 
 
-def test_a_flaky_victim_contradicting_its_forked_search_is_flaky_not_searched_again() -> None:
-    # it fails every other run: the forked steps name a culprit by chance, the fresh
-    # confirmation passes, and a third, strict run fails again: one command, both ways
+def test_a_flaky_victim_contradicting_its_loaded_search_is_flaky_not_searched_again() -> None:
+    # it fails every other run: the steps beside others name a culprit by chance, the
+    # strict confirmation passes, and a third, strict run fails again: one command, both ways
     count = iter(range(100))
     prober = LoadedProber(
         lambda *_: Outcome.FAILED if next(count) % 2 == 0 else Outcome.PASSED,
         admission=Admission(slots=1),  # one run at a time: the alternation is in order
-        forks=True,
     )
     out = io.StringIO()
     search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
     assert search.culprits == () and SAME_RUN_BOTH_WAYS in search.note, search.note
     assert "then again" in search.note and not search.contradicted
-    assert "again, strictly" not in out.getvalue() and not prober.notes  # no redo, forks on
+    assert "again, strictly" not in out.getvalue()  # no redo
     assert [strict for _, strict in prober.runs[-2:]] == [True, True]
     assert len(prober.runs) <= 2 * 4 + 2
 
@@ -230,7 +224,7 @@ def test_a_providers_confirmation_failing_beside_others_holds_where_a_strict_run
             return next(confirmations)
         return Outcome.PASSED if provider in ids else Outcome.FAILED
 
-    prober = LoadedProber(victim, forks=True)
+    prober = LoadedProber(victim)
     search = bisect(prober, task(Category.DEPENDS_ON_OTHERS))  # type: ignore[arg-type]
     assert search.culprits == (provider,), search.note
     assert prober.runs[-1] == ([provider, VICTIM], True)

@@ -7,11 +7,11 @@ to spare a level splits its candidates into up to MAX_PARTS parts that run at on
 as many runs, in half the levels. A culprit set found for an earlier victim of the same
 interpreter is tried first (a cascade).
 
-Steps may fork and share the GPUs; the answer is confirmed by a second identical run,
-fresh and (where it shows a failure) with nothing beside it. Where that run goes the other
-way after steps that were forked or beside others, it runs once more, strictly: where that
-one shows the finding the victim is flaky (one fresh command went both ways), otherwise
-`contradicted` says so and the caller redoes the search. After fresh, strict steps a
+Every step is a fresh interpreter; steps may share the GPUs. The answer is confirmed by a
+second identical run, with nothing beside it where it shows a failure. Where that run goes
+the other way after steps that were beside others, it runs once more, strictly: where that
+one shows the finding the victim is flaky (one command went both ways), otherwise
+`contradicted` says so and the caller redoes the search. After strict steps a
 confirmation that goes the other way makes the victim flaky. Either way nothing is named.
 """
 
@@ -30,8 +30,7 @@ from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
 COLLECTED = "collected"  # a probe with files collected, none of their tests run
-FORKED = "a forked run"  # what a contradicted search's steps were
-LOADED = "a run beside others"
+LOADED = "a run beside others"  # what a contradicted search's steps were
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 MAX_PARTS = 4  # a level's candidates run in at most this many parts at once
 
@@ -44,9 +43,8 @@ class Search:
     culprits: tuple[str, ...] = ()
     note: str = ""
     partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
-    forked: bool = False  # the last run was forked from the pre-imported parent
     loaded: bool = False  # a run that showed it by failing had another run beside it
-    contradicted: str = ""  # what a strict fresh run did not confirm: FORKED, LOADED runs
+    contradicted: str = ""  # what a strict run did not confirm: LOADED runs
 
 
 def _shows(task: Task, outcome: Outcome) -> bool | None:
@@ -65,12 +63,10 @@ def probe_after(
     before: Sequence[str],
     kind: str = "",
     *,
-    fresh: bool = False,
     strict: bool = False,
 ) -> bool:
-    """Run `[before..., victim]` (forked, unless `fresh`: a confirmation); whether the victim
-    shows the finding."""
-    return _record(task, search, *_step(prober, task, before, kind, fresh=fresh, strict=strict))
+    """Run `[before..., victim]`; whether the victim shows the finding."""
+    return _record(task, search, *_step(prober, task, before, kind, strict=strict))
 
 
 def _step(
@@ -79,7 +75,6 @@ def _step(
     before: Sequence[str],
     kind: str = "",
     *,
-    fresh: bool = False,
     strict: bool = False,
 ) -> tuple[Probe, ProbeRun]:
     """One run of the search, not yet recorded (halves of a level run at once). A file among
@@ -92,7 +87,6 @@ def _step(
         phase=PHASE,
         label=f"culprits of {task.victim}: "
         + (f"{len(collect)} file(s) {COLLECTED}" if collect else f"after {len(before)} test(s)"),
-        fresh=fresh,
         strict=strict or task.strict,
     )
     outcome = ran.outcome(task.victim)
@@ -103,7 +97,6 @@ def _step(
 def _record(task: Task, search: Search, probe: Probe, ran: ProbeRun) -> bool:
     """Add one run to the search; whether the victim showed the finding."""
     search.probes.append(probe)
-    search.forked = ran.forked
     shows = bool(_shows(task, probe.outcome))
     # a failure beside another run may be the other's doing: the strict confirmation decides
     search.loaded = search.loaded or (shows and ran.beside and probe.outcome in NOT_PASSING)
@@ -138,37 +131,34 @@ def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Sea
 
 
 def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[str]) -> bool:
-    """The run that just showed the finding, once more and fresh (the command the report
-    prints): a flaky victim would otherwise hand the search a culprit by chance (then the
-    note says `SAME_RUN_BOTH_WAYS`). Where the steps were forked or beside others and this
-    run goes the other way, a third, strict, tells a flaky victim (it shows the finding
-    again) from a fork's or load's doing (`contradicted`: the search is redone): a redone
-    search of a flaky victim costs a whole search and turns the fork server off."""
-    suspect = " and ".join(
-        what for what, was in ((FORKED, search.forked), (LOADED, search.loaded)) if was
-    )
+    """The run that just showed the finding, once more (the command the report prints): a
+    flaky victim would otherwise hand the search a culprit by chance (then the note says
+    `SAME_RUN_BOTH_WAYS`). Where the steps were beside others and this run goes the other
+    way, a third, strict, tells a flaky victim (it shows the finding again) from a load's
+    doing (`contradicted`: the search is redone)."""
+    suspect = LOADED if search.loaded else ""
     # a failure decides a category only with nothing beside it; a pass answers under load
     strict = task.category is not Category.DEPENDS_ON_OTHERS
     cut = f"search cut by budget before {len(current)} test(s) were confirmed twice"
     if prober.exhausted():
         search.note = cut
         return False
-    probe, ran = _step(prober, task, current, fresh=True, strict=strict)
+    probe, ran = _step(prober, task, current, strict=strict)
     if _record(task, search, probe, ran):
         return True
     loaded = ran.beside and probe.outcome in NOT_PASSING  # a failure that does not count
-    # before the search is redone for the fork's or the load's doing: the same fresh run
-    # once more, with nothing beside it. Where it shows the finding now, the first failed
+    # before the search is redone for the load's doing: the same run once more, with
+    # nothing beside it. Where it shows the finding now, the first failed
     # by the load, or the command went both ways (the victim is flaky)
     if (
         (suspect or loaded)
         and not prober.exhausted()
-        and probe_after(prober, task, search, current, fresh=True, strict=True)
+        and probe_after(prober, task, search, current, strict=True)
     ):
         if loaded:
             return True
         search.note = (
-            f"{NOT_REPRODUCED}: fresh, it {SHOWN[task.category]} after {len(current)}"
+            f"{NOT_REPRODUCED}: it {SHOWN[task.category]} after {len(current)}"
             f" test(s), then not, then again ({SAME_RUN_BOTH_WAYS})"
         )
         return False

@@ -4,15 +4,14 @@ from the main passes, within a cap.
 A budget taken from the main passes' wall starves a polluted suite (many findings, a short
 suite) and overfeeds a failure storm (one finding, a long suite). This one follows the
 work. Each interpreter costs its start-up (the main passes' per-file interpreters: their
-wall less their tests' time, the median; forked and fresh apart, as a search's steps fork
-and every run a category stands on starts fresh) plus the tests it runs (their longest
+wall less their tests' time, the median) plus the tests it runs (their longest
 time in any mode). Then, for each isolation suspect (its outcome differs between modes):
 its alone-runs; a poisoned run where it failed after others in one interpreter; a culprit
 search over the n tests before it where it failed (for one that failed in isolated too,
-where it passed: its providers are there): 2·log2(n)+3 forked runs, twice the n tests'
-time, and two fresh confirmations of the culprit's replay (and, where it passed in the
+where it passed: its providers are there): 2·log2(n)+3 runs, twice the n tests'
+time, and two confirmations of the culprit's replay (and, where it passed in the
 suite, a run with the suite's other files collected first); for a failure only in
-parallel, one pair per file beside it and one with them all, and the pair's fresh
+parallel, one pair per file beside it and one with them all, and the pair's
 confirmation; one compute-sanitizer block per distinct CUDA fault; one run in threads
 where it failed only there. For the tests that failed the same way everywhere: their
 alone-runs, but 3 per large group, and the searches above for one whose file the lazy
@@ -49,7 +48,6 @@ class Estimate:
 
     seconds: float
     start_s: float  # one fresh interpreter's start-up
-    forked_s: float  # one forked interpreter's start-up (a search's step)
     parts: dict[str, float]  # alone, poisoned, culprits, sanitizer, threads, consistent
     suspects: int  # isolation suspects
     capped: bool
@@ -60,15 +58,14 @@ class Estimate:
         cap = f", capped at {CAP_S:.0f}s" if self.capped else ""
         return (
             f"evidence budget {self.seconds:.0f}s, from {self.suspects} isolation suspect(s)"
-            f" ({made or 'nothing to run'}; {self.start_s:.1f}s start-up per run,"
-            f" {self.forked_s:.1f}s forked; x{SLACK}{cap})"
+            f" ({made or 'nothing to run'}; {self.start_s:.1f}s start-up per run;"
+            f" x{SLACK}{cap})"
         )
 
 
 def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
     """The budget the suspects of `results` need, with `runs` alone-runs each."""
-    start = start_up(results, forked=False)
-    forked = start_up(results, forked=True, otherwise=start)
+    start = start_up(results)
     longest = _longest(results)
 
     def cost(ids: list[str]) -> float:
@@ -93,18 +90,18 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
             parts["poisoned"] += cost([test_id])
             steps = 2 * math.ceil(math.log2(len(before))) + 3
             victim = tests_s([test_id])
-            parts["culprits"] += steps * (forked + victim) + 2 * tests_s(before)
+            parts["culprits"] += steps * (start + victim) + 2 * tests_s(before)
             parts["culprits"] += 2 * (start + victim + tests_s(before) / 2)  # confirmations
             suite = seen.get(Mode.SUITE)
             if suite is not None and suite.outcome is Outcome.PASSED:
                 # passed in the suite: first one run with its other files collected
-                parts["culprits"] += forked + victim
+                parts["culprits"] += start + victim
         parallel = results.get(Mode.PARALLEL)
         if failed == {Mode.PARALLEL} and parallel is not None:
             beside = ran_beside(parallel, seen[Mode.PARALLEL].file)
             pairs = len(beside[:MAX_BESIDE]) + (1 if len(beside) > 1 else 0)
             pair_s = cost([test_id]) + _file_s(results, beside)
-            parts["culprits"] += (pairs + 1) * pair_s  # and the pair's fresh confirmation
+            parts["culprits"] += (pairs + 1) * pair_s  # and the pair's confirmation
         if failed == {Mode.THREADS}:
             parts["threads"] += cost([test_id])
 
@@ -128,19 +125,15 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
     return Estimate(
         seconds=round(min(total, CAP_S), 1),
         start_s=start,
-        forked_s=forked,
         parts=parts,
         suspects=len(plan.isolation),
         capped=total > CAP_S,
     )
 
 
-def start_up(
-    results: Mapping[Mode, ModeResults], *, forked: bool = False, otherwise: float = START_S
-) -> float:
-    """One interpreter's start-up, fresh or `forked`: the median over such per-file
-    interpreters of the main passes of their wall less their tests' time (`otherwise`
-    where none ran)."""
+def start_up(results: Mapping[Mode, ModeResults], *, otherwise: float = START_S) -> float:
+    """One interpreter's start-up: the median over the main passes' per-file interpreters
+    of their wall less their tests' time (`otherwise` where none ran)."""
     overheads = []
     for mode in PER_FILE:
         if mode not in results:
@@ -152,7 +145,7 @@ def start_up(
                 spent[test.file] = spent.get(test.file, 0.0) + test.duration
         for file_run in run.files:
             its = file_run.interpreters
-            if file_run.inferred or not its or any(i.forked != forked for i in its):
+            if file_run.inferred or not its:
                 continue
             wall = file_run.duration - spent.get(file_run.file, 0.0)
             overheads.append(max(0.0, wall) / len(its))

@@ -13,7 +13,7 @@
 Different interpreters' victims are searched side by side (their runs share the check's
 slots); pairs run with nothing beside them. Every answer is confirmed by a second identical
 run; where that run goes the other way, the victim is flaky and nothing is named, unless
-the steps were forked or beside others: then the search runs again, fresh and strict.
+the steps were beside others: then the search runs again, strictly.
 Every run counts against the budget and is kept as a `Probe`; a search the budget cut
 says so.
 """
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
-from gpuci.evidence.bisect import FORKED, LOADED, Search, bisect, cascade
+from gpuci.evidence.bisect import LOADED, Search, bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.collected import collected_first
 from gpuci.evidence.fingerprints import same_kind
@@ -178,22 +178,15 @@ def _search_once(
     *,
     progress: TextIO,
 ) -> Search:
-    """One victim's search, redone strictly where a strict fresh run contradicted it."""
+    """One victim's search, redone strictly where a strict run contradicted it."""
     if prober.exhausted():
         say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
         return Search([], note=NOT_SEARCHED)
     search = _search(prober, results, task, roots, partnerable)
-    for _ in range(2):  # each cause of doubt removed once: the load, then the fork
-        if not search.contradicted or prober.stopping():
-            break
-        if LOADED in search.contradicted and not task.strict:  # the load first: forks stay
-            task = dataclasses.replace(task, strict=True)
-            say(progress, f"  {task.victim}: a strict run contradicted {LOADED}; again, strictly")
-        elif FORKED in search.contradicted:  # the fork was not what a fresh interpreter is
-            prober.forks_off(f"a fresh run of {task.victim} contradicted a forked one")
-            say(progress, f"  {task.victim}: {prober.notes[-1]}; its search runs again fresh")
-        else:
-            break
+    # the one cause of doubt, the load, removed once
+    if LOADED in search.contradicted and not task.strict and not prober.stopping():
+        task = dataclasses.replace(task, strict=True)
+        say(progress, f"  {task.victim}: a strict run contradicted {LOADED}; again, strictly")
         earlier = search.probes  # kept: every run is evidence, the doubted ones first
         search = _search(prober, results, task, roots, partnerable)
         search.probes[:0] = earlier
@@ -276,5 +269,4 @@ def _pairs(
         culprits=found.culprits,
         note=found.note,
         partners=found.partners,
-        contradicted=FORKED if found.contradicted else "",
     )

@@ -44,7 +44,6 @@ class PairSearch:
     culprits: tuple[str, ...] = ()
     partners: tuple[str, ...] = ()
     note: str = ""
-    contradicted: bool = False  # a fresh confirmation did not show what a forked run showed
 
 
 def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tells it
@@ -68,10 +67,8 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     if len(candidates) > 1:
         groups.append(list(candidates))
 
-    forked = False  # whether the last pair run's victim was forked
-
-    def pair_shows(beside: Sequence[str], *, fresh: bool = False) -> tuple[bool, list[str]]:
-        nonlocal apart, forked
+    def pair_shows(beside: Sequence[str]) -> tuple[bool, list[str]]:
+        nonlocal apart
         runs = [([victim], gpu_of(parallel, file_of(victim)))]
         runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
         started = [(ids, gpu) for ids, gpu in runs if ids]
@@ -79,9 +76,7 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
             started,
             phase=PHASE,
             label=f"culprits of {victim}: beside {len(beside)} file(s)",
-            fresh=fresh,
         )
-        forked = done[0].forked
         apart += met < len(started)  # one never reached its first test: no overlap
         outcome = done[0].outcome(victim)
         search.probes.append(
@@ -98,16 +93,12 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
             return search
         shows, partners = pair_shows(beside)
-        first_forked = forked
         if not shows:
             continue
         if cut():
             search.note = "search cut by budget before the pair was confirmed twice"
             return search
-        search.contradicted = first_forked  # until the fresh run below confirms it
-        again, more = pair_shows(beside, fresh=True)  # the command the report prints
-        if again:
-            search.contradicted = False
+        again, more = pair_shows(beside)  # the command the report prints
         if not again:
             # the same pair, started the same way, went both ways: flaky, like a replay
             shown = ", ".join(beside[:PROBE_SHOWN])
@@ -115,12 +106,11 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
                 f"{NOT_REPRODUCED}: beside {shown} it failed, then not ({SAME_RUN_BOTH_WAYS})"
             )
             return search
-        # a partner is named by fresh runs only: its category stands on the command printed
-        found = dict.fromkeys(more if first_forked else [*partners, *more])
+        found = dict.fromkeys([*partners, *more])
         for _ in range(PARTNER_TRIES):
             if found or cut():
                 break
-            shows, more = pair_shows(beside, fresh=True)
+            shows, more = pair_shows(beside)
             if not shows:  # confirmed twice already: this run names no partner, no more
                 break
             found.update(dict.fromkeys(more))

@@ -25,7 +25,6 @@ from gpuci.evidence.admission import Admission
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
-from gpuci.run.forkserver import stop_all
 from gpuci.run.gpumem import screen_peaks
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.launch import Launch
@@ -43,7 +42,6 @@ class ProbeRun:
     log: Path  # the interpreter's capped log (shared by the runs of one file)
     log_from: int  # where this run's output begins in it
     results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
-    forked: bool = False  # its interpreter forked from the pre-imported parent
     beside: bool = False  # another evidence run overlapped it (its failure is not strict)
 
     def outcome(self, test_id: str) -> Outcome:
@@ -162,14 +160,12 @@ class Prober:
         env: Mapping[str, str] | None = None,
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
-        fresh: bool = True,
         strict: bool = False,
         collect: Sequence[str] = (),
     ) -> ProbeRun:
-        """Run `ids` in one fresh interpreter with the serial GPUs, in the order given; a
-        search's step may ask for a forked one (`fresh=False`): a category comes only from
-        fresh runs, each the command the report prints. A `strict` run has nothing beside
-        it; any other may share the GPUs (its `beside` says whether it did).
+        """Run `ids` in one fresh interpreter with the serial GPUs, in the order given. A
+        `strict` run has nothing beside it; any other may share the GPUs (its `beside` says
+        whether it did).
 
         The order must be collection order within each file: pytest is handed the files in
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY); the files in
@@ -185,7 +181,6 @@ class Prober:
                 env=env,
                 wrapper=wrapper,
                 timeout=timeout,
-                fresh=fresh,
                 collect=collect,
             )
         return dataclasses.replace(ran, beside=flight.beside)
@@ -200,7 +195,6 @@ class Prober:
         env: Mapping[str, str] | None = None,
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
-        fresh: bool = True,
         collect: Sequence[str] = (),
     ) -> ProbeRun:
         files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
@@ -223,7 +217,6 @@ class Prober:
                 env=dict(env or {}),
                 wrapper=wrapper,
                 timeout=timeout,
-                fresh=fresh,
                 lane=lane,
             )
             log = self.interpreters.out / "logs" / f"{launch.stem}.log"
@@ -245,7 +238,6 @@ class Prober:
                     "start": round(started - self.zero, 3),
                     "end": round(ended - self.zero, 3),
                     "at_once": at_once,
-                    "forked": attempt.interpreter.forked,
                 }
             )
             account = self.phases.setdefault(phase, Phase())
@@ -261,7 +253,6 @@ class Prober:
             log=log,
             log_from=log_from,
             results={r.id: r for r in attempt.results},
-            forked=attempt.interpreter.forked,
         )
 
     def run_together(
@@ -270,7 +261,6 @@ class Prober:
         *,
         phase: str,
         label: str,
-        fresh: bool = True,
     ) -> tuple[list[ProbeRun], int]:
         """Run each group of ids in its own interpreter, all at once, each with its GPUs,
         their first tests held at a rendezvous until every interpreter has reached its own
@@ -285,26 +275,16 @@ class Prober:
             env = {RENDEZVOUS_ENV: f"{folder}:{len(groups)}"}
             with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
                 futures = [
-                    pool.submit(
-                        self._run, ids, phase=phase, label=label, gpu=gpu, env=env, fresh=fresh
-                    )
+                    pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu, env=env)
                     for ids, gpu in groups
                 ]
                 runs = [f.result() for f in futures]
             met = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
         return runs, met
 
-    def forks_off(self, why: str) -> None:
-        """A fresh run contradicted forked evidence: every later interpreter of this check
-        starts fresh, and the evidence says why. It waits for the runs in flight: ending
-        the server ends its children."""
-        with self.admission.admitted(strict=True, size=0):
-            stop_all()
-        self.notes.append(f"fork server off for the rest of the check: {why}")
-
     def write_timeline(self, path: Path) -> None:
         """`runs.jsonl`: each run's label, phase, start and end (seconds since the prober
-        started), how many ran at once as it started, and whether it forked."""
+        started), and how many ran at once as it started."""
         lines = "".join(json.dumps(run, ensure_ascii=False) + "\n" for run in self.timeline)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(lines, encoding="utf-8")

@@ -11,21 +11,22 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.model import GpuciError, UsageError
+from gpuci.run.spawn import start_interpreter
+from gpuci.run.supervisor import signal_group
 
 PLUGIN = "gpuci.pytest_plugin"
 POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
 # pytest's exit code for a command-line usage error
 PYTEST_USAGE_ERROR = 4
-# starts `python -m pytest --collect-only ...` (argv, environment, timeout): status, output
-Collect = Callable[[Sequence[str], Mapping[str, str], float | None], tuple[int, bytes]]
 _CONFTEST_ERROR = re.compile(r"ImportError while loading conftest '([^']+)'")
 _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
 
@@ -84,14 +85,12 @@ def discover_tests(
     paths: Sequence[str],
     pytest_args: Sequence[str],
     *,
-    collect: Collect,
     python: str = sys.executable,
     timeout: float | None = None,
 ) -> Discovery:
     """Collect PATHS with pytest; every path must exist and yield tests or an error.
 
-    `collect` starts the collecting interpreter: forked from the fork server where there is
-    one (`gpuci.run.plan_mode`), else fresh.
+    Collection runs in a fresh interpreter of its own (`collect_fresh`).
     """
     _check_paths_exist(paths)
     with tempfile.TemporaryDirectory(prefix="gpuci-discover-") as tmp:
@@ -114,7 +113,7 @@ def discover_tests(
             *paths,
         ]
         try:
-            code, output = collect(command, env, timeout)
+            code, output = collect_fresh(command, env, timeout)
         except subprocess.TimeoutExpired:
             raise GpuciError(
                 f"collecting {' '.join(paths)} took longer than {timeout:g}s"
@@ -245,3 +244,17 @@ def can_import(python: str, module: str) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
+
+
+def collect_fresh(
+    command: Sequence[str], env: Mapping[str, str], timeout: float | None
+) -> tuple[int, bytes]:
+    """Run the collecting interpreter, fresh, to its end; its exit code and output."""
+    child = start_interpreter(command, env)
+    try:
+        output, _ = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        signal_group(child, signal.SIGKILL)
+        child.communicate()
+        raise
+    return child.returncode, output

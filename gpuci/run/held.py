@@ -21,19 +21,17 @@ import select
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.run.forked import ForkedChild
-from gpuci.run.forkserver import start_interpreter
 from gpuci.run.journal import JournalReader
 from gpuci.run.launch import Launch, launch_environ, pytest_command
 from gpuci.run.ledger import note_started
 from gpuci.run.reaper import COOKIE_ENV, new_cookie
+from gpuci.run.spawn import start_interpreter
 from gpuci.run.supervisor import signal_group
 from gpuci.run.waits import HOLD_ENV, POLL_S
 
@@ -47,7 +45,7 @@ OUTPUT_BYTES = 1 << 20  # what is kept of what it printed before its collection 
 class HeldSuite:
     """A suite interpreter started before discovery, held after its collection."""
 
-    proc: subprocess.Popen[bytes] | ForkedChild
+    proc: subprocess.Popen[bytes]
     command: list[str]
     targets: tuple[str, ...]  # the check's PATHS, as the command ends with them
     env: dict[str, str]
@@ -60,12 +58,13 @@ class HeldSuite:
         """The cookie its processes carry (`gpuci.run.reaper`)."""
         return self.env[COOKIE_ENV]
 
-    def release(self, journal: Path, ids: Sequence[str]) -> subprocess.Popen[bytes] | ForkedChild:
-        """Let it run `ids`, journaling into `journal` from now on; the process."""
+    def release(self, journal: Path, ids: Sequence[str] | None) -> subprocess.Popen[bytes]:
+        """Let it run `ids` (None: every test it collected), journaling into `journal` from
+        now on; the process."""
         Path(self.env["GPUCI_JOURNAL"]).replace(journal)  # the file it has open goes along
         only = Path(self.env["GPUCI_ONLY"])
         ready = only.with_suffix(".tmp")
-        ready.write_text(json.dumps(list(ids)), encoding="utf-8")
+        ready.write_text(json.dumps(None if ids is None else list(ids)), encoding="utf-8")
         ready.replace(only)  # whole at once: it reads the file as soon as it appears
         return self.proc
 
@@ -105,7 +104,7 @@ def hold_suite(
     env[COOKIE_ENV] = new_cookie()
     env[HOLD_ENV] = "1"
     started, started_at = time.monotonic(), time.time()
-    proc = start_interpreter(command, env, fresh=True, stopping=threading.Event())
+    proc = start_interpreter(command, env)
     note_started(proc.pid, cookie=env[COOKIE_ENV])  # a killed gpuci's next command ends it
     if proc.stdout is not None:
         with contextlib.suppress(AttributeError, OSError):  # no such fcntl: 64 KiB it is

@@ -20,7 +20,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,10 @@ from gpuci.run.endings import (
     pytest_cause,
     uncollected_message,
 )
-from gpuci.run.forked import ForkedChild
-from gpuci.run.forkserver import say_once, start_interpreter
 from gpuci.run.gpumem import MemoryGate, sampler
 from gpuci.run.held import take_held
 from gpuci.run.holders import StrangerCheck, gpu_watch
+from gpuci.run.ids import stem_of
 from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
 from gpuci.run.launch import Attempt, Launch, launch_environ, pytest_command
 from gpuci.run.ledger import note_started
@@ -59,9 +59,12 @@ from gpuci.run.reaper import (
     new_cookie,
     reap_orphans,
 )
+from gpuci.run.spawn import start_interpreter
 from gpuci.run.supervisor import Supervisor, signal_group
 
-UNFORKED = "unforked"  # the plugin's event: a forked child's environment differs
+UNSTABLE_ID = (
+    "its id differs in this interpreter (a parameter computed at import), so it cannot be run by id"
+)
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
 
 
@@ -79,12 +82,10 @@ class Interpreters:
         clock_zero: float,
         supervisor: Supervisor,
         gate: MemoryGate | None = None,  # holds a start back until its GPU has room
-        fresh: bool = False,  # every interpreter a fresh `python -m pytest` (never forked)
         nice: int = 0,  # added to each interpreter's niceness (its threads and children too)
     ) -> None:
         self.nice = nice
         self.gate = gate
-        self.fresh = fresh
         self.out = out  # journal/ and logs/ go here
         self.python = python
         self.pytest_args = pytest_args
@@ -111,23 +112,14 @@ class Interpreters:
         return pytest_command(self.python, self.pytest_args, launch)
 
     def run(self, launch: Launch) -> Attempt:
-        """Start one interpreter, watch it to the end, and read what it did; a forked one
-        whose environment differs from what its preloaded modules read at import (its
-        conftest.py set a variable) runs again fresh."""
-        attempt = self._run(launch, fresh=self.fresh or launch.fresh or bool(launch.wrapper))
-        if attempt.unforked:
-            say_once(f"note: {launch.key} runs fresh: {attempt.unforked}")
-            attempt = self._run(launch, fresh=True)
-        return attempt
-
-    def _run(self, launch: Launch, *, fresh: bool) -> Attempt:
+        """Start one fresh interpreter, watch it to the end, and read what it did."""
         stem = launch.stem
         journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
         reader = JournalReader(journal)  # from its end: an earlier attempt's events are read
         if self.gate is not None:
             self.gate.wait(launch.key, launch.gpu, self.supervisor)
-        proc, cmd, cookie, start, started_at, output = self._start(launch, journal, fresh=fresh)
+        proc, cmd, cookie, start, started_at, output = self._start(launch, journal)
         log_rel = f"logs/{stem}.log"
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
@@ -159,12 +151,10 @@ class Interpreters:
             start=start,
             end=self.now(),
             log=log_rel,
-            forked=isinstance(proc, ForkedChild),
             gpu_peak_mib=sampler().done(proc.pid),
             startup_s=startup_of(events, started_at),
         )
         attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
-        attempt.unforked = next((str(e.get("why")) for e in events if e.get("e") == UNFORKED), "")
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
         attempt.strangers = self.strangers.after(
             launch.gpu,
@@ -174,8 +164,8 @@ class Interpreters:
         return attempt
 
     def _start(
-        self, launch: Launch, journal: Path, *, fresh: bool
-    ) -> tuple[subprocess.Popen[bytes] | ForkedChild, list[str], str, float, float, bytes]:
+        self, launch: Launch, journal: Path
+    ) -> tuple[subprocess.Popen[bytes], list[str], str, float, float, bytes]:
         """Start the interpreter (or take the held suite interpreter, `gpuci.run.held`); the
         process, its command and cookie, when it started (on the mode's clock, and on the
         wall clock that the plugin stamps its first events with), what it printed unlogged."""
@@ -193,10 +183,7 @@ class Interpreters:
         only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
         start, started_at = self.now(), time.time()
         try:
-            files = [Path.cwd() / t.partition("::")[0] for t in launch.targets]
-            proc = start_interpreter(
-                cmd, env, fresh=fresh, stopping=self.supervisor.stopping, files=files
-            )
+            proc = start_interpreter(cmd, env)
         except OSError as exc:
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         note_started(proc.pid, cookie=cookie)  # a killed gpuci's next command ends it
@@ -204,7 +191,7 @@ class Interpreters:
 
     def _watch(
         self,
-        proc: subprocess.Popen[bytes] | ForkedChild,
+        proc: subprocess.Popen[bytes],
         reader: JournalReader,
         log: CappedLog,
         cookie: str,
@@ -305,6 +292,7 @@ class Interpreters:
                         Outcome.CRASHED,
                         f"interpreter died at exit after pytest finished: {how}",
                         excerpt,
+                        journal.collected,
                     )
                 )
         if journal.started is not None:
@@ -326,7 +314,9 @@ class Interpreters:
         else:
             if ending.unit_failure and journal.started is None:  # no test carries it
                 attempt.results.append(
-                    self._unit_failure(launch, Outcome.FAILED, ending.unit_failure, excerpt)
+                    self._unit_failure(
+                        launch, Outcome.FAILED, ending.unit_failure, excerpt, journal.collected
+                    )
                 )
             attempt.results += self._uncollected(launch, journal, ending, excerpt)
             remaining = journal.remaining()
@@ -348,7 +338,10 @@ class Interpreters:
     ) -> list[TestResult]:
         """The tests it was given and never collected, not run with the reason; where
         pytest gave none (no exit 3 or 4, no collection error), the file fails for them."""
+        if launch.ids is None:  # a screen asked for files: what pytest collected is what ran
+            return []
         collected = set(journal.collected or ())
+        stems = {stem_of(i) for i in collected}
         missing = [i for i in launch.ids if i not in collected]
         broken = {file_of(f): m for f, m in journal.errors.items()}
         results = [
@@ -360,15 +353,31 @@ class Interpreters:
             )
             for i in missing
         ]
-        unexplained = [i for i in missing if file_of(i) not in broken]
+        results = [
+            replace(r, message=f"not run: {UNSTABLE_ID}")
+            if file_of(r.id) not in broken and stem_of(r.id) in stems
+            else r
+            for r in results
+        ]
+        # an id computed at import differs here (`gpuci.run.ids`): not run by id, no failure
+        unexplained = [i for i in missing if file_of(i) not in broken and stem_of(i) not in stems]
         if unexplained and not ending.unit_failure and not self.supervisor.stopping.is_set():
             message = uncollected_message(unexplained, len(launch.ids))
             results.append(self._unit_failure(launch, Outcome.FAILED, message, excerpt))
         return results
 
-    def _unit_failure(self, launch: Launch, outcome: Outcome, message: str, log: str) -> TestResult:
-        """A pseudo test for what went wrong outside any test, so no report can miss it."""
-        file = launch.key if launch.key != SUITE_UNIT else (launch.ids or (SUITE_UNIT,))[-1]
+    def _unit_failure(
+        self,
+        launch: Launch,
+        outcome: Outcome,
+        message: str,
+        log: str,
+        collected: Sequence[str] | None = None,
+    ) -> TestResult:
+        """A pseudo test for what went wrong outside any test, so no report can miss it: in
+        a suite interpreter, of the last file it was given (or collected)."""
+        last = launch.ids or collected or (SUITE_UNIT,)
+        file = launch.key if launch.key != SUITE_UNIT else last[-1]
         return TestResult(
             id=f"{file_of(file)}::{EXIT_ID}",
             file=file_of(file),

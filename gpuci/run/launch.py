@@ -25,7 +25,9 @@ class Launch:
     """One interpreter to start: which tests, from which paths, on which GPUs."""
 
     key: str  # the scheduled unit: a file, or SUITE_UNIT; names its journal and log
-    ids: tuple[str, ...]  # the tests to run, handed over in GPUCI_ONLY
+    # the tests to run, handed over in GPUCI_ONLY; None: what pytest collects from the
+    # targets (a screen runs files with the user's arguments, as plain pytest would)
+    ids: tuple[str, ...] | None
     targets: tuple[str, ...]  # the paths handed to pytest
     slot: int
     gpu: str | None  # CUDA_VISIBLE_DEVICES, None: leave it alone
@@ -35,7 +37,6 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the interpreters' own
     wrapper: tuple[str, ...] = ()  # a command the interpreter runs under (compute-sanitizer)
     timeout: float | None = None  # instead of the interpreters' --timeout (a slow wrapper)
-    fresh: bool = False  # never forked: a run whose outcome a printed command stands for
     lane: int = 0  # an evidence run beside another of the same file: its own journal and log
     held: bool = False  # the suite interpreter started before discovery may be taken for it
 
@@ -58,7 +59,6 @@ class Attempt:
     finished: list[dict[str, Any]] = field(default_factory=list)
     leftovers: list[Leftover] = field(default_factory=list)  # what it left running, ended
     strangers: list[Stranger] = field(default_factory=list)  # new GPU memory holders after it
-    unforked: str = ""  # why a forked child stopped before its tests: run it fresh
 
 
 def pytest_command(python: str, pytest_args: Sequence[str], launch: Launch) -> list[str]:

@@ -2,10 +2,9 @@
 
 While a command holds OUT's lock it appends every process it starts to
 `OUT/.gpuci/processes.jsonl`: an interpreter's pid and start time and its cookie (which
-everything the interpreter starts inherits), the fork server's pid and start time. An
-orderly end removes the file. A command killed with `kill -9` cannot: its interpreters
-die with it (fresh ones by `dying_with_me`, forked ones by the fork server, which ends its
-children when gpuci hangs up), but a process a test started in its own session lives on,
+everything the interpreter starts inherits). An orderly end removes the file. A command
+killed with `kill -9` cannot: its interpreters die with it (`dying_with_me`), but a
+process a test started in its own session lives on,
 holding the dead command's cookie. The next command that takes OUT's lock ends every
 process the ledger names (by pid and start time, or by cookie, so a pid reused since is
 never touched) and says what it ended.

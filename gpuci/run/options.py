@@ -19,15 +19,6 @@ from gpuci.run.modes import Setting
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Preload:
-    """How interpreters start: from a fork server that imported what, or fresh."""
-
-    off: bool = False  # --no-preload: every interpreter is a fresh `python -m pytest`
-    named: str | None = None  # --preload MOD,... as given
-    configured: tuple[str, ...] | None = None  # [tool.gpuci] preload
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ModeOptions:
     """The modes' options: the suite, OUT, and how each mode's interpreters run."""
 
@@ -44,7 +35,6 @@ class ModeOptions:
     gpus_per_slot: int | None = None
     durations: Path | None = None
     poison: bool = False
-    preload: Preload = field(default_factory=Preload)
     # each effective value and where it came from (run.json's `settings`)
     settings: Mapping[str, Setting] = field(default_factory=dict)
     # the check's own, set as it goes: its run id, the earlier check's results it moved

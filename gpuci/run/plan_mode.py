@@ -11,25 +11,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from gpuci.model import SUITE_UNIT, GpuciError, Mode, ModeRun, printable
-from gpuci.run.discover import Discovery, child_env, discover_tests, discovered
-from gpuci.run.forkaudit import RUNS_FRESH
-from gpuci.run.forkserver import current as current_fork_server
-from gpuci.run.forkserver import serve as serve_forks
-from gpuci.run.forkserver import start_interpreter
+from gpuci.run.discover import Discovery, discover_tests, discovered
 from gpuci.run.gpumem import earlier_peaks
 from gpuci.run.gpus import detect_gpus
 from gpuci.run.held import held_collection, hold_suite, let_go
 from gpuci.run.launch import SUITE_STEM, Launch, junit_part
 from gpuci.run.modes import mode_settings
-from gpuci.run.options import ModeOptions, Preload
+from gpuci.run.options import ModeOptions
 from gpuci.run.outdir import STATE_DIR, prepare_out
 from gpuci.run.plan import (
     choose_workers,
@@ -44,7 +38,6 @@ from gpuci.run.plan import (
     shard_from_env,
     visible_gpus,
 )
-from gpuci.run.preloads import guess_test_files, parse_preload
 from gpuci.run.resume import given_paths, was_interrupted
 from gpuci.run.screens import Screen
 from gpuci.run.session import RunOptions, run_mode
@@ -157,9 +150,6 @@ def plan_mode(
     per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
     if discovery is None:
         discovery = discover(options)
-        start_fork_server(
-            options.preload, options.python, discovery.rootdir, discovery.files, options.paths
-        )
     durations, with_startup = _durations(options, mode, discovery, timed_by)
     files = list(discovery.files)
     # parametrized tests count each: what a file's length goes by where no time is known;
@@ -290,83 +280,12 @@ def pool_workers(
     return choose_workers(requested, cpus=cpu_count(), gpus=slots, files=files)
 
 
-def start_fork_server(
-    preload: Preload, python: str, rootdir: Path, files: Sequence[str], paths: Sequence[str]
-) -> None:
-    """Let the interpreters of this command fork from a pre-imported parent (the test files'
-    imports, or --preload's, or [tool.gpuci] preload's), unless --no-preload. One started
-    while pytest collected stays where the rootdir lies in the directory it took for it."""
-    if preload.off:
-        return
-    server = current_fork_server(python)
-    if server is not None and server.keeps(rootdir):
-        server.say_ready()  # kept quiet while pytest collected: a bad suite gets one line
-        return
-    _serve(preload, python, rootdir, files, paths)
-
-
-def start_fork_server_early(preload: Preload, python: str, paths: Sequence[str]) -> None:
-    """Start the fork server while pytest collects PATHS (the collection forks from it):
-    for the test files PATHS hold by pytest's default names, the working directory taken for
-    the rootdir; `start_fork_server` starts another where the rootdir lies outside it."""
-    if preload.off or current_fork_server(python) is not None:
-        return
-    files = [str(f) for f in guess_test_files(paths)]
-    _serve(preload, python, Path.cwd(), files, paths, quiet=True)
-
-
-def _serve(
-    preload: Preload,
-    python: str,
-    rootdir: Path,
-    files: Sequence[str],
-    paths: Sequence[str],
-    *,
-    quiet: bool = False,
-) -> None:
-    named, configured = preload.named, preload.configured
-    serve_forks(
-        python=python,
-        environ=child_env(os.environ),
-        rootdir=rootdir,
-        files=files,
-        paths=paths,
-        preload=parse_preload(named) if named is not None else configured,
-        quiet=quiet,
-    )
-
-
-def _collect_forked(
-    command: Sequence[str], env: Mapping[str, str], timeout: float | None, *, fresh: bool = False
-) -> tuple[int, bytes]:
-    """Collection in an interpreter forked from the server where there is one; fresh where
-    the forked one found its environment differs from what a preloaded module read."""
-    child = start_interpreter(command, env, fresh=fresh, stopping=threading.Event())
-    stdout = child.stdout
-    assert stdout is not None
-    output: list[bytes] = []
-    reader = threading.Thread(target=lambda: output.append(stdout.read()), daemon=True)
-    reader.start()
-    try:
-        code = child.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-        raise
-    finally:
-        reader.join()
-    if not fresh and RUNS_FRESH.encode() in b"".join(output):
-        return _collect_forked(command, env, timeout, fresh=True)
-    return code, b"".join(output)
-
-
 def say(text: str) -> None:
     print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
 
 
 def discover(options: ModeOptions) -> Discovery:
     """pytest's collection of PATHS, with the suite's own configuration; notes what it left."""
-    start_fork_server_early(options.preload, options.python, options.paths)
     timeout = max(options.timeout or 0, 600)
     # the held suite interpreter's collection where there is one (it started first, fresh)
     held = held_collection(timeout)
@@ -378,7 +297,6 @@ def discover(options: ModeOptions) -> Discovery:
             options.pytest_args,
             python=options.python,
             timeout=timeout,
-            collect=_collect_forked,
         )
     )
     for file in discovery.deselected:

@@ -72,7 +72,7 @@ class _HasPid(Protocol):
     def pid(self) -> int: ...
 
 
-# a Popen, or a fork server's child (whose Popen-like handle gets its exit status)
+# a Popen (whose handle collects its exit status)
 _Child = TypeVar("_Child", bound=_HasPid)
 _children_lock = threading.Lock()  # held while a child starts, and while orphans are reaped
 _waited_for: set[int] = set()  # gpuci's children whose Popen collects their exit status

@@ -16,8 +16,7 @@ from typing import Protocol
 
 
 class Child(Protocol):
-    """A child interpreter: a `subprocess.Popen`, or a fork server's `ForkedChild`; its pid
-    is its process group."""
+    """A child interpreter (a `subprocess.Popen`); its pid is its process group."""
 
     @property
     def pid(self) -> int: ...

@@ -6,6 +6,7 @@ interrupted run (--resume) the tests it finished are kept and the rest run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,6 +26,7 @@ from gpuci.model import (
 )
 from gpuci.run.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.run.gpumem import MemoryGate
+from gpuci.run.ids import match_ids
 from gpuci.run.interpreter import Interpreters
 from gpuci.run.journal import collection_error
 from gpuci.run.junit import kept_junit, write_file_junit
@@ -33,7 +35,8 @@ from gpuci.run.plan import thread_args
 from gpuci.run.resume import Earlier
 from gpuci.run.supervisor import Supervisor
 
-FRESH_MODES = (Mode.SUITE, Mode.ISOLATED)  # only parallel and threads may fork
+# the suite interpreter is the plain run the check replaces; isolated the reference outcome
+STEADY_MODES = (Mode.SUITE, Mode.ISOLATED)
 SCREEN_NICE = 5  # parallel and threads interpreters yield the CPU to the suite interpreter
 
 
@@ -73,11 +76,8 @@ def start_interpreters(
         clock_zero=clock_zero,
         supervisor=supervisor,
         gate=MemoryGate(options.peaks),  # a file starts once its GPU has room for it
-        # the suite interpreter is the plain pytest run the check replaces, and isolated
-        # the reference outcome of every file: both exact by construction, never forked
-        fresh=options.mode in FRESH_MODES,
         # the suite interpreter beside them is the floor of a check's cost: it gets the CPU
-        nice=0 if options.mode in FRESH_MODES else SCREEN_NICE,
+        nice=0 if options.mode in STEADY_MODES else SCREEN_NICE,
     )
 
 
@@ -143,10 +143,13 @@ class UnitRunner:
             number = len(attempts) + 1
             if self.interpreters.supervisor.stopping.is_set():
                 break
+            first = number == 1 and not kept
             attempt = self.interpreters.run(
                 Launch(
                     key=key,
-                    ids=todo,
+                    # the first interpreter runs the files with the user's arguments, as
+                    # plain pytest would; one resuming after a crash, the tests left
+                    ids=None if first else todo,
                     targets=targets
                     if (number == 1 and not kept) or key != SUITE_UNIT
                     else self._suite_targets(todo, targets),
@@ -161,6 +164,7 @@ class UnitRunner:
                     held=key == SUITE_UNIT and number == 1 and not kept and not broken,
                 )
             )
+            as_known(attempt, ids if first else todo)
             attempts.append(attempt)
             for result in attempt.results:
                 results[result.id] = result
@@ -219,6 +223,19 @@ class UnitRunner:
         left = {file_of(i) for i in todo}
         kept = tuple(self.target(f) for f in self.discovery.files if f in left)
         return kept or targets
+
+
+def as_known(attempt: Attempt, known: Sequence[str]) -> None:
+    """Name `attempt`'s results and the tests it left to resume by the ids discovery
+    collected, where its interpreter computed an id differently (a parameter made at
+    import: `gpuci.run.ids`); the rest stay as reported."""
+    matched = match_ids([*(r.id for r in attempt.results), *attempt.resume], known)
+    if matched:
+        attempt.results = [
+            dataclasses.replace(r, id=matched[r.id]) if r.id in matched else r
+            for r in attempt.results
+        ]
+        attempt.resume = [matched.get(i, i) for i in attempt.resume]
 
 
 def _worst(statuses: Iterator[FileStatus] | Sequence[FileStatus]) -> FileStatus:

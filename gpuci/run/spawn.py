@@ -1,0 +1,38 @@
+"""Spawn: start one fresh `python -m pytest` interpreter, as every interpreter of gpuci is.
+
+Every interpreter whose outcome can enter a category or stand behind a printed command is
+a fresh process (DESIGN, "Fresh interpreters, started ahead"): a forked one was measured
+unfaithful in a new way each time (imports under `if TYPE_CHECKING:`, warnings at import
+outside the suite's filters, a test file's imports before its conftest.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from gpuci.run.ledger import dying_with_me
+from gpuci.run.reaper import start_child
+
+
+def start_interpreter(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start `argv` in a session of its own, its output on one pipe, no standard input.
+
+    Through `start_child`: once gpuci is a subreaper, `reap_orphans` must leave its exit
+    status to its handle.
+    """
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,
+            # a kill -9 of gpuci ends it too; safe beside threads: it only calls a prctl
+            # looked up before the fork, getppid and _exit
+            preexec_fn=dying_with_me(),  # noqa: PLW1509
+        )
+
+    return start_child(start)

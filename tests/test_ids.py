@@ -1,0 +1,55 @@
+"""Ids computed at import: the screens run files, so such a test runs and is matched by its
+stable part (`gpuci.run.ids`); never a failure of its file (marshmallow's `datetime.now()`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_runner import gpuci, write_files
+
+from gpuci.run.ids import match_ids, select_ids, stem_of
+
+NOW = """
+    import datetime as dt
+    import pytest
+
+    @pytest.mark.parametrize("value", ["x", dt.datetime.now().strftime("%H:%M:%S.%f")])
+    def test_value(value):
+        assert value
+
+    def test_plain():
+        pass
+"""
+
+
+def test_a_parameter_made_at_import_is_matched_by_its_place_among_its_stems_ids() -> None:
+    known = ["f.py::test_v[x]", "f.py::test_v[10:00:01.5]", "f.py::test_p"]
+    reported = ["f.py::test_v[x]", "f.py::test_v[10:00:02.7]", "f.py::test_p"]
+    assert match_ids(reported, known) == {"f.py::test_v[10:00:02.7]": "f.py::test_v[10:00:01.5]"}
+    assert stem_of("f.py::C::test_v[a[b]]") == "f.py::C::test_v"
+    # a stem with as many ids on both sides only: otherwise nothing is guessed
+    assert match_ids(["f.py::test_v[1]"], ["f.py::test_v[2]", "f.py::test_v[3]"]) == {}
+    # a run by ids keeps the test whose id it computed differently
+    assert select_ids(known[:2], reported) == reported[:2]
+    assert select_ids(["f.py::test_v[10:00:01.5]"], reported) == []  # one of two: unknown
+
+
+def test_a_check_runs_files_so_an_id_made_at_import_is_no_failure(tmp_path: Path) -> None:
+    root = write_files(
+        tmp_path,
+        {
+            "test_now.py": NOW,
+            "test_other.py": "def test_other():\n    pass\n",
+            "test_broken.py": "def test_broken():\n    assert False, 'a real failure'\n",
+        },
+    )
+    proc = gpuci("check", ".", "--out", "out", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    verdict = json.loads((root / "out" / "verdict.json").read_text())
+    found = {t["id"]: t["category"] for t in verdict["tests"]}
+    # one test per collected id, the interpreters' own ids matched to discovery's
+    assert sorted(found.values()).count("passed") == 4, found
+    assert found["test_broken.py::test_broken"] == "failed", found
+    assert not any("interpreter exit" in i for i in found), found
+    assert len(found) == 5, found
