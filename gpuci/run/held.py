@@ -53,6 +53,14 @@ class HeldSuite:
     started_at: float  # time.time() at its start: the clock of the journal's stamps
     output: bytearray = field(default_factory=bytearray)  # read before it was taken
 
+    def matches(self, command: Sequence[str], own: Sequence[str], env: Mapping[str, str]) -> bool:
+        """Whether it still runs and is what `command` and `env` would start (its own
+        command `own`, compared but for each interpreter's own keys); killed where not."""
+        if self.proc.poll() is None and list(own) == list(command) and _same(self.env, env):
+            return True
+        end_held(self)
+        return False
+
     @property
     def cookie(self) -> str:
         """The cookie its processes carry (`gpuci.run.reaper`)."""
@@ -61,7 +69,9 @@ class HeldSuite:
     def release(self, journal: Path, ids: Sequence[str] | None) -> subprocess.Popen[bytes]:
         """Let it run `ids` (None: every test it collected), journaling into `journal` from
         now on; the process."""
-        Path(self.env["GPUCI_JOURNAL"]).replace(journal)  # the file it has open goes along
+        started_in = Path(self.env["GPUCI_JOURNAL"])
+        if started_in != journal:  # the file it has open goes along
+            started_in.replace(journal)
         only = Path(self.env["GPUCI_ONLY"])
         ready = only.with_suffix(".tmp")
         ready.write_text(json.dumps(None if ids is None else list(ids)), encoding="utf-8")
@@ -101,15 +111,20 @@ def hold_suite(
     env = launch_environ(
         environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
     )
-    env[COOKIE_ENV] = new_cookie()
-    env[HOLD_ENV] = "1"
+    _HOLDING.held = start_held(command, launch.targets, env)
+
+
+def start_held(command: list[str], targets: Sequence[str], env: dict[str, str]) -> HeldSuite:
+    """Start `command` with `env` (its journal and its file of ids named there, the file
+    not yet written), held after its collection until `HeldSuite.release`."""
+    env = {**env, COOKIE_ENV: new_cookie(), HOLD_ENV: "1"}
     started, started_at = time.monotonic(), time.time()
     proc = start_interpreter(command, env)
     note_started(proc.pid, cookie=env[COOKIE_ENV])  # a killed gpuci's next command ends it
     if proc.stdout is not None:
         with contextlib.suppress(AttributeError, OSError):  # no such fcntl: 64 KiB it is
             fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    _HOLDING.held = HeldSuite(proc, command, launch.targets, env, started, started_at)
+    return HeldSuite(proc, command, tuple(targets), env, started, started_at)
 
 
 def held_collection(timeout: float) -> list[dict[str, Any]] | None:
@@ -148,10 +163,7 @@ def take_held(
         return None
     ours = held.command[: len(held.command) - len(held.targets)]
     asked = list(command[: len(command) - len(targets)])
-    if held.proc.poll() is None and ours == asked and _same(held.env, env):
-        return held
-    _end(held)
-    return None
+    return held if held.matches(asked, ours, env) else None
 
 
 def let_go() -> None:
@@ -159,7 +171,7 @@ def let_go() -> None:
     one started (at the end of the check: a taken one reads its file of ids)."""
     held = _HOLDING.take()
     if held is not None:
-        _end(held)
+        end_held(held)
     if _HOLDING.folder is not None:
         shutil.rmtree(_HOLDING.folder, ignore_errors=True)
         _HOLDING.folder = None
@@ -172,7 +184,8 @@ def _same(held: Mapping[str, str], asked: Mapping[str, str]) -> bool:
     return without(held) == without(asked)
 
 
-def _end(held: HeldSuite) -> None:
+def end_held(held: HeldSuite) -> None:
+    """Kill a held interpreter that will not be taken, and wait for it."""
     signal_group(held.proc, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         held.proc.wait(timeout=5)

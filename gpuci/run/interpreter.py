@@ -45,7 +45,7 @@ from gpuci.run.endings import (
     uncollected_message,
 )
 from gpuci.run.gpumem import MemoryGate, sampler
-from gpuci.run.held import take_held
+from gpuci.run.held import HeldSuite, end_held, start_held, take_held
 from gpuci.run.holders import StrangerCheck, gpu_watch
 from gpuci.run.ids import stem_of
 from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
@@ -95,6 +95,8 @@ class Interpreters:
         self.supervisor = supervisor
         self.tmp = Path(tempfile.mkdtemp(prefix="gpuci-"))
         self.strangers = StrangerCheck(gpu_watch())  # the first of a command snapshots
+        # started ahead, by unit, until taken; where their journal's events begin
+        self._ahead: dict[str, tuple[HeldSuite, int]] = {}
         # told each batch of journal events as it is read (the screens learn from the suite)
         self.on_events: Callable[[list[dict[str, Any]]], None] | None = None
 
@@ -103,9 +105,36 @@ class Interpreters:
         return time.monotonic() - self.zero
 
     def close(self) -> None:
-        """Remove the scratch files of the interpreters started; collect adopted zombies."""
+        """End the interpreters started ahead and never taken; remove the scratch files of
+        the interpreters started; collect adopted zombies."""
+        for held, _ in self._ahead.values():
+            self.supervisor.discard(held.proc)
+            end_held(held)
+        self._ahead.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
         reap_orphans()
+
+    def start_ahead(self, launch: Launch) -> None:
+        """Start `launch`'s interpreter now, fresh, held after its collection until `run`
+        takes it with the same command and environment (`gpuci.run.held`): the start-up
+        of a slot's next unit costs cores that are idle while the current one runs."""
+        if self.supervisor.stopping.is_set():
+            return
+        only = self.tmp / f"ahead-{threading.get_ident()}-{launch.slot}.json"
+        only.unlink(missing_ok=True)  # it waits for this file: ids written when taken
+        journal = self.out / "journal" / f"{launch.stem}.jsonl"
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        offset = journal.stat().st_size if journal.exists() else 0
+        env = launch_environ(self.environ, launch, journal=journal, only=only)
+        try:
+            held = start_held(self.command(launch), launch.targets, env)
+        except OSError as exc:
+            raise GpuciError(f"could not start {self.python}: {exc}") from None
+        self.supervisor.add(held.proc)  # a stop ends it too
+        earlier, _ = self._ahead.pop(launch.key, (None, 0))
+        if earlier is not None:
+            end_held(earlier)
+        self._ahead[launch.key] = (held, offset)
 
     def command(self, launch: Launch) -> list[str]:
         """The command line of one interpreter."""
@@ -116,10 +145,9 @@ class Interpreters:
         stem = launch.stem
         journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
-        reader = JournalReader(journal)  # from its end: an earlier attempt's events are read
         if self.gate is not None:
             self.gate.wait(launch.key, launch.gpu, self.supervisor)
-        proc, cmd, cookie, start, started_at, output = self._start(launch, journal)
+        proc, cmd, cookie, start, started_at, output, reader = self._start(launch, journal)
         log_rel = f"logs/{stem}.log"
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
@@ -165,10 +193,11 @@ class Interpreters:
 
     def _start(
         self, launch: Launch, journal: Path
-    ) -> tuple[subprocess.Popen[bytes], list[str], str, float, float, bytes]:
-        """Start the interpreter (or take the held suite interpreter, `gpuci.run.held`); the
-        process, its command and cookie, when it started (on the mode's clock, and on the
-        wall clock that the plugin stamps its first events with), what it printed unlogged."""
+    ) -> tuple[subprocess.Popen[bytes], list[str], str, float, float, bytes, JournalReader]:
+        """Start the interpreter (or take the held suite interpreter, `gpuci.run.held`, or
+        one started ahead); the process, its command and cookie, when it started (on the
+        mode's clock, and on the wall clock that the plugin stamps its first events with),
+        what it printed unlogged, and the reader of its journal's events."""
         only = self.tmp / f"only-{threading.get_ident()}-{launch.attempt}.json"
         env = launch_environ(self.environ, launch, journal=journal, only=only)
         cookie = env[COOKIE_ENV] = new_cookie()  # inherited by all the interpreter starts
@@ -177,9 +206,20 @@ class Interpreters:
         # after its collection: taken, its start-up before the mode's clock as it was
         held = take_held(cmd, launch.targets, env) if launch.held else None
         if held is not None:
+            reader = JournalReader(journal)  # from its end: an earlier attempt's are read
             proc = held.release(journal, launch.ids)
             start = held.started - self.zero
-            return proc, held.command, held.cookie, start, held.started_at, bytes(held.output)
+            output = bytes(held.output)
+            return proc, held.command, held.cookie, start, held.started_at, output, reader
+        # started ahead while its slot's previous unit ran, journaling into `journal` from
+        # its start: its wall from now, when its tests may start, and its start-up only
+        # what was not hidden (from now to its collection, 0 where it had collected)
+        ahead, offset = self._ahead.pop(launch.key, (None, 0))
+        if ahead is not None and ahead.matches(cmd, ahead.command, env):
+            proc = ahead.release(journal, launch.ids)
+            reader = JournalReader(journal, offset)
+            return proc, ahead.command, ahead.cookie, self.now(), time.time(), b"", reader
+        reader = JournalReader(journal)  # from its end: an earlier attempt's are read
         only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
         start, started_at = self.now(), time.time()
         try:
@@ -187,7 +227,7 @@ class Interpreters:
         except OSError as exc:
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         note_started(proc.pid, cookie=cookie)  # a killed gpuci's next command ends it
-        return proc, cmd, cookie, start, started_at, b""
+        return proc, cmd, cookie, start, started_at, b"", reader
 
     def _watch(
         self,

@@ -22,9 +22,13 @@ COLLECTION_ERROR = "collection error"  # the message's start for a file pytest c
 class JournalReader:
     """Reads the events a child appends, complete lines only, from where it left off."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, offset: int | None = None) -> None:
+        """Read `path` from `offset` (default: its end now, so an earlier attempt's events
+        are not read again)."""
         self._path = path
-        self._offset = path.stat().st_size if path.exists() else 0
+        if offset is None:
+            offset = path.stat().st_size if path.exists() else 0
+        self._offset = offset
         self._partial = b""
 
     def read(self) -> list[dict[str, Any]]:

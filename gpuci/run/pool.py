@@ -25,27 +25,45 @@ def run_slots(
     *,
     first_slot: int = 0,
     choose: Callable[[Sequence[Unit]], Unit] | None = None,
+    ahead: Callable[[Unit, int], None] | None = None,
 ) -> None:
     """Run files in up to `workers` slots (numbered from `first_slot`); a slot takes the
     next file as soon as it is free: the first not started, or the one `choose` picks from
-    those not started (at that moment: it may learn as the files run)."""
+    those not started (at that moment: it may learn as the files run).
+
+    With `ahead`, a slot that starts a file also picks its likely next one and starts it
+    ahead (`ahead(unit, slot)`: its interpreter starts and collects, held, while this one
+    runs), as long as more files are left than slots: at the tail a free slot takes what
+    is left. Once free, the slot chooses again with that one back among the rest (`choose`
+    may have learned meanwhile); one it passes over is started where it is taken.
+    """
     remaining = list(files)
     lock = threading.Lock()
+    used = min(workers, len(remaining))
 
-    def take() -> list[Unit]:
-        """The next file, as a list of one; none once all started, or when stopping."""
+    def take(*, spare: bool = False, back: Sequence[Unit] = ()) -> list[Unit]:
+        """The next file, as a list of one (`back` returned among the rest first); none
+        once all started, or when stopping, or (`spare`: one to start ahead) where no more
+        are left than slots."""
         with lock:
+            remaining[:0] = back
             if not remaining or supervisor.stopping.is_set():
+                return []
+            if spare and len(remaining) <= used:
                 return []
             unit = remaining[0] if choose is None else choose(tuple(remaining))
             remaining.remove(unit)
             return [unit]
 
     def in_a_slot(slot: int) -> None:
-        while taken := take():
+        taken = take()
+        while taken:
+            following = take(spare=True) if ahead is not None else []
+            if following and ahead is not None:
+                ahead(following[0], slot)
             run_one(taken[0], slot)
+            taken = take(back=following)
 
-    used = min(workers, len(remaining))
     if not used:
         return
     with ThreadPoolExecutor(max_workers=used, thread_name_prefix="gpuci-slot") as pool:

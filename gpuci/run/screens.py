@@ -63,12 +63,15 @@ def run_by_mode(
     *,
     first_slot: int = 0,
     choose: Callable[[Sequence[Job]], Job] | None = None,
+    ahead: Callable[[Job, int], None] | None = None,
 ) -> None:
     """Each mode's files in an equal share of the slots, the modes beside each other: the
     parallel files run W at a time whether or not the threads files run beside them."""
     modes = list(dict.fromkeys(mode for mode, _ in jobs))
     if len(modes) <= 1:
-        run_slots(jobs, slots, run_one, supervisor, first_slot=first_slot, choose=choose)
+        run_slots(
+            jobs, slots, run_one, supervisor, first_slot=first_slot, choose=choose, ahead=ahead
+        )
         return
     share = max(1, slots // len(modes))
     with ThreadPoolExecutor(max_workers=len(modes), thread_name_prefix="gpuci-screen") as pool:
@@ -82,6 +85,7 @@ def run_by_mode(
                     supervisor,
                     first_slot=first_slot + k * share,
                     choose=choose,
+                    ahead=ahead,
                 )
                 for k, mode in enumerate(modes)
             ]
@@ -171,22 +175,32 @@ def run_screens(
                 unit = f"{mode.value} {key}"
                 reporter.file_done(file_run, tests, unit=unit, label=mode.value)
 
+        def start_ahead(job: Job, slot: int) -> None:
+            mode, key = job
+            sessions[mode].start_ahead(key, slot, slot_gpus[slot])
+
         with supervisor.handling_signals():
             suite = next((j for j in pool if j[0] is Mode.SUITE), None)
             rest = [j for j in pool if j is not suite]
             choice = choosing(orders)
             if suite is None:
-                run_by_mode(rest, workers, run_one, supervisor)
+                run_by_mode(rest, workers, run_one, supervisor, ahead=start_ahead)
             else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
                 run_beside(
                     suite,
                     0,
                     run_one,
                     lambda: run_by_mode(
-                        rest, workers - 1, run_one, supervisor, first_slot=1, choose=choice
+                        rest,
+                        workers - 1,
+                        run_one,
+                        supervisor,
+                        first_slot=1,
+                        choose=choice,
+                        ahead=start_ahead,
                     ),
                 )
-            run_slots(alone, 1, run_one, supervisor)
+            run_slots(alone, 1, run_one, supervisor, ahead=start_ahead)
         modes = tuple(sessions)
         runs = {
             mode: session.finish(beside=tuple(m for m in modes if m is not mode))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 import sys
 import time
@@ -95,6 +96,10 @@ class ModeSession:
         self.file_runs[key] = file_run
         self.results[key] = tests
         return file_run, tests
+
+    def start_ahead(self, key: str, slot: int, gpu: str | None) -> None:
+        """Start `key`'s first interpreter now, for `run_unit` in `slot` to take."""
+        self.runner.start_ahead(key, slot, gpu)
 
     def finish(self, beside: tuple[Mode, ...] = ()) -> ModeRun:
         """The mode's run from its units, written to its directory (run.json, JUnit)."""
@@ -184,8 +189,9 @@ def run_mode(
     try:
         with supervisor.handling_signals():
             pool, serial = session.units()
-            run_slots(pool, schedule.workers, run_one, supervisor)
-            run_slots(serial, 1, run_one, supervisor)
+            ahead = functools.partial(_start_ahead, session, schedule)
+            run_slots(pool, schedule.workers, run_one, supervisor, ahead=ahead)
+            run_slots(serial, 1, run_one, supervisor, ahead=ahead)
         run = session.finish()
     finally:
         session.close()
@@ -193,6 +199,10 @@ def run_mode(
     if run.interrupted:
         raise Interrupted(f"interrupted; what finished is in {options.out}")
     return run
+
+
+def _start_ahead(session: ModeSession, schedule: Schedule, key: str, slot: int) -> None:
+    session.start_ahead(key, slot, schedule.slot_gpus[slot])
 
 
 def _inferred(

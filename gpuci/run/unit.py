@@ -129,11 +129,7 @@ class UnitRunner:
         earlier = self.earlier
         junit_dir = self.interpreters.out / "junit"
         stem = SUITE_STEM if key == SUITE_UNIT else key
-        targets = (
-            tuple(self.target(f) for f in self.discovery.files if f not in broken)
-            if key == SUITE_UNIT
-            else (self.target(key),)
-        )
+        targets = self._targets(key)
         kept = earlier.finished(key) if earlier is not None else []
         results: dict[str, TestResult] = {t.id: t for t in kept}
         kept_cases = kept_junit(junit_dir / f"{stem}.xml", results) if kept else []
@@ -145,23 +141,17 @@ class UnitRunner:
                 break
             first = number == 1 and not kept
             attempt = self.interpreters.run(
-                Launch(
+                self._first_launch(key, slot, gpu)
+                if first
+                else Launch(
                     key=key,
-                    # the first interpreter runs the files with the user's arguments, as
-                    # plain pytest would; one resuming after a crash, the tests left
-                    ids=None if first else todo,
-                    targets=targets
-                    if (number == 1 and not kept) or key != SUITE_UNIT
-                    else self._suite_targets(todo, targets),
+                    ids=todo,  # resuming after a crash: the tests left
+                    targets=targets if key != SUITE_UNIT else self._suite_targets(todo, targets),
                     slot=slot,
                     gpu=gpu,
                     attempt=number,
                     junit=junit_part(self.interpreters.out, stem, number),
                     label=f"interpreter {number}" + (" (resumed)" if number > 1 else ""),
-                    # the first suite interpreter may be the one started beside discovery
-                    # (`gpuci.run.held`), on PATHS: not where pytest, handed a directory
-                    # whose conftest.py is broken, would end at once
-                    held=key == SUITE_UNIT and number == 1 and not kept and not broken,
                 )
             )
             as_known(attempt, ids if first else todo)
@@ -192,6 +182,38 @@ class UnitRunner:
         if attempts:
             write_file_junit(junit_dir / f"{stem}.xml", key, attempts, ordered, kept=kept_cases)
         return file_run, ordered
+
+    def start_ahead(self, key: str, slot: int, gpu: str | None) -> None:
+        """Start the first interpreter of `key` now, held after its collection, for
+        `run_unit` to take when `slot` frees (not after --resume, nor for a broken folder)."""
+        if self.earlier is None and key not in self.discovery.broken_dirs and key != SUITE_UNIT:
+            self.interpreters.start_ahead(self._first_launch(key, slot, gpu))
+
+    def _targets(self, key: str) -> tuple[str, ...]:
+        """What pytest is handed for a unit: its file, or every file of the suite."""
+        if key != SUITE_UNIT:
+            return (self.target(key),)
+        broken = self.discovery.broken_dirs
+        return tuple(self.target(f) for f in self.discovery.files if f not in broken)
+
+    def _first_launch(self, key: str, slot: int, gpu: str | None) -> Launch:
+        """A unit's first interpreter: its files with the user's arguments, as plain pytest
+        would run them (no list of ids)."""
+        stem = SUITE_STEM if key == SUITE_UNIT else key
+        return Launch(
+            key=key,
+            ids=None,
+            targets=self._targets(key),
+            slot=slot,
+            gpu=gpu,
+            attempt=1,
+            junit=junit_part(self.interpreters.out, stem, 1),
+            label="interpreter 1",
+            # the suite interpreter may be the one started beside discovery
+            # (`gpuci.run.held`), on PATHS: not where pytest, handed a directory whose
+            # conftest.py is broken, would end at once
+            held=key == SUITE_UNIT and not self.discovery.broken_dirs,
+        )
 
     def _file_run(
         self, key: str, tests: int, slot: int, gpu: str | None, attempts: list[Attempt]
