@@ -15,7 +15,7 @@ from typing import NoReturn
 from gpuci import __version__
 from gpuci.model import GpuciError, Mode, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
-from gpuci.run.masking import withhold_secrets
+from gpuci.run.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
 
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
@@ -225,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_in:  # bare `gpuci`: what it can do, not one line about a missing command
         print(build_parser().format_help(), file=sys.stderr)
         return 2
+    withheld: list[str] = []
     try:
         args = build_parser().parse_args(args_in)
         args.pytest_args = tuple(pytest_args)
@@ -242,9 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "check": _cmd_check,
             "explain": _cmd_explain,
         }[options.command]
-        return handler(options)
+        # what a test printed reaches the terminal in a test id or a failure's line
+        with masked_terminal(known_secrets(os.environ, withheld)):
+            return handler(options)
     except GpuciError as exc:
-        print(f"gpuci: {'error: ' if exc.exit_code != 130 else ''}{exc}", file=sys.stderr)
+        line = f"gpuci: {'error: ' if exc.exit_code != 130 else ''}{exc}"
+        print(mask_secrets(line, known_secrets(os.environ, withheld)), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpuci: interrupted", file=sys.stderr)
@@ -252,14 +256,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def _holding(out: Path, command: str) -> Iterator[None]:
-    """OUT's lock for the whole command: a second gpuci writing there exits 2."""
+def _holding(out: Path, command: str, withheld: Sequence[str] = ()) -> Iterator[None]:
+    """OUT's lock for the whole command: a second gpuci writing there exits 2; the files
+    under OUT with every secret masked after it (`withheld` and those in the environment)."""
     from gpuci.run.ledger import close_ledger, open_ledger
     from gpuci.run.outdir import STATE_DIR, locked
     from gpuci.run.strays import leftover_line
 
     notes: list[str] = []
-    with locked(out, f"gpuci {command}", notes):
+    with locked(out, f"gpuci {command}", notes, known_secrets(os.environ, withheld)):
         for note in notes:
             print(f"gpuci: {note}", file=sys.stderr)
         # what a killed command on OUT left running (its ledger names it): ended, and said
@@ -295,7 +300,7 @@ def _cmd_run(options: Options) -> int:
         )
     assert options.mode is not None
     check_options(options, options.mode)
-    with _interpreters(), _holding(options.out_dir, "run"):
+    with _interpreters(), _holding(options.out_dir, "run", options.secrets):
         run = run_mode_with_reruns(options, options.mode)
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
     return 1 if bad else 0
@@ -350,7 +355,7 @@ def _cmd_explain(options: Options) -> int:
     out = options.out_dir
     if not out.is_dir():  # not made by the lock: a missing OUT is the user's mistake
         raise UsageError(f"{out}: no such directory; give the --out directory of `gpuci run`")
-    with _interpreters(), _holding(out, "explain"):
+    with _interpreters(), _holding(out, "explain", options.secrets):
         explain_results(options)
         verdict_path = out / "verdict.json"
         code = write_verdict(options, verdict_path)
@@ -362,7 +367,7 @@ def _cmd_check(options: Options) -> int:
     from gpuci.check import check_options, run_check
 
     asked = check_options(options)
-    with _interpreters(), _holding(options.out_dir, "check"):
+    with _interpreters(), _holding(options.out_dir, "check", options.secrets):
         code, html, markdown = run_check(options, asked)
     print(f"gpuci: verdict {options.out_dir / 'verdict.json'}, report {html}, comment {markdown}")
     print(f"gpuci: reproduce this check: {shlex.join(['gpuci', *sys.argv[1:]])}")

@@ -5,6 +5,8 @@
   checkout under test), and keeps `python` where it is the same one.
 - A secret in a failure's message is masked wherever it lands, its fingerprint included
   (a fingerprint normalizes digits: masked afterwards, the secret no longer matched).
+- A secret pytest shortened to its two ends (`'glcbt-64_x9...12-3456-cdEF'`) leaves no
+  six characters of itself anywhere: not in a file under OUT, not on the terminal.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ JOB_TOKEN = "tok-2026-a1b2c3d4e5f6"  # noqa: S105 (a test token)
 LEAKING = (
     "import os\n\n\ndef test_leaks():\n"
     "    raise RuntimeError(f\"401 for token {os.environ['CI_JOB_TOKEN']} at step 3\")\n"
+)
+
+# GitLab's job token and a personal access token, past their public prefixes
+SHORTENED_TOKENS = {"CI_JOB_TOKEN": "glcbt-64_x9Kq2mZpL0wE", "GITLAB_TOKEN": "glpat-Ab12-3456-cdEF"}
+SHORTENING = (
+    "import os\n\nimport pytest\n\n\n"
+    "@pytest.mark.parametrize('token', [os.environ['CI_JOB_TOKEN']])\n"
+    "def test_shortened(token):\n"
+    "    assert token + ' ' + os.environ['GITLAB_TOKEN'] == 'x'\n"
 )
 
 
@@ -84,3 +95,24 @@ def test_a_secret_is_masked_after_the_fingerprint_normalized_it(tmp_path: Path) 
     for name in ("verdict.json", "report.html", "comment.md"):
         assert secret_part not in (out / name).read_text(encoding="utf-8"), name
     assert secret_part not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_no_six_characters_of_a_shortened_secret_survive(tmp_path: Path) -> None:
+    root = suite(tmp_path / "suite", SHORTENING)
+    out = tmp_path / "out"
+    proc = gpuci("check", ".", "--out", str(out), cwd=root, env=os.environ | SHORTENED_TOKENS)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    message = json.loads((out / "verdict.json").read_text(encoding="utf-8"))["tests"][0]
+    assert "...[MASKED]" in message["message"], message["message"]  # pytest did shorten it
+    pieces = {
+        body[i : i + 6]
+        for body in ("64_x9Kq2mZpL0wE", "Ab12-3456-cdEF")
+        for i in range(len(body) - 5)
+    }
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {"run.json", "evidence.json", "suite.log", "comment.md"} <= {p.name for p in files}
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert not [p for p in pieces if p in text], path
+    assert not [p for p in pieces if p in proc.stdout + proc.stderr], proc.stderr

@@ -17,11 +17,12 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 from gpuci.model import InputError, Mode, UsageError, printable
+from gpuci.run.masking import mask_files
 
 STATE_DIR = ".gpuci"  # inside OUT: the lock, the check's run id, what a check replaced
 LOCK_NAME = "lock"
@@ -45,10 +46,14 @@ def new_run_id() -> str:
 
 
 @contextlib.contextmanager
-def locked(out: Path, command: str, say: list[str] | None = None) -> Iterator[None]:
+def locked(
+    out: Path, command: str, say: list[str] | None = None, secrets: Sequence[str] = ()
+) -> Iterator[None]:
     """Hold OUT's lock while the block runs; refuse (exit 2) where another command holds it.
 
     `say` collects the note about a lock taken over from a process that died holding it.
+    `secrets` are masked in every file under OUT before the lock is let go, whatever ended
+    the block: the interpreters wrote their tests' output there as it was.
     """
     state = out / STATE_DIR
     try:
@@ -75,8 +80,11 @@ def locked(out: Path, command: str, say: list[str] | None = None) -> Iterator[No
         try:
             yield
         finally:
-            handle.seek(0)
-            handle.truncate()  # released in order: nothing for the next one to take over
+            try:
+                mask_files(out, secrets)
+            finally:
+                handle.seek(0)
+                handle.truncate()  # released in order: nothing for the next one to take over
 
 
 def _gone(left: str) -> str:
