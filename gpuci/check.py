@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,13 +23,12 @@ from gpuci.evidence.engine import gather_evidence, rerun_mode_suspects
 from gpuci.evidence.fingerprints import files_failing_alike
 from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer
+from gpuci.judge import write_verdict
 from gpuci.model import InputError, Mode, ModeRun, UsageError
 from gpuci.options import EvidenceOptions, Options
-from gpuci.run.discover import Discovery
+from gpuci.run.discover import CollectionEnded, Discovery
 from gpuci.run.durations import write_durations
-from gpuci.run.endings import no_test_ran
 from gpuci.run.gpus import detect_gpus
-from gpuci.run.masking import known_secrets, mask_secrets
 from gpuci.run.modes import (
     AskedModes,
     asked_modes,
@@ -76,46 +74,30 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
     """`gpuci check`, its stages in order: the modes (the screens), the evidence, the
     verdict, the report; the verdict's exit code, and the report's and comment's paths."""
     opts, evidence = _stages(options)
-    workers = _run_modes(opts, options, asked)
-    _write_durations(opts.out)  # before the evidence: a failing check has it too
-    gather_evidence(
-        opts.out,
-        runs=evidence.reruns,
-        budget_s=_budget(opts.out, evidence),
-        timeout=evidence.timeout,
-        python=evidence.python,
-        sanitize=evidence.sanitize,
-        workers=workers,
-    )
     verdict_path = opts.out / "verdict.json"
-    code = write_verdict(options, verdict_path)
+    try:
+        workers = _run_modes(opts, options, asked)
+    except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
+        say(str(ended))
+        code = write_verdict(options, verdict_path, ended=str(ended))
+    else:
+        _write_durations(opts.out)  # before the evidence: a failing check has it too
+        gather_evidence(
+            opts.out,
+            runs=evidence.reruns,
+            budget_s=_budget(opts.out, evidence),
+            timeout=evidence.timeout,
+            python=evidence.python,
+            sanitize=evidence.sanitize,
+            workers=workers,
+        )
+        code = write_verdict(options, verdict_path)
     from gpuci.report.render import write_reports  # jinja2: only where a report is written
 
     html, markdown = write_reports(
         verdict_path, html=None, markdown=None, environ=os.environ, secrets=options.secrets
     )
     return code, html, markdown
-
-
-def write_verdict(options: Options, path: Path) -> int:
-    """Diff OUT into `path` (`diff`, `check`, `explain`), print the summary; the verdict's
-    exit code."""
-    from gpuci.report.summary import format_summary
-    from gpuci.verdict.diff import diff_results, parse_policy, read_baseline
-    from gpuci.verdict.diff import write_verdict as write_diffed
-
-    judge = options.verdict
-    assert judge is not None, options.command
-    policy = parse_policy(judge.fail_on, judge.allow)
-    baseline = read_baseline(judge.baseline) if judge.baseline else None
-    secrets = known_secrets(os.environ, options.secrets)
-    verdict = diff_results(options.out_dir, baseline=baseline, policy=policy, secrets=secrets)
-    write_diffed(verdict, path, secrets)
-    print(mask_secrets(format_summary(verdict), secrets))
-    if no_test_ran(verdict):
-        print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)
-        return 3
-    return 1 if verdict.verdict == "fail" else 0
 
 
 def _run_modes(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
@@ -127,7 +109,12 @@ def _run_modes(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
 
 
 def _discover_and_run(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
-    discovery = discover(opts)  # once: every mode runs the same collected tests
+    try:
+        discovery = discover(opts)  # once: every mode runs the same collected tests
+    except CollectionEnded:
+        if not options.resume:  # its verdict is this check's: no earlier mode beside it
+            _replace_earlier(opts)
+        raise
     modes, why = choose_modes(asked, discovery)
     opts = replace(opts, mode_plan=(tuple(modes), why))
     threads = threads_from_suite(opts.settings, discovery)

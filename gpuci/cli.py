@@ -316,7 +316,7 @@ def _cmd_merge(options: Options) -> int:
 
 
 def _cmd_diff(options: Options) -> int:
-    from gpuci.check import write_verdict
+    from gpuci.judge import write_verdict
 
     out = options.out_dir
     path = options.output or out / "verdict.json"
@@ -350,7 +350,8 @@ def _cmd_publish(options: Options) -> int:
 
 
 def _cmd_explain(options: Options) -> int:
-    from gpuci.check import explain_results, write_verdict
+    from gpuci.check import explain_results
+    from gpuci.judge import write_verdict
 
     out = options.out_dir
     if not out.is_dir():  # not made by the lock: a missing OUT is the user's mistake

@@ -5,6 +5,7 @@ once, so whatever happened survives an interpreter that dies the next instant:
 
     {"e": "collected", "ids": [...], "serial": [...], "rootdir": "...",
      "deselected": [files whose tests -m, -k or --deselect left out],
+     "deselected_tests": 3,
      "parallel_threads": 4, "threads": 4, "single_threaded": [...]}
     {"e": "collect-error", "id": "tests/test_x.py", "message": "..."}
     {"e": "poison", "libs": ["cupy", "torch"], "errors": {"cupy": "..."}}
@@ -91,6 +92,7 @@ class Journal:
         self._config = config  # whose hooks say what pytest's own summary counts
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._deselected: set[str] = set()  # files with tests the user's arguments left out
+        self._deselected_tests = 0  # how many: every test deselected is pytest's exit 5
         self._filtering = False  # while GPUCI_ONLY's tests are kept
 
     def write(self, event: dict[str, Any]) -> None:
@@ -135,6 +137,7 @@ class Journal:
         """Remember which files lost tests to -m, -k or --deselect (not to GPUCI_ONLY)."""
         if not self._filtering:
             self._deselected.update(item.nodeid.split("::", 1)[0] for item in items)
+            self._deselected_tests += len(items)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(
@@ -193,6 +196,7 @@ class Journal:
             ],
             "rootdir": str(config.rootpath),
             "deselected": sorted(self._deselected),
+            "deselected_tests": self._deselected_tests,
             "t": time.time(),  # the wall clock: the parent measures start-up against it
         }
         asked = _configured_threads(config)

@@ -74,7 +74,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "budget",
         "engine",
     ),
-    "verdict": ("merge", "describe", "causes", "diff", "roots"),
+    "verdict": ("merge", "describe", "causes", "diff", "roots", "ended"),
     "report": (
         "groups",
         "summary",
@@ -88,7 +88,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "gitlab": ("notes", "publish"),
 }
 # After the packages: these may import any of them, and the ones before them here.
-ON_TOP = ("config", "options", "pytest_plugin", "check", "cli", "__main__")
+ON_TOP = ("config", "options", "pytest_plugin", "judge", "check", "cli", "__main__")
 # Loaded into every test interpreter (the plugin and its poisoning): each must stay cheap
 # and self-contained.
 CHILD_SIDE = (

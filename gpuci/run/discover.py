@@ -25,10 +25,22 @@ from gpuci.run.supervisor import signal_group
 
 PLUGIN = "gpuci.pytest_plugin"
 POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
-# pytest's exit code for a command-line usage error
+# pytest's exit codes: a collection it ended itself (interrupted, INTERNALERROR), a usage error
+PYTEST_INTERRUPTED = 2
+PYTEST_INTERNAL_ERROR = 3
 PYTEST_USAGE_ERROR = 4
+INTERNAL_PREFIX = "INTERNALERROR>"  # how pytest prints an internal error's traceback
 _CONFTEST_ERROR = re.compile(r"ImportError while loading conftest '([^']+)'")
 _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
+# pytest's banner for what ended its session: `!!!!! KeyboardInterrupt !!!!!`
+_BANNER = re.compile(r"^!{3,} (.+?) !{3,}$")
+
+
+class CollectionEnded(GpuciError):
+    """pytest ended the session during collection, red (INTERNALERROR, an interrupt): plain
+    pytest runs no test then, so gpuci runs none either, and the check's verdict fails."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,9 +56,6 @@ class Discovery:
     # what the suite's pytest configuration (addopts) sets --parallel-threads to, above 1:
     # the suite asks for the threads mode
     parallel_threads: int | None = None
-    # pytest's INTERNALERROR during collection, where there was one: the ids above are what
-    # it collected before (a hook that raised skipped the hooks after it, -k and --deselect)
-    internal_error: str = ""
 
     @property
     def broken_dirs(self) -> frozenset[str]:
@@ -123,6 +132,9 @@ def discover_tests(
             raise GpuciError(f"could not start pytest with {python}: {exc}") from None
         events = _read_events(journal)
     text = output.decode("utf-8", "replace").strip()
+    ended = _session_ended(code, events, text)
+    if ended:  # before anything else: the ids it left are a random part of the suite
+        raise CollectionEnded(ended)
     collected = [e for e in events if e.get("e") == "collected"]
     if code == PYTEST_USAGE_ERROR or not collected:
         raise (UsageError if code == PYTEST_USAGE_ERROR else GpuciError)(
@@ -135,6 +147,10 @@ def discovered(paths: Sequence[str], events: list[dict[str, object]]) -> Discove
     """The discovery of a suite interpreter that journaled its collection of PATHS (`held`,
     `gpuci.run.held`): the same command as `discover_tests`', but for --collect-only."""
     _check_paths_exist(paths)
+    # it got past its collection (`held` is journaled after the user's hooks), but a hook of
+    # pytest_collection_finish may still have raised by the time the journal is read
+    if any(e.get("e") == "internal-error" for e in events):
+        raise CollectionEnded(_session_ended(PYTEST_INTERNAL_ERROR, events, ""))
     held = [e for e in events if e.get("e") == "held"]
     return _build(paths, held[-1], events)
 
@@ -143,6 +159,32 @@ def _check_paths_exist(paths: Sequence[str]) -> None:
     for path in paths:
         if not Path(path).exists():
             raise UsageError(f"{path}: no such file or directory")
+
+
+def _session_ended(code: int, events: Sequence[Mapping[str, object]], output: str) -> str:
+    """Why pytest's collection ended the session red before any test ran, with what plain
+    pytest exits; "" where it did not. --continue-on-collection-errors is gpuci's: a file
+    that fails to import is that file's failure, not an interrupt (each screen shows it)."""
+    if code == PYTEST_INTERNAL_ERROR:
+        error = next((e for e in reversed(events) if e.get("e") == "internal-error"), None)
+        if error is not None:
+            why = f"{error.get('message', '')} (at {error.get('where', '?')})"
+        else:  # the journal never heard of it: pytest's own traceback's last line
+            lines = [
+                line.removeprefix(INTERNAL_PREFIX).strip()
+                for line in output.splitlines()
+                if line.startswith(INTERNAL_PREFIX)
+            ]
+            why = next((line for line in reversed(lines) if line), "see its output")
+        return (
+            "pytest's collection ended with INTERNALERROR"
+            f" (plain pytest: exit 3, no test run): {why}"
+        )
+    if code == PYTEST_INTERRUPTED:
+        banners = [m[1] for m in map(_BANNER.match, output.splitlines()) if m]
+        why = banners[-1] if banners else "see `pytest --collect-only`"
+        return f"pytest's collection was interrupted (plain pytest: exit 2, no test run): {why}"
+    return ""
 
 
 def _collection_failure(paths: Sequence[str], output: str, code: int) -> str:
@@ -189,11 +231,7 @@ def _build(
     deselected = collected.get("deselected", [])
     assert isinstance(deselected, list)
     asked = collected.get("parallel_threads")
-    internal = next((e for e in events if e.get("e") == "internal-error"), None)
     discovery = Discovery(
-        internal_error=f"{internal.get('message')} (at {internal.get('where')})"
-        if internal
-        else "",
         parallel_threads=asked if isinstance(asked, int) and asked > 1 else None,
         rootdir=rootdir,
         files=tuple(order),
@@ -203,6 +241,14 @@ def _build(
         deselected=tuple(str(f) for f in deselected if f not in tests and f not in errors),
     )
     _check_every_path_has_tests(paths, discovery)
+    if not discovery.files:  # a path that yields only deselected tests passed the check above
+        count = collected.get("deselected_tests")
+        what = f"{count} test(s)" if isinstance(count, int) and count else "tests"
+        raise UsageError(
+            f"{' '.join(paths)}: pytest collected {what} and deselected every one (-k, -m,"
+            " --deselect or a conftest.py hook): plain pytest exits 5, no tests ran;"
+            " nothing to check"
+        )
     return discovery
 
 

@@ -285,7 +285,9 @@ def say(text: str) -> None:
 
 
 def discover(options: ModeOptions) -> Discovery:
-    """pytest's collection of PATHS, with the suite's own configuration; notes what it left."""
+    """pytest's collection of PATHS, with the suite's own configuration; notes what it left.
+    Where pytest itself ended the session there (`CollectionEnded`), or deselected every
+    test (a `UsageError`), plain pytest runs none and ends red: so does this, at once."""
     timeout = max(options.timeout or 0, 600)
     # the held suite interpreter's collection where there is one (it started first, fresh)
     held = held_collection(timeout)
@@ -301,11 +303,6 @@ def discover(options: ModeOptions) -> Discovery:
     )
     for file in discovery.deselected:
         say(f"{file}: every test deselected by the pytest arguments; not run")
-    if discovery.internal_error:  # what the screens then say per file has this cause
-        say(
-            f"warning: pytest's collection ended with INTERNALERROR: {discovery.internal_error};"
-            " gpuci runs what it collected before that, and fails every interpreter that ends so"
-        )
     return discovery
 
 

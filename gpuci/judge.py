@@ -1,0 +1,40 @@
+"""The verdict as a command ends with it (`diff`, `check`, `explain`): OUT diffed into
+verdict.json, or pytest's cause where its collection ended the check; the summary printed,
+and the exit code that keeps pytest's contract (never green where pytest is red)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from gpuci.options import Options
+from gpuci.run.endings import no_test_ran
+from gpuci.run.masking import known_secrets, mask_secrets
+
+
+def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
+    """Diff OUT into `path` (`diff`, `check`, `explain`), print the summary; the verdict's
+    exit code. `ended`: pytest's cause where its collection ended the session, and no mode
+    ran to diff (the verdict fails with it)."""
+    from gpuci.report.summary import format_summary
+    from gpuci.verdict.diff import diff_results, parse_policy, read_baseline
+    from gpuci.verdict.diff import write_verdict as write_diffed
+    from gpuci.verdict.ended import ended_verdict
+
+    judge = options.verdict
+    assert judge is not None, options.command
+    policy = parse_policy(judge.fail_on, judge.allow)
+    baseline = read_baseline(judge.baseline) if judge.baseline else None
+    secrets = known_secrets(os.environ, options.secrets)
+    verdict = (
+        ended_verdict(mask_secrets(ended, secrets))
+        if ended
+        else diff_results(options.out_dir, baseline=baseline, policy=policy, secrets=secrets)
+    )
+    write_diffed(verdict, path, secrets)
+    print(mask_secrets(format_summary(verdict), secrets))
+    if no_test_ran(verdict):
+        print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)
+        return 3
+    return 1 if verdict.verdict == "fail" else 0

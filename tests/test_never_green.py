@@ -1,0 +1,153 @@
+"""Never green where pytest is red (issue 37, item 5), through the real CLI.
+
+Each suite is run by plain pytest first: gpuci's exit is non-zero exactly where pytest's
+is, and it names pytest's cause. A collection that pytest ends (INTERNALERROR, an
+interrupt) runs no test in plain pytest, so the check runs none and its verdict fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runner import clean_env, gpuci, write_files
+
+MODES = ("--modes", "suite,parallel")
+# test_2.py's test depends on order; pytest's collection never reaches it here
+THREE_FILES = {
+    "test_1.py": "def test_a():\n    pass\n",
+    "test_2.py": "STATE = []\n\ndef test_b():\n    STATE.append(1)\n",
+    "test_3.py": "def test_c():\n    pass\n",
+}
+RAISE_ON_B = """
+    def pytest_itemcollected(item):
+        if item.name == "test_b":
+            raise RuntimeError("boom")
+"""
+ENDED = {  # conftest.py -> what gpuci says of pytest's collection
+    "itemcollected": (
+        RAISE_ON_B,
+        "pytest's collection ended with INTERNALERROR (plain pytest: exit 3, no test run):"
+        " RuntimeError: boom (at conftest.py:4 in pytest_itemcollected)",
+    ),
+    "modifyitems": (
+        "def pytest_collection_modifyitems(items):\n    raise RuntimeError('modify boom')\n",
+        "INTERNALERROR (plain pytest: exit 3, no test run): RuntimeError: modify boom",
+    ),
+    "sessionstart": (
+        "def pytest_sessionstart(session):\n    raise RuntimeError('start boom')\n",
+        "INTERNALERROR (plain pytest: exit 3, no test run): RuntimeError: start boom",
+    ),
+    "keyboard-interrupt": (
+        "def pytest_collection_modifyitems(items):\n    raise KeyboardInterrupt\n",
+        "pytest's collection was interrupted (plain pytest: exit 2, no test run):"
+        " KeyboardInterrupt",
+    ),
+    "pytest-exit-2": (
+        "import pytest\n\ndef pytest_collection_modifyitems(items):\n"
+        "    pytest.exit('stop', returncode=2)\n",
+        "was interrupted (plain pytest: exit 2, no test run): _pytest.outcomes.Exit: stop",
+    ),
+}
+
+
+def plain_pytest(root: Path, *args: str) -> int:
+    """Plain pytest's exit status on the suite, as the CI job gpuci replaces runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, "."],
+        cwd=root,
+        env=clean_env(),
+        capture_output=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    ).returncode
+
+
+@pytest.mark.parametrize("case", list(ENDED))
+def test_a_collection_pytest_ended_fails_the_check_and_runs_nothing(
+    tmp_path: Path, case: str
+) -> None:
+    conftest, cause = ENDED[case]
+    root = write_files(tmp_path, {**THREE_FILES, "conftest.py": conftest})
+    assert plain_pytest(root) in (2, 3)
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert cause in proc.stdout
+    assert "verdict: fail (pytest's collection" in proc.stdout
+    verdict = json.loads((root / "out" / "verdict.json").read_text(encoding="utf-8"))
+    assert verdict["verdict"] == "fail"
+    assert [t["id"] for t in verdict["tests"]] == ["[pytest collection]"]
+    assert cause in verdict["tests"][0]["message"]
+    assert verdict["modes"] == {}  # as plain pytest: no test ran
+    assert cause in (root / "out" / "comment.md").read_text(encoding="utf-8")
+
+
+def test_one_mode_of_a_collection_pytest_ended_is_not_a_pass(tmp_path: Path) -> None:
+    root = write_files(tmp_path, {**THREE_FILES, "conftest.py": RAISE_ON_B})
+    proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "INTERNALERROR (plain pytest: exit 3, no test run): RuntimeError: boom" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "suite")])
+def test_every_test_deselected_is_not_a_pass(tmp_path: Path, command: tuple[str, ...]) -> None:
+    root = write_files(tmp_path, THREE_FILES)
+    assert plain_pytest(root, "-k", "nomatch") == 5
+    proc = gpuci(*command, ".", "--out", "out", "--", "-k", "nomatch", cwd=root)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pytest collected 3 test(s) and deselected every one" in proc.stderr
+    assert "plain pytest exits 5, no tests ran" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("files", "args", "says"),
+    [
+        ({"helper.py": "X = 1\n"}, (), "no tests collected"),
+        (THREE_FILES, ("--no-such-option",), "unrecognized arguments: --no-such-option"),
+        (THREE_FILES, ("-p", "no_such_plugin"), 'Error importing plugin "no_such_plugin"'),
+    ],
+    ids=["no-tests", "unknown-option", "unknown-plugin"],
+)
+def test_nothing_pytest_could_run_is_a_usage_error(
+    tmp_path: Path, files: dict[str, str], args: tuple[str, ...], says: str
+) -> None:
+    root = write_files(tmp_path, files)
+    assert plain_pytest(root, *args) in (4, 5)
+    proc = gpuci("check", ".", "--out", "out", *MODES, "--", *args, cwd=root)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert says in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("files", "args"),
+    [
+        ({**THREE_FILES, "test_4.py": "import no_such_module\n"}, ()),  # pytest: exit 2
+        ({**THREE_FILES, "test_1.py": "def test_a():\n    assert 0\n"}, ("-x",)),  # exit 1
+    ],
+    ids=["collection-error", "stop-at-first-failure"],
+)
+def test_a_red_run_of_some_tests_fails_the_verdict(
+    tmp_path: Path, files: dict[str, str], args: tuple[str, ...]
+) -> None:
+    root = write_files(tmp_path, files)
+    assert plain_pytest(root, *args) in (1, 2)
+    proc = gpuci("check", ".", "--out", "out", *MODES, "--", *args, cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "verdict: fail" in proc.stdout
+
+
+def test_pytest_exit_0_at_collection_stays_as_green_as_pytest(tmp_path: Path) -> None:
+    # a suite that stops itself where it cannot run (no GPU): plain pytest exits 0
+    conftest = (
+        "import pytest\n\ndef pytest_collection_modifyitems(items):\n"
+        "    pytest.exit('no GPU here', returncode=0)\n"
+    )
+    root = write_files(tmp_path, {**THREE_FILES, "conftest.py": conftest})
+    assert plain_pytest(root) == 0
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: pass" not in proc.stdout  # never a pass: nothing ran
