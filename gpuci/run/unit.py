@@ -28,7 +28,7 @@ from gpuci.run.discover import POISON_ENV, Discovery, child_env, file_of, pytest
 from gpuci.run.gpumem import MemoryGate
 from gpuci.run.ids import match_ids
 from gpuci.run.interpreter import Interpreters
-from gpuci.run.journal import collection_error
+from gpuci.run.journal import collection_error, not_run
 from gpuci.run.junit import kept_junit, write_file_junit
 from gpuci.run.launch import SUITE_STEM, Attempt, Launch, junit_part
 from gpuci.run.plan import thread_args
@@ -37,6 +37,8 @@ from gpuci.run.supervisor import Supervisor
 
 # the suite interpreter is the plain run the check replaces; isolated the reference outcome
 STEADY_MODES = (Mode.SUITE, Mode.ISOLATED)
+# a test discovery collected that the interpreters of its file did not
+UNCOLLECTED = "not run: collected in discovery, not by this mode's interpreter of its file"
 SCREEN_NICE = 5  # parallel and threads interpreters yield the CPU to the suite interpreter
 
 
@@ -172,6 +174,11 @@ class UnitRunner:
                         message=f"{INTERRUPTED} before this test ran",
                     ),
                 )
+        elif attempts:
+            # the files ran, not a list of ids: a test discovery collected that no
+            # interpreter here collected (the suite's own hooks decided so) did not run
+            for test_id in ids:
+                results.setdefault(test_id, not_run(test_id, UNCOLLECTED))
         if key == SUITE_UNIT:
             results.update((f, collection_error(f, self.discovery.errors[f])) for f in broken)
         ordered = list(results.values())
