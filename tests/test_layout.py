@@ -21,6 +21,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "run": (
         "masking",
         "outdir",
+        "side_outputs",
         "discover",
         "modes",
         "options",

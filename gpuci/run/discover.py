@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.model import GpuciError, UsageError
+from gpuci.run.side_outputs import interpreter_args
 
 PLUGIN = "gpuci.pytest_plugin"
 POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
@@ -107,10 +108,8 @@ def discover_tests(
             "-q",
             "-p",
             PLUGIN,
-            "-p",
-            "no:cacheprovider",
             "--continue-on-collection-errors",
-            *pytest_args,
+            *interpreter_args(python, pytest_args, plain=False),  # writes none of the user's
             *paths,
         ]
         try:
@@ -203,7 +202,8 @@ def _build(
         errors=errors,
         deselected=tuple(str(f) for f in deselected if f not in tests and f not in errors),
     )
-    _check_every_path_has_tests(paths, discovery)
+    if not collected.get("last_failed"):  # --lf leaves out files without a failure
+        _check_every_path_has_tests(paths, discovery)
     return discovery
 
 

@@ -31,6 +31,7 @@ from gpuci.run.junit import kept_junit, write_file_junit
 from gpuci.run.launch import SUITE_STEM, Attempt, Launch, junit_part
 from gpuci.run.plan import thread_args
 from gpuci.run.resume import Earlier
+from gpuci.run.side_outputs import plain_junit
 from gpuci.run.supervisor import Supervisor
 
 FRESH_MODES = (Mode.SUITE, Mode.ISOLATED)  # only parallel and threads may fork
@@ -104,6 +105,7 @@ class UnitRunner:
         self.interpreters = interpreters
         self.discovery = discovery
         self.earlier = Earlier.of(resume) if resume is not None else None  # --resume
+        self.plain_junit = plain_junit(interpreters.pytest_args)  # the suite's is the user's
 
     def target(self, file: str) -> str:
         """The path pytest is given for a file."""
@@ -186,7 +188,8 @@ class UnitRunner:
             ordered.sort(key=lambda t: place.get(t.id, len(place)))
         file_run = self._file_run(key, len(ids), slot, gpu, attempts)
         if attempts:
-            write_file_junit(junit_dir / f"{stem}.xml", key, attempts, ordered, kept=kept_cases)
+            path, plain = junit_dir / f"{stem}.xml", self.plain_junit
+            write_file_junit(path, key, attempts, ordered, kept=kept_cases, plain=plain)
         return file_run, ordered
 
     def _file_run(
