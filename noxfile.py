@@ -26,6 +26,7 @@ TEST_DEPS = [
     "playwright>=1.45",
     "comrak==0.0.16",
     "numpy",
+    "pytest-cov",  # tests/test_side_outputs.py: --cov is the plain run's
     RUN_PARALLEL,  # the threads mode, and the plugin tests of it
 ]
 

@@ -59,6 +59,7 @@ from gpuci.run.plan_mode import (
 )
 from gpuci.run.resume import check_extra_modes, earlier_run, has_results
 from gpuci.run.screens import run_screens
+from gpuci.run.side_outputs import refuse_side_outputs
 
 # a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
@@ -372,6 +373,10 @@ def check_options(options: Options, mode: Mode | None = None) -> AskedModes:
     if mode is not None:
         if mode is Mode.THREADS:
             require_run_parallel(opts.python, "--mode threads")
-        return AskedModes(modes=[mode], asker=f"--mode {mode.value}")
-    choose_sanitizer(evidence.sanitize)  # --sanitize without the tool
-    return asked_modes(options.asked_modes, opts.settings, opts.python)
+        asked = AskedModes(modes=[mode], asker=f"--mode {mode.value}")
+    else:
+        choose_sanitizer(evidence.sanitize)  # --sanitize without the tool
+        asked = asked_modes(options.asked_modes, opts.settings, opts.python)
+    suite = asked.modes is None or Mode.SUITE in asked.modes
+    refuse_side_outputs(opts.pytest_args, suite=suite, asker=asked.asker)
+    return asked

@@ -6,7 +6,7 @@ once, so whatever happened survives an interpreter that dies the next instant:
     {"e": "collected", "ids": [...], "serial": [...], "rootdir": "...",
      "deselected": [files whose tests -m, -k or --deselect left out],
      "deselected_tests": 3,
-     "parallel_threads": 4, "threads": 4, "single_threaded": [...]}
+     "parallel_threads": 4, "threads": 4, "single_threaded": [...], "last_failed": true}
     {"e": "collect-error", "id": "tests/test_x.py", "message": "..."}
     {"e": "poison", "libs": ["cupy", "torch"], "errors": {"cupy": "..."}}
     {"e": "start", "id": "..."}
@@ -15,10 +15,11 @@ once, so whatever happened survives an interpreter that dies the next instant:
     {"e": "internal-error", "message": "RuntimeError: ...", "where": "conftest.py:3 in hook"}
     {"e": "end", "exitstatus": 1}
 
-`parallel_threads` is what `--parallel-threads` says (the suite's addopts, or gpuci's
-threads runs), where above 1: how discovery learns that the suite asks for threads.
-Outside gpuci's threads runs (no `--parallel-threads` on gpuci's own command line) the
-plugin takes pytest-run-parallel's runner out, so those modes run each test once.
+`last_failed` (--lf): a path given may have yielded nothing. `parallel_threads` is what
+`--parallel-threads` says (the suite's addopts, or gpuci's threads runs), where above 1:
+how discovery learns that the suite asks for threads. Outside gpuci's threads runs (no
+`--parallel-threads` on gpuci's own command line) the plugin takes pytest-run-parallel's
+runner out, so those modes run each test once.
 `pytest`, where it is not just the outcome, is what pytest's own summary line counts for
 the test (`xfailed`, `xpassed`, `error`; a failure and a teardown error are two).
 `where`, on a failure only, is the innermost frame of the traceback in the suite's own
@@ -108,14 +109,17 @@ class Journal:
         self._file.close()
         self._config = None
 
-    @pytest.hookimpl(trylast=True)
+    # outermost (registered at configure, after pytest's cache plugins): past `yield`,
+    # --lf, --ff, --nf, --sw have chosen, so `held` (discovery) is what the suite runs
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
-    ) -> None:
+    ) -> Generator[None]:
         """Keep only the tests named in GPUCI_ONLY, in collection order (an id computed
         differently here matched by its stable part, `gpuci.run.ids`); held first
         (GPUCI_HOLD), with what was collected, until that file is there. A file that says
         `null` keeps every test: a screen runs what pytest collects, as plain pytest would."""
+        yield
         only_file = os.environ.get("GPUCI_ONLY")
         if not only_file:
             return
@@ -202,6 +206,8 @@ class Journal:
         asked = _configured_threads(config)
         if asked > 1:  # the suite's configuration (or arguments) ask for threads
             event["parallel_threads"] = asked
+        if config.getoption("lf", False):  # a file given may hold no test that failed last
+            event["last_failed"] = True
         return event
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:

@@ -21,6 +21,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "run": (
         "masking",
         "outdir",
+        "side_outputs",
         "gpus",
         "reaper",
         "ledger",
@@ -41,6 +42,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "launch",
         "held",
         "endings",
+        "attempts",
         "interpreter",
         "junit",
         "progress",

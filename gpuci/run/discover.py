@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.model import GpuciError, UsageError
+from gpuci.run.side_outputs import interpreter_args
 from gpuci.run.spawn import start_interpreter
 from gpuci.run.supervisor import signal_group
 
@@ -115,10 +116,8 @@ def discover_tests(
             "-q",
             "-p",
             PLUGIN,
-            "-p",
-            "no:cacheprovider",
             "--continue-on-collection-errors",
-            *pytest_args,
+            *interpreter_args(python, pytest_args, plain=False),  # writes none of the user's
             *paths,
         ]
         try:
@@ -240,7 +239,8 @@ def _build(
         errors=errors,
         deselected=tuple(str(f) for f in deselected if f not in tests and f not in errors),
     )
-    _check_every_path_has_tests(paths, discovery)
+    if not collected.get("last_failed"):  # --lf leaves out files without a failure
+        _check_every_path_has_tests(paths, discovery)
     if not discovery.files:  # a path that yields only deselected tests passed the check above
         count = collected.get("deselected_tests")
         what = f"{count} test(s)" if isinstance(count, int) and count else "tests"

@@ -20,35 +20,20 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from gpuci.model import (
-    NOT_PASSING,
-    SUITE_UNIT,
-    FileStatus,
     GpuciError,
     Interpreter,
     Leftover,
-    Outcome,
-    TestResult,
 )
-from gpuci.run.discover import file_of
-from gpuci.run.endings import (
-    EXIT_ID,
-    Ending,
-    choose_ending,
-    describe_exit,
-    pytest_cause,
-    uncollected_message,
-)
+from gpuci.run.attempts import read_attempt
 from gpuci.run.gpumem import MemoryGate, sampler
 from gpuci.run.held import HeldSuite, end_held, start_held, take_held
 from gpuci.run.holders import StrangerCheck, gpu_watch
-from gpuci.run.ids import stem_of
-from gpuci.run.journal import JournalReader, JournalState, not_run, startup_of
+from gpuci.run.journal import JournalReader, startup_of
 from gpuci.run.launch import Attempt, Launch, launch_environ, pytest_command
 from gpuci.run.ledger import note_started
 from gpuci.run.logs import CappedLog
@@ -62,9 +47,6 @@ from gpuci.run.reaper import (
 from gpuci.run.spawn import start_interpreter
 from gpuci.run.supervisor import Supervisor, signal_group
 
-UNSTABLE_ID = (
-    "its id differs in this interpreter (a parameter computed at import), so it cannot be run by id"
-)
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
 
 
@@ -182,7 +164,15 @@ class Interpreters:
             gpu_peak_mib=sampler().done(proc.pid),
             startup_s=startup_of(events, started_at),
         )
-        attempt = self._interpret(launch, interpreter, events, timed_out, excerpt)
+        attempt = read_attempt(
+            launch,
+            interpreter,
+            events,
+            timed_out=timed_out,
+            excerpt=excerpt,
+            limit=launch.timeout if launch.timeout is not None else self.timeout or 0,
+            stopping=self.supervisor.stopping.is_set(),
+        )
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
         attempt.strangers = self.strangers.after(
             launch.gpu,
@@ -293,135 +283,3 @@ class Interpreters:
     def _tell(self, events: list[dict[str, Any]]) -> None:
         if events and self.on_events is not None:
             self.on_events(events)
-
-    def _interpret(
-        self,
-        launch: Launch,
-        interpreter: Interpreter,
-        events: list[dict[str, Any]],
-        timed_out: bool,
-        excerpt: str,
-    ) -> Attempt:
-        """Decide every asked-for test's outcome from the journal and the exit status."""
-        journal = JournalState.from_events(events)
-        attempt = Attempt(interpreter=interpreter, junit_part=launch.junit)
-        attempt.finished = list(journal.finished.values())
-        attempt.results = journal.results()
-        if journal.errors:
-            attempt.status = FileStatus.COLLECTION_ERROR
-        how = describe_exit(interpreter.exit_code, interpreter.signal)
-        stopping = self.supervisor.stopping.is_set()
-        ending = choose_ending(
-            timed_out=timed_out,
-            limit=launch.timeout if launch.timeout is not None else self.timeout or 0,
-            ended=journal.ended,
-            stopping=stopping,
-            how=how,
-            cause=pytest_cause(interpreter.exit_code, events, excerpt) if not timed_out else "",
-        )
-        if journal.ended is not None and ending.status is None:
-            status = int(journal.ended.get("exitstatus", 0))
-            died = interpreter.signal is not None or interpreter.exit_code != status
-            if died and not stopping:  # a stop kills it: not a crash
-                # pytest had finished; the interpreter died on the way out (atexit, CUDA
-                # teardown). Every test has its outcome, and the file still crashed.
-                attempt.status = FileStatus.CRASHED
-                attempt.results.append(
-                    self._unit_failure(
-                        launch,
-                        Outcome.CRASHED,
-                        f"interpreter died at exit after pytest finished: {how}",
-                        excerpt,
-                        journal.collected,
-                    )
-                )
-        if journal.started is not None:
-            attempt.results.append(
-                TestResult(
-                    id=journal.started,
-                    file=file_of(journal.started),
-                    outcome=ending.outcome,
-                    message=ending.message,
-                    log=excerpt if ending.outcome in (Outcome.CRASHED, Outcome.TIMED_OUT) else "",
-                )
-            )
-        if journal.collected is None:
-            if ending.before_tests:  # it never got as far as running a test
-                attempt.results.append(
-                    self._unit_failure(launch, ending.outcome, ending.before_tests, excerpt)
-                )
-            remaining: list[str] = []
-        else:
-            if ending.unit_failure and journal.started is None:  # no test carries it
-                attempt.results.append(
-                    self._unit_failure(
-                        launch, Outcome.FAILED, ending.unit_failure, excerpt, journal.collected
-                    )
-                )
-            attempt.results += self._uncollected(launch, journal, ending, excerpt)
-            remaining = journal.remaining()
-        if ending.status is not None:
-            attempt.status = ending.status
-        progressed = journal.started is not None or bool(journal.finished)
-        if ending.resume and progressed:
-            attempt.resume = remaining  # a fresh interpreter goes on after the crash
-        else:
-            attempt.results += [not_run(i, ending.not_run or ending.message) for i in remaining]
-        if attempt.status is FileStatus.PASSED and any(
-            r.outcome in NOT_PASSING for r in attempt.results
-        ):
-            attempt.status = FileStatus.FAILED
-        return attempt
-
-    def _uncollected(
-        self, launch: Launch, journal: JournalState, ending: Ending, excerpt: str
-    ) -> list[TestResult]:
-        """The tests it was given and never collected, not run with the reason; where
-        pytest gave none (no exit 3 or 4, no collection error), the file fails for them."""
-        if launch.ids is None:  # a screen asked for files: what pytest collected is what ran
-            return []
-        collected = set(journal.collected or ())
-        stems = {stem_of(i) for i in collected}
-        missing = [i for i in launch.ids if i not in collected]
-        broken = {file_of(f): m for f, m in journal.errors.items()}
-        results = [
-            not_run(
-                i,
-                f"not run: {file_of(i)} could not be collected here: {broken[file_of(i)]}"
-                if file_of(i) in broken
-                else f"not run: {ending.unit_failure or 'not collected in this interpreter'}",
-            )
-            for i in missing
-        ]
-        results = [
-            replace(r, message=f"not run: {UNSTABLE_ID}")
-            if file_of(r.id) not in broken and stem_of(r.id) in stems
-            else r
-            for r in results
-        ]
-        # an id computed at import differs here (`gpuci.run.ids`): not run by id, no failure
-        unexplained = [i for i in missing if file_of(i) not in broken and stem_of(i) not in stems]
-        if unexplained and not ending.unit_failure and not self.supervisor.stopping.is_set():
-            message = uncollected_message(unexplained, len(launch.ids))
-            results.append(self._unit_failure(launch, Outcome.FAILED, message, excerpt))
-        return results
-
-    def _unit_failure(
-        self,
-        launch: Launch,
-        outcome: Outcome,
-        message: str,
-        log: str,
-        collected: Sequence[str] | None = None,
-    ) -> TestResult:
-        """A pseudo test for what went wrong outside any test, so no report can miss it: in
-        a suite interpreter, of the last file it was given (or collected)."""
-        last = launch.ids or collected or (SUITE_UNIT,)
-        file = launch.key if launch.key != SUITE_UNIT else last[-1]
-        return TestResult(
-            id=f"{file_of(file)}::{EXIT_ID}",
-            file=file_of(file),
-            outcome=outcome,
-            message=message,
-            log=log,
-        )

@@ -15,6 +15,7 @@ from junitparser.junitparser import JUnitXmlError
 
 from gpuci.model import SUITE_UNIT, Outcome, TestResult
 from gpuci.run.launch import SUITE_STEM, Attempt
+from gpuci.run.side_outputs import write_plain_junit
 
 
 def kept_junit(path: Path, ids: Iterable[str]) -> list[TestCase]:
@@ -30,11 +31,19 @@ def write_file_junit(
     results: list[TestResult],
     *,
     kept: Sequence[TestCase] = (),
+    plain: Path | None = None,
 ) -> None:
     """One JUnit file per scheduled unit: pytest's own where it wrote one, else the journal's.
 
-    `kept`: the cases of tests an interrupted run finished, first (--resume).
+    `kept`: the cases of tests an interrupted run finished, first (--resume). `plain`: the
+    user's --junitxml, written for the suite alone: pytest's own file where one
+    interpreter ran it all.
     """
+    plain = plain if key == SUITE_UNIT else None  # no other interpreter writes it
+    whole = attempts[0].junit_part if len(attempts) == 1 and not kept else None
+    copied = plain is not None and whole is not None and _read_part(whole) is not None
+    if copied and plain is not None and whole is not None:
+        write_plain_junit(plain, whole)  # before the part goes
     suite = TestSuite(key)
     written: set[str] = set()
     for case in kept:
@@ -67,6 +76,8 @@ def write_file_junit(
     xml.update_statistics()
     path.parent.mkdir(parents=True, exist_ok=True)
     xml.write(str(path))
+    if plain is not None and not copied:  # plain pytest would have written none: merged
+        write_plain_junit(plain, path)
 
 
 def _read_part(path: Path | None) -> list[TestCase] | None:

@@ -16,6 +16,7 @@ from gpuci.model import (
     TestResult,
 )
 from gpuci.run.discover import PLUGIN
+from gpuci.run.side_outputs import interpreter_args
 
 SUITE_STEM = "suite"  # its journal, log and JUnit file names
 
@@ -69,13 +70,14 @@ def pytest_command(python: str, pytest_args: Sequence[str], launch: Launch) -> l
         "pytest",
         "-p",
         PLUGIN,
-        "-p",
-        "no:cacheprovider",
         "--continue-on-collection-errors",
     ]
+    plain = launch.key == SUITE_UNIT  # the plain pytest run: its JUnit is the user's too
     if launch.junit is not None:
-        cmd += ["-o", f"junit_suite_name={launch.key}", f"--junitxml={launch.junit}"]
-    return [*launch.wrapper, *cmd, *pytest_args, *launch.targets]
+        named = [] if plain else ["-o", f"junit_suite_name={launch.key}"]
+        cmd += [*named, f"--junitxml={launch.junit}"]
+    args = interpreter_args(python, pytest_args, plain=plain)
+    return [*launch.wrapper, *cmd, *args, *launch.targets]
 
 
 def launch_environ(

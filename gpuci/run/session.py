@@ -36,7 +36,7 @@ from gpuci.run.pool import run_slots
 from gpuci.run.progress import Progress
 from gpuci.run.resume import Earlier
 from gpuci.run.supervisor import Supervisor
-from gpuci.run.unit import RunOptions, UnitRunner, start_interpreters
+from gpuci.run.unit import RunOptions, UnitRunner, discovery_ids, start_interpreters
 
 __all__ = ["Interrupted", "RunOptions", "run_mode"]
 
@@ -248,13 +248,6 @@ def _never_started(
     return file_run, [
         TestResult(id=i, file=file_of(i), outcome=Outcome.NOT_RUN, message=message) for i in ids
     ]
-
-
-def discovery_ids(discovery: Discovery, key: str) -> tuple[str, ...]:
-    """The test ids of a scheduled unit."""
-    if key == SUITE_UNIT:
-        return tuple(i for f in discovery.files for i in discovery.tests.get(f, ()))
-    return discovery.tests.get(key, ())
 
 
 def _keys(mode: Mode, schedule: Schedule) -> list[str]:

@@ -33,6 +33,7 @@ from gpuci.run.junit import kept_junit, write_file_junit
 from gpuci.run.launch import SUITE_STEM, Attempt, Launch, junit_part
 from gpuci.run.plan import thread_args
 from gpuci.run.resume import Earlier
+from gpuci.run.side_outputs import plain_junit, selects_by_cache
 from gpuci.run.supervisor import Supervisor
 
 # the suite interpreter is the plain run the check replaces; isolated the reference outcome
@@ -106,6 +107,10 @@ class UnitRunner:
         self.interpreters = interpreters
         self.discovery = discovery
         self.earlier = Earlier.of(resume) if resume is not None else None  # --resume
+        self.plain_junit = plain_junit(interpreters.pytest_args)  # the suite's is the user's
+        # a screen runs its files, unless pytest's cache chose the tests (--lf): only the
+        # suite interpreter reads it, and the others run its choice (`side_outputs`)
+        self.by_ids = selects_by_cache(interpreters.pytest_args)
 
     def target(self, file: str) -> str:
         """The path pytest is given for a file."""
@@ -187,7 +192,8 @@ class UnitRunner:
             ordered.sort(key=lambda t: place.get(t.id, len(place)))
         file_run = self._file_run(key, len(ids), slot, gpu, attempts)
         if attempts:
-            write_file_junit(junit_dir / f"{stem}.xml", key, attempts, ordered, kept=kept_cases)
+            path, plain = junit_dir / f"{stem}.xml", self.plain_junit
+            write_file_junit(path, key, attempts, ordered, kept=kept_cases, plain=plain)
         return file_run, ordered
 
     def start_ahead(self, key: str, slot: int, gpu: str | None) -> None:
@@ -207,9 +213,10 @@ class UnitRunner:
         """A unit's first interpreter: its files with the user's arguments, as plain pytest
         would run them (no list of ids)."""
         stem = SUITE_STEM if key == SUITE_UNIT else key
+        by_ids = self.by_ids and key != SUITE_UNIT
         return Launch(
             key=key,
-            ids=None,
+            ids=discovery_ids(self.discovery, key) if by_ids else None,
             targets=self._targets(key),
             slot=slot,
             gpu=gpu,
@@ -252,6 +259,13 @@ class UnitRunner:
         left = {file_of(i) for i in todo}
         kept = tuple(self.target(f) for f in self.discovery.files if f in left)
         return kept or targets
+
+
+def discovery_ids(discovery: Discovery, key: str) -> tuple[str, ...]:
+    """The test ids of a scheduled unit."""
+    if key == SUITE_UNIT:
+        return tuple(i for f in discovery.files for i in discovery.tests.get(f, ()))
+    return discovery.tests.get(key, ())
 
 
 def as_known(attempt: Attempt, known: Sequence[str]) -> None:

@@ -1,0 +1,218 @@
+"""Side outputs: the files the user's pytest arguments write are the plain run's.
+
+A check starts many interpreters with the user's pytest arguments; plain pytest is one of
+them, the suite interpreter. What the user's arguments write beside the test results
+comes from it alone, as plain pytest would write it:
+
+- `--junitxml F` (`--junit-xml`): no interpreter is handed it. The suite interpreter's
+  own JUnit file (gpuci's part, pytest's file of that run: the user's suite name, family
+  and logging) is copied to F once it ends (`write_plain_junit`); where the suite took
+  more than one interpreter (a crash resumed, --resume), F holds the suite's merged cases.
+- coverage (`--cov`, pytest-cov): every other interpreter gets `--no-cov`, last, where its
+  python has pytest-cov (a `--cov` in the suite's addopts is switched off as well).
+- pytest's cache (`--lf`, `--ff`, `--nf`, `--sw`, `--cache-clear`): the suite interpreter
+  reads and writes it as plain pytest does; every other interpreter runs without the
+  cache plugin and without those options. Where the cache selects tests (`SELECTING`),
+  what they run comes from gpuci's discovery, the suite interpreter's own collection after
+  --lf and --sw chose (GPUCI_ONLY; a screen otherwise runs its files, as the user would):
+  a file alone under --lf would run all its tests where the suite's lastfailed names none
+  of them (pytest's LFPlugin), and an evidence run of a test that passed last time would
+  run nothing.
+- `--basetemp`, `--log-file`: the suite interpreter's; the others use pytest's own
+  numbered temporary folders (pytest empties --basetemp at its start: interpreters side
+  by side would empty each other's) and no log file.
+
+Options that write a file gpuci cannot keep the plain run's are refused (REFUSED).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpuci.model import UsageError
+
+JUNIT = ("--junitxml", "--junit-xml")
+# pytest's cache options, each with whether it takes a value
+CACHE = {
+    "--lf": False,
+    "--last-failed": False,
+    "--ff": False,
+    "--failed-first": False,
+    "--nf": False,
+    "--new-first": False,
+    "--cache-clear": False,
+    "--sw": False,
+    "--stepwise": False,
+    "--sw-skip": False,
+    "--stepwise-skip": False,
+    "--sw-reset": False,
+    "--stepwise-reset": False,
+    "--lfnf": True,
+    "--last-failed-no-failures": True,
+}
+# the cache options that choose which tests run (the others only order them)
+SELECTING = (
+    "--lf",
+    "--last-failed",
+    "--sw",
+    "--stepwise",
+    "--sw-skip",
+    "--stepwise-skip",
+    "--lfnf",
+    "--last-failed-no-failures",
+)
+SUITE_ONLY = {"--basetemp": True, "--log-file": True}  # the suite interpreter's alone
+NO_CACHE = ("-p", "no:cacheprovider")
+NO_LOG_FILE = ("-o", "log_file=")  # an empty log_file: pytest logs to os.devnull
+NO_COV = "--no-cov"
+COV_PLUGIN = "pytest_cov"
+AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+# options that write a file (or post) once per interpreter: the last one would win
+REFUSED = {
+    "--html": "pytest-html's report",
+    "--report-log": "pytest-reportlog's log",
+    "--json-report": "pytest-json-report's report",
+    "--json-report-file": "pytest-json-report's report",
+    "--alluredir": "allure-pytest's results",
+    "--csv": "pytest-csv's table",
+    "--benchmark-json": "pytest-benchmark's results",
+    "--benchmark-save": "pytest-benchmark's saved run",
+    "--benchmark-autosave": "pytest-benchmark's saved run",
+    "--debug": "pytest's debug log",
+    "--pastebin": "pytest's pastebin post",
+    "--cache-show": "pytest's cache listing (not a test run)",
+    "--resultlog": "pytest's result log",
+    "--result-log": "pytest's result log",
+}
+PROBE_TIMEOUT_S = 60
+
+
+def interpreter_args(python: str, user_args: Sequence[str], *, plain: bool) -> list[str]:
+    """The pytest arguments of one interpreter of `python`, from the user's: the suite
+    interpreter's (`plain`: the plain pytest run) or any other's (screens, evidence,
+    discovery), which write none of the user's side outputs."""
+    if plain:
+        return _without(user_args, dict.fromkeys(JUNIT, True))
+    args = [*NO_CACHE, *_without(user_args, {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY})]
+    args += NO_LOG_FILE
+    if _has_pytest_cov(python, user_args):
+        args.append(NO_COV)  # last: pytest-cov warns of a --cov after it
+    return args
+
+
+def selects_by_cache(user_args: Sequence[str]) -> bool:
+    """Whether the user's arguments let pytest's cache choose the tests (`SELECTING`):
+    then only the suite interpreter may choose, and the others run its choice by id."""
+    return any(name in SELECTING for name, _ in _options(user_args))
+
+
+def plain_junit(user_args: Sequence[str]) -> Path | None:
+    """The user's `--junitxml` (the last one, as argparse takes it), absolute as pytest
+    makes it; None where none was given."""
+    found: str | None = None
+    for name, value in _options(user_args):
+        if name in JUNIT and value is not None:
+            found = value
+    if found is None:
+        return None
+    # where pytest writes it: its variables and ~ expanded, from the working directory
+    return Path(os.path.normpath(Path.cwd() / Path(os.path.expandvars(found)).expanduser()))
+
+
+def write_plain_junit(target: Path, source: Path) -> None:
+    """Write the user's JUnit file `target` from `source`: the suite interpreter's own,
+    where one interpreter ran the whole suite, else the suite's merged file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def refuse_side_outputs(user_args: Sequence[str], *, suite: bool, asker: str) -> None:
+    """Refuse what gpuci cannot write as plain pytest would: an option of REFUSED, and
+    --junitxml, --cov or the cache options where no suite interpreter runs (`suite`)."""
+    for name, _ in _options(user_args):
+        if name in REFUSED:
+            raise UsageError(
+                f"{name}: {REFUSED[name]} would be written by each of gpuci's interpreters,"
+                " the last one winning; run plain pytest for it, or leave it out"
+            )
+    if suite:
+        return
+    for name, _ in _options(user_args):
+        if name in JUNIT or name in CACHE or name == "--cov" or name.startswith("--cov-"):
+            raise UsageError(
+                f"{name}: only the suite interpreter (the plain pytest run) writes or reads"
+                f" it, and {asker} runs none; add the suite mode, or leave it out"
+            )
+
+
+def _options(args: Sequence[str]) -> list[tuple[str, str | None]]:
+    """Each long option in `args` with its value (`--x=V`, or the next argument for an
+    option known to take one); pytest allows no abbreviations."""
+    valued = {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY}
+    found: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if arg.startswith("--") and eq:
+            found.append((name, value))
+        elif arg.startswith("--") and valued.get(arg) and i + 1 < len(args):
+            found.append((arg, args[i + 1]))
+            i += 1
+        elif arg.startswith("--"):
+            found.append((arg, None))
+        i += 1
+    return found
+
+
+def _without(args: Sequence[str], dropped: dict[str, bool]) -> list[str]:
+    """`args` without the options named in `dropped` (True: it takes a value)."""
+    kept: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name = arg.partition("=")[0]
+        if arg in dropped:
+            i += 2 if dropped[arg] else 1
+            continue
+        if name in dropped and "=" in arg:
+            i += 1
+            continue
+        kept.append(arg)
+        i += 1
+    return kept
+
+
+def _has_pytest_cov(python: str, user_args: Sequence[str]) -> bool:
+    """Whether pytest-cov loads in `python`'s pytest: its entry point is there and plugins
+    load by themselves, or the arguments load it (`-p pytest_cov`)."""
+    if any(COV_PLUGIN in arg for arg in user_args):
+        return _has_cov_entry_point(python)
+    if os.environ.get(AUTOLOAD_OFF):
+        return COV_PLUGIN in os.environ.get("PYTEST_PLUGINS", "")
+    return _has_cov_entry_point(python)
+
+
+@functools.cache
+def _has_cov_entry_point(python: str) -> bool:
+    """Whether `python` (the suite's, not gpuci's own) has pytest-cov's pytest11 entry point."""
+    probe = (
+        "import importlib.metadata as m, sys;"
+        f"sys.exit(not any(e.name == {COV_PLUGIN!r} for e in m.entry_points(group='pytest11')))"
+    )
+    try:
+        proc = subprocess.run(
+            [python, "-c", probe],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
