@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # This session's device runs (issues 18, 19, 20), each step timed in one command; logs and
 # results under $OUT (the device returns few files: one tarball and a summary).
-#   scripts/device_screens.sh STEP...   steps: subset subset2 floor audit startup polluted storm
+#   scripts/device_screens.sh STEP...   steps: subset subset2 floor versus polluted storm section
 # floor:    a clean second check's wall: collection, the suite screen and the rest, timed
 # subset2:  the same checks twice each into one OUT: the second orders by the first's times;
 #           then a first check into a new OUT with the first OUT's durations.json
 # subset:   CuPy v14.2.0's 18-file subset (cupy-tests/): plain pytest warm, gpuci check
 #           (default: screens, no threads), gpuci check with threads on, plain pytest again
-# audit:    what the fork server's parent imports, refuses and reads of the GPU libraries
-# startup:  fresh against forked interpreter start-up per file, files importing CuPy
+# versus:   the subset's check by the gpuci in old/ (the fork server's, 8ae2ad3: carry old/)
+#           against this one (fresh interpreters started ahead), first and second check
+#           each, between plain pytest runs, all warm, in one command (VERSUS_SECTION: a
+#           real section too)
 # polluted: examples/gpu_polluted at the default budget against expected.json, then the
 #           same with --serial-modes (its wall beside the screens')
 # storm:    the failure-storm replica (scripts/device_storm.sh)
@@ -53,7 +55,7 @@ for t in v["tests"]:
 PY
 }
 
-forks() {  # per mode: interpreters, how many forked, the longest one's wall (the suite's)
+forks() {  # per mode: interpreters, the longest one's wall (the suite's)
     python3 - "$1" <<'PY'
 import json, sys, pathlib
 for mode in ("suite", "parallel", "threads", "isolated"):
@@ -61,7 +63,7 @@ for mode in ("suite", "parallel", "threads", "isolated"):
     if path.exists():
         its = [i for f in json.loads(path.read_text())["files"] for i in f["interpreters"]]
         longest = max((i["end"] - i["start"] for i in its), default=0)
-        print(f"{mode}: {len(its)} interpreters, {sum(bool(i.get('forked')) for i in its)} forked,"
+        print(f"{mode}: {len(its)} interpreters,"
               f" longest {longest:.1f} s, first start {min((i['start'] for i in its), default=0):.1f} s"
               f" (start-up {its[0].get('startup_s') if its else None} s),"
               f" last end {max((i['end'] for i in its), default=0):.1f} s")
@@ -101,7 +103,7 @@ for mode in ("suite", "parallel", "isolated"):
     if path.exists():
         run = json.loads(path.read_text())
         its = [i for f in run["files"] for i in f["interpreters"]]
-        print(mode, "interpreters", len(its), "forked", sum(bool(i.get("forked")) for i in its),
+        print(mode, "interpreters", len(its),
               "peak MiB", max((i.get("gpu_peak_mib") or 0) for i in its) if its else 0)
 PY
         cd "$ROOT" ;;
@@ -152,15 +154,45 @@ for line in sys.stdin: print(f\"{time.monotonic() - t:6.1f} {line}\", end=\"\")"
         done
         timed pytest-3 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
         cd "$ROOT" ;;
-    audit)  # what the fork server's parent makes of the GPU libraries (fork fidelity)
-        timed audit 300 python3 scripts/device_audit.py numpy scipy cupy cupyx cupy.testing torch
-        cat "$WORK/audit.log"
-        timed audit-torch-testing 300 python3 scripts/device_audit.py torch torch.testing._internal.common_utils
-        cat "$WORK/audit-torch-testing.log" ;;
-    startup)
-        timed startup 300 python3 benchmarks/bench_startup.py --files 8 \
-            --imports numpy,cupy,cupy.testing --repeat 2
-        cat "$WORK/startup.log" ;;
+    versus)  # the fork server's gpuci (old/) against fresh interpreters started ahead
+        cd "$ROOT/cupy-tests" || exit 3
+        timed warm 400 python3 -m pytest -q -p no:cacheprovider -n 8 "${SUBSET[@]}" -m "$MARK"
+        tail -1 "$WORK/warm.log"
+        timed pytest-1 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
+        tail -1 "$WORK/pytest-1.log"
+        for run in a b; do  # each gpuci's first check, then its second into the same OUT
+            PYTHONPATH="/tmp/site:$ROOT/old" timed forked-$run 300 python3 -m gpuci check \
+                "${SUBSET[@]}" --out "$WORK/o-forked" --timeout 120 -- -m "$MARK"
+            grep "^verdict" "$WORK/forked-$run.log"
+            timed fresh-$run 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-fresh" \
+                --timeout 120 -- -m "$MARK"
+            grep "^verdict" "$WORK/fresh-$run.log"
+            forks "$WORK/o-fresh"
+        done
+        findings "$WORK/o-fresh/verdict.json"
+        timed pytest-2 400 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$MARK"
+        tail -1 "$WORK/pytest-2.log"
+        cp "$WORK/fresh-a.log" "$OUT/versus-fresh-a.log"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["pytest-1"]) + float(walls["pytest-2"])) / 2
+for name in ("forked-a", "fresh-a", "forked-b", "fresh-b"):
+    print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+for run in "ab":
+    gain = 1 - float(walls[f"forked-{run}"]) / float(walls[f"fresh-{run}"])
+    print(f"check {run}: the fork server buys {100 * gain:.0f} % of the fresh check's wall")
+PY
+        python3 - "$WORK/o-fresh" "$WORK/o-forked" <<'PY'
+import json, sys, pathlib
+for out in sys.argv[1:]:
+    for mode in ("suite", "parallel"):
+        run = json.loads((pathlib.Path(out) / mode / "run.json").read_text())
+        its = [i for f in run["files"] for i in f["interpreters"]]
+        print(out, mode, "wall", run["wall_s"], "interpreters", len(its),
+              "visible start-up", round(sum(i.get("startup_s") or 0 for i in its), 1))
+PY
+        cd "$ROOT" ;;
     polluted)
         for how in ${POLLUTED_HOW:-default serial}; do
             extra=(); [ "$how" = serial ] && extra=(--serial-modes)  # default, default2...: default

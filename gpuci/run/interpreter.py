@@ -113,10 +113,17 @@ class Interpreters:
         except OSError as exc:
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         self.supervisor.add(held.proc)  # a stop ends it too
+        self._yield_cpu(held.proc.pid)  # its start-up must not slow the suite interpreter
         earlier, _ = self._ahead.pop(launch.key, (None, 0))
         if earlier is not None:
             end_held(earlier)
         self._ahead[launch.key] = (held, offset)
+
+    def _yield_cpu(self, pid: int) -> None:
+        """Add `nice` to the interpreter's niceness (its threads and children inherit it)."""
+        if self.nice:
+            with contextlib.suppress(OSError):  # ended already: nothing to yield
+                os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
 
     def command(self, launch: Launch) -> list[str]:
         """The command line of one interpreter."""
@@ -134,11 +141,7 @@ class Interpreters:
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
         self.supervisor.add(proc)
-        if self.nice:
-            with contextlib.suppress(OSError):  # ended already: nothing to yield
-                os.setpriority(
-                    os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice
-                )
+        self._yield_cpu(proc.pid)
         sampler().watch(proc.pid)
         left: list[Leftover] = []
         try:

@@ -15,6 +15,13 @@ from typing import TypeVar
 from gpuci.run.supervisor import Supervisor
 
 Unit = TypeVar("Unit")
+MAX_AHEAD = 3  # files a slot starts ahead at most (short files, slow start-ups)
+
+
+def ahead_depth(slots: int, cpus: int) -> int:
+    """How many files each of `slots` slots starts ahead: the cores its running file
+    leaves idle, shared (at least 1: a start-up hidden behind a file costs little)."""
+    return max(1, min(MAX_AHEAD, (cpus - slots) // max(1, slots)))
 
 
 def run_slots(
@@ -26,43 +33,51 @@ def run_slots(
     first_slot: int = 0,
     choose: Callable[[Sequence[Unit]], Unit] | None = None,
     ahead: Callable[[Unit, int], None] | None = None,
+    depth: int = 1,
 ) -> None:
     """Run files in up to `workers` slots (numbered from `first_slot`); a slot takes the
     next file as soon as it is free: the first not started, or the one `choose` picks from
     those not started (at that moment: it may learn as the files run).
 
-    With `ahead`, a slot that starts a file also picks its likely next one and starts it
-    ahead (`ahead(unit, slot)`: its interpreter starts and collects, held, while this one
-    runs), as long as more files are left than slots: at the tail a free slot takes what
-    is left. Once free, the slot chooses again with that one back among the rest (`choose`
-    may have learned meanwhile); one it passes over is started where it is taken.
+    With `ahead`, a slot that starts a file also picks its likely next ones (up to
+    `depth`, where files are shorter than an interpreter's start-up) and starts them ahead
+    (`ahead(unit, slot)`: each interpreter starts and collects, held, while this one runs),
+    as long as more files are left than slots: at the tail a free slot takes what is left.
+    Once free, the slot chooses again with those back among the rest (`choose` may have
+    learned meanwhile); one it passes over is started where it is taken.
     """
     remaining = list(files)
     lock = threading.Lock()
     used = min(workers, len(remaining))
 
-    def take(*, spare: bool = False, back: Sequence[Unit] = ()) -> list[Unit]:
-        """The next file, as a list of one (`back` returned among the rest first); none
-        once all started, or when stopping, or (`spare`: one to start ahead) where no more
-        are left than slots."""
+    def take(started: list[Unit], *, spare: bool = False) -> list[Unit]:
+        """The next file, as a list of one, chosen among the rest and this slot's files
+        started ahead (`started`, which loses the one chosen); none once all started, or
+        when stopping, or (`spare`: one to start ahead) where no more are left than slots."""
         with lock:
-            remaining[:0] = back
-            if not remaining or supervisor.stopping.is_set():
+            if supervisor.stopping.is_set():
                 return []
-            if spare and len(remaining) <= used:
-                return []
-            unit = remaining[0] if choose is None else choose(tuple(remaining))
-            remaining.remove(unit)
+            if spare:
+                if len(remaining) <= used:
+                    return []
+                unit = remaining[0] if choose is None else choose(tuple(remaining))
+            else:
+                among = (*started, *remaining)
+                if not among:
+                    return []
+                unit = among[0] if choose is None else choose(among)
+            (started if unit in started else remaining).remove(unit)
             return [unit]
 
     def in_a_slot(slot: int) -> None:
-        taken = take()
+        started: list[Unit] = []  # this slot's files started ahead, not yet run
+        taken = take(started)
         while taken:
-            following = take(spare=True) if ahead is not None else []
-            if following and ahead is not None:
-                ahead(following[0], slot)
+            while ahead is not None and len(started) < depth and (spare := take([], spare=True)):
+                ahead(spare[0], slot)
+                started += spare
             run_one(taken[0], slot)
-            taken = take(back=following)
+            taken = take(started)
 
     if not used:
         return

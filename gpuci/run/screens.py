@@ -21,8 +21,8 @@ from typing import TextIO
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
 from gpuci.run.discover import Discovery
 from gpuci.run.learning import LearnedOrder, SuiteClock
-from gpuci.run.plan import Schedule
-from gpuci.run.pool import run_beside, run_slots, wait_for
+from gpuci.run.plan import Schedule, cpu_count
+from gpuci.run.pool import ahead_depth, run_beside, run_slots, wait_for
 from gpuci.run.progress import Progress
 from gpuci.run.session import Interrupted, ModeSession, RunOptions
 from gpuci.run.supervisor import Supervisor
@@ -64,13 +64,21 @@ def run_by_mode(
     first_slot: int = 0,
     choose: Callable[[Sequence[Job]], Job] | None = None,
     ahead: Callable[[Job, int], None] | None = None,
+    depth: int = 1,
 ) -> None:
     """Each mode's files in an equal share of the slots, the modes beside each other: the
     parallel files run W at a time whether or not the threads files run beside them."""
     modes = list(dict.fromkeys(mode for mode, _ in jobs))
     if len(modes) <= 1:
         run_slots(
-            jobs, slots, run_one, supervisor, first_slot=first_slot, choose=choose, ahead=ahead
+            jobs,
+            slots,
+            run_one,
+            supervisor,
+            first_slot=first_slot,
+            choose=choose,
+            ahead=ahead,
+            depth=depth,
         )
         return
     share = max(1, slots // len(modes))
@@ -86,6 +94,7 @@ def run_by_mode(
                     first_slot=first_slot + k * share,
                     choose=choose,
                     ahead=ahead,
+                    depth=depth,
                 )
                 for k, mode in enumerate(modes)
             ]
@@ -175,6 +184,8 @@ def run_screens(
                 unit = f"{mode.value} {key}"
                 reporter.file_done(file_run, tests, unit=unit, label=mode.value)
 
+        depth = ahead_depth(workers, cpu_count())
+
         def start_ahead(job: Job, slot: int) -> None:
             mode, key = job
             sessions[mode].start_ahead(key, slot, slot_gpus[slot])
@@ -184,7 +195,7 @@ def run_screens(
             rest = [j for j in pool if j is not suite]
             choice = choosing(orders)
             if suite is None:
-                run_by_mode(rest, workers, run_one, supervisor, ahead=start_ahead)
+                run_by_mode(rest, workers, run_one, supervisor, ahead=start_ahead, depth=depth)
             else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
                 run_beside(
                     suite,
@@ -198,6 +209,7 @@ def run_screens(
                         first_slot=1,
                         choose=choice,
                         ahead=start_ahead,
+                        depth=depth,
                     ),
                 )
             run_slots(alone, 1, run_one, supervisor, ahead=start_ahead)

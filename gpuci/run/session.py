@@ -31,8 +31,8 @@ from gpuci.model import (
 from gpuci.run.discover import Discovery, file_of
 from gpuci.run.gpus import describe_environment
 from gpuci.run.junit import write_mode_junit
-from gpuci.run.plan import Schedule
-from gpuci.run.pool import run_slots
+from gpuci.run.plan import Schedule, cpu_count
+from gpuci.run.pool import ahead_depth, run_slots
 from gpuci.run.progress import Progress
 from gpuci.run.resume import Earlier
 from gpuci.run.supervisor import Supervisor
@@ -190,7 +190,8 @@ def run_mode(
         with supervisor.handling_signals():
             pool, serial = session.units()
             ahead = functools.partial(_start_ahead, session, schedule)
-            run_slots(pool, schedule.workers, run_one, supervisor, ahead=ahead)
+            depth = ahead_depth(schedule.workers, cpu_count())
+            run_slots(pool, schedule.workers, run_one, supervisor, ahead=ahead, depth=depth)
             run_slots(serial, 1, run_one, supervisor, ahead=ahead)
         run = session.finish()
     finally:

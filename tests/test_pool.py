@@ -1,0 +1,59 @@
+"""The pool's slots, with files started ahead: each file runs once, in the slot that
+started it ahead, and the tail is left to whichever slot is free."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from gpuci.run.pool import ahead_depth, run_slots
+from gpuci.run.supervisor import Supervisor
+
+
+def test_a_file_started_ahead_runs_once_in_the_slot_that_started_it() -> None:
+    files = [f"f{i}" for i in range(12)]
+    lock = threading.Lock()
+    ran: list[tuple[str, int]] = []
+    ahead: dict[str, int] = {}
+
+    def run_one(unit: str, slot: int) -> None:
+        with lock:
+            ran.append((unit, slot))
+
+    def start_ahead(unit: str, slot: int) -> None:
+        with lock:
+            assert unit not in ahead, f"{unit} started ahead twice"
+            ahead[unit] = slot
+
+    run_slots(files, 3, run_one, Supervisor(), ahead=start_ahead, depth=2)
+    assert sorted(u for u, _ in ran) == sorted(files)  # every file, once
+    slots = dict(ran)
+    assert ahead, "nothing was started ahead"
+    assert all(slots[u] == s for u, s in ahead.items()), (ahead, slots)
+    # at the tail (no more files left than slots) none is started ahead
+    assert len(ahead) <= len(files) - 3
+
+
+def test_a_slot_chooses_again_among_its_files_started_ahead_and_the_rest() -> None:
+    # the choice learns as files run: once f0 ran, f9 is the one to run next
+    ran: list[str] = []
+
+    def choose(units: Sequence[str]) -> str:
+        return "f9" if ran and "f9" in units else units[0]
+
+    run_slots(
+        [f"f{i}" for i in range(10)],
+        1,
+        lambda unit, _: ran.append(unit),
+        Supervisor(),
+        choose=choose,
+        ahead=lambda *_: None,
+        depth=1,
+    )
+    assert ran[:2] == ["f0", "f9"] and sorted(ran) == sorted(f"f{i}" for i in range(10))
+
+
+def test_the_depth_follows_the_idle_cores() -> None:
+    assert ahead_depth(5, 16) == 2
+    assert ahead_depth(2, 2) == 1  # never none: a start-up behind a file costs little
+    assert ahead_depth(2, 64) == 3  # at most MAX_AHEAD
