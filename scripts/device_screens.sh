@@ -193,6 +193,45 @@ for out in sys.argv[1:]:
               "visible start-up", round(sum(i.get("startup_s") or 0 for i in its), 1))
 PY
         cd "$ROOT" ;;
+    leftovers)  # what holds the GPU before the steps: processes an earlier call left
+        nvidia-smi --query-compute-apps=pid,used_memory,process_name --format=csv,noheader
+        ps -eo pid,sid,etimes,args | grep -i "pytest\|gpuci" | grep -v grep | head -20 ;;
+    section-versus)  # a real CuPy section with findings: this gpuci, then the fork server's
+        cd "$ROOT/cupy-tests" || exit 3
+        sect=(${SECTION:-tests/cupyx_tests/test_cusparse.py tests/cupy_tests/test_init.py tests/cupy_tests/cuda_tests/test_nccl.py})
+        timed section-warm 200 python3 -m pytest -q -p no:cacheprovider -n 16 "${sect[@]}" -m "$MARK"
+        timed section-pytest-1 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
+        tail -1 "$WORK/section-pytest-1.log"
+        for who in fresh forked; do
+            path="$PYTHONPATH"; [ "$who" = forked ] && path="/tmp/site:$ROOT/old"
+            PYTHONPATH="$path" timed section-$who 240 python3 -m gpuci check "${sect[@]}" \
+                --out "$WORK/s-$who" --timeout 120 -- -m "$MARK"
+            grep "^evidence\|^verdict" "$WORK/section-$who.log"
+            findings "$WORK/s-$who/verdict.json" | grep -v "^  failed" | head -12
+        done
+        cp "$WORK/section-fresh.log" "$OUT/section-fresh.log"
+        timed section-pytest-2 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
+        tail -1 "$WORK/section-pytest-2.log"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["section-pytest-1"]) + float(walls["section-pytest-2"])) / 2
+for who in ("fresh", "forked"):
+    print(f"section-{who}: {float(walls['section-' + who]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+PY
+        cd "$ROOT" ;;
+    polluted-versus)  # examples/gpu_polluted by this gpuci, then by the fork server's (old/)
+        for who in fresh forked; do
+            path="$PYTHONPATH"; [ "$who" = forked ] && path="/tmp/site:$ROOT/old"
+            PYTHONPATH="$path" GPU_POLLUTED_STATE="$WORK/state-$who" timed polluted-$who 290 \
+                python3 -m gpuci check examples/gpu_polluted --out "$WORK/p-$who" --timeout 120
+            grep "^gpuci: evidence budget\|^evidence\|^verdict" "$WORK/polluted-$who.log"
+            python3 scripts/compare_expected.py "$WORK/p-$who/verdict.json" \
+                examples/gpu_polluted/expected.json | tail -4
+            python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print('phases', e.get('phases'))" "$WORK/p-$who/evidence/evidence.json"
+        done
+        cp "$WORK/polluted-fresh.log" "$OUT/polluted-fresh.log"
+        findings "$WORK/p-fresh/verdict.json" > "$OUT/polluted-fresh-findings.txt" ;;
     polluted)
         for how in ${POLLUTED_HOW:-default serial}; do
             extra=(); [ "$how" = serial ] && extra=(--serial-modes)  # default, default2...: default

@@ -4,6 +4,7 @@ stable part (`gpuci.run.ids`); never a failure of its file (marshmallow's `datet
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from cli_runner import gpuci, write_files
@@ -53,3 +54,35 @@ def test_a_check_runs_files_so_an_id_made_at_import_is_no_failure(tmp_path: Path
     assert found["test_broken.py::test_broken"] == "failed", found
     assert not any("interpreter exit" in i for i in found), found
     assert len(found) == 5, found
+
+
+# structlog 26.1.0: parameters from a set of strings, in hash order, which each fresh
+# interpreter draws at random: one id, another parameter in each interpreter
+SET_ORDER = """
+    import pytest
+
+    NAMES = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"}
+
+    @pytest.mark.parametrize("name", [n for n in NAMES])
+    def test_name(name):
+        assert name != "gamma", "a real failure, whatever its id"
+"""
+
+
+def test_one_hash_seed_per_check_keeps_a_set_ordered_id_the_same_test(tmp_path: Path) -> None:
+    root = write_files(tmp_path, {"test_set.py": SET_ORDER, "test_other.py": NOW})
+    proc = gpuci("check", ".", "--out", "out", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    verdict = json.loads((root / "out" / "verdict.json").read_text())
+    found = {t["id"]: t for t in verdict["tests"] if t["file"] == "test_set.py"}
+    assert sorted(t["category"] for t in found.values()).count("failed") == 1, found
+    assert not [i for i, t in found.items() if t["category"] not in ("passed", "failed")]
+    failing = next(t for t in found.values() if t["category"] == "failed")
+    # the command printed carries the seed, and shows the failure as printed
+    suite = json.loads((root / "out" / "suite" / "run.json").read_text())
+    seed = suite["environment"]["hash_seed"]
+    assert f"PYTHONHASHSEED={seed} " in failing["reproduce"], failing["reproduce"]
+    shown = subprocess.run(
+        ["bash", "-c", failing["reproduce"]], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 1 and "a real failure" in shown.stdout, shown.stdout

@@ -22,6 +22,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "masking",
         "outdir",
         "side_outputs",
+        "seed",
         "gpus",
         "reaper",
         "ledger",

@@ -15,6 +15,7 @@ from gpuci.evidence.results import ModeResults
 from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.run.discover import PLUGIN, POISON_ENV
 from gpuci.run.plan import thread_args, visible_gpus
+from gpuci.run.seed import SEED_ENV
 
 PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
@@ -255,6 +256,9 @@ def _pytest(
     poison: bool = False,
 ) -> str:
     env = f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu)} " if gpu is not None else ""
+    seed = run.environment.get("hash_seed")
+    if seed:  # every interpreter of the check hashed with it (`gpuci.run.seed`)
+        env += f"{SEED_ENV}={shlex.quote(seed)} "
     if poison or run.poison:  # gpuci's plugin does the filling
         env += f"{POISON_ENV}=1 "
         extra = ["-p", PLUGIN, *extra]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.model import GpuciError, UsageError
+from gpuci.run.seed import SEED_ENV, hash_seed
 from gpuci.run.side_outputs import interpreter_args
 from gpuci.run.spawn import start_interpreter
 from gpuci.run.supervisor import signal_group
@@ -78,8 +79,10 @@ def file_of(test_id: str) -> str:
 
 
 def child_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a child interpreter: the plugin importable, output unbuffered."""
+    """The environment of a child interpreter: the plugin importable, output unbuffered,
+    the check's one hash seed (`gpuci.run.seed`)."""
     env = dict(base)
+    env[SEED_ENV] = hash_seed()
     # Append, not prepend: where gpuci is installed, this changes nothing; run from a
     # checkout, it lets the child import the plugin without shadowing the suite's modules.
     here = str(Path(__file__).resolve().parent.parent)
