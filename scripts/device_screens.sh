@@ -195,6 +195,7 @@ PY
         cd "$ROOT" ;;
     leftovers)  # what holds the GPU before the steps: processes an earlier call left
         nvidia-smi --query-compute-apps=pid,used_memory,process_name --format=csv,noheader
+        nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader
         ps -eo pid,sid,etimes,args | grep -i "pytest\|gpuci" | grep -v grep | head -20 ;;
     section-versus)  # a real CuPy section with findings: this gpuci, then the fork server's
         cd "$ROOT/cupy-tests" || exit 3

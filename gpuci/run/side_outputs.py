@@ -191,19 +191,21 @@ def _without(args: Sequence[str], dropped: dict[str, bool]) -> list[str]:
 def _has_pytest_cov(python: str, user_args: Sequence[str]) -> bool:
     """Whether pytest-cov loads in `python`'s pytest: its entry point is there and plugins
     load by themselves, or the arguments load it (`-p pytest_cov`)."""
-    if any(COV_PLUGIN in arg for arg in user_args):
-        return _has_cov_entry_point(python)
-    if os.environ.get(AUTOLOAD_OFF):
-        return COV_PLUGIN in os.environ.get("PYTEST_PLUGINS", "")
-    return _has_cov_entry_point(python)
+    return _has_cov_entry_point(python, named=any(COV_PLUGIN in arg for arg in user_args))
 
 
 @functools.cache
-def _has_cov_entry_point(python: str) -> bool:
-    """Whether `python` (the suite's, not gpuci's own) has pytest-cov's pytest11 entry point."""
+def _has_cov_entry_point(python: str, *, named: bool) -> bool:
+    """Whether `python` (the suite's, not gpuci's own: a wrapper script may set its own
+    environment, so the probe asks in it) has pytest-cov's pytest11 entry point, and
+    loads it: plugins load by themselves, or PYTEST_PLUGINS or the arguments (`named`)
+    name it."""
     probe = (
-        "import importlib.metadata as m, sys;"
-        f"sys.exit(not any(e.name == {COV_PLUGIN!r} for e in m.entry_points(group='pytest11')))"
+        "import importlib.metadata as m, os, sys;"
+        f"off = os.environ.get({AUTOLOAD_OFF!r}) and not {named!r}"
+        f" and {COV_PLUGIN!r} not in os.environ.get('PYTEST_PLUGINS', '');"
+        "sys.exit(bool(off) or not any("
+        f"e.name == {COV_PLUGIN!r} for e in m.entry_points(group='pytest11')))"
     )
     try:
         proc = subprocess.run(
