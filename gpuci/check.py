@@ -2,7 +2,7 @@
 
 It runs its screens at once, in one pool of slots on the same GPUs: the suite
 interpreter first, then the parallel files (longest first by an earlier run's times) and
-the threads files (where the suite asks for threads: `gpuci.run.modes`). Then isolated,
+the threads files (where the suite asks for threads: `gpuci.run.sched.modes`). Then isolated,
 strict (one at a time), only for the files that did not pass in parallel (the rest
 inferred from it; after threads without parallel, every file: a threads pass stands in
 for nothing) and whose failures were not alike in every screen, then the evidence once
@@ -26,10 +26,13 @@ from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.judge import write_verdict
 from gpuci.model import InputError, Mode, ModeRun, UsageError
 from gpuci.options import EvidenceOptions, Options
-from gpuci.run.discover import CollectionEnded, Discovery
-from gpuci.run.durations import write_durations
-from gpuci.run.gpus import detect_gpus
-from gpuci.run.modes import (
+from gpuci.run.disk.durations import write_durations
+from gpuci.run.disk.outdir import check_run_id, forget_replaced, new_run_id, replace_earlier
+from gpuci.run.disk.resume import check_extra_modes, earlier_run, has_results
+from gpuci.run.disk.side_outputs import refuse_side_outputs
+from gpuci.run.proc.discover import CollectionEnded, Discovery
+from gpuci.run.proc.gpus import detect_gpus
+from gpuci.run.sched.modes import (
     AskedModes,
     asked_modes,
     choose_modes,
@@ -37,16 +40,15 @@ from gpuci.run.modes import (
     runs_or_not,
     threads_from_suite,
 )
-from gpuci.run.options import ModeOptions
-from gpuci.run.outdir import check_run_id, forget_replaced, new_run_id, replace_earlier
-from gpuci.run.plan import (
+from gpuci.run.sched.options import ModeOptions
+from gpuci.run.sched.plan import (
     files_to_confirm,
     parse_gpus_per_slot,
     parse_workers,
     read_durations,
     visible_gpus,
 )
-from gpuci.run.plan_mode import (
+from gpuci.run.sched.plan_mode import (
     discover,
     mode_dir_of,
     plan_mode,
@@ -57,9 +59,7 @@ from gpuci.run.plan_mode import (
     suite_held,
     threads_of,
 )
-from gpuci.run.resume import check_extra_modes, earlier_run, has_results
-from gpuci.run.screens import run_screens
-from gpuci.run.side_outputs import refuse_side_outputs
+from gpuci.run.sched.screens import run_screens
 
 # a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)

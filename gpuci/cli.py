@@ -15,7 +15,7 @@ from typing import NoReturn
 from gpuci import __version__
 from gpuci.model import GpuciError, Mode, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
-from gpuci.run.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
+from gpuci.run.disk.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
 
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
@@ -259,9 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _holding(out: Path, command: str, withheld: Sequence[str] = ()) -> Iterator[None]:
     """OUT's lock for the whole command: a second gpuci writing there exits 2; the files
     under OUT with every secret masked after it (`withheld` and those in the environment)."""
-    from gpuci.run.ledger import close_ledger, open_ledger
-    from gpuci.run.outdir import STATE_DIR, locked
-    from gpuci.run.strays import leftover_line
+    from gpuci.run.disk.outdir import STATE_DIR, locked
+    from gpuci.run.proc.ledger import close_ledger, open_ledger
+    from gpuci.run.proc.strays import leftover_line
 
     notes: list[str] = []
     with locked(out, f"gpuci {command}", notes, known_secrets(os.environ, withheld)):
@@ -279,7 +279,7 @@ def _holding(out: Path, command: str, withheld: Sequence[str] = ()) -> Iterator[
 
 def _adopt_orphans() -> None:
     """Make gpuci adopt what its interpreters leave behind (Linux), so it can end it."""
-    from gpuci.run.reaper import become_subreaper
+    from gpuci.run.proc.reaper import become_subreaper
 
     become_subreaper()  # elsewhere, each interpreter's process-group kill is what remains
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpuci.formats import read_mode_run
 from gpuci.model import Category, GpuciError, Mode, UsageError
-from gpuci.run.modes import Setting
+from gpuci.run.sched.modes import Setting
 
 if sys.version_info >= (3, 11):
     import tomllib

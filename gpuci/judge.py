@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from gpuci.options import Options
-from gpuci.run.endings import no_test_ran
-from gpuci.run.masking import known_secrets, mask_secrets
+from gpuci.run.disk.masking import known_secrets, mask_secrets
+from gpuci.run.proc.endings import no_test_ran
 
 
 def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:

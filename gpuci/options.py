@@ -2,7 +2,7 @@
 
 `cli.py` parses the command line; `build_options` merges the suite's `[tool.gpuci]`
 (`gpuci.config`) and builds one `Options`, where argparse's `Namespace` stops. Each stage
-gets its own part, typed: the modes `ModeOptions` (`gpuci.run.options`), the evidence
+gets its own part, typed: the modes `ModeOptions` (`gpuci.run.sched.options`), the evidence
 `EvidenceOptions`, the verdict `VerdictOptions`; the one-call stages (merge, report,
 publish) their paths. Text the user gave (`--workers`, `--fail-on`) stays text and is
 parsed where it always was, so that a mistake is refused at the same moment as before.
@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuci.config import configure
 from gpuci.model import Mode, UsageError
-from gpuci.run.options import ModeOptions
+from gpuci.run.sched.options import ModeOptions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,7 +33,7 @@ tests run at the same time, whatever each interpreter's start-up cost.
 With `GPUCI_HOLD=1` (the check's suite interpreter, started before gpuci knows the suite),
 the interpreter journals a `held` event once pytest has collected (what `collected` says,
 before GPUCI_ONLY: gpuci's discovery), and waits until `GPUCI_ONLY`'s file appears
-(`gpuci.run.waits`).
+(`gpuci.run.proc.waits`).
 
 `threads` is there only under pytest-run-parallel with `--parallel-threads` above 1: each
 test ran in that many threads at once, except those in `single_threaded` (marked
@@ -73,8 +73,8 @@ from typing import IO, Any
 import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
-from gpuci.run.ids import select_ids
-from gpuci.run.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
+from gpuci.run.proc.ids import select_ids
+from gpuci.run.proc.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
@@ -116,7 +116,7 @@ class Journal:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> Generator[None]:
         """Keep only the tests named in GPUCI_ONLY, in collection order (an id computed
-        differently here matched by its stable part, `gpuci.run.ids`); held first
+        differently here matched by its stable part, `gpuci.run.proc.ids`); held first
         (GPUCI_HOLD), with what was collected, until that file is there. A file that says
         `null` keeps every test: a screen runs what pytest collects, as plain pytest would."""
         yield

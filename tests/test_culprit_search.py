@@ -23,7 +23,7 @@ from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
-from gpuci.run.discover import file_of
+from gpuci.run.proc.discover import file_of
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))

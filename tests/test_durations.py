@@ -1,4 +1,4 @@
-"""The durations file (`gpuci/run/durations.py`): written at the end of every check, taken
+"""The durations file (`gpuci/run/disk/durations.py`): written at the end of every check, taken
 by a later check into another OUT with --durations, through the real CLI."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuci.model import InputError, Mode
-from gpuci.run.durations import SCHEMA, read_durations_file
-from gpuci.run.plan import read_durations
+from gpuci.run.disk.durations import SCHEMA, read_durations_file
+from gpuci.run.sched.plan import read_durations
 from tests.cli_runner import gpuci
 
 CHECK = ("--modes", "suite,parallel,isolated", "--workers", "1")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuci.run.endings import pytest_cause
+from gpuci.run.proc.endings import pytest_cause
 
 INTERNAL_LOG = """\
 INTERNALERROR> Traceback (most recent call last):

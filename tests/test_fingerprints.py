@@ -17,7 +17,7 @@ from gpuci.evidence.fingerprints import (
     spread,
 )
 from gpuci.model import Mode, ModeRun, Outcome, TestResult
-from gpuci.run.endings import EXIT_ID
+from gpuci.run.proc.endings import EXIT_ID
 
 
 def _failed(

@@ -10,7 +10,7 @@ import pytest
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun
-from gpuci.run.gpumem import (
+from gpuci.run.proc.gpumem import (
     MARGIN_MIB,
     MemoryGate,
     PeakSampler,
@@ -19,7 +19,7 @@ from gpuci.run.gpumem import (
     read_peaks,
     screen_peaks,
 )
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.proc.supervisor import Supervisor
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The check's suite interpreter starts beside discovery, held after its collection
-(`gpuci.run.held`): taken by the suite screen, or killed where the check does not take it."""
+(`gpuci.run.proc.held`): taken by the suite screen, or killed where the check does not take it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cli_runner import clean_env, gpuci, write_files
 from gpuci.evidence.beside import beside_suite_test
 from gpuci.evidence.results import ModeResults
 from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun, Outcome, TestResult
-from gpuci.run.discover import PLUGIN, child_env
+from gpuci.run.proc.discover import PLUGIN, child_env
 
 SUITE = {
     "pytest.ini": "[pytest]\n",

@@ -1,5 +1,5 @@
 """Ids computed at import: the screens run files, so such a test runs and is matched by its
-stable part (`gpuci.run.ids`); never a failure of its file (marshmallow's `datetime.now()`)."""
+stable part (`gpuci.run.proc.ids`); never a failure of its file (marshmallow's `datetime.now()`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli_runner import gpuci, write_files
 
-from gpuci.run.ids import match_ids, select_ids, stem_of
+from gpuci.run.proc.ids import match_ids, select_ids, stem_of
 
 NOW = """
     import datetime as dt

@@ -1,9 +1,10 @@
 """The package's layout: the pipeline in the folders, data flowing one way, small rooms.
 
 `gpuci/` holds the shared model and the command line; the stages are packages, in the
-order data flows through them (PACKAGES). A package's module imports only the shared
-`model` and `formats`, the packages before its own, and the modules of its own package
-listed before it; a lazy import inside a function counts too. The top-level modules after
+order data flows through them (PACKAGES); a stage split by job is subpackages, in their
+own flow order (`run.disk`, `run.proc`, `run.sched`). A package's module imports only the
+shared `model` and `formats`, the packages before its own, and the modules of its own
+package listed before it; a lazy import inside a function counts too. The top-level modules after
 the packages (the command line, the check, the child-side plugin) may import any package.
 """
 
@@ -18,10 +19,16 @@ ROOT = Path(__file__).resolve().parent.parent / "gpuci"
 SHARED = ("model", "formats")  # the shared types and files, importable by every package
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "run": (
+    # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
+    # then what runs where and when; a subpackage may import the ones before it
+    "run.disk": (
         "masking",
         "outdir",
         "side_outputs",
+        "durations",
+        "resume",
+    ),
+    "run.proc": (
         "seed",
         "gpus",
         "reaper",
@@ -31,10 +38,6 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "supervisor",
         "spawn",
         "discover",
-        "modes",
-        "options",
-        "durations",
-        "plan",
         "gpumem",
         "waits",
         "ids",
@@ -45,9 +48,13 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "endings",
         "attempts",
         "interpreter",
+    ),
+    "run.sched": (
+        "modes",
+        "options",
+        "plan",
         "junit",
         "progress",
-        "resume",
         "unit",
         "pool",
         "learning",
@@ -97,15 +104,15 @@ ON_TOP = ("config", "options", "pytest_plugin", "judge", "check", "cli", "__main
 CHILD_SIDE = (
     "pytest_plugin",
     "evidence.poison",
-    "run.waits",
-    "run.ids",
+    "run.proc.waits",
+    "run.proc.ids",
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 
 
 def _name(path: Path) -> str:
-    """`run.plan` for gpuci/run/plan.py, `model` for gpuci/model.py."""
+    """`run.sched.plan` for gpuci/run/sched/plan.py, `model` for gpuci/model.py."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts)
 
@@ -114,16 +121,28 @@ def _modules() -> list[str]:
     return sorted(_name(p) for p in ROOT.rglob("*.py"))
 
 
+def _packages() -> list[str]:
+    """Every package under gpuci/, nested ones too (`run`, `run.proc`); `` for gpuci."""
+    return sorted(_name(p.parent / "x.py").rpartition(".")[0] for p in ROOT.rglob("__init__.py"))
+
+
+def _parents(package: str) -> set[str]:
+    """The packages that hold `package`: {`run`} for `run.proc`."""
+    parts = package.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
 def _path(module: str) -> Path:
     return ROOT.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def _gpuci_imports(module: str) -> set[str]:
-    """The gpuci modules `module` imports (`run.plan`, `model`), at the top or in functions;
-    a package imported as itself (`from gpuci.run import plan`) counts as its module."""
-    tree = ast.parse(_path(module).read_text(encoding="utf-8"))
+def _imports_in(source: str, module: str) -> set[str]:
+    """The gpuci modules `source` imports (`run.sched.plan`, `model`), at the top or in
+    functions; a module imported from its package (`from gpuci.run.sched import plan`,
+    `from gpuci.run import proc`) counts as that module or subpackage."""
+    holders = {"", *PACKAGES, *(p for name in PACKAGES for p in _parents(name))}
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"gpuci/{module}: a relative import; spell it gpuci.…"
             if node.module == "gpuci" or (node.module or "").startswith("gpuci."):
@@ -131,7 +150,7 @@ def _gpuci_imports(module: str) -> set[str]:
                 for alias in node.names:
                     if alias.name == "__version__":
                         continue
-                    found.add(f"{base}.{alias.name}" if base in PACKAGES or not base else base)
+                    found.add(f"{base}.{alias.name}" if base in holders else base)
         elif isinstance(node, ast.Import):
             found.update(
                 a.name.removeprefix("gpuci.") for a in node.names if a.name.startswith("gpuci.")
@@ -139,8 +158,15 @@ def _gpuci_imports(module: str) -> set[str]:
     return {name.lstrip(".") for name in found}
 
 
+def _gpuci_imports(module: str) -> set[str]:
+    """The gpuci modules `module` imports, at the top or in functions."""
+    return _imports_in(_path(module).read_text(encoding="utf-8"), module)
+
+
 def _allowed(module: str) -> set[str]:
-    """What `module` may import: SHARED, then every module that comes before it."""
+    """What `module` may import: SHARED, then every module that comes before it (the
+    packages before its own, with the packages that hold them, and its own package's
+    modules listed before it)."""
     if module in SHARED:
         return set(SHARED[: SHARED.index(module)])
     allowed = set(SHARED)
@@ -148,7 +174,7 @@ def _allowed(module: str) -> set[str]:
     for name, members in PACKAGES.items():
         if name == package:
             return allowed | {f"{name}.{m}" for m in members[: members.index(own)]}
-        allowed |= {name} | {f"{name}.{m}" for m in members}
+        allowed |= {name, *_parents(name)} | {f"{name}.{m}" for m in members}
     return allowed | set(ON_TOP[: ON_TOP.index(module)])
 
 
@@ -158,13 +184,22 @@ def _ordered() -> list[str]:
 
 
 def test_every_module_has_a_place_in_the_flow() -> None:
-    inits = {"__init__", *(f"{p}.__init__" for p in PACKAGES)}
+    inits = {f"{p}.__init__".lstrip(".") for p in _packages()}
     assert sorted(_ordered()) == sorted(set(_modules()) - inits)
 
 
 def test_the_packages_are_the_stages_in_order() -> None:
-    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
-    assert packages == sorted(PACKAGES)
+    # a package holds modules (a stage, in PACKAGES) or only the subpackages of its stage
+    holders = {p for name in PACKAGES for p in _parents(name)}
+    assert [p for p in _packages() if p] == sorted({*PACKAGES, *holders})
+    for holder in holders:
+        assert not [
+            p for p in ROOT.joinpath(*holder.split(".")).glob("*.py") if p.name != "__init__.py"
+        ], f"gpuci/{holder}: modules beside subpackages"
+    # a stage's subpackages stand together in the flow
+    stages = [name.partition(".")[0] for name in PACKAGES]
+    runs = [s for i, s in enumerate(stages) if i == 0 or s != stages[i - 1]]
+    assert len(runs) == len(set(runs)), f"a stage's subpackages apart in PACKAGES: {runs}"
 
 
 @pytest.mark.parametrize("module", _ordered())
@@ -173,11 +208,12 @@ def test_imports_flow_one_way(module: str) -> None:
     assert not later, f"gpuci/{module}: imports {sorted(later)}, which come after it"
 
 
-@pytest.mark.parametrize("package", ["", *PACKAGES])
+@pytest.mark.parametrize("package", _packages())
 def test_a_package_imports_nothing_as_it_loads(package: str) -> None:
-    # every child interpreter loads gpuci/__init__ and gpuci/evidence/__init__ (the plugin's
-    # poisoning); every package stays as light, so importing one module costs that module
-    init = ROOT / package / "__init__.py"
+    # every child interpreter loads gpuci/__init__, gpuci/evidence/__init__ (the plugin's
+    # poisoning), gpuci/run/__init__ and gpuci/run/proc/__init__ (its waits and ids); every
+    # package stays as light, so importing one module costs that module
+    init = ROOT.joinpath(*package.split(".")) / "__init__.py" if package else ROOT / "__init__.py"
     tree = ast.parse(init.read_text(encoding="utf-8"))
     imports = [
         n
@@ -194,11 +230,30 @@ def test_the_child_side_imports_nothing_of_gpuci(module: str) -> None:
 
 def test_the_import_rule_catches_a_later_package() -> None:
     # the rule itself: evidence may import run, never verdict; a lazy import counts
-    assert "run.plan" in _allowed("evidence.probe")
+    assert "run.sched.plan" in _allowed("evidence.probe")
     assert "verdict.diff" not in _allowed("evidence.probe")
     assert "evidence.engine" not in _allowed("evidence.probe")
-    assert "run.session" in _gpuci_imports("evidence.engine")
+    assert "run.sched.session" in _gpuci_imports("evidence.engine")
     assert {"check", "report.render"} <= _gpuci_imports("cli")  # lazy, inside functions
+
+
+def test_the_import_rule_holds_inside_run() -> None:
+    # run's subpackages flow one way too: sched may import proc and disk, proc only disk
+    assert {"run.proc.spawn", "run.disk.outdir", "run.proc", "run"} <= _allowed("run.sched.plan")
+    assert "run.sched.plan" not in _allowed("run.proc.interpreter")
+    assert "run.proc.spawn" not in _allowed("run.disk.outdir")
+    assert "run.proc.held" not in _allowed("run.proc.launch")  # listed after it
+    assert "run.proc.reaper" in _gpuci_imports("run.proc.spawn")
+    # every spelling of an import of a nested module names that module
+    source = (
+        "from gpuci.run.proc import spawn\n"
+        "from gpuci.run.proc.reaper import start_child\n"
+        "from gpuci.run import sched\n"
+        "import gpuci.run.disk.outdir\n"
+    )
+    found = _imports_in(source, "example")
+    assert found == {"run.proc.spawn", "run.proc.reaper", "run.sched", "run.disk.outdir"}
+    assert found - _allowed("run.proc.interpreter") == {"run.sched"}
 
 
 @pytest.mark.parametrize("module", _modules())

@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from gpuci.run.learning import LearnedOrder, SuiteClock
-from gpuci.run.pool import run_slots
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.learning import LearnedOrder, SuiteClock
+from gpuci.run.sched.pool import run_slots
 
 
 class Clock:

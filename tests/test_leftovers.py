@@ -236,7 +236,7 @@ def test_killed_helpers_are_reaped_not_left_as_zombies(tmp_path: Path) -> None:
             f"""
             import json, os, subprocess, sys, time
             from pathlib import Path
-            from gpuci.run import reaper
+            from gpuci.run.proc import reaper
 
             assert reaper.become_subreaper()
             quiet = dict.fromkeys(("stdin", "stdout", "stderr"), subprocess.DEVNULL)

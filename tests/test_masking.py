@@ -14,7 +14,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from gpuci.run.masking import (
+from gpuci.run.disk.masking import (
     FRAGMENT_CHARS,
     MASK,
     MaskedStream,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuci.model import Mode, UsageError
-from gpuci.run.plan import (
+from gpuci.run.sched.plan import (
     choose_workers,
     estimate_durations,
     fit_startup_and_rate,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from gpuci.run.pool import ahead_depth, run_slots
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.pool import ahead_depth, run_slots
 
 
 def test_a_file_started_ahead_runs_once_in_the_slot_that_started_it() -> None:

@@ -7,7 +7,7 @@ import re
 import time
 
 from gpuci.model import FileRun, FileStatus, Interpreter
-from gpuci.run.journal import startup_of
+from gpuci.run.proc.journal import startup_of
 
 FILES = [f"test_{i}.py" for i in range(5)]
 
@@ -34,7 +34,7 @@ def eta_said(out: io.StringIO) -> list[float]:
 def test_tests_times_alone_no_longer_say_nothing_is_left() -> None:
     """Per-file test times (10 ms) leave start-up out: once a file has measured its
     start-up (3 s), the four files left are 4 x 3 s over 2 slots, not ~0 s."""
-    from gpuci.run.progress import Progress
+    from gpuci.run.sched.progress import Progress
 
     out = io.StringIO()
     estimates = dict.fromkeys(FILES, 0.01)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuci.run.unit import UNCOLLECTED
+from gpuci.run.sched.unit import UNCOLLECTED
 from tests.cli_runner import gpuci, write_files
 
 MODES = ("--modes", "suite,parallel,isolated")

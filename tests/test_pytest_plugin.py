@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuci.run.discover import child_env
+from gpuci.run.proc.discover import child_env
 
 SOURCE = """
 import pytest

@@ -1,7 +1,7 @@
 """The reaper against real processes: helpers a test leaves behind, and GPU memory holders.
 
 Becoming a subreaper is process-wide, so each leftover scenario runs in a fresh driver
-interpreter that imports gpuci.run.reaper and prints what it saw as JSON.
+interpreter that imports gpuci.run.proc.reaper and prints what it saw as JSON.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from gpuci.model import GpuProcess
-from gpuci.run.holders import gpu_processes, gpu_strangers
-from gpuci.run.reaper import (
+from gpuci.run.proc.holders import gpu_processes, gpu_strangers
+from gpuci.run.proc.reaper import (
     CMDLINE_CAP,
     COOKIE_ENV,
     Leftover,
@@ -95,7 +95,7 @@ INTERPRETER = """
 DRIVER = """
     import json, os, subprocess, sys, time
     from pathlib import Path
-    from gpuci.run import reaper
+    from gpuci.run.proc import reaper
 
     sleep, tmp, cookie_a, grace = sys.argv[1], Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
     cookie_b = reaper.new_cookie()

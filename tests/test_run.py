@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gpuci.run.journal import JournalReader
-from gpuci.run.logs import LOG_HEAD_BYTES, LOG_TAIL_BYTES, CappedLog
+from gpuci.run.proc.journal import JournalReader
+from gpuci.run.proc.logs import LOG_HEAD_BYTES, LOG_TAIL_BYTES, CappedLog
 
 TROUBLED_SUITE = {
     "pytest.ini": """

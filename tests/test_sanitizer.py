@@ -37,7 +37,7 @@ from gpuci.evidence.sanitizer import (
     shorten_signature,
 )
 from gpuci.model import Category, Mode, Outcome, TestEvidence, TestResult, UsageError
-from gpuci.run.endings import EXIT_ID
+from gpuci.run.proc.endings import EXIT_ID
 
 DATA = Path(__file__).parent / "data" / "sanitizer"
 ROOT_ID = "test_cuda.py::test_scatter_rows"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cli_runner import clean_env, gpuci, write_files
 
-from gpuci.run.side_outputs import interpreter_args, plain_junit
+from gpuci.run.disk.side_outputs import interpreter_args, plain_junit
 
 SUITE = {
     "pyproject.toml": """

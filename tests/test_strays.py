@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuci.model import Leftover, Stranger
-from gpuci.run.strays import (
+from gpuci.run.proc.strays import (
     CMDLINE_SHOWN,
     leftover_count,
     leftover_line,

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gpuci.run.gpumem import with_margin
+from gpuci.run.proc.gpumem import with_margin
 
 
 @dataclass(slots=True)

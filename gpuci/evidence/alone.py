@@ -20,9 +20,9 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence, TestResult
-from gpuci.run.discover import file_of
-from gpuci.run.endings import EXIT_ID
-from gpuci.run.progress import say
+from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.sched.progress import say
 
 CUT_BY_BUDGET = "not rerun: budget"  # no alone-run ran
 

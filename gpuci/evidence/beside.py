@@ -52,7 +52,7 @@ def _suite_spans(results: Mapping[Mode, ModeResults], *, ids: bool = False) -> l
     for part in results[Mode.SUITE].parts if Mode.SUITE in results else ():
         if part.files and part.files[0].interpreters:
             first = part.files[0].interpreters[0]
-            # one held since before the screens (`gpuci.run.held`: started at a negative
+            # one held since before the screens (`gpuci.run.proc.held`: started at a negative
             # time, its start-up ending before the screens' clock) ran its first test once
             # taken, as the screens started
             clock = max(first.start + (first.startup_s or 0.0), 0.0)

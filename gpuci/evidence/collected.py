@@ -23,8 +23,8 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Mode, Outcome
-from gpuci.run.discover import file_of
-from gpuci.run.journal import COLLECTION_ERROR
+from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.journal import COLLECTION_ERROR
 
 BY_COLLECTION = "collection"  # a search over collected files: the start of its note
 

@@ -41,8 +41,8 @@ from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, TestEvidence
-from gpuci.run.discover import file_of
-from gpuci.run.progress import say
+from gpuci.run.proc.discover import file_of
+from gpuci.run.sched.progress import say
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})

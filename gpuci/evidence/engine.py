@@ -50,13 +50,13 @@ from gpuci.model import (
     TestEvidence,
     TestResult,
 )
-from gpuci.run.discover import file_of
-from gpuci.run.endings import EXIT_ID
-from gpuci.run.plan import thread_args
-from gpuci.run.progress import say
-from gpuci.run.session import Interrupted
-from gpuci.run.strays import leftover_line, stranger_line
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.proc.strays import leftover_line, stranger_line
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.plan import thread_args
+from gpuci.run.sched.progress import say
+from gpuci.run.sched.session import Interrupted
 
 ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
 

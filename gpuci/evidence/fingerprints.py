@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuci.model import Mode, ModeRun, Outcome, TestResult, printable
-from gpuci.run.endings import EXIT_ID
+from gpuci.run.proc.endings import EXIT_ID
 
 MAX_INPUT = 2_000  # characters of a message looked at: the rest cannot change the group
 MAX_FINGERPRINT = 240  # characters of a fingerprint

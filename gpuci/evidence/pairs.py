@@ -24,7 +24,7 @@ from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe
-from gpuci.run.discover import file_of
+from gpuci.run.proc.discover import file_of
 
 PHASE = "culprits"
 NOT_SEARCHED = "not searched (budget)"

@@ -13,8 +13,8 @@ from typing import TextIO
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.model import NOT_PASSING, Outcome, TestEvidence
-from gpuci.run.discover import POISON_ENV
-from gpuci.run.progress import say
+from gpuci.run.proc.discover import POISON_ENV
+from gpuci.run.sched.progress import say
 
 
 def _poisonable(prober: Prober) -> bool:

@@ -29,7 +29,7 @@ from gpuci.evidence.fingerprints import (
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence
-from gpuci.run.progress import say
+from gpuci.run.sched.progress import say
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,12 +24,14 @@ from pathlib import Path
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
-from gpuci.run.discover import POISON_ENV, child_env, file_of, pytest_target
-from gpuci.run.gpumem import screen_peaks
-from gpuci.run.interpreter import Interpreters
-from gpuci.run.launch import Launch
-from gpuci.run.supervisor import Supervisor
-from gpuci.run.waits import RENDEZVOUS_ENV  # the plugin's: hold the first test until all arrive
+from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
+from gpuci.run.proc.gpumem import screen_peaks
+from gpuci.run.proc.interpreter import Interpreters
+from gpuci.run.proc.launch import Launch
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.proc.waits import (
+    RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
+)
 
 RUNS_FILE = "runs.jsonl"  # the evidence's timeline: one line per interpreter, as they ended
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from gpuci.evidence.results import ModeResults
 from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
-from gpuci.run.discover import PLUGIN, POISON_ENV
-from gpuci.run.plan import thread_args, visible_gpus
-from gpuci.run.seed import SEED_ENV
+from gpuci.run.proc.discover import PLUGIN, POISON_ENV
+from gpuci.run.proc.seed import SEED_ENV
+from gpuci.run.sched.plan import thread_args, visible_gpus
 
 PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
@@ -257,7 +257,7 @@ def _pytest(
 ) -> str:
     env = f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu)} " if gpu is not None else ""
     seed = run.environment.get("hash_seed")
-    if seed:  # every interpreter of the check hashed with it (`gpuci.run.seed`)
+    if seed:  # every interpreter of the check hashed with it (`gpuci.run.proc.seed`)
         env += f"{SEED_ENV}={shlex.quote(seed)} "
     if poison or run.poison:  # gpuci's plugin does the filling
         env += f"{POISON_ENV}=1 "

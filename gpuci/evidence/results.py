@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpuci.formats import read_mode_run
 from gpuci.model import InputError, Mode, ModeRun, Outcome, TestResult, UsageError
-from gpuci.run.masking import mask_secrets
+from gpuci.run.disk.masking import mask_secrets
 
 RUN_NAME = "run.json"
 SHARD_DIR = re.compile(r"shard-(\d+)-of-(\d+)")

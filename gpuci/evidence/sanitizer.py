@@ -26,8 +26,8 @@ from typing import TextIO
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.probe import Prober
 from gpuci.model import Category, Outcome, TestEvidence, TestResult, UsageError
-from gpuci.run.endings import EXIT_ID
-from gpuci.run.progress import say
+from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.sched.progress import say
 
 PHASE = "sanitizer"
 TOOL = "compute-sanitizer"

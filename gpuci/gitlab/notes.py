@@ -18,7 +18,7 @@ import requests
 import urllib3.exceptions
 
 from gpuci.model import InputError
-from gpuci.run.masking import mask_secrets
+from gpuci.run.disk.masking import mask_secrets
 
 MARKER = "<!-- gpuci-report -->"
 MR_VARIABLES = ("CI_API_V4_URL", "CI_PROJECT_ID", "CI_MERGE_REQUEST_IID")

@@ -29,7 +29,7 @@ from gpuci.gitlab.notes import (
     read_target,
 )
 from gpuci.model import GpuciError, InputError
-from gpuci.run.masking import known_secrets, mask_secrets
+from gpuci.run.disk.masking import known_secrets, mask_secrets
 
 __all__ = ["MARKER", "NOTE_LIMIT", "TRIES", "publish_comment"]
 

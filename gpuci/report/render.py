@@ -43,7 +43,7 @@ from gpuci.report.escape import (
     safe_url,
 )
 from gpuci.report.report_data import html_data
-from gpuci.run.masking import known_secrets, mask_secrets
+from gpuci.run.disk.masking import known_secrets, mask_secrets
 
 __all__ = [
     "DETAIL_ROWS",

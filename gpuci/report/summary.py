@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
 from gpuci.report.groups import FindingGroup, group_findings
-from gpuci.run.endings import EXIT_ID
-from gpuci.run.strays import verdict_lines
+from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.proc.strays import verdict_lines
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import (
     Blame,

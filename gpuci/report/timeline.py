@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuci.model import FileStatus, Mode, Verdict
-from gpuci.run.strays import verdict_lines
+from gpuci.run.proc.strays import verdict_lines
 
 TIMELINE_WIDTH = 1000.0  # SVG user units of the plot area
 TIMELINE_LABEL = 170.0
@@ -81,7 +81,7 @@ def timeline(verdict: Verdict) -> dict[str, Any] | None:
     end = max(number(r.get("end")) for r in runs) or 1.0
     wall = number(mode.get("wall_s")) if isinstance(mode, Mapping) else 0.0
     # the axis starts before 0 where the suite interpreter started before the screens
-    # (`gpuci.run.held`: it collected beside discovery)
+    # (`gpuci.run.proc.held`: it collected beside discovery)
     origin = min(0.0, *(number(r.get("start")) for r in runs))
     scale = TIMELINE_WIDTH / (end - origin)
     rows = []

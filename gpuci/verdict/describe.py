@@ -12,7 +12,7 @@ from typing import Any
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import strays_to_json
 from gpuci.model import SUITE_UNIT, Evidence, Mode, TestVerdict
-from gpuci.run.progress import count_tests
+from gpuci.run.sched.progress import count_tests
 
 
 def describe_checked(results: Mapping[Mode, ModeResults]) -> dict[str, dict[str, Any]]:

@@ -50,7 +50,7 @@ from gpuci.model import (
     UsageError,
     Verdict,
 )
-from gpuci.run.masking import mask_secrets
+from gpuci.run.disk.masking import mask_secrets
 from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from gpuci.run.ledger import dying_with_me
-from gpuci.run.reaper import start_child
+from gpuci.run.proc.ledger import dying_with_me
+from gpuci.run.proc.reaper import start_child
 
 
 def start_interpreter(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:

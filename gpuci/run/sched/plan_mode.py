@@ -17,15 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuci.model import SUITE_UNIT, GpuciError, Mode, ModeRun, printable
-from gpuci.run.discover import Discovery, discover_tests, discovered
-from gpuci.run.gpumem import earlier_peaks
-from gpuci.run.gpus import detect_gpus
-from gpuci.run.held import held_collection, hold_suite, let_go
-from gpuci.run.launch import SUITE_STEM, Launch, junit_part
-from gpuci.run.modes import mode_settings
-from gpuci.run.options import ModeOptions
-from gpuci.run.outdir import STATE_DIR, prepare_out
-from gpuci.run.plan import (
+from gpuci.run.disk.outdir import STATE_DIR, prepare_out
+from gpuci.run.disk.resume import given_paths, was_interrupted
+from gpuci.run.proc.discover import Discovery, discover_tests, discovered
+from gpuci.run.proc.gpumem import earlier_peaks
+from gpuci.run.proc.gpus import detect_gpus
+from gpuci.run.proc.held import held_collection, hold_suite, let_go
+from gpuci.run.proc.launch import SUITE_STEM, Launch, junit_part
+from gpuci.run.sched.modes import mode_settings
+from gpuci.run.sched.options import ModeOptions
+from gpuci.run.sched.plan import (
     choose_workers,
     cpu_count,
     estimate_durations,
@@ -38,10 +39,9 @@ from gpuci.run.plan import (
     shard_from_env,
     visible_gpus,
 )
-from gpuci.run.resume import given_paths, was_interrupted
-from gpuci.run.screens import Screen
-from gpuci.run.session import RunOptions, run_mode
-from gpuci.run.unit import mode_environ, mode_pytest_args
+from gpuci.run.sched.screens import Screen
+from gpuci.run.sched.session import RunOptions, run_mode
+from gpuci.run.sched.unit import mode_environ, mode_pytest_args
 
 
 def threads_of(options: ModeOptions, mode: Mode) -> int | None:
@@ -251,7 +251,7 @@ def suite_held(options: ModeOptions, *, when: bool) -> Iterator[None]:
 
 def hold_suite_interpreter(options: ModeOptions) -> None:
     """Start the check's suite interpreter now, beside discovery, on PATHS, held after its
-    collection until the suite screen takes it (`gpuci.run.held`)."""
+    collection until the suite screen takes it (`gpuci.run.proc.held`)."""
     gpus = detect_gpus(options.gpus, os.environ)
     per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
     mode_dir = mode_dir_of(options, Mode.SUITE)

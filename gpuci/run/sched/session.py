@@ -28,15 +28,15 @@ from gpuci.model import (
     Outcome,
     TestResult,
 )
-from gpuci.run.discover import Discovery, file_of
-from gpuci.run.gpus import describe_environment
-from gpuci.run.junit import write_mode_junit
-from gpuci.run.plan import Schedule, cpu_count
-from gpuci.run.pool import ahead_depth, run_slots
-from gpuci.run.progress import Progress
-from gpuci.run.resume import Earlier
-from gpuci.run.supervisor import Supervisor
-from gpuci.run.unit import RunOptions, UnitRunner, discovery_ids, start_interpreters
+from gpuci.run.disk.resume import Earlier
+from gpuci.run.proc.discover import Discovery, file_of
+from gpuci.run.proc.gpus import describe_environment
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.junit import write_mode_junit
+from gpuci.run.sched.plan import Schedule, cpu_count
+from gpuci.run.sched.pool import ahead_depth, run_slots
+from gpuci.run.sched.progress import Progress
+from gpuci.run.sched.unit import RunOptions, UnitRunner, discovery_ids, start_interpreters
 
 __all__ = ["Interrupted", "RunOptions", "run_mode"]
 
@@ -51,7 +51,7 @@ class ModeSession:
     """One mode's part of a pass: its interpreters, its units run so far, its directory.
 
     `run_mode` drives one session on its own; the check's screens drive several in one
-    pool (`gpuci.run.screens`), each writing its own directory.
+    pool (`gpuci.run.sched.screens`), each writing its own directory.
     """
 
     def __init__(

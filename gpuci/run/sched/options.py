@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.model import Mode
-from gpuci.run.modes import Setting
+from gpuci.run.sched.modes import Setting
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

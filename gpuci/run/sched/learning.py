@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpuci.run.discover import file_of
-from gpuci.run.plan import estimate_durations, fit_startup_and_rate
+from gpuci.run.proc.discover import file_of
+from gpuci.run.sched.plan import estimate_durations, fit_startup_and_rate
 
 
 class SuiteClock:

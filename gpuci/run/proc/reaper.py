@@ -16,7 +16,7 @@ interpreter's cookie. Missed: one that cleared its environment
 and left the session. Without the subreaper (not Linux, prctl refused) orphans leave
 gpuci's tree, and the process-group kill is all that remains.
 
-Who else holds GPU memory is `gpuci.run.holders`' question, on `descendant_pids()` and
+Who else holds GPU memory is `gpuci.run.proc.holders`' question, on `descendant_pids()` and
 `snapshot_pids()`. Once gpuci is a subreaper, the children it starts while interpreters
 run go through `start_child`, and `reap_orphans()` collects the zombies it adopted.
 """

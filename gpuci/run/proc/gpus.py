@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpuci.model import UsageError
-from gpuci.run.seed import hash_seed
+from gpuci.run.proc.seed import hash_seed
 
 
 def detect_gpus(requested: str | None, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -61,7 +61,7 @@ def _nvidia_smi(args: list[str]) -> list[str]:
 
 def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, str]:
     """GPU, driver, CUDA, CuPy, Python and CI facts for the report, and the hash seed
-    every interpreter had (reproduce commands carry it: `gpuci.run.seed`)."""
+    every interpreter had (reproduce commands carry it: `gpuci.run.proc.seed`)."""
     env: dict[str, str] = {
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),

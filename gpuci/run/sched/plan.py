@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuci.formats import read_mode_run
 from gpuci.model import InputError, Mode, ModeRun, Outcome, UsageError
-from gpuci.run.durations import is_durations_file, read_durations_file
+from gpuci.run.disk.durations import is_durations_file, read_durations_file
 
 # A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
 # without every process fighting for the same memory.

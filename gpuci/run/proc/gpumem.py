@@ -23,10 +23,10 @@ from typing import Any
 
 from gpuci.formats import read_mode_run
 from gpuci.model import GpuciError, Mode
-from gpuci.run.durations import is_durations_file, read_durations_file
-from gpuci.run.holders import gpu_processes, gpu_uuids
-from gpuci.run.reaper import forget_child, session_of, start_child
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.disk.durations import is_durations_file, read_durations_file
+from gpuci.run.proc.holders import gpu_processes, gpu_uuids
+from gpuci.run.proc.reaper import forget_child, session_of, start_child
+from gpuci.run.proc.supervisor import Supervisor
 
 SAMPLE_S = 0.5  # between two samples of every process's device memory
 MARGIN_FRACTION = 0.10  # a file may need a little more than it did last time

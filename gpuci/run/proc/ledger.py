@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuci.model import Leftover
-from gpuci.run.reaper import end_recorded, start_ticks
+from gpuci.run.proc.reaper import end_recorded, start_ticks
 
 LEDGER_NAME = "processes.jsonl"  # in OUT/.gpuci, beside the lock
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.proc.supervisor import Supervisor
 
 Unit = TypeVar("Unit")
 MAX_AHEAD = 3  # files a slot starts ahead at most (short files, slow start-ups)

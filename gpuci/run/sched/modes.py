@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci.model import Mode, UsageError
-from gpuci.run.discover import Discovery, can_import
+from gpuci.run.proc.discover import Discovery, can_import
 
 DEFAULT_MODES = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)  # threads: if asked
 NOT_ASKED = (

@@ -14,8 +14,8 @@ from junitparser import Error, JUnitXml, Skipped, TestCase, TestSuite
 from junitparser.junitparser import JUnitXmlError
 
 from gpuci.model import SUITE_UNIT, Outcome, TestResult
-from gpuci.run.launch import SUITE_STEM, Attempt
-from gpuci.run.side_outputs import write_plain_junit
+from gpuci.run.disk.side_outputs import write_plain_junit
+from gpuci.run.proc.launch import SUITE_STEM, Attempt
 
 
 def kept_junit(path: Path, ids: Iterable[str]) -> list[TestCase]:

@@ -2,7 +2,7 @@
 
 The suite interpreter starts first (it is the longest unit) and holds slot 0 to its end;
 the parallel files and the threads files share the other slots, longest first (and long
-where the suite interpreter found them long, `gpuci.run.learning`); files marked
+where the suite interpreter found them long, `gpuci.run.sched.learning`); files marked
 gpu_serial run last, one at a time, with nothing beside them. Each mode still
 writes its own directory (run.json, JUnit, journals, logs), and its run.json names the
 modes that ran beside it (`beside`): what failed there failed under the check's combined
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
-from gpuci.run.discover import Discovery
-from gpuci.run.learning import LearnedOrder, SuiteClock
-from gpuci.run.plan import Schedule, cpu_count
-from gpuci.run.pool import ahead_depth, run_beside, run_slots, wait_for
-from gpuci.run.progress import Progress
-from gpuci.run.session import Interrupted, ModeSession, RunOptions
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.proc.discover import Discovery
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.learning import LearnedOrder, SuiteClock
+from gpuci.run.sched.plan import Schedule, cpu_count
+from gpuci.run.sched.pool import ahead_depth, run_beside, run_slots, wait_for
+from gpuci.run.sched.progress import Progress
+from gpuci.run.sched.session import Interrupted, ModeSession, RunOptions
 
 # the order screens fill the pool: the longest unit (the whole suite) first
 SCREEN_ORDER = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
@@ -105,7 +105,7 @@ def learned_orders(
     screens: Sequence[Screen], sessions: Mapping[Mode, ModeSession]
 ) -> dict[Mode, LearnedOrder]:
     """Beside the suite interpreter, each other screen's order, learning from its journal
-    which files are long (`gpuci.run.learning`)."""
+    which files are long (`gpuci.run.sched.learning`)."""
     if Mode.SUITE not in sessions:
         return {}
     clock = SuiteClock()

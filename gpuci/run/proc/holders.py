@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuci.model import GpuProcess, Stranger
-from gpuci.run.reaper import (
+from gpuci.run.proc.reaper import (
     command_line,
     descendant_pids,
     forget_child,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.model import Outcome, TestResult
-from gpuci.run.discover import file_of
+from gpuci.run.proc.discover import file_of
 
 COLLECTION_ERROR = "collection error"  # the message's start for a file pytest could not collect
 

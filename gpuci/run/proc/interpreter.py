@@ -29,23 +29,23 @@ from gpuci.model import (
     Interpreter,
     Leftover,
 )
-from gpuci.run.attempts import read_attempt
-from gpuci.run.gpumem import MemoryGate, sampler
-from gpuci.run.held import HeldSuite, end_held, start_held, take_held
-from gpuci.run.holders import StrangerCheck, gpu_watch
-from gpuci.run.journal import JournalReader, startup_of
-from gpuci.run.launch import Attempt, Launch, launch_environ, pytest_command
-from gpuci.run.ledger import note_started
-from gpuci.run.logs import CappedLog
-from gpuci.run.reaper import (
+from gpuci.run.proc.attempts import read_attempt
+from gpuci.run.proc.gpumem import MemoryGate, sampler
+from gpuci.run.proc.held import HeldSuite, end_held, start_held, take_held
+from gpuci.run.proc.holders import StrangerCheck, gpu_watch
+from gpuci.run.proc.journal import JournalReader, startup_of
+from gpuci.run.proc.launch import Attempt, Launch, launch_environ, pytest_command
+from gpuci.run.proc.ledger import note_started
+from gpuci.run.proc.logs import CappedLog
+from gpuci.run.proc.reaper import (
     COOKIE_ENV,
     end_leftovers,
     forget_child,
     new_cookie,
     reap_orphans,
 )
-from gpuci.run.spawn import start_interpreter
-from gpuci.run.supervisor import Supervisor, signal_group
+from gpuci.run.proc.spawn import start_interpreter
+from gpuci.run.proc.supervisor import Supervisor, signal_group
 
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
 
@@ -98,7 +98,7 @@ class Interpreters:
 
     def start_ahead(self, launch: Launch) -> None:
         """Start `launch`'s interpreter now, fresh, held after its collection until `run`
-        takes it with the same command and environment (`gpuci.run.held`): the start-up
+        takes it with the same command and environment (`gpuci.run.proc.held`): the start-up
         of a slot's next unit costs cores that are idle while the current one runs."""
         if self.supervisor.stopping.is_set():
             return
@@ -187,7 +187,7 @@ class Interpreters:
     def _start(
         self, launch: Launch, journal: Path
     ) -> tuple[subprocess.Popen[bytes], list[str], str, float, float, bytes, JournalReader]:
-        """Start the interpreter (or take the held suite interpreter, `gpuci.run.held`, or
+        """Start the interpreter (or take the held suite interpreter, `gpuci.run.proc.held`, or
         one started ahead); the process, its command and cookie, when it started (on the
         mode's clock, and on the wall clock that the plugin stamps its first events with),
         what it printed unlogged, and the reader of its journal's events."""

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.model import GpuciError, UsageError
-from gpuci.run.seed import SEED_ENV, hash_seed
-from gpuci.run.side_outputs import interpreter_args
-from gpuci.run.spawn import start_interpreter
-from gpuci.run.supervisor import signal_group
+from gpuci.run.disk.side_outputs import interpreter_args
+from gpuci.run.proc.seed import SEED_ENV, hash_seed
+from gpuci.run.proc.spawn import start_interpreter
+from gpuci.run.proc.supervisor import signal_group
 
 PLUGIN = "gpuci.pytest_plugin"
 POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
@@ -80,7 +80,7 @@ def file_of(test_id: str) -> str:
 
 def child_env(base: Mapping[str, str]) -> dict[str, str]:
     """The environment of a child interpreter: the plugin importable, output unbuffered,
-    the check's one hash seed (`gpuci.run.seed`)."""
+    the check's one hash seed (`gpuci.run.proc.seed`)."""
     env = dict(base)
     env[SEED_ENV] = hash_seed()
     # Append, not prepend: where gpuci is installed, this changes nothing; run from a
@@ -147,7 +147,7 @@ def discover_tests(
 
 def discovered(paths: Sequence[str], events: list[dict[str, object]]) -> Discovery:
     """The discovery of a suite interpreter that journaled its collection of PATHS (`held`,
-    `gpuci.run.held`): the same command as `discover_tests`', but for --collect-only."""
+    `gpuci.run.proc.held`): the same command as `discover_tests`', but for --collect-only."""
     _check_paths_exist(paths)
     # it got past its collection (`held` is journaled after the user's hooks), but a hook of
     # pytest_collection_finish may still have raised by the time the journal is read

@@ -6,7 +6,7 @@ first (discovery) to plan its screens; a suite interpreter started only then imp
 collects all over again, seconds before its first test (about 5 s on CuPy's subset). So a
 check starts it at once, on the check's PATHS (what discovery collects, with the same
 arguments), under `GPUCI_HOLD`: once collected it journals `held` and waits for the file
-of ids to run (`gpuci.run.waits`). The suite screen takes it where its command and
+of ids to run (`gpuci.run.proc.waits`). The suite screen takes it where its command and
 environment are exactly what it would start (`take_held`); one not taken (a check that
 stopped before its screens, or planned them otherwise) is killed (`let_go`).
 """
@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.run.journal import JournalReader
-from gpuci.run.launch import Launch, launch_environ, pytest_command
-from gpuci.run.ledger import note_started
-from gpuci.run.reaper import COOKIE_ENV, new_cookie
-from gpuci.run.spawn import start_interpreter
-from gpuci.run.supervisor import signal_group
-from gpuci.run.waits import HOLD_ENV, POLL_S
+from gpuci.run.proc.journal import JournalReader
+from gpuci.run.proc.launch import Launch, launch_environ, pytest_command
+from gpuci.run.proc.ledger import note_started
+from gpuci.run.proc.reaper import COOKIE_ENV, new_cookie
+from gpuci.run.proc.spawn import start_interpreter
+from gpuci.run.proc.supervisor import signal_group
+from gpuci.run.proc.waits import HOLD_ENV, POLL_S
 
 # the keys every interpreter has its own of: not compared when the screen takes it
 OWN_KEYS = ("GPUCI_JOURNAL", "GPUCI_ONLY", COOKIE_ENV, HOLD_ENV)
@@ -63,7 +63,7 @@ class HeldSuite:
 
     @property
     def cookie(self) -> str:
-        """The cookie its processes carry (`gpuci.run.reaper`)."""
+        """The cookie its processes carry (`gpuci.run.proc.reaper`)."""
         return self.env[COOKIE_ENV]
 
     def release(self, journal: Path, ids: Sequence[str] | None) -> subprocess.Popen[bytes]:

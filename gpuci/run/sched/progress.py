@@ -18,8 +18,8 @@ from gpuci.model import (
     TestResult,
     printable,
 )
-from gpuci.run.plan import Schedule
-from gpuci.run.strays import run_lines
+from gpuci.run.proc.strays import run_lines
+from gpuci.run.sched.plan import Schedule
 
 
 def say(progress: TextIO, text: str) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from gpuci.model import InputError, Mode, UsageError, printable
-from gpuci.run.masking import mask_files
+from gpuci.run.disk.masking import mask_files
 
 STATE_DIR = ".gpuci"  # inside OUT: the lock, the check's run id, what a check replaced
 LOCK_NAME = "lock"

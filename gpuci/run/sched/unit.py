@@ -24,17 +24,17 @@ from gpuci.model import (
     Outcome,
     TestResult,
 )
-from gpuci.run.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
-from gpuci.run.gpumem import MemoryGate
-from gpuci.run.ids import match_ids
-from gpuci.run.interpreter import Interpreters
-from gpuci.run.journal import collection_error, not_run
-from gpuci.run.junit import kept_junit, write_file_junit
-from gpuci.run.launch import SUITE_STEM, Attempt, Launch, junit_part
-from gpuci.run.plan import thread_args
-from gpuci.run.resume import Earlier
-from gpuci.run.side_outputs import plain_junit, selects_by_cache
-from gpuci.run.supervisor import Supervisor
+from gpuci.run.disk.resume import Earlier
+from gpuci.run.disk.side_outputs import plain_junit, selects_by_cache
+from gpuci.run.proc.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
+from gpuci.run.proc.gpumem import MemoryGate
+from gpuci.run.proc.ids import match_ids
+from gpuci.run.proc.interpreter import Interpreters
+from gpuci.run.proc.journal import collection_error, not_run
+from gpuci.run.proc.launch import SUITE_STEM, Attempt, Launch, junit_part
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.junit import kept_junit, write_file_junit
+from gpuci.run.sched.plan import thread_args
 
 # the suite interpreter is the plain run the check replaces; isolated the reference outcome
 STEADY_MODES = (Mode.SUITE, Mode.ISOLATED)
@@ -224,7 +224,7 @@ class UnitRunner:
             junit=junit_part(self.interpreters.out, stem, 1),
             label="interpreter 1",
             # the suite interpreter may be the one started beside discovery
-            # (`gpuci.run.held`), on PATHS: not where pytest, handed a directory whose
+            # (`gpuci.run.proc.held`), on PATHS: not where pytest, handed a directory whose
             # conftest.py is broken, would end at once
             held=key == SUITE_UNIT and not self.discovery.broken_dirs,
         )
@@ -271,7 +271,7 @@ def discovery_ids(discovery: Discovery, key: str) -> tuple[str, ...]:
 def as_known(attempt: Attempt, known: Sequence[str]) -> None:
     """Name `attempt`'s results and the tests it left to resume by the ids discovery
     collected, where its interpreter computed an id differently (a parameter made at
-    import: `gpuci.run.ids`); the rest stay as reported."""
+    import: `gpuci.run.proc.ids`); the rest stay as reported."""
     matched = match_ids([*(r.id for r in attempt.results), *attempt.resume], known)
     if matched:
         attempt.results = [

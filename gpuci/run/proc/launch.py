@@ -15,8 +15,8 @@ from gpuci.model import (
     Stranger,
     TestResult,
 )
-from gpuci.run.discover import PLUGIN
-from gpuci.run.side_outputs import interpreter_args
+from gpuci.run.disk.side_outputs import interpreter_args
+from gpuci.run.proc.discover import PLUGIN
 
 SUITE_STEM = "suite"  # its journal, log and JUnit file names
 

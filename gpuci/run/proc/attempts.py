@@ -20,8 +20,8 @@ from gpuci.model import (
     Outcome,
     TestResult,
 )
-from gpuci.run.discover import file_of
-from gpuci.run.endings import (
+from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.endings import (
     EXIT_ID,
     Ending,
     choose_ending,
@@ -29,9 +29,9 @@ from gpuci.run.endings import (
     pytest_cause,
     uncollected_message,
 )
-from gpuci.run.ids import stem_of
-from gpuci.run.journal import JournalState, not_run
-from gpuci.run.launch import Attempt, Launch
+from gpuci.run.proc.ids import stem_of
+from gpuci.run.proc.journal import JournalState, not_run
+from gpuci.run.proc.launch import Attempt, Launch
 
 UNSTABLE_ID = (
     "its id differs in this interpreter (a parameter computed at import), so it cannot be run by id"
@@ -145,7 +145,7 @@ def _uncollected(
         else r
         for r in results
     ]
-    # an id computed at import differs here (`gpuci.run.ids`): not run by id, no failure
+    # an id computed at import differs here (`gpuci.run.proc.ids`): not run by id, no failure
     unexplained = [i for i in missing if file_of(i) not in broken and stem_of(i) not in stems]
     if unexplained and not ending.unit_failure and not stopping:
         message = uncollected_message(unexplained, len(launch.ids))
