@@ -59,7 +59,9 @@ def test_a_command_names_the_interpreter_where_path_has_another(tmp_path: Path) 
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text(encoding="utf-8"))
     command = verdict["tests"][0]["reproduce"]
-    assert f"&& {shlex.quote(sys.executable)} -m pytest " in command, command
+    suite_run = json.loads((tmp_path / "out" / "suite" / "run.json").read_text(encoding="utf-8"))
+    seed = suite_run["environment"]["hash_seed"]  # every interpreter's: the command carries it
+    assert f"&& PYTHONHASHSEED={seed} {shlex.quote(sys.executable)} -m pytest " in command, command
     assert f"reproduce: {command}" in proc.stdout
     # pasted where that PATH holds, it runs the check's interpreter and shows the failure
     shown = subprocess.run(
@@ -77,7 +79,8 @@ def test_a_command_keeps_python_where_it_is_the_same_interpreter(tmp_path: Path)
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text(encoding="utf-8"))
-    assert "&& python -m pytest " in verdict["tests"][0]["reproduce"]
+    seed = verdict["environment"]["hash_seed"]  # every interpreter's: the command carries it
+    assert f"&& PYTHONHASHSEED={seed} python -m pytest " in verdict["tests"][0]["reproduce"]
     assert "interpreter" not in verdict["environment"]
 
 
