@@ -450,8 +450,12 @@ def test_poison_makes_the_reader_fail_everywhere(tmp_path: Path) -> None:
     assert reader["reruns"] == ["failed", "failed"]
     # the check's interpreter: `python` where PATH has it, else named
     python = "python" if shutil.which("python") == sys.executable else shlex.quote(sys.executable)
-    assert reader["reproduce"].startswith(f"cd {suite} && GPUCI_POISON=1 {python} -m pytest")
-    assert json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))["poison"] is True
+    suite_run = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
+    seed = suite_run["environment"]["hash_seed"]  # every interpreter's: the command carries it
+    assert reader["reproduce"].startswith(
+        f"cd {suite} && PYTHONHASHSEED={seed} GPUCI_POISON=1 {python} -m pytest"
+    )
+    assert suite_run["poison"] is True
     evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
     assert "poisoned" not in evidence["phases"]  # nothing left to poison once more
     assert tests["test_limit.py::test_big_batch"]["culprits"] == ["test_limit.py::test_sets_limit"]
