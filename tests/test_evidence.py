@@ -110,7 +110,9 @@ def test_reproduce_commands_carry_the_gpus(checked: tuple[Path, str]) -> None:
     assert tests[SECOND]["category"] == "failed"
     # the check's interpreter: `python` where PATH has it, else named
     python = "python" if shutil.which("python") == sys.executable else shlex.quote(sys.executable)
-    assert f"CUDA_VISIBLE_DEVICES=0,1 {python} -m pytest" in tests[SECOND]["reproduce"]
+    seed = read(out / "suite" / "run.json")["environment"]["hash_seed"]  # the check's own
+    gpus_and_seed = f"CUDA_VISIBLE_DEVICES=0,1 PYTHONHASHSEED={seed}"
+    assert f"{gpus_and_seed} {python} -m pytest" in tests[SECOND]["reproduce"]
     # pasted into a shell, the command shows the failure (and the multi-GPU test's pass)
     command = tests[SECOND]["reproduce"]
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
