@@ -1,5 +1,6 @@
-"""The pool's slots, with files started ahead: each file runs once, in the slot that
-started it ahead, and the tail is left to whichever slot is free."""
+"""The pool's slots, with files started ahead: each file runs once; a free slot runs the
+oldest file started ahead, whichever slot started it; the tail is left to whichever slot
+is free."""
 
 from __future__ import annotations
 
@@ -7,34 +8,39 @@ import threading
 from collections.abc import Sequence
 
 from gpuci.run.proc.supervisor import Supervisor
-from gpuci.run.sched.pool import ahead_depth, run_slots
+from gpuci.run.sched.pool import ahead_count, run_slots
 
 
-def test_a_file_started_ahead_runs_once_in_the_slot_that_started_it() -> None:
+def test_every_file_runs_once_and_at_most_depth_are_started_ahead_at_once() -> None:
     files = [f"f{i}" for i in range(12)]
     lock = threading.Lock()
-    ran: list[tuple[str, int]] = []
-    ahead: dict[str, int] = {}
+    ran: list[str] = []
+    ahead: list[str] = []
+    waiting = set()  # started ahead, not yet run
+    most = 0
 
     def run_one(unit: str, slot: int) -> None:
-        with lock:
-            ran.append((unit, slot))
+        with lock:  # taken: it runs now, no longer waits
+            ran.append(unit)
+            waiting.discard(unit)
 
     def start_ahead(unit: str, slot: int) -> None:
+        nonlocal most
         with lock:
             assert unit not in ahead, f"{unit} started ahead twice"
-            ahead[unit] = slot
+            ahead.append(unit)
+            waiting.add(unit)
+            most = max(most, len(waiting))
 
-    run_slots(files, 3, run_one, Supervisor(), ahead=start_ahead, depth=2)
-    assert sorted(u for u, _ in ran) == sorted(files)  # every file, once
-    slots = dict(ran)
-    assert ahead, "nothing was started ahead"
-    assert all(slots[u] == s for u, s in ahead.items()), (ahead, slots)
+    run_slots(files, 3, run_one, Supervisor(), ahead=start_ahead, depth=4)
+    assert sorted(ran) == sorted(files)  # every file, once
+    # 4 started ahead at most, and the one its slot just took, whose run begins after
+    assert ahead and most <= 4 + 1, (ahead, most)
     # at the tail (no more files left than slots) none is started ahead
     assert len(ahead) <= len(files) - 3
 
 
-def test_a_slot_runs_its_files_started_ahead_in_the_order_it_chose_them() -> None:
+def test_a_free_slot_runs_the_oldest_file_started_ahead_in_the_order_chosen() -> None:
     # the choice learns as files run: f9 is chosen once f0 ran; the file started ahead
     # while f0 ran (f1) runs first, warm, and f9 is chosen for the next start ahead
     ran: list[str] = []
@@ -57,15 +63,9 @@ def test_a_slot_runs_its_files_started_ahead_in_the_order_it_chose_them() -> Non
     assert started[:2] == ["f1", "f9"] and ran[1:-1] == started, (ran, started)
 
 
-def test_the_depth_follows_the_idle_cores() -> None:
-    assert ahead_depth(5, 16) == 2
-    assert ahead_depth(2, 2) == 1  # never none: a start-up behind a file costs little
-    assert ahead_depth(2, 64) == 3  # at most MAX_AHEAD
-
-
-def test_a_slot_with_nothing_left_takes_what_a_busy_slot_started_ahead() -> None:
-    # f0 runs until every other file has run: the files its slot started ahead must be
-    # taken by the other slot, or f0 would wait for them forever
+def test_a_slot_behind_a_long_file_does_not_keep_the_files_started_ahead() -> None:
+    # f0 runs until every other file has run: what was started ahead while it began must
+    # be taken by the other slot, or f0 would wait for them forever
     files = [f"f{i}" for i in range(8)]
     others_done = threading.Event()
     ran: list[str] = []
@@ -81,3 +81,9 @@ def test_a_slot_with_nothing_left_takes_what_a_busy_slot_started_ahead() -> None
 
     run_slots(files, 2, run_one, Supervisor(), ahead=lambda *_: None, depth=3)
     assert sorted(ran) == sorted(files) and ran[-1] == "f0"
+
+
+def test_the_files_started_ahead_follow_the_idle_cores() -> None:
+    assert ahead_count(5, 16) == 10  # 16 cores, 5 running, gpuci's own one
+    assert ahead_count(2, 2) == 1  # never none: a start-up behind a file costs little
+    assert ahead_count(2, 64) == 6  # at most 3 a slot

@@ -35,8 +35,10 @@ from gpuci.run.proc.spawn import start_interpreter
 from gpuci.run.proc.supervisor import signal_group
 from gpuci.run.proc.waits import HOLD_ENV, POLL_S
 
-# the keys every interpreter has its own of: not compared when the screen takes it
-OWN_KEYS = ("GPUCI_JOURNAL", "GPUCI_ONLY", COOKIE_ENV, HOLD_ENV)
+# the keys every interpreter has its own of: not compared when the screen takes it (an
+# interpreter started ahead may be taken by another slot than the one that started it,
+# where the GPUs it sees are the same: its GPUCI_SLOT names the one that started it)
+OWN_KEYS = ("GPUCI_JOURNAL", "GPUCI_ONLY", "GPUCI_SLOT", COOKIE_ENV, HOLD_ENV)
 PIPE_BYTES = 1 << 20  # what it may print before it is taken, unread (Linux's default: 64 KiB)
 OUTPUT_BYTES = 1 << 20  # what is kept of what it printed before its collection ended
 

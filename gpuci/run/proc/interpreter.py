@@ -10,6 +10,7 @@ with the tests after it in a fresh interpreter (`Attempt.resume`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -79,6 +80,7 @@ class Interpreters:
         self.strangers = StrangerCheck(gpu_watch())  # the first of a command snapshots
         # started ahead, by unit, until taken; where their journal's events begin
         self._ahead: dict[str, tuple[HeldSuite, int]] = {}
+        self._ahead_numbers = itertools.count()
         # told each batch of journal events as it is read (the screens learn from the suite)
         self.on_events: Callable[[list[dict[str, Any]]], None] | None = None
 
@@ -102,8 +104,9 @@ class Interpreters:
         of a slot's next unit costs cores that are idle while the current one runs."""
         if self.supervisor.stopping.is_set():
             return
-        only = self.tmp / f"ahead-{threading.get_ident()}-{launch.slot}.json"
-        only.unlink(missing_ok=True)  # it waits for this file: ids written when taken
+        # its own file of ids, which it waits for: ids written when taken (one file shared
+        # by two interpreters held at once would release both)
+        only = self.tmp / f"ahead-{next(self._ahead_numbers)}.json"
         journal = self.out / "journal" / f"{launch.stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
         offset = journal.stat().st_size if journal.exists() else 0

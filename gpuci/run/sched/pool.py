@@ -15,13 +15,14 @@ from typing import TypeVar
 from gpuci.run.proc.supervisor import Supervisor
 
 Unit = TypeVar("Unit")
-MAX_AHEAD = 3  # files a slot starts ahead at most (short files, slow start-ups)
+MAX_AHEAD = 3  # files started ahead per slot at most (short files, slow start-ups)
 
 
-def ahead_depth(slots: int, cpus: int) -> int:
-    """How many files each of `slots` slots starts ahead: the cores its running file
-    leaves idle, shared (at least 1: a start-up hidden behind a file costs little)."""
-    return max(1, min(MAX_AHEAD, (cpus - slots) // max(1, slots)))
+def ahead_count(slots: int, cpus: int) -> int:
+    """How many files the pool's `slots` slots keep started ahead: the cores their running
+    files leave idle (at least 1: a start-up hidden behind a file costs little), at most
+    MAX_AHEAD a slot."""
+    return max(1, min(MAX_AHEAD * slots, cpus - slots - 1))
 
 
 def run_slots(
@@ -39,55 +40,44 @@ def run_slots(
     next file as soon as it is free: the first not started, or the one `choose` picks from
     those not started (at that moment: it may learn as the files run).
 
-    With `ahead`, a slot that starts a file also picks its likely next ones (up to
-    `depth`, where files are shorter than an interpreter's start-up) and starts them ahead
-    (`ahead(unit, slot)`: each interpreter starts and collects, held, while this one runs),
-    as long as more files are left than slots: at the tail a free slot takes what is left.
-    Once free, the slot runs the first it started ahead: `choose` chose it when it was
-    started, and a file chosen over it now would start cold (on CuPy's subset a learned
-    choice at each free slot left most start-ups unhidden: 1.6-2.1 s of 2.4). A slot with
-    nothing left takes the last file another slot started ahead (behind a long file, it
-    would wait there), and starts it cold.
+    With `ahead`, the pool keeps up to `depth` files started ahead (`ahead(unit, slot)`:
+    each interpreter starts and collects, held, while the running files run), picked as
+    a slot starts a file, as long as more files are left than slots: at the tail a free
+    slot takes what is left. A free slot runs the oldest file started ahead, whichever
+    slot started it (it is the likeliest to have collected by now, and `choose` chose it
+    when it was started: on CuPy's subset, a learned choice at each free slot left most
+    start-ups unhidden, 1.6-2.1 s of 2.4; a queue per slot drained faster than its files
+    started where files are shorter than a start-up).
     """
     remaining = list(files)
     lock = threading.Lock()
     used = min(workers, len(remaining))
+    started: list[Unit] = []  # started ahead, not yet run, oldest first
 
-    queues: dict[int, list[Unit]] = {}  # each slot's files started ahead, not yet run
-
-    def take(slot: int, *, spare: bool = False) -> list[Unit]:
-        """The next file, as a list of one: the first of this slot's files started ahead,
-        else one of the rest, else the last another slot started ahead; none once all
-        started, or when stopping, or (`spare`: one to start ahead, queued) where no more
-        are left than slots."""
+    def take(*, spare: bool = False) -> list[Unit]:
+        """The next file, as a list of one: the oldest started ahead, else one of the rest;
+        none once all started, or when stopping, or (`spare`: one to start ahead, queued)
+        where `depth` are started ahead already or no more are left than slots."""
         with lock:
-            own = queues.setdefault(slot, [])
             if supervisor.stopping.is_set():
                 return []
-            if own and not spare:
-                return [own.pop(0)]
-            if not remaining:
-                waiting = max(queues.values(), key=len)
-                return [waiting.pop()] if waiting and not spare else []
-            if spare and len(remaining) <= used:
+            if started and not spare:
+                return [started.pop(0)]
+            if not remaining or (spare and (len(started) >= depth or len(remaining) <= used)):
                 return []
             unit = remaining[0] if choose is None else choose(tuple(remaining))
             remaining.remove(unit)
             if spare:
-                own.append(unit)
+                started.append(unit)
             return [unit]
 
     def in_a_slot(slot: int) -> None:
-        taken = take(slot)
+        taken = take()
         while taken:
-            while (
-                ahead is not None
-                and len(queues[slot]) < depth
-                and (spare := take(slot, spare=True))
-            ):
+            while ahead is not None and (spare := take(spare=True)):
                 ahead(spare[0], slot)
             run_one(taken[0], slot)
-            taken = take(slot)
+            taken = take()
 
     if not used:
         return

@@ -23,7 +23,7 @@ from gpuci.run.proc.discover import Discovery
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
 from gpuci.run.sched.plan import Schedule, cpu_count
-from gpuci.run.sched.pool import ahead_depth, run_beside, run_slots, wait_for
+from gpuci.run.sched.pool import ahead_count, run_beside, run_slots, wait_for
 from gpuci.run.sched.progress import Progress
 from gpuci.run.sched.session import Interrupted, ModeSession, RunOptions
 
@@ -67,7 +67,8 @@ def run_by_mode(
     depth: int = 1,
 ) -> None:
     """Each mode's files in an equal share of the slots, the modes beside each other: the
-    parallel files run W at a time whether or not the threads files run beside them."""
+    parallel files run W at a time whether or not the threads files run beside them; each
+    keeps its share of `depth` files started ahead."""
     modes = list(dict.fromkeys(mode for mode, _ in jobs))
     if len(modes) <= 1:
         run_slots(
@@ -94,7 +95,7 @@ def run_by_mode(
                     first_slot=first_slot + k * share,
                     choose=choose,
                     ahead=ahead,
-                    depth=depth,
+                    depth=max(1, depth // len(modes)),  # the cores left idle, shared too
                 )
                 for k, mode in enumerate(modes)
             ]
@@ -184,7 +185,7 @@ def run_screens(
                 unit = f"{mode.value} {key}"
                 reporter.file_done(file_run, tests, unit=unit, label=mode.value)
 
-        depth = ahead_depth(workers, cpu_count())
+        depth = ahead_count(workers, cpu_count())
 
         def start_ahead(job: Job, slot: int) -> None:
             mode, key = job
