@@ -229,3 +229,22 @@ def test_other_interpreters_get_none_of_the_side_outputs() -> None:
     assert plain_junit(user) == Path.cwd() / "r.xml"
     assert plain_junit(["--junit-xml=/a/b.xml", "--junitxml=/c.xml"]) == Path("/c.xml")
     assert plain_junit(["-k", "junitxml"]) is None
+
+
+def test_a_printed_command_writes_none_of_the_side_outputs(tmp_path: Path) -> None:
+    # run as printed, a reproduce command must not overwrite the plain run's JUnit file
+    # nor let pytest's cache choose what it runs: the evidence run behind it had neither
+    root = write_files(tmp_path / "suite", SUITE)
+    sides = ("--junitxml=report.xml", "--ff", "--basetemp=bt")
+    proc = gpuci(
+        "check", "tests", "--out", "out", "--modes", "suite,isolated", "--", *sides, cwd=root
+    )
+    assert proc.returncode == 1, proc.stderr
+    verdict = json.loads((root / "out" / "verdict.json").read_text(encoding="utf-8"))
+    failing = next(t for t in verdict["tests"] if t["category"] == "failed")
+    command = failing["reproduce"]
+    assert not any(side in command for side in sides), command
+    before = (root / "report.xml").read_bytes()
+    shown = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    assert shown.returncode == 1 and "1 failed" in shown.stdout, shown.stdout
+    assert (root / "report.xml").read_bytes() == before

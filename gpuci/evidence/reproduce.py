@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from gpuci.evidence.results import ModeResults
 from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
+from gpuci.run.disk.side_outputs import command_args
 from gpuci.run.proc.discover import PLUGIN, POISON_ENV
 from gpuci.run.proc.seed import SEED_ENV
 from gpuci.run.sched.plan import thread_args, visible_gpus
@@ -263,7 +264,7 @@ def _pytest(
         env += f"{POISON_ENV}=1 "
         extra = ["-p", PLUGIN, *extra]
     python = run.environment.get("interpreter", "python")  # named where PATH has another
-    return env + shlex.join([python, *PYTEST, *run.pytest_args, *extra, *targets])
+    return env + shlex.join([python, *PYTEST, *command_args(run.pytest_args), *extra, *targets])
 
 
 def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:

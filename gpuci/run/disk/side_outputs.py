@@ -111,6 +111,17 @@ def selects_by_cache(user_args: Sequence[str]) -> bool:
     return any(name in SELECTING for name, _ in _options(user_args))
 
 
+def command_args(user_args: Sequence[str]) -> list[str]:
+    """The user's arguments as a printed command (a reproduce command) carries them: what
+    the evidence interpreter that stands behind it ran with, of the user's; none of the
+    user's side outputs (a pasted command must not overwrite the plain run's JUnit file,
+    coverage or cache, nor let the cache choose its tests)."""
+    args = _without(user_args, {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY})
+    if any(name == "--cov" or name.startswith("--cov-") for name, _ in _options(args)):
+        args.append(NO_COV)  # last, as every interpreter but the suite's gets it
+    return args
+
+
 def plain_junit(user_args: Sequence[str]) -> Path | None:
     """The user's `--junitxml` (the last one, as argparse takes it), absolute as pytest
     makes it; None where none was given."""
