@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import io
 import json
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -119,11 +118,10 @@ def test_a_stream_masks_each_write() -> None:
     assert underneath.getvalue() == f"gpuci:   test_x.py::test[{MASK}]: alone: failed\n"
 
 
-def test_masking_ten_megabytes_takes_about_a_second_at_most() -> None:
+def test_a_fragment_at_the_end_of_ten_megabytes_is_masked() -> None:
+    # how long it takes is a benchmark's (benchmarks/bench_masking.py), not a test's
     line = "E       AssertionError: assert 'value-0123456789' == 'other' at step 42\n"
     text = line * (10_000_000 // len(line)) + f"'{JOB[:14]}...{PAT[-10:]}'"
-    start = time.perf_counter()
     masked = mask_secrets(text, [*SECRETS, "a" * 7 + "Zq0_9-xY" * 8])
-    took = time.perf_counter() - start
     assert masked.endswith(f"'glcbt-{MASK}...{MASK}'")
-    assert took < 3.0, f"{took:.2f}s for 10 MB"  # about 0.3s here: a slow machine's room
+    assert masked[: len(line)] == line
