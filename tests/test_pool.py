@@ -87,3 +87,34 @@ def test_the_files_started_ahead_follow_the_idle_cores() -> None:
     assert ahead_count(5, 16) == 10  # 16 cores, 5 running, gpuci's own one
     assert ahead_count(2, 2) == 1  # never none: a start-up behind a file costs little
     assert ahead_count(2, 64) == 6  # at most 3 a slot
+
+
+def test_a_file_started_ahead_runs_where_its_slot_sees_the_same_gpus() -> None:
+    # slots 0 and 1 see their GPUs in another order: an interpreter one started ahead
+    # would start again, cold, in the other; slot 0 is held by its first file until every
+    # other file ran, so slot 1 takes its own first and slot 0's only when nothing is left
+    files = [f"f{i}" for i in range(10)]
+    starter: dict[str, int] = {}
+    runs: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    others_done = threading.Event()
+
+    def start_ahead(unit: str, slot: int) -> None:
+        with lock:
+            starter[unit] = slot
+
+    def run_one(unit: str, slot: int) -> None:
+        if slot == 0 and not runs:
+            assert others_done.wait(timeout=60), runs
+        with lock:
+            runs.append((unit, slot))
+            if len(runs) == len(files) - 1:
+                others_done.set()
+
+    run_slots(
+        files, 2, run_one, Supervisor(), ahead=start_ahead, depth=4, alike=lambda a, b: a == b
+    )
+    assert sorted(u for u, _ in runs) == sorted(files)
+    slot_one = [u for u, s in runs if s == 1]
+    crossed = [u for u in slot_one if starter.get(u) == 0]  # slot 0's, run by slot 1
+    assert slot_one[len(slot_one) - len(crossed) :] == crossed, (runs, starter)

@@ -35,6 +35,7 @@ def run_slots(
     choose: Callable[[Sequence[Unit]], Unit] | None = None,
     ahead: Callable[[Unit, int], None] | None = None,
     depth: int = 1,
+    alike: Callable[[int, int], bool] = lambda a, b: True,
 ) -> None:
     """Run files in up to `workers` slots (numbered from `first_slot`); a slot takes the
     next file as soon as it is free: the first not started, or the one `choose` picks from
@@ -48,37 +49,45 @@ def run_slots(
     started it (it is the likeliest to have collected by now, and `choose` chose it
     when it was started: on CuPy's subset, a learned choice at each free slot left most
     start-ups unhidden, 1.6-2.1 s of 2.4; a queue per slot drained faster than its files
-    started where files are shorter than a start-up).
+    started where files are shorter than a start-up). Only where the slot that started it
+    is `alike` (sees the same GPUs, in the same order): elsewhere its interpreter would be
+    started again, cold; a slot with no file of its kind started ahead takes one of the
+    rest, and only at the end another kind's.
     """
     remaining = list(files)
     lock = threading.Lock()
     used = min(workers, len(remaining))
-    started: list[Unit] = []  # started ahead, not yet run, oldest first
+    started: list[tuple[Unit, int]] = []  # started ahead, by which slot, oldest first
 
-    def take(*, spare: bool = False) -> list[Unit]:
-        """The next file, as a list of one: the oldest started ahead, else one of the rest;
-        none once all started, or when stopping, or (`spare`: one to start ahead, queued)
-        where `depth` are started ahead already."""
+    def take(slot: int, *, spare: bool = False) -> list[Unit]:
+        """The next file, as a list of one: the oldest started ahead by an alike slot, else
+        one of the rest, else the oldest started ahead; none once all started, or when
+        stopping, or (`spare`: one to start ahead, queued) where `depth` are started
+        ahead already."""
         with lock:
             if supervisor.stopping.is_set():
                 return []
-            if started and not spare:
-                return [started.pop(0)]
+            if not spare:
+                mine = [s for s in started if alike(s[1], slot)]
+                if mine or (started and not remaining):
+                    found = (mine or started)[0]
+                    started.remove(found)
+                    return [found[0]]
             if not remaining or (spare and len(started) >= depth):
                 return []
             unit = remaining[0] if choose is None else choose(tuple(remaining))
             remaining.remove(unit)
             if spare:
-                started.append(unit)
+                started.append((unit, slot))
             return [unit]
 
     def in_a_slot(slot: int) -> None:
-        taken = take()
+        taken = take(slot)
         while taken:
-            while ahead is not None and (spare := take(spare=True)):
+            while ahead is not None and (spare := take(slot, spare=True)):
                 ahead(spare[0], slot)
             run_one(taken[0], slot)
-            taken = take()
+            taken = take(slot)
 
     if not used:
         return

@@ -65,6 +65,7 @@ def run_by_mode(
     choose: Callable[[Sequence[Job]], Job] | None = None,
     ahead: Callable[[Job, int], None] | None = None,
     depth: int = 1,
+    alike: Callable[[int, int], bool] = lambda a, b: True,
 ) -> None:
     """Each mode's files in an equal share of the slots, the modes beside each other: the
     parallel files run W at a time whether or not the threads files run beside them; each
@@ -80,6 +81,7 @@ def run_by_mode(
             choose=choose,
             ahead=ahead,
             depth=depth,
+            alike=alike,
         )
         return
     share = max(1, slots // len(modes))
@@ -96,6 +98,7 @@ def run_by_mode(
                     choose=choose,
                     ahead=ahead,
                     depth=max(1, depth // len(modes)),  # the cores left idle, shared too
+                    alike=alike,
                 )
                 for k, mode in enumerate(modes)
             ]
@@ -187,6 +190,9 @@ def run_screens(
 
         depth = ahead_count(workers, cpu_count())
 
+        def alike(a: int, b: int) -> bool:  # an interpreter started ahead fits both
+            return slot_gpus[a] == slot_gpus[b]
+
         def start_ahead(job: Job, slot: int) -> None:
             mode, key = job
             sessions[mode].start_ahead(key, slot, slot_gpus[slot])
@@ -196,7 +202,15 @@ def run_screens(
             rest = [j for j in pool if j is not suite]
             choice = choosing(orders)
             if suite is None:
-                run_by_mode(rest, workers, run_one, supervisor, ahead=start_ahead, depth=depth)
+                run_by_mode(
+                    rest,
+                    workers,
+                    run_one,
+                    supervisor,
+                    ahead=start_ahead,
+                    depth=depth,
+                    alike=alike,
+                )
             else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
                 run_beside(
                     suite,
@@ -211,6 +225,7 @@ def run_screens(
                         choose=choice,
                         ahead=start_ahead,
                         depth=depth,
+                        alike=alike,
                     ),
                 )
             run_slots(alone, 1, run_one, supervisor, ahead=start_ahead)

@@ -191,7 +191,14 @@ def run_mode(
             pool, serial = session.units()
             ahead = functools.partial(_start_ahead, session, schedule)
             depth = ahead_count(schedule.workers, cpu_count())
-            run_slots(pool, schedule.workers, run_one, supervisor, ahead=ahead, depth=depth)
+            gpus = schedule.slot_gpus
+
+            def alike(a: int, b: int) -> bool:  # an interpreter started ahead fits both
+                return gpus[a] == gpus[b]
+
+            run_slots(
+                pool, schedule.workers, run_one, supervisor, ahead=ahead, depth=depth, alike=alike
+            )
             run_slots(serial, 1, run_one, supervisor, ahead=ahead)
         run = session.finish()
     finally:
