@@ -11,6 +11,7 @@ load, and only a strict run (evidence) may call it a finding.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -152,6 +153,42 @@ def _estimates(screens: Sequence[Screen]) -> dict[str, float]:
     return found
 
 
+def _run_jobs(
+    pool: Sequence[Job],
+    alone: Sequence[Job],
+    *,
+    workers: int,
+    run_one: Callable[[Job, int], None],
+    supervisor: Supervisor,
+    choose: Callable[[Sequence[Job]], Job],
+    start_ahead: Callable[[Job, int], None],
+    slot_gpus: Sequence[str | None],
+) -> None:
+    """The suite interpreter in slot 0 from start to end, the other screens' files in the
+    rest, started ahead where a slot sees the same GPUs; then the files that run alone."""
+
+    def alike(a: int, b: int) -> bool:  # an interpreter started ahead fits both
+        return slot_gpus[a] == slot_gpus[b]
+
+    by_mode = functools.partial(
+        run_by_mode,
+        run_one=run_one,
+        supervisor=supervisor,
+        ahead=start_ahead,
+        depth=ahead_count(workers, cpu_count()),
+        alike=alike,
+    )
+    suite = next((j for j in pool if j[0] is Mode.SUITE), None)
+    rest = [j for j in pool if j is not suite]
+    if suite is None:
+        by_mode(rest, workers)
+    else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
+        run_beside(
+            suite, 0, run_one, lambda: by_mode(rest, workers - 1, first_slot=1, choose=choose)
+        )
+    run_slots(alone, 1, run_one, supervisor, ahead=start_ahead)
+
+
 def run_screens(
     screens: Sequence[Screen],
     *,
@@ -188,47 +225,19 @@ def run_screens(
                 unit = f"{mode.value} {key}"
                 reporter.file_done(file_run, tests, unit=unit, label=mode.value)
 
-        depth = ahead_count(workers, cpu_count())
-
-        def alike(a: int, b: int) -> bool:  # an interpreter started ahead fits both
-            return slot_gpus[a] == slot_gpus[b]
-
-        def start_ahead(job: Job, slot: int) -> None:
-            mode, key = job
-            sessions[mode].start_ahead(key, slot, slot_gpus[slot])
-
         with supervisor.handling_signals():
-            suite = next((j for j in pool if j[0] is Mode.SUITE), None)
-            rest = [j for j in pool if j is not suite]
-            choice = choosing(orders)
-            if suite is None:
-                run_by_mode(
-                    rest,
-                    workers,
-                    run_one,
-                    supervisor,
-                    ahead=start_ahead,
-                    depth=depth,
-                    alike=alike,
-                )
-            else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
-                run_beside(
-                    suite,
-                    0,
-                    run_one,
-                    lambda: run_by_mode(
-                        rest,
-                        workers - 1,
-                        run_one,
-                        supervisor,
-                        first_slot=1,
-                        choose=choice,
-                        ahead=start_ahead,
-                        depth=depth,
-                        alike=alike,
-                    ),
-                )
-            run_slots(alone, 1, run_one, supervisor, ahead=start_ahead)
+            _run_jobs(
+                pool,
+                alone,
+                workers=workers,
+                run_one=run_one,
+                supervisor=supervisor,
+                choose=choosing(orders),
+                start_ahead=lambda job, slot: sessions[job[0]].start_ahead(
+                    job[1], slot, slot_gpus[slot]
+                ),
+                slot_gpus=slot_gpus,
+            )
         modes = tuple(sessions)
         runs = {
             mode: session.finish(beside=tuple(m for m in modes if m is not mode))
