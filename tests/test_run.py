@@ -369,7 +369,10 @@ def test_sigterm_ends_children_and_writes_what_finished(tmp_path: Path) -> None:
     )
     journal = root / "out" / "isolated" / "journal" / "test_slow.py.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and b'"test_slow.py::test_slow"' not in (
+    # until its test starts: started ahead, its interpreter journals its collection (the
+    # id) while test_fast.py still runs
+    started = b'{"e": "start", "id": "test_slow.py::test_slow"}'
+    while time.monotonic() < deadline and started not in (
         journal.read_bytes() if journal.exists() else b""
     ):
         time.sleep(0.1)
