@@ -9,7 +9,6 @@ left tests out, pytest's own exit) is a pseudo test of its file, so no report ca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from gpuci.model import (
@@ -128,25 +127,21 @@ def _uncollected(
         return []
     collected = set(journal.collected or ())
     stems = {stem_of(i) for i in collected}
-    missing = [i for i in launch.ids if i not in collected]
     broken = {file_of(f): m for f, m in journal.errors.items()}
-    results = [
-        not_run(
-            i,
-            f"not run: {file_of(i)} could not be collected here: {broken[file_of(i)]}"
-            if file_of(i) in broken
-            else f"not run: {ending.unit_failure or 'not collected in this interpreter'}",
-        )
-        for i in missing
-    ]
-    results = [
-        replace(r, message=f"not run: {UNSTABLE_ID}")
-        if file_of(r.id) not in broken and stem_of(r.id) in stems
-        else r
-        for r in results
-    ]
-    # an id computed at import differs here (`gpuci.run.proc.ids`): not run by id, no failure
-    unexplained = [i for i in missing if file_of(i) not in broken and stem_of(i) not in stems]
+
+    def why(test_id: str) -> str:
+        """What kept a test it was given from being collected, where the journal says."""
+        file = file_of(test_id)
+        if file in broken:
+            return f"{file} could not be collected here: {broken[file]}"
+        if stem_of(test_id) in stems:  # an id computed at import differs here (`ids`)
+            return UNSTABLE_ID
+        return ""
+
+    reasons = {i: why(i) for i in launch.ids if i not in collected}
+    fallback = ending.unit_failure or "not collected in this interpreter"
+    results = [not_run(i, f"not run: {reason or fallback}") for i, reason in reasons.items()]
+    unexplained = [i for i, reason in reasons.items() if not reason]
     if unexplained and not ending.unit_failure and not stopping:
         message = uncollected_message(unexplained, len(launch.ids))
         results.append(_unit_failure(launch, Outcome.FAILED, message, excerpt))
