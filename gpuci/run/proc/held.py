@@ -9,6 +9,9 @@ arguments), under `GPUCI_HOLD`: once collected it journals `held` and waits for 
 of ids to run (`gpuci.run.proc.waits`). The suite screen takes it where its command and
 environment are exactly what it would start (`take_held`); one not taken (a check that
 stopped before its screens, or planned them otherwise) is killed (`let_go`).
+
+The same hold serves the files a slot starts ahead (`start_held`, from
+`gpuci.run.proc.interpreter.Interpreters.start_ahead`): each waits on a file of its own.
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ OUTPUT_BYTES = 1 << 20  # what is kept of what it printed before its collection 
 
 
 @dataclass(slots=True)
-class HeldSuite:
-    """A suite interpreter started before discovery, held after its collection."""
+class Held:
+    """An interpreter started before gpuci needs it, held after its collection: the check's
+    suite interpreter (started beside discovery), or a file started ahead of its slot."""
 
     proc: subprocess.Popen[bytes]
     command: list[str]
@@ -55,10 +59,15 @@ class HeldSuite:
     started_at: float  # time.time() at its start: the clock of the journal's stamps
     output: bytearray = field(default_factory=bytearray)  # read before it was taken
 
-    def matches(self, command: Sequence[str], own: Sequence[str], env: Mapping[str, str]) -> bool:
-        """Whether it still runs and is what `command` and `env` would start (its own
-        command `own`, compared but for each interpreter's own keys); killed where not."""
-        if self.proc.poll() is None and list(own) == list(command) and _same(self.env, env):
+    def matches(
+        self, command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]
+    ) -> bool:
+        """Whether it still runs and is what `command` would start but for its targets (the
+        suite's were the check's PATHS), with `env` but for each interpreter's own keys;
+        killed where not."""
+        ours = self.command[: len(self.command) - len(self.targets)]
+        asked = list(command[: len(command) - len(targets)])
+        if self.proc.poll() is None and ours == asked and _same(self.env, env):
             return True
         end_held(self)
         return False
@@ -85,10 +94,10 @@ class _Holding:
     """The one held interpreter of this process, and the folder of the last one started."""
 
     def __init__(self) -> None:
-        self.held: HeldSuite | None = None
+        self.held: Held | None = None
         self.folder: Path | None = None  # removed at the end: a taken one reads its ids there
 
-    def take(self) -> HeldSuite | None:
+    def take(self) -> Held | None:
         held, self.held = self.held, None
         return held
 
@@ -116,9 +125,9 @@ def hold_suite(
     _HOLDING.held = start_held(command, launch.targets, env)
 
 
-def start_held(command: list[str], targets: Sequence[str], env: dict[str, str]) -> HeldSuite:
+def start_held(command: list[str], targets: Sequence[str], env: dict[str, str]) -> Held:
     """Start `command` with `env` (its journal and its file of ids named there, the file
-    not yet written), held after its collection until `HeldSuite.release`."""
+    not yet written), held after its collection until `Held.release`."""
     env = {**env, COOKIE_ENV: new_cookie(), HOLD_ENV: "1"}
     started, started_at = time.monotonic(), time.time()
     proc = start_interpreter(command, env)
@@ -126,7 +135,7 @@ def start_held(command: list[str], targets: Sequence[str], env: dict[str, str]) 
     if proc.stdout is not None:
         with contextlib.suppress(AttributeError, OSError):  # no such fcntl: 64 KiB it is
             fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    return HeldSuite(proc, command, tuple(targets), env, started, started_at)
+    return Held(proc, command, tuple(targets), env, started, started_at)
 
 
 def held_collection(timeout: float) -> list[dict[str, Any]] | None:
@@ -156,16 +165,14 @@ def held_collection(timeout: float) -> list[dict[str, Any]] | None:
 
 def take_held(
     command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]
-) -> HeldSuite | None:
+) -> Held | None:
     """The held suite interpreter, where it still runs and was started with `command` but
     for its targets, and with `env` but for each interpreter's own keys; else None (and
     one held is killed: the suite runs as `command` says)."""
     held = _HOLDING.take()
     if held is None:
         return None
-    ours = held.command[: len(held.command) - len(held.targets)]
-    asked = list(command[: len(command) - len(targets)])
-    return held if held.matches(asked, ours, env) else None
+    return held if held.matches(command, targets, env) else None
 
 
 def let_go() -> None:
@@ -186,7 +193,7 @@ def _same(held: Mapping[str, str], asked: Mapping[str, str]) -> bool:
     return without(held) == without(asked)
 
 
-def end_held(held: HeldSuite) -> None:
+def end_held(held: Held) -> None:
     """Kill a held interpreter that will not be taken, and wait for it."""
     signal_group(held.proc, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):

@@ -32,7 +32,7 @@ from gpuci.model import (
 )
 from gpuci.run.proc.attempts import read_attempt
 from gpuci.run.proc.gpumem import MemoryGate, sampler
-from gpuci.run.proc.held import HeldSuite, end_held, start_held, take_held
+from gpuci.run.proc.held import Held, end_held, start_held, take_held
 from gpuci.run.proc.holders import StrangerCheck, gpu_watch
 from gpuci.run.proc.journal import JournalReader, startup_of
 from gpuci.run.proc.launch import Attempt, Launch, launch_environ, pytest_command
@@ -79,7 +79,7 @@ class Interpreters:
         self.tmp = Path(tempfile.mkdtemp(prefix="gpuci-"))
         self.strangers = StrangerCheck(gpu_watch())  # the first of a command snapshots
         # started ahead, by unit, until taken; where their journal's events begin
-        self._ahead: dict[str, tuple[HeldSuite, int]] = {}
+        self._ahead: dict[str, tuple[Held, int]] = {}
         self._ahead_numbers = itertools.count()
         # told each batch of journal events as it is read (the screens learn from the suite)
         self.on_events: Callable[[list[dict[str, Any]]], None] | None = None
@@ -211,7 +211,7 @@ class Interpreters:
         # its start: its wall from now, when its tests may start, and its start-up only
         # what was not hidden (from now to its collection, 0 where it had collected)
         ahead, offset = self._ahead.pop(launch.key, (None, 0))
-        if ahead is not None and ahead.matches(cmd, ahead.command, env):
+        if ahead is not None and ahead.matches(cmd, launch.targets, env):
             proc = ahead.release(journal, launch.ids)
             reader = JournalReader(journal, offset)
             return proc, ahead.command, ahead.cookie, self.now(), time.time(), b"", reader
