@@ -25,6 +25,12 @@ def ahead_count(slots: int, cpus: int) -> int:
     return max(1, min(MAX_AHEAD * slots, cpus - slots - 1))
 
 
+def same_gpus(slot_gpus: Sequence[str | None]) -> Callable[[int, int], bool]:
+    """`run_slots`' `alike`: two slots that see the same GPUs in the same order, so that an
+    interpreter one of them started ahead fits the other."""
+    return lambda a, b: slot_gpus[a] == slot_gpus[b]
+
+
 def run_slots(
     files: Sequence[Unit],
     workers: int,

@@ -24,7 +24,7 @@ from gpuci.run.proc.discover import Discovery
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
 from gpuci.run.sched.plan import Schedule, cpu_count
-from gpuci.run.sched.pool import ahead_count, run_beside, run_slots, wait_for
+from gpuci.run.sched.pool import ahead_count, run_beside, run_slots, same_gpus, wait_for
 from gpuci.run.sched.progress import Progress
 from gpuci.run.sched.session import Interrupted, ModeSession, RunOptions
 
@@ -167,16 +167,13 @@ def _run_jobs(
     """The suite interpreter in slot 0 from start to end, the other screens' files in the
     rest, started ahead where a slot sees the same GPUs; then the files that run alone."""
 
-    def alike(a: int, b: int) -> bool:  # an interpreter started ahead fits both
-        return slot_gpus[a] == slot_gpus[b]
-
     by_mode = functools.partial(
         run_by_mode,
         run_one=run_one,
         supervisor=supervisor,
         ahead=start_ahead,
         depth=ahead_count(workers, cpu_count()),
-        alike=alike,
+        alike=same_gpus(slot_gpus),
     )
     suite = next((j for j in pool if j[0] is Mode.SUITE), None)
     rest = [j for j in pool if j is not suite]

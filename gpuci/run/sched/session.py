@@ -34,7 +34,7 @@ from gpuci.run.proc.gpus import describe_environment
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import write_mode_junit
 from gpuci.run.sched.plan import Schedule, cpu_count
-from gpuci.run.sched.pool import ahead_count, run_slots
+from gpuci.run.sched.pool import ahead_count, run_slots, same_gpus
 from gpuci.run.sched.progress import Progress
 from gpuci.run.sched.unit import RunOptions, UnitRunner, discovery_ids, start_interpreters
 
@@ -191,13 +191,14 @@ def run_mode(
             pool, serial = session.units()
             ahead = functools.partial(_start_ahead, session, schedule)
             depth = ahead_count(schedule.workers, cpu_count())
-            gpus = schedule.slot_gpus
-
-            def alike(a: int, b: int) -> bool:  # an interpreter started ahead fits both
-                return gpus[a] == gpus[b]
-
             run_slots(
-                pool, schedule.workers, run_one, supervisor, ahead=ahead, depth=depth, alike=alike
+                pool,
+                schedule.workers,
+                run_one,
+                supervisor,
+                ahead=ahead,
+                depth=depth,
+                alike=same_gpus(schedule.slot_gpus),
             )
             run_slots(serial, 1, run_one, supervisor, ahead=ahead)
         run = session.finish()
