@@ -67,6 +67,8 @@ SELECTING = (
     "--last-failed-no-failures",
 )
 SUITE_ONLY = {"--basetemp": True, "--log-file": True}  # the suite interpreter's alone
+# every option only the plain run (the suite interpreter) gets, with whether it takes a value
+PLAIN_RUNS_ONLY = {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY}
 NO_CACHE = ("-p", "no:cacheprovider")
 NO_LOG_FILE = ("-o", "log_file=")  # an empty log_file: pytest logs to os.devnull
 NO_COV = "--no-cov"
@@ -98,7 +100,7 @@ def interpreter_args(python: str, user_args: Sequence[str], *, plain: bool) -> l
     discovery), which write none of the user's side outputs."""
     if plain:
         return _without(user_args, dict.fromkeys(JUNIT, True))
-    args = [*NO_CACHE, *_without(user_args, {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY})]
+    args = [*NO_CACHE, *_without(user_args, PLAIN_RUNS_ONLY)]
     args += NO_LOG_FILE
     if _has_pytest_cov(python, user_args):
         args.append(NO_COV)  # last: pytest-cov warns of a --cov after it
@@ -116,7 +118,7 @@ def command_args(user_args: Sequence[str]) -> list[str]:
     the evidence interpreter that stands behind it ran with, of the user's; none of the
     user's side outputs (a pasted command must not overwrite the plain run's JUnit file,
     coverage or cache, nor let the cache choose its tests)."""
-    args = _without(user_args, {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY})
+    args = _without(user_args, PLAIN_RUNS_ONLY)
     if any(name == "--cov" or name.startswith("--cov-") for name, _ in _options(args)):
         args.append(NO_COV)  # last, as every interpreter but the suite's gets it
     return args
@@ -164,7 +166,7 @@ def refuse_side_outputs(user_args: Sequence[str], *, suite: bool, asker: str) ->
 def _options(args: Sequence[str]) -> list[tuple[str, str | None]]:
     """Each long option in `args` with its value (`--x=V`, or the next argument for an
     option known to take one); pytest allows no abbreviations."""
-    valued = {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY}
+    valued = PLAIN_RUNS_ONLY
     found: list[tuple[str, str | None]] = []
     i = 0
     while i < len(args):
