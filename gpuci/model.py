@@ -378,6 +378,7 @@ class TestEvidence:
     sanitizer: str = ""  # compute-sanitizer memcheck's first error block, alone
     fingerprint: str = ""  # its failure's group (gpuci.evidence.fingerprints), where it has one
     inferred_from: tuple[str, ...] = ()  # its group's representatives, which ran alone for it
+    group: tuple[str, ...] = ()  # answered by group runs: the victims they ran, itself among them
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,5 +1,5 @@
-"""Tests of gpuci/formats.py: the evidence engine's fields survive verdict.json and
-evidence.json unchanged."""
+"""Tests of gpuci/formats.py and gpuci/evidence_json.py: the evidence engine's fields survive
+verdict.json and evidence.json unchanged."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.formats import (
-    evidence_to_json,
-    read_evidence,
-    read_verdict,
-    verdict_to_json,
-    write_json_atomic,
-)
+from gpuci.evidence_json import evidence_to_json, read_evidence
+from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
 from gpuci.model import Category, Evidence, InputError, Outcome, Probe, TestEvidence
 
 VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
@@ -66,6 +61,9 @@ def test_evidence_with_a_culprit_search_round_trips(tmp_path: Path) -> None:
             ),
             TestEvidence(id="a.py::culprit", alone=(Outcome.CRASHED,), sanitizer=SANITIZER),
             TestEvidence(id="b.py::cut", cut="not rerun: budget", search="not searched (budget)"),
+            TestEvidence(
+                id="b.py::v2", culprits=("a.py::culprit",), group=("b.py::v1", "b.py::v2")
+            ),
         ),
     )
     path = tmp_path / "evidence.json"

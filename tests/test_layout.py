@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
-SHARED = ("model", "formats")  # the shared types and files, importable by every package
+SHARED = (
+    "model",
+    "formats",
+    "evidence_json",
+)  # the shared types and files, importable by every package
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
@@ -79,6 +83,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "bisect",
         "collected",
         "culprits",
+        "groups",
         "strict",
         "sanitizer",
         "budget",

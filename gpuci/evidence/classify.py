@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gpuci.evidence.reproduce import Order, first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults, keep_worse
-from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestResult
+from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
 
 # The device ran out of memory: CuPy's and PyTorch's OutOfMemoryError (and the CPU
 # example's fake one), the CUDA runtime's and driver's error names, PyTorch's message.
@@ -25,6 +25,9 @@ OUT_OF_MEMORY = re.compile(
 # state that every thread shares, which is what the threads mode is there to catch.
 POOL_LIMIT = re.compile(r"limit set to", re.IGNORECASE)
 WARNING = re.compile(r"\b\w*Warning\b")
+# a victim answered by group runs (`gpuci.evidence.groups`): its two probes' kinds
+GROUP_WITH = "group after its culprits"
+GROUP_WITHOUT = "group without its culprits"
 
 
 def out_of_device_memory(message: str) -> bool:
@@ -53,10 +56,14 @@ def classify_results(
     results: Mapping[Mode, ModeResults],
     alone: Mapping[str, Sequence[Outcome]],
     orders: Mapping[Mode, Order] | None = None,
+    *,
+    together: Mapping[str, Outcome] | None = None,
 ) -> dict[str, Classified]:
     """Every test of `results`, classified, in the order first seen (modes in pipeline order).
 
-    `alone` holds the evidence's alone-runs by id (on top of those in each run.json).
+    `alone` holds the evidence's alone-runs by id (on top of those in each run.json);
+    `together` a group-answered victim's run with its group, without its culprits, which
+    decides as an alone-run would (`together_outcomes`) but is none.
     """
     modes = [m for m in Mode if m in results]
     if orders is None:
@@ -82,7 +89,9 @@ def classify_results(
         found[test_id] = Classified(
             id=test_id,
             category=classify_test(
-                judged, reruns + _seen_alone(mine, orders, test_id), first_in_file=first
+                judged,
+                reruns + _seen_alone(mine, orders, test_id) + _together(together, test_id),
+                first_in_file=first,
             ),
             outcomes=outcomes,
             reruns=reruns,
@@ -90,6 +99,17 @@ def classify_results(
             notes=notes,
         )
     return found
+
+
+def together_outcomes(found: Mapping[str, TestEvidence]) -> dict[str, Outcome]:
+    """Each group-answered victim's outcome in its group without the culprits: a pass there
+    (under the group's load) answers "passes alone", a failure there ran strictly."""
+    return {i: p.outcome for i, t in found.items() for p in t.probes if p.kind == GROUP_WITHOUT}
+
+
+def _together(together: Mapping[str, Outcome] | None, test_id: str) -> tuple[Outcome, ...]:
+    outcome = (together or {}).get(test_id)
+    return () if outcome is None else (outcome,)
 
 
 def ran_outcomes(

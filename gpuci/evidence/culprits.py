@@ -21,7 +21,7 @@ says so.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
@@ -56,9 +56,15 @@ def search_culprits(
     *,
     orders: Mapping[Mode, Order],
     progress: TextIO,
+    only: Collection[str] | None = None,
 ) -> dict[str, TestEvidence]:
-    """The culprits of every isolation regression, added to the evidence by test id."""
-    tasks = plan_searches(results, classified, found, orders)
+    """The culprits of every isolation regression (of those `only`, where given), added to
+    the evidence by test id."""
+    tasks = [
+        t
+        for t in plan_searches(results, classified, found, orders)
+        if only is None or t.victim in only
+    ]
     if not tasks:
         return dict(found)
     say(progress, f"culprits: searching for {len(tasks)} victim(s)")

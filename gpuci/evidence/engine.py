@@ -21,21 +21,17 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
-from gpuci.evidence.classify import classify_results, out_of_device_memory
+from gpuci.evidence.classify import classify_results, out_of_device_memory, together_outcomes
 from gpuci.evidence.culprits import search_culprits
+from gpuci.evidence.groups import run_groups, waiting_victims
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import RUNS_FILE, Prober
 from gpuci.evidence.reproduce import Order, interpreter_order
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
-from gpuci.formats import (
-    EVIDENCE_DIR,
-    EVIDENCE_FILE,
-    evidence_to_json,
-    mode_run_to_json,
-    write_json_atomic,
-)
+from gpuci.evidence_json import EVIDENCE_DIR, EVIDENCE_FILE, evidence_to_json
+from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import (
     NOT_PASSING,
     PROBE_SHOWN,
@@ -150,34 +146,33 @@ def _gather(
     tool: str | None,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
-    matters least: the isolation suspects' first alone-runs (a second at once for one that
-    fails); one alone-run of each test that failed the same way everywhere, but a few of
-    each large group (a victim of a sticky error fails in every mode, yet passes alone:
-    the cascade's first victim, whose culprit every later one is tried with); poisoned
-    runs and culprit searches; compute-sanitizer on the roots; each thread-unsafe test
-    alone in threads; then the remaining alone-runs."""
+    matters least: the suspects' first alone-runs, poisoned runs and culprit searches
+    (`_suspects`), where the later victims of one interpreter that failed alike wait for
+    its first victim's culprits, which then answer them all by two group runs
+    (`gpuci.evidence.groups`); those the group runs did not answer go round again, a
+    group's first at a time; compute-sanitizer on the roots; each thread-unsafe test alone
+    in threads; then the remaining alone-runs."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
-    plan = prioritize(results, wanted)
-    found, had = first_alone(
-        prober, plan.isolation, {}, progress, likely_failing=plan.likely_failing
-    )
-    once = {i: min(n, 1) for i, n in plan.consistent.items()}
-    found = more_alone(prober, once, found, progress)
-    had |= once
-    found, split = run_representatives(prober, plan.groups, found, progress=progress)
-    for group in plan.groups:
-        for member in group.members:
-            # a representative's one run, or the others' none, is all a kept group needs
-            wanted[member] = 0 if found[member].inferred_from else min(wanted[member], 1)
-            had[member] = len(found[member].alone)  # not run again among the remaining
-    found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress)
-    had |= more
     orders = {mode: interpreter_order(results[mode]) for mode in results}  # built once
-    classified = classify_results(results, {i: t.alone for i, t in found.items()}, orders)
-    victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
-    if not prober.poisoned:  # a --poison check ran everything poisoned already
-        found = run_poisoned(prober, victims, found, progress=progress)
-    found = search_culprits(prober, results, classified, found, orders=orders, progress=progress)
+    found: dict[str, TestEvidence] = {}
+    had: dict[str, int] = {}
+    pending = dict(wanted)
+    while pending:
+        waiting = waiting_victims(results, orders, pending)
+        held = {m for w in waiting for m in w.members}
+        now = {i: n for i, n in pending.items() if i not in held}
+        found, more, revised = _suspects(
+            prober, results, now, found, orders=orders, progress=progress
+        )
+        had |= more
+        wanted |= revised
+        found, left = run_groups(prober, results, waiting, found, progress=progress)
+        for answered in held - set(left):
+            wanted[answered] = 0  # its group runs answered what its alone-runs would
+        pending = {i: wanted[i] for i in left}
+    classified = classify_results(
+        results, {i: t.alone for i, t in found.items()}, orders, together=together_outcomes(found)
+    )
     if sanitize is not False:  # the kernel of a root before the rest
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
@@ -193,6 +188,54 @@ def _gather(
         )
     rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
     return describe_cuts(more_alone(prober, rest, found, progress), wanted)
+
+
+def _suspects(
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    wanted: Mapping[str, int],
+    found: Mapping[str, TestEvidence],
+    *,
+    orders: Mapping[Mode, Order],
+    progress: TextIO,
+) -> tuple[dict[str, TestEvidence], dict[str, int], dict[str, int]]:
+    """`wanted`'s first alone-runs (a second at once for one that fails), one alone-run of
+    each test that failed the same way everywhere but a representative of each group (a
+    victim of a sticky error fails in every mode, yet passes alone: the cascade's first
+    victim); then poisoned runs and culprit searches for the order-dependent among them.
+    The evidence, the runs each had of those it wanted, and the alone-runs a group's
+    members want now (none where inferred from its representative)."""
+    plan = prioritize(results, wanted)
+    found, had = first_alone(
+        prober, plan.isolation, found, progress, likely_failing=plan.likely_failing
+    )
+    once = {i: min(n, 1) for i, n in plan.consistent.items()}
+    found = more_alone(prober, once, found, progress)
+    had |= once
+    found, split = run_representatives(prober, plan.groups, found, progress=progress)
+    revised: dict[str, int] = {}
+    for group in plan.groups:
+        for member in (m for m in group.members if m not in split):
+            # a representative's one run, or the others' none, is all a kept group needs
+            revised[member] = 0 if found[member].inferred_from else min(wanted[member], 1)
+            had[member] = len(found[member].alone)  # not run again among the remaining
+    found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress)
+    # a representative that passed alone counts that run among its own
+    had |= more | {i: len(found[i].alone) for i in split if i in found and found[i].alone}
+    classified = classify_results(
+        results, {i: t.alone for i, t in found.items()}, orders, together=together_outcomes(found)
+    )
+    victims = [
+        t.id
+        for t in classified.values()
+        if t.category is Category.ORDER_DEPENDENT and t.id in wanted
+    ]
+    if not prober.poisoned:  # a --poison check ran everything poisoned already
+        found = run_poisoned(prober, victims, found, progress=progress)
+    found = search_culprits(
+        prober, results, classified, found, orders=orders, progress=progress, only=wanted.keys()
+    )
+    return found, had, revised
 
 
 def run_threaded(

@@ -4,7 +4,7 @@ A fingerprint is the failure's message (its exception type and words) with what 
 between tests that fail the same way taken out: numbers, hex addresses, temporary paths,
 the test's own parameter ids; then the innermost frame in the suite's own code. 288
 parametrized tests that error in setup on one deprecation share one fingerprint, so the
-evidence runs a few of them alone instead of all, and the reports show them as one row.
+evidence runs one of them alone instead of all, and the reports show them as one row.
 
 The message is untrusted and may be huge or hold undecodable bytes: a fingerprint is
 always short, printable text.
@@ -21,7 +21,9 @@ from gpuci.run.proc.endings import EXIT_ID
 
 MAX_INPUT = 2_000  # characters of a message looked at: the rest cannot change the group
 MAX_FINGERPRINT = 240  # characters of a fingerprint
-REPRESENTATIVES = 3  # alone-runs a group of consistent failures gets, spread over its files
+# a group of consistent failures runs its first representative alone, the second only where
+# the first passes; they are spread over its files
+REPRESENTATIVES = 2
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _TEMP = re.compile(
     r"(?:/private)?(?:/tmp|/var/folders|/var/tmp|/dev/shm)/[^\s'\":,;)\]]*"

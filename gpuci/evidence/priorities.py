@@ -5,10 +5,12 @@ and confirming a failure alone) are `gpuci.evidence.alone`'s; this module orders
 
 Isolation suspects (a test whose outcome differs between modes) come first: they are
 what a check is for. Tests that failed the same way in every mode come after, grouped by
-fingerprint: a group of more than REPRESENTATIVES gets one alone-run for each of a few
-representatives, spread over its files; when each fails alone the same way, the others
-are `failed`, inferred from them, without a run of their own. A representative that
-passes alone (or fails differently) splits its group: every member then runs alone.
+fingerprint: a group of two or more runs one representative alone; where it fails alone
+the same way, the others are `failed`, inferred from it, without a run of their own.
+Where it passes alone, a second representative (from another file where the group spans
+several) runs: where that one fails the same way, the others are inferred from it and
+the first is a suspect of its own; otherwise (or where the first failed differently) the
+group splits, and every member runs alone.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import TextIO
 
 from gpuci.evidence.alone import CUT_BY_BUDGET, more_alone
 from gpuci.evidence.fingerprints import (
-    REPRESENTATIVES,
     FailureGroup,
     consistent_failures,
     fingerprint,
@@ -49,7 +50,7 @@ def prioritize(results: Mapping[Mode, ModeResults], wanted: Mapping[str, int]) -
     """Split the suspects: isolation suspects first, then consistent failures by group."""
     failures = consistent_failures({mode: r.run.tests for mode, r in results.items()}, list(wanted))
     groups = group_failures({i: t for i, t in failures.items() if t.message.strip()})
-    large = tuple(g for g in groups if len(g.members) > REPRESENTATIVES)
+    large = tuple(g for g in groups if len(g.members) > 1)
     grouped = {m for g in large for m in g.members}
     isolation = {i: n for i, n in wanted.items() if i not in failures}
     return Priorities(
@@ -103,23 +104,25 @@ def run_representatives(
     *,
     progress: TextIO,
 ) -> tuple[dict[str, TestEvidence], list[str]]:
-    """Each group's representatives alone once; the rest inferred from them where each
-    failed alone the same way. The evidence, and the members of the groups that split."""
+    """Each group's representative alone once (a second where the first passes); the rest
+    inferred from the one that failed alone the same way. The evidence, and the members
+    that run alone as any other suspect: a representative that passed, or every member of
+    a group that split."""
     merged = dict(found)
     split: list[str] = []
     for group in groups:
-        reps = group.representatives
         say(
             progress,
             f"evidence: {len(group.members)} tests failed the same way everywhere;"
-            f" running {len(reps)} of them alone: {group.fingerprint}",
+            f" running one of them alone: {group.fingerprint}",
         )
         if prober.exhausted() or prober.stopping():
             for member in group.members:
                 merged[member] = TestEvidence(id=member, cut=CUT_BY_BUDGET)
             continue
-        same = True
-        for rep in reps:
+        tried: list[str] = []
+        kept = ""  # the representative that failed alone the same way
+        for rep in group.representatives:
             # a failure decides the group's category: nothing beside it
             ran = prober.run(
                 [rep], phase="alone", label=f"alone (for its group): {rep}", strict=True
@@ -131,18 +134,23 @@ def run_representatives(
                 and outcome is Outcome.FAILED
                 and fingerprint(rep, result.message, result.where) == group.fingerprint
             )
-            same = same and alike
+            tried.append(rep)
             merged[rep] = TestEvidence(id=rep, alone=(outcome,), fingerprint=group.fingerprint)
             say(progress, f"  {rep}: alone: {outcome.value}{'' if alike else ' (differs)'}")
-        rest = [m for m in group.members if m not in reps]
-        if same:
+            if alike:
+                kept = rep
+            if alike or outcome is not Outcome.PASSED or prober.exhausted():
+                break  # a second only where the first passed
+        rest = [m for m in group.members if m not in tried]
+        if kept:
             for member in rest:
                 merged[member] = TestEvidence(
-                    id=member, fingerprint=group.fingerprint, inferred_from=reps
+                    id=member, fingerprint=group.fingerprint, inferred_from=(kept,)
                 )
-            say(progress, f"  the other {len(rest)}: failed, inferred from them")
+            split += [r for r in tried if r != kept]
+            say(progress, f"  the other {len(rest)}: failed, inferred from it")
         else:
-            split += rest
+            split += [*tried, *rest]
             say(progress, f"  the group splits: its other {len(rest)} run alone each")
     return merged, split
 

@@ -163,9 +163,11 @@ def culprit_command(
     category: Category,
     culprits: Sequence[str],
     results: Mapping[Mode, ModeResults],
+    group: Sequence[str] = (),
 ) -> str:
-    """The minimal command: the culprits, then the victim; or the victim started together
-    with the files beside which it failed. "" where culprits do not make the finding show.
+    """The minimal command: the culprits, then the victim (then its `group`, the victims
+    answered together, where it has one); or the victim started together with the files
+    beside which it failed. "" where culprits do not make the finding show.
     """
     target = _selectable(test_id)
     if not culprits or not target:
@@ -177,7 +179,7 @@ def culprit_command(
         return _run_together(results[Mode.PARALLEL], [target, *culprits])
     if category is Category.ORDER_DEPENDENT:
         run = next(iter(results.values())).run
-        return pytest_command(run, [*culprits, target], serial_gpu(run))
+        return pytest_command(run, [*culprits, *(group or [target])], serial_gpu(run))
     return ""
 
 
@@ -186,16 +188,17 @@ def provider_command(
     category: Category,
     culprits: Sequence[str],
     results: Mapping[Mode, ModeResults],
+    group: Sequence[str] = (),
 ) -> str:
     """A depends-on-others finding's other half: its providers, then it (it passes), where
-    its reproduce command runs it alone (it fails)."""
+    its reproduce command runs it alone (it fails); then its `group`, where it has one."""
     target = _selectable(test_id)
     if category is not Category.DEPENDS_ON_OTHERS or not culprits or not target:
         return ""
     run = next(iter(results.values())).run
     # a provider file is collected (imported) with every one of its tests deselected
     deselect = [arg for c in culprits if "::" not in c for arg in ("--deselect", f"{c}::")]
-    return pytest_command(run, [*culprits, target], serial_gpu(run), extra=deselect)
+    return pytest_command(run, [*culprits, *(group or [target])], serial_gpu(run), extra=deselect)
 
 
 def alone_command(
@@ -203,14 +206,27 @@ def alone_command(
     category: Category,
     culprits: Sequence[str],
     results: Mapping[Mode, ModeResults],
+    group: Sequence[str] = (),
 ) -> str:
     """An order-dependent finding's other half: the test alone (it passes), where its
-    reproduce command runs it after its culprits (it fails)."""
+    reproduce command runs it after its culprits (it fails); its `group` without them,
+    where it has one."""
     target = _selectable(test_id)
     if category is not Category.ORDER_DEPENDENT or not culprits or not target:
         return ""
     run = next(iter(results.values())).run
-    return pytest_command(run, [target], serial_gpu(run))
+    return pytest_command(run, group or [target], serial_gpu(run))
+
+
+def group_command(
+    category: Category, group: Sequence[str], results: Mapping[Mode, ModeResults]
+) -> str:
+    """A group-answered depends-on-others finding's command that fails: its group, without
+    its providers ("" for any other)."""
+    if category is not Category.DEPENDS_ON_OTHERS or not group:
+        return ""
+    run = next(iter(results.values())).run
+    return pytest_command(run, group, serial_gpu(run))
 
 
 def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:

@@ -8,6 +8,7 @@ headline says both: "3 isolation problems — 2 polluters, 1 provider — in 5 t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from gpuci.evidence.results import ModeResults
@@ -77,12 +78,20 @@ def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
             culprits=culprits,
             category=category,
             victims=tuple(v.id for v in victims),
-            reproduce=victims[0].reproduce,
+            reproduce=root_command(victims),
         )
         for (culprits, category), victims in groups.items()
     ]
     roots.sort(key=lambda r: (-len(r.victims), r.culprits))
     return tuple(roots)
+
+
+def root_command(victims: Sequence[TestVerdict]) -> str:
+    """A root's command: the one most of its victims share (victims answered together by
+    group runs, `gpuci.evidence.groups`, share the command that runs them all), else its
+    first victim's with one."""
+    shared = Counter(v.reproduce for v in victims if v.reproduce).most_common(1)
+    return shared[0][0] if shared else ""
 
 
 def contention_note(

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci.evidence.classify import classify_results, ran_outcomes
+from gpuci.evidence.classify import classify_results, ran_outcomes, together_outcomes
 from gpuci.evidence.fingerprints import first_fingerprint
 from gpuci.evidence.reproduce import (
     alone_command,
     culprit_command,
+    group_command,
     interpreter_order,
     poisoned_command,
     provider_command,
@@ -26,14 +27,8 @@ from gpuci.evidence.reproduce import (
 )
 from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
 from gpuci.evidence.strict import confirm_strictly
-from gpuci.formats import (
-    EVIDENCE_DIR,
-    EVIDENCE_FILE,
-    read_evidence,
-    read_verdict,
-    verdict_to_json,
-    write_json_atomic,
-)
+from gpuci.evidence_json import EVIDENCE_DIR, EVIDENCE_FILE, read_evidence
+from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
 from gpuci.model import (
     FOUND_ONLY_BY,
     ISOLATION_CATEGORIES,
@@ -171,8 +166,10 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
         else set()
     )
     verdicts = []
-    for test_id, test in classify_results(results, alone, orders).items():
+    together = together_outcomes(found)
+    for test_id, test in classify_results(results, alone, orders, together=together).items():
         ev = found.get(test_id)
+        group = ev.group if ev is not None and test_id in ev.group else ()
         strict = confirm_strictly(test, ev, results)  # a screen's finding, confirmed or not
         category = strict.category
         new = None
@@ -190,7 +187,8 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 log=_crash_log(test.seen, category),
                 reproduce=(
                     (poisoned_command(test_id, results) if _diagnosed(ev, category) else "")
-                    or culprit_command(test_id, category, ev.culprits if ev else (), results)
+                    or culprit_command(test_id, category, ev.culprits if ev else (), results, group)
+                    or group_command(category, group, results)
                     or reproduce_command(
                         test_id,
                         category,
@@ -207,9 +205,11 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 + ((strict.note,) if strict.note else ())
                 + contention_note(category, test.seen[0].file, ev.culprits if ev else (), results),
                 with_provider=provider_command(
-                    test_id, test.category, ev.culprits if ev else (), results
+                    test_id, test.category, ev.culprits if ev else (), results, group
                 ),
-                passes_alone=alone_command(test_id, category, ev.culprits if ev else (), results),
+                passes_alone=alone_command(
+                    test_id, category, ev.culprits if ev else (), results, group
+                ),
                 fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, category) if ev else {}),

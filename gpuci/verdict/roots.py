@@ -13,7 +13,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuci.evidence.classify import GROUP_WITH
 from gpuci.model import Category, Root, TestVerdict, Verdict
+from gpuci.verdict.causes import root_command
 
 CULPRITS_SHOWN = 4  # culprits a headline names; the rest are counted
 _SANITIZER_PREFIX = re.compile(r"^=+ ?", re.MULTILINE)  # compute-sanitizer's `========= `
@@ -96,9 +98,10 @@ def blame_of(blames: Sequence[Blame]) -> dict[str, Blame]:
 
 
 def reproduce_of(blame: Blame) -> str:
-    """The root's minimal command: its first blamed victim's (the diff's root may name a
-    diagnosed victim first), else the root's own."""
-    return next((v.reproduce for v in blame.victims if v.reproduce), blame.root.reproduce)
+    """The root's command: its victims' group runs' (`causes.root_command`), else its
+    first blamed victim's (the diff's root may name a diagnosed victim first), else the
+    root's own."""
+    return root_command(blame.victims) or blame.root.reproduce
 
 
 def commands_of(test: TestVerdict) -> tuple[tuple[str, str], ...]:
@@ -107,12 +110,22 @@ def commands_of(test: TestVerdict) -> tuple[tuple[str, str], ...]:
     finding's pair, run together)."""
     if not test.reproduce:
         return ()
+    # answered with the other victims of its culprit: its commands run them all (groups)
+    grouped = any(p.kind == GROUP_WITH for p in test.probes)
     if test.category is Category.DEPENDS_ON_OTHERS and test.with_provider:
         collected = all("::" not in c for c in test.providers)  # provider files, imported
         passes = "passes with its provider collected" if collected else "passes after its provider"
-        return (("fails alone", test.reproduce), (passes, test.with_provider))
+        if grouped:
+            passes = "they pass with it collected" if collected else "they pass after it"
+        fails = "its victims fail without their provider" if grouped else "fails alone"
+        return ((fails, test.reproduce), (passes, test.with_provider))
     # a diagnosed victim's command is its poisoned run alone (its own bug): one command
     if test.category is Category.ORDER_DEPENDENT and test.passes_alone and not test.diagnosis:
+        if grouped:
+            return (
+                ("its victims fail after their culprit", test.reproduce),
+                ("they pass without it", test.passes_alone),
+            )
         return (("fails after its culprit", test.reproduce), ("passes alone", test.passes_alone))
     return (("reproduce", test.reproduce),)
 

@@ -1,0 +1,219 @@
+"""Groups: the victims of one culprit answered together, by two runs for all of them.
+
+A polluter that breaks 31 later tests is one root with 31 victims; each victim's own
+alone-runs and its own confirmation of the culprit are runs that tell nothing the group
+does not. So the later victims of one interpreter that failed alike (the same category and
+exception) wait while its first victim is searched (`gpuci.evidence.culprits`); then its
+culprits answer all of them at once, the first victim among them:
+
+- its culprits before all of them, fresh (order-dependent: they fail; depends-on-others,
+  its providers before them: they pass);
+- all of them without the culprits, fresh (order-dependent: they pass; depends-on-others:
+  they fail).
+
+A run that decides by failing runs with nothing beside it; a run that decides by passing
+may run beside others (it passed with more going on, not less). A victim both runs agree
+on is answered: its culprits are the first victim's, its commands those two runs exactly
+as they ran, and it needs no alone-run. One whose runs disagree (another culprit's
+victim, a flaky test) gets the evidence of its own: alone-runs, then a search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.reproduce import Order
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.victims import Task, plan_searches
+from gpuci.model import (
+    NOT_PASSING,
+    PROBE_SHOWN,
+    Category,
+    Mode,
+    Outcome,
+    Probe,
+    TestEvidence,
+    TestResult,
+)
+from gpuci.run.proc.discover import file_of
+from gpuci.run.sched.progress import say
+
+GROUPED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS)
+PHASE = "groups"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Waiting:
+    """The later victims of one interpreter that wait for its first victim's culprits."""
+
+    first: str
+    category: Category
+    members: tuple[str, ...]  # the others, in the order they ran
+
+
+def waiting_victims(
+    results: Mapping[Mode, ModeResults], orders: Mapping[Mode, Order], suspects: Collection[str]
+) -> list[Waiting]:
+    """The `suspects` that wait: those the screens alone make order-dependent or
+    depends-on-others, grouped by the interpreter they are searched in and the exception
+    they failed by; each group's first is searched, the rest wait for its culprits."""
+    screens = classify_results(results, {}, orders)  # no evidence yet: the screens' outcomes
+    tentative = {i: c for i, c in screens.items() if i in suspects and c.category in GROUPED}
+    groups: dict[tuple[Category, str, str], list[Task]] = {}
+    for task in sorted(plan_searches(results, tentative, {}, orders), key=lambda t: t.rank):
+        raised = _raised(tentative[task.victim].seen)
+        key = (task.category, task.candidates[0] if task.candidates else "", raised)
+        groups.setdefault(key, []).append(task)
+    return [
+        Waiting(first=g[0].victim, category=g[0].category, members=tuple(t.victim for t in g[1:]))
+        for g in groups.values()
+        if len(g) > 1
+    ]
+
+
+def _raised(seen: Sequence[TestResult]) -> str:
+    """The exception its first failure's message names (`AssertionError`), "" where none."""
+    message = next((t.message for t in seen if t.outcome in NOT_PASSING and t.message), "")
+    head = next(iter(message.strip().splitlines()), "")
+    name, colon, _ = head.partition(":")
+    return name if colon and name.replace(".", "").replace("_", "").isalnum() else ""
+
+
+def run_groups(
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    waiting: Sequence[Waiting],
+    found: Mapping[str, TestEvidence],
+    *,
+    progress: TextIO,
+) -> tuple[dict[str, TestEvidence], list[str]]:
+    """Each group answered by its first victim's culprits: the evidence, and the members
+    whose runs disagreed (or that no run answered: no culprits, a cut budget)."""
+    merged = dict(found)
+    left: list[str] = []
+    place = {t.id: i for i, t in enumerate(_reference(results).run.tests)}
+    for group in waiting:
+        first = merged.get(group.first, TestEvidence(id=group.first))
+        culprits = first.culprits
+        # a member in a culprit's file that ran before it cannot follow it in one run
+        members = [
+            m for m in (group.first, *group.members) if culprits and _after(m, culprits, place)
+        ]
+        left += [m for m in group.members if m not in members]
+        if len(members) < 2 or prober.exhausted() or prober.stopping():
+            left += [m for m in members if m != group.first]
+            continue
+        answered = _answer(prober, group, culprits, sorted(members, key=place.__getitem__))
+        for member, evidence in answered.items():
+            before = merged.get(member, TestEvidence(id=member))
+            if evidence is None:
+                if member != group.first:
+                    left.append(member)
+                continue
+            merged[member] = dataclasses.replace(
+                before,
+                culprits=culprits,
+                search=before.search or evidence.search,
+                probes=before.probes + evidence.probes,
+                group=evidence.group,
+            )
+        told = sum(1 for m, e in answered.items() if e is not None)
+        say(progress, f"  {told} of {len(members)} answered by 2 group runs of {group.first}'s")
+    return merged, left
+
+
+def _reference(results: Mapping[Mode, ModeResults]) -> ModeResults:
+    return results.get(Mode.SUITE) or next(iter(results.values()))
+
+
+def _after(member: str, culprits: Sequence[str], place: Mapping[str, int]) -> bool:
+    """Whether a run of the culprits, then `member`, runs them in that order: its file is no
+    culprit file (collected, none of its tests run), nor holds a culprit after it."""
+    mine = place.get(member)
+    for culprit in culprits:
+        if file_of(culprit) != file_of(member):
+            continue
+        if "::" not in culprit or mine is None or place.get(culprit, mine) >= mine:
+            return False
+    return mine is not None
+
+
+def _answer(
+    prober: Prober, group: Waiting, culprits: Sequence[str], members: Sequence[str]
+) -> dict[str, TestEvidence | None]:
+    """Each member's evidence where the two group runs agree on it, None where not. Where
+    some disagreed, the two runs once more with only those that agreed: the printed
+    commands are the runs of the victims they name, and show each of them."""
+    answered: dict[str, TestEvidence | None] = {}
+    first: dict[str, TestEvidence] = {}  # the first pair's, where it ran again
+    while len(members) > 1 and not prober.exhausted() and not prober.stopping():
+        agreed = _pair(prober, group, culprits, members, earlier=2 if first else 0)
+        answered |= {m: None for m in members if m not in agreed}
+        if len(agreed) == len(members) or first:
+            for member, evidence in agreed.items():  # every run kept: the first pair's too
+                probes = first[member].probes if member in first else ()
+                answered[member] = dataclasses.replace(evidence, probes=probes + evidence.probes)
+            return answered
+        members, first = list(agreed), agreed
+    return answered | dict.fromkeys(members)
+
+
+def _pair(
+    prober: Prober,
+    group: Waiting,
+    culprits: Sequence[str],
+    members: Sequence[str],
+    *,
+    earlier: int,
+) -> dict[str, TestEvidence]:
+    """The two group runs; the evidence of each member they agree on."""
+    polluted = group.category is Category.ORDER_DEPENDENT
+    before = [c for c in culprits if "::" in c]
+    collect = [c for c in culprits if "::" not in c]  # provider files: imported, not run
+    label = f"{len(members)} victims of {culprits[0]}"
+    # the run that decides by failing has nothing beside it
+    with_them = prober.run(
+        [*before, *members],
+        collect=collect,
+        phase=PHASE,
+        label=f"group: {label}, after it",
+        strict=polluted,
+    )
+    without = prober.run(
+        list(members), phase=PHASE, label=f"group: {label}, without it", strict=not polluted
+    )
+    agreed: dict[str, TestEvidence] = {}
+    for index, member in enumerate(members):
+        after, alone = with_them.outcome(member), without.outcome(member)
+        agree = (
+            after in NOT_PASSING and alone is Outcome.PASSED
+            if polluted
+            else after is Outcome.PASSED and alone in NOT_PASSING
+        )
+        if not agree:
+            continue
+        others = tuple(members[:index])
+        verbs = ("fail", "pass") if polluted else ("pass", "fail")
+        agreed[member] = TestEvidence(
+            id=member,
+            search=(
+                f"group: {len(members)} victims {verbs[0]} after the culprits of {group.first}"
+                f" and {verbs[1]} without them, {earlier + 2} runs for all"
+            ),
+            probes=(
+                Probe(
+                    count=len(culprits) + index,
+                    shown=(*culprits, *others)[-PROBE_SHOWN:],
+                    outcome=after,
+                    kind=GROUP_WITH,
+                ),
+                Probe(count=index, shown=others[-PROBE_SHOWN:], outcome=alone, kind=GROUP_WITHOUT),
+            ),
+            group=tuple(members),
+        )
+    return agreed
