@@ -161,10 +161,12 @@ def test_every_card_and_the_note_carry_every_command_that_shows_it(
         victim["passes_alone"]: "passes alone",
     }
     assert victim["passes_alone"].endswith(f"python -m pytest -p no:randomly {POOL_VICTIM}")
-    # its search first tried the sticky culprit (an earlier victim's), then bisected: the
-    # card's table labels that first run instead of showing it as the bisection's own
-    assert victim["probes"][0]["kind"] == "cascade", victim["probes"]
+    # it waited with the sticky victims (an AssertionError too) and passed after the sticky
+    # culprit in their group run: then its own search, a bisection
     assert victim["search"].startswith("bisection"), victim["search"]
+    # the first waiting sticky victim tried the sticky culprit (an earlier victim's) first:
+    # the card's table labels that run instead of showing it as a bisection's own
+    assert tests[CASCADE[1]]["probes"][0]["kind"] == "cascade", tests[CASCADE[1]]["probes"]
     assert "an earlier victim&#39;s culprits:</span> <code>" + STICKY in html
     for command, what in commands.items():
         assert str(markupsafe.escape(command)) in html, what
@@ -200,14 +202,20 @@ def test_the_cascade_is_one_root_with_five_victims(
         "culprits": [STICKY],
         "category": "order-dependent",
         "victims": list(CASCADE),
-        "reproduce": by_id(verdict)[CASCADE[0]]["reproduce"],
+        # the card's command is the group run: the culprit before every waiting victim
+        "reproduce": by_id(verdict)[CASCADE[1]]["reproduce"],
     }
     assert sorted(len(r["victims"]) for r in roots) == [1, 1, 1, 1, 5]
-    # after the first victim's search, each later victim took two confirming runs
-    for victim in CASCADE[1:]:
+    # the first victim failed in its own file's interpreters (not waiting); the first of the
+    # later ones took two cascade runs, and the group runs answered the others: one pair
+    # with the pool victim in it (it passes after the sticky culprit), one without it
+    first = by_id(verdict)[CASCADE[1]]
+    assert first["probes"][0]["kind"] == "cascade", first  # then its confirmation
+    assert first["search"].startswith("cascade"), first
+    for victim in CASCADE[2:]:
         test = by_id(verdict)[victim]
-        assert len(test["probes"]) == 2, test
-        assert test["search"].startswith("cascade"), test
+        assert len(test["probes"]) == 4, test
+        assert test["search"].startswith("group: 4 victims fail"), test
     assert STICKY in stdout
 
 
@@ -221,8 +229,9 @@ def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) 
         return 2 * math.ceil(math.log2(candidates)) + 2
 
     # the pool victim ran after 11 tests in suite; the consumer after 12; the first sticky
-    # victim after 2 in its file (isolated); the other four sticky victims 2 runs each (a
-    # cascade is confirmed twice); the pool victim first tries the sticky culprit (1 run);
+    # victim after 2 in its file (isolated); the first waiting sticky victim 2 cascade runs
+    # (the other three answered by the group runs, counted apart); the pool victim, which
+    # disagreed in the group run, bisects on its own (the bound keeps its old cascade run);
     # each hog 1 pair, confirmed by a second (2 interpreters each; none for a hog its
     # partner's pairs showed failing beside it: contention is symmetric). In the screens a hog
     # may also fail in the suite interpreter while its partner runs in a parallel slot:
@@ -238,7 +247,13 @@ def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) 
     pairs = sum(  # a pair probe names a file beside the victim: one more interpreter
         1 for hog in HOGS for probe in tests[hog].get("probes", ()) if "::" not in probe["shown"][0]
     )
-    assert runs == sum(len(t.get("probes", ())) for t in tests.values()) + pairs
+    own = [
+        p for t in tests.values() for p in t.get("probes", ()) if "group" not in p.get("kind", "")
+    ]
+    assert runs == len(own) + pairs
+    # the group runs answer every waiting victim at once: 2 runs, 2 more without the pool
+    # victim, which disagreed
+    assert evidence["phases"]["groups"]["runs"] == 4, evidence["phases"]
     assert runs <= bound, evidence["phases"]
     assert evidence["runs"] == sum(int(p["runs"]) for p in evidence["phases"].values())
 
@@ -250,11 +265,14 @@ def test_reproduce_commands_are_minimal_and_reproduce(
     _, suite, verdict, _ = checked
     tests = by_id(verdict)
     env = environment(suite.parent)
-    for victim in (*CASCADE, POOL_VICTIM):
+    for victim in (CASCADE[0], POOL_VICTIM):
         command = tests[victim]["reproduce"]
         assert command.endswith(
             f"python -m pytest -p no:randomly {tests[victim]['culprits'][0]} {victim}"
         )
+    for victim in CASCADE[1:]:  # answered together: the group run
+        command = tests[victim]["reproduce"]
+        assert command.endswith(f"python -m pytest -p no:randomly {STICKY} {' '.join(CASCADE[1:])}")
     assert tests[CONSUMER]["reproduce"].endswith(f"python -m pytest -p no:randomly {CONSUMER}")
     for victim in (CASCADE[2], POOL_VICTIM, CONSUMER, HOGS[0]):
         shown = subprocess.run(

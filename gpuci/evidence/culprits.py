@@ -122,6 +122,8 @@ def search_culprits(
     merged = dict(found)
     for victim, search in searches.items():
         before = merged.get(victim, TestEvidence(id=victim))
+        if only is not None and victim not in only and before.search:
+            continue  # a partner searched in an earlier round keeps its own search's runs
         merged[victim] = dataclasses.replace(
             before, culprits=search.culprits, search=search.note, probes=tuple(search.probes)
         )
