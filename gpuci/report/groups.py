@@ -47,14 +47,15 @@ class FindingGroup:
         return f"{len(self.members)} tests in {where}"
 
     def evidence(self) -> str:
-        """What ran alone for it: `3 ran alone (failed); 297 inferred from them`."""
+        """What ran alone for it: `1 ran alone (failed); 299 inferred from it`."""
         reps = {r for t in self.members for r in t.inferred_from}
         alone = [o for t in self.members if t.id in reps for o in t.reruns]
         if not self.inferred:
             ran = sum(1 for t in self.members if t.reruns)
             return f"{ran} of {len(self.members)} ran alone" if ran else ""
         outcomes = ", ".join(sorted(set(alone))) or "not run"
-        return f"{len(reps)} ran alone ({outcomes}); {self.inferred} inferred from them"
+        them = "them" if len(reps) > 1 else "it"
+        return f"{len(reps)} ran alone ({outcomes}); {self.inferred} inferred from {them}"
 
 
 def place_of(test_id: str) -> str:
