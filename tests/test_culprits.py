@@ -252,8 +252,10 @@ def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) 
     ]
     assert runs == len(own) + pairs
     # the group runs answer every waiting victim at once: 2 runs, 2 more without the pool
-    # victim, which disagreed
-    assert evidence["phases"]["groups"]["runs"] == 4, evidence["phases"]
+    # victim, which disagreed; a hog that failed in the suite screen (where the screens
+    # started it beside its partner) disagreed too, and waits with the pool victim for its
+    # culprit in the next round: one more pair
+    assert evidence["phases"]["groups"]["runs"] in (4, 6), evidence["phases"]
     assert runs <= bound, evidence["phases"]
     assert evidence["runs"] == sum(int(p["runs"]) for p in evidence["phases"].values())
 
