@@ -3,12 +3,13 @@
 One budget (`--evidence-budget`) for the whole check, spent most telling first
 (`gpuci.evidence.priorities` says who runs alone, how often, in what order): the isolation
 suspects' alone-runs (`gpuci.evidence.alone`), poisoned runs and culprit searches (each failing
-interpreter's earlier tests replayed, or the pair with a co-running file); then the tests
-that failed the same way everywhere, a few of each fingerprint's group; compute-sanitizer
-on the roots; the thread-unsafe tests alone in threads; the remaining alone-runs. These
-are the strict runs: nothing else runs on their GPUs, but passing alone-runs, which may
-run beside each other. What the budget cuts is recorded per test, never silently
-classified.
+interpreter's earlier tests replayed, or the pair with a co-running file), where the later
+victims of one interpreter wait for its first victim's culprits and are answered together
+by group runs (`gpuci.evidence.groups`); then the tests that failed the same way
+everywhere, one representative of each fingerprint's group; compute-sanitizer on the roots;
+the thread-unsafe tests alone in threads; the remaining alone-runs. These are the strict
+runs: nothing else runs on their GPUs, but passing alone-runs, which may run beside each
+other. What the budget cuts is recorded per test, never silently classified.
 """
 
 from __future__ import annotations

@@ -100,6 +100,8 @@ def run_groups(
     for group in waiting:
         first = merged.get(group.first, TestEvidence(id=group.first))
         culprits = first.culprits
+        if group.category is Category.ORDER_DEPENDENT and any("::" not in c for c in culprits):
+            culprits = ()  # files it failed beside (a pair), not tests it ran after
         # a member in a culprit's file that ran before it cannot follow it in one run
         members = [
             m for m in (group.first, *group.members) if culprits and _after(m, culprits, place)
@@ -123,7 +125,7 @@ def run_groups(
                 group=evidence.group,
             )
         told = sum(1 for m, e in answered.items() if e is not None)
-        say(progress, f"  {told} of {len(members)} answered by 2 group runs of {group.first}'s")
+        say(progress, f"  {told} of {len(members)} answered by group runs of {group.first}'s")
     return merged, left
 
 
