@@ -119,7 +119,11 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
             search(test_id, seen)
         faults |= _faults(test_id, seen.values())
     for group in plan.groups:
-        parts["consistent"] += sum(cost([r]) for r in group.representatives)
+        for rep in group.representatives:
+            parts["consistent"] += cost([rep])
+            seen = {m: t for m, r in results.items() for t in r.run.tests if t.id == rep}
+            if any(t.inferred for t in seen.values()):
+                search(rep, seen)  # as a consistent failure's above: it may pass alone
     parts["sanitizer"] = len(faults) * (MIN_RUN_S + SANITIZER_SLOWDOWN * start)
     total = SLACK * sum(parts.values())
     return Estimate(
