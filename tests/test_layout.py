@@ -52,6 +52,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "run.sched": (
         "modes",
         "options",
+        "views",
         "plan",
         "junit",
         "progress",

@@ -35,6 +35,7 @@ from gpuci.run.proc.launch import SUITE_STEM, Attempt, Launch, junit_part
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import kept_junit, write_file_junit
 from gpuci.run.sched.plan import thread_args
+from gpuci.run.sched.views import wanting_gpus
 
 # the suite interpreter is the plain run the check replaces; isolated the reference outcome
 STEADY_MODES = (Mode.SUITE, Mode.ISOLATED)
@@ -102,10 +103,15 @@ class UnitRunner:
     """Runs one scheduled unit (a file, or the whole suite) to the end."""
 
     def __init__(
-        self, interpreters: Interpreters, discovery: Discovery, resume: ModeRun | None = None
+        self,
+        interpreters: Interpreters,
+        discovery: Discovery,
+        resume: ModeRun | None = None,
+        gpus: Sequence[str] = (),
     ) -> None:
         self.interpreters = interpreters
         self.discovery = discovery
+        self.gpus = tuple(gpus)  # every GPU the check uses: what the plain run sees
         self.earlier = Earlier.of(resume) if resume is not None else None  # --resume
         self.plain_junit = plain_junit(interpreters.pytest_args)  # the suite's is the user's
         # a screen runs its files, unless pytest's cache chose the tests (--lf): only the
@@ -163,7 +169,8 @@ class UnitRunner:
             )
             as_known(attempt, ids if first else todo)
             attempts.append(attempt)
-            for result in attempt.results:
+            # a failure for want of a GPU this slot did not see is not this slot's outcome
+            for result in wanting_gpus(attempt.results, gpu, self.gpus):
                 results[result.id] = result
             if not attempt.resume:
                 break
