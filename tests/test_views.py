@@ -14,6 +14,7 @@ from gpuci.run.sched.views import (
     screen_gpus,
     visible_gpus,
     wanting_gpus,
+    window_env,
 )
 from tests.cli_runner import clean_env, gpuci, write_files
 
@@ -53,6 +54,13 @@ def test_only_a_failure_for_an_unseen_device_in_a_narrower_view_is_set_aside() -
     assert wanting_gpus(results, None, []) == results
 
 
+def test_only_a_narrower_window_sets_cupys_gpu_limit() -> None:
+    assert window_env("1", ["0", "1"], {}) == {"CUPY_TEST_GPU_LIMIT": "1"}
+    assert window_env("0,1", ["0", "1"], {}) == {}
+    assert window_env("1", ["0", "1"], {"CUPY_TEST_GPU_LIMIT": "2"}) == {}  # the user's
+    assert window_env(None, [], {}) == {}
+
+
 def test_first_gpus_say_whether_a_pair_met() -> None:
     assert first_gpus_note(["0,1", "0,1"]) == "both sides on GPU 0 first"
     assert "different GPUs first (1, 0)" in first_gpus_note(["1,0", "0,1"])
@@ -70,7 +78,11 @@ TWO_GPU_SUITE = {
                 raise RuntimeError("CUDA error: invalid device ordinal")
 
         def test_records_view():
-            view = [os.environ["GPUCI_MODE"], os.environ.get("CUDA_VISIBLE_DEVICES")]
+            view = [
+                os.environ["GPUCI_MODE"],
+                os.environ.get("CUDA_VISIBLE_DEVICES"),
+                os.environ.get("CUPY_TEST_GPU_LIMIT"),
+            ]
             with open(os.environ["VIEWS"], "a") as out:
                 out.write(json.dumps(view) + "\\n")
     """,
@@ -90,8 +102,10 @@ def test_a_multi_gpu_test_under_gpus_per_slot_is_no_finding(tmp_path: Path) -> N
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "pass"
     seen = [tuple(json.loads(line)) for line in views.read_text().splitlines()]
-    assert ("suite", "0,1") in seen  # the plain run's view
-    assert all(view == "0,1" for mode, view in seen if mode != "parallel")
+    assert ("suite", "0,1", None) in seen  # the plain run's view
+    assert all(view == "0,1" and not limit for mode, view, limit in seen if mode != "parallel")
+    # a window of one GPU tells CuPy's multi-GPU tests to skip there
+    assert all(limit == "1" for mode, view, limit in seen if mode == "parallel")
     parallel = json.loads((out / "parallel" / "run.json").read_text())
     multi = next(t for t in parallel["tests"] if t["id"].endswith("test_needs_two"))
     slot_view = next(f["gpu"] for f in parallel["files"] if f["file"] == "test_multi.py")

@@ -35,7 +35,7 @@ from gpuci.run.proc.launch import SUITE_STEM, Attempt, Launch, junit_part
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import kept_junit, write_file_junit
 from gpuci.run.sched.plan import thread_args
-from gpuci.run.sched.views import wanting_gpus
+from gpuci.run.sched.views import wanting_gpus, window_env
 
 # the suite interpreter is the plain run the check replaces; isolated the reference outcome
 STEADY_MODES = (Mode.SUITE, Mode.ISOLATED)
@@ -142,7 +142,6 @@ class UnitRunner:
         earlier = self.earlier
         junit_dir = self.interpreters.out / "junit"
         stem = SUITE_STEM if key == SUITE_UNIT else key
-        targets = self._targets(key)
         kept = earlier.finished(key) if earlier is not None else []
         results: dict[str, TestResult] = {t.id: t for t in kept}
         kept_cases = kept_junit(junit_dir / f"{stem}.xml", results) if kept else []
@@ -156,16 +155,7 @@ class UnitRunner:
             attempt = self.interpreters.run(
                 self._first_launch(key, slot, gpu)
                 if first
-                else Launch(
-                    key=key,
-                    ids=todo,  # resuming after a crash: the tests left
-                    targets=targets if key != SUITE_UNIT else self._suite_targets(todo, targets),
-                    slot=slot,
-                    gpu=gpu,
-                    attempt=number,
-                    junit=junit_part(self.interpreters.out, stem, number),
-                    label=f"interpreter {number}" + (" (resumed)" if number > 1 else ""),
-                )
+                else self._resumed_launch(key, todo, slot, gpu, number)
             )
             as_known(attempt, ids if first else todo)
             attempts.append(attempt)
@@ -227,6 +217,7 @@ class UnitRunner:
             targets=self._targets(key),
             slot=slot,
             gpu=gpu,
+            env=self._window_env(gpu),
             attempt=1,
             junit=junit_part(self.interpreters.out, stem, 1),
             label="interpreter 1",
@@ -235,6 +226,28 @@ class UnitRunner:
             # conftest.py is broken, would end at once
             held=key == SUITE_UNIT and not self.discovery.broken_dirs,
         )
+
+    def _resumed_launch(
+        self, key: str, todo: tuple[str, ...], slot: int, gpu: str | None, number: int
+    ) -> Launch:
+        """An interpreter after a crash or a timeout, or after --resume: the tests left."""
+        targets = self._targets(key)
+        stem = SUITE_STEM if key == SUITE_UNIT else key
+        return Launch(
+            key=key,
+            ids=todo,
+            targets=targets if key != SUITE_UNIT else self._suite_targets(todo, targets),
+            slot=slot,
+            gpu=gpu,
+            env=self._window_env(gpu),
+            attempt=number,
+            junit=junit_part(self.interpreters.out, stem, number),
+            label=f"interpreter {number}" + (" (resumed)" if number > 1 else ""),
+        )
+
+    def _window_env(self, gpu: str | None) -> dict[str, str]:
+        """A slot narrower than the check's GPUs skips CuPy's multi-GPU tests (`window_env`)."""
+        return window_env(gpu, self.gpus, self.interpreters.environ)
 
     def _file_run(
         self, key: str, tests: int, slot: int, gpu: str | None, attempts: list[Attempt]

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpuci.model import NOT_PASSING, Outcome, TestResult
 
+GPU_LIMIT_ENV = "CUPY_TEST_GPU_LIMIT"  # cupy.testing.multi_gpu(n) skips where it is below n
 # what CUDA (through CuPy or PyTorch) says when a test asks for a device it cannot see
 DEVICE_UNSEEN = re.compile(
     r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE", re.IGNORECASE
@@ -75,6 +76,17 @@ def first_gpus_note(views: Sequence[str | None]) -> str:
     if len(firsts) == 1:
         return f"both sides on GPU {firsts[0]} first"
     return f"the sides on different GPUs first ({', '.join(firsts)}): they shared no first device"
+
+
+def window_env(view: str | None, gpus: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """What a slot whose window is narrower than the check's GPUs adds to its environment:
+    CuPy's own GPU limit (`CUPY_TEST_GPU_LIMIT`, as CuPy's CI sets it for xdist workers), so
+    that its multi-GPU tests skip there rather than fail or hang on a device they cannot
+    see; they run where every GPU is visible. Never where the user set the limit."""
+    seen = count_gpus(view)
+    if seen is None or seen >= len(gpus) or GPU_LIMIT_ENV in environ:
+        return {}
+    return {GPU_LIMIT_ENV: str(seen)}
 
 
 def count_gpus(view: str | None) -> int | None:
