@@ -298,7 +298,12 @@ def _handler_for(gitlab: FakeGitLab) -> type[BaseHTTPRequestHandler]:
                     self.connection.shutdown(socket.SHUT_RDWR)  # the client sees a hang-up
                     return
                 status, headers, data = fault.status, fault.headers, None
-            payload = fault.body.encode() if fault is not None else json.dumps(data).encode("utf-8")
+            if fault is not None:
+                payload = fault.body.encode()
+            elif isinstance(data, bytes):  # a file: an artifact, a package
+                payload = data
+            else:
+                payload = json.dumps(data).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

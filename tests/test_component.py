@@ -10,6 +10,7 @@ A missing tool skips on a workstation but fails under CI=true (see test_gitlab_c
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gitlab_server import FakeGitLab
+from gitlab_pipelines import GitLabWithPipelines
+from release_wheel import DIST, build_wheel, job_python, version
 from test_gitlab_ci import (
     JOB_TOKEN,
     NOTE_TOKEN,
@@ -79,11 +81,15 @@ class Project(LocalRunner):
         assert result.returncode == 0, result.stderr
         return [job["name"] for job in json.loads(result.stdout) if job["when"] != "never"]
 
-    def run_job(self, job: str, variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        """Run one job with the shell executor, with GitLab's variables `variables`."""
+    def run_job(
+        self, job: str, variables: dict[str, str], *, install: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one job with the shell executor, with GitLab's variables `variables`; with
+        `install`, the component's own install (else this checkout's gpuci, on PATH)."""
         args = [job, "--shell-isolation", "--force-shell-executor", "--no-color"]
         args += ["--no-artifacts-to-source", "--ignore-predefined-vars", ",".join(variables)]
-        for name, value in {"GPUCI_INSTALL": "true", **variables}.items():
+        overrides = {} if install else {"GPUCI_INSTALL": "true"}
+        for name, value in {**overrides, **variables}.items():
             args += ["--variable", f"{name}={value}"]
         return self.gcl(*args)
 
@@ -106,17 +112,44 @@ def expected_categories() -> dict[str, tuple[str, list[str] | None]]:
 
 
 @pytest.mark.slow
-def test_the_example_projects_pipeline_checks_reports_and_posts_the_note(tmp_path: Path) -> None:
+def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the_note(
+    tmp_path: Path,
+) -> None:
+    # The example's `.gitlab-ci.yml` unchanged, its default install too: the job downloads
+    # the release wheel from the package registry of the project it included the
+    # component from (the fake GitLab serves this checkout's), and pip installs it into a
+    # fresh Python that may reach no package index: a bare `pip install gpuci`, or a wheel
+    # from another project, fails the job before its verdict.
     project = Project(tmp_path, EXAMPLE)
     assert project.job_names() == [CHECK_JOB]  # the default: one job, the screens at once
-    with FakeGitLab(token=NOTE_TOKEN) as gitlab:
+    where, _ = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    wheel = build_wheel(tmp_path / "dist")
+    assert wheel.name == f"{DIST.replace('-', '_')}-{version()}-py3-none-any.whl"
+    python_bin = job_python(tmp_path)
+    project.path = f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+    project.env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as gitlab:
+        gitlab.packages[(where, DIST, version(), wheel.name)] = wheel.read_bytes()
         variables = merge_request_pipeline(gitlab)
-        first = project.run_job(CHECK_JOB, variables)
+        first = project.run_job(CHECK_JOB, variables, install=True)
         output = first.stdout + first.stderr
         assert first.returncode == 1, output  # the planted bug fails the job, after reporting
         log = project.log(CHECK_JOB)
         for token in (JOB_TOKEN, NOTE_TOKEN):
             assert token not in output + log
+        download, *asked = gitlab.received
+        assert download.path == (
+            f"/api/v4/projects/{where}/packages/generic/{DIST}/{version()}/{wheel.name}"
+        )
+        assert download.headers.get("job-token") == JOB_TOKEN
+        assert f"gpuci: installing {DIST} {version()} from http://127.0.0.1:" in log
+        installed = list(
+            python_bin.parent.glob(
+                f"lib/python*/site-packages/gpuci_isolation-{version()}.dist-info"
+            )
+        )
+        assert len(installed) == 1, log
+        assert (python_bin / "gpuci").exists()
         assert "no durations.json from an earlier pipeline in the cache: a first check" in log
 
         out = project.artifacts(CHECK_JOB) / "out" / "gpuci"
@@ -128,17 +161,16 @@ def test_the_example_projects_pipeline_checks_reports_and_posts_the_note(tmp_pat
         assert 'name="[suite] test_forward_allocates_its_activations"' in junit  # GitLab's report
         assert "test_forward_allocates_its_activations" in (out / "report.html").read_text("utf-8")
 
-        # the default branch's verdict was asked for (none yet: 404), then the one note posted
-        asked = gitlab.received[0]
-        assert asked.path == "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpuci/verdict.json"
-        assert asked.query == {"job": CHECK_JOB}
+        # the default branch's latest pipelines were asked for (none yet), then the one note
+        assert asked[0].path == "/api/v4/projects/42/pipelines"
+        assert asked[0].query["ref"] == "main"
         assert "no baseline" in log
         assert len(gitlab.notes) == 1
         comment = (out / "comment.md").read_text(encoding="utf-8")
         assert comment.strip() in gitlab.notes[0]["body"]
 
         # the next pipeline: its check starts from the durations the cache carried over
-        second = project.run_job(CHECK_JOB, variables)
+        second = project.run_job(CHECK_JOB, variables, install=True)
         assert second.returncode == 1, second.stdout + second.stderr
         log = project.log(CHECK_JOB)
         assert "the files' times of an earlier pipeline: .cache/gpuci/durations.json" in log
