@@ -37,7 +37,8 @@ def component_default(name: str, root: Path = ROOT) -> str:
     if name.isupper():
         found = re.search(rf'^\s+{name}: "([^"]*)"', text, re.MULTILINE)
     else:
-        found = re.search(rf"^    {re.escape(name)}:\n(?:      .*\n)*?      default: (\S+)", text, re.MULTILINE)
+        spec = rf"^    {re.escape(name)}:\n(?:      .*\n)*?      default: (\S+)"
+        found = re.search(spec, text, re.MULTILINE)
     if found is None:
         raise SystemExit(f"templates/gpuci.yml: no {name}")
     return found[1]
