@@ -212,7 +212,7 @@ include:
         assert job["allow_failure"] is True
         assert "out/gpuci/" in job["artifacts"]["paths"]
         mode = name.split(":")[1]
-        assert f"--mode {mode}" in job["script"][0]
+        assert f"--mode {mode}" in job["script"][-1]
         kernels = [c for c in job["cache"] if ".cache/cupy/" in c["paths"]]
         assert len(kernels) == 1
     assert config["gpuci:isolated"]["parallel"] == 3
@@ -236,3 +236,117 @@ include:
     assert "gpuci:threads" not in project.job_names()
     chain = project.gcl("--validate-dependency-chain")
     assert chain.returncode == 0, chain.stdout + chain.stderr
+
+
+def test_the_component_included_twice_keeps_two_sets_of_jobs(tmp_path: Path) -> None:
+    where, version_ = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    pipeline = f"""\
+include:
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version_}
+    inputs:
+      job-prefix: gpuci-math
+      paths: tests/test_math.py
+      timeout: 45m
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version_}
+    inputs:
+      job-prefix: gpuci-model
+      paths: tests/test_model.py tests/test_limits.py
+      out: out/model
+"""
+    project = Project(tmp_path, EXAMPLE, pipeline)
+    assert sorted(project.job_names()) == ["gpuci-math:check", "gpuci-model:check"]
+    config = project.config()
+    math, model = config["gpuci-math:check"], config["gpuci-model:check"]
+    assert math["variables"]["GPUCI_PATHS"] == "tests/test_math.py"
+    assert model["variables"]["GPUCI_PATHS"] == "tests/test_model.py tests/test_limits.py"
+    # each judges against its own job's verdict, keeps its own files' times
+    assert math["variables"]["GPUCI_VERDICT_JOB"] == "gpuci-math:check"
+    assert model["variables"]["GPUCI_VERDICT_JOB"] == "gpuci-model:check"
+    assert model["artifacts"]["reports"]["junit"] == "out/model/junit.xml"
+    keys = [{c["key"] for c in job["cache"]} for job in (math, model)]
+    assert keys == [
+        {"gpuci-cupy-kernels", "gpuci-math-durations-$CI_COMMIT_REF_SLUG"},
+        {"gpuci-cupy-kernels", "gpuci-model-durations-$CI_COMMIT_REF_SLUG"},
+    ]
+    # GitLab's conventions, each job: a newer pipeline may cancel it, a runner's failure
+    # retries it (a failing suite does not), its timeout is an input
+    assert (math["timeout"], model["timeout"]) == ("45m", "1h")
+    for job in (math, model):
+        assert job["interruptible"] is True
+        assert job["retry"]["max"] == 2
+        assert "runner_system_failure" in job["retry"]["when"]
+        assert "script_failure" not in job["retry"]["when"]
+        assert "before_script" not in job
+
+
+@pytest.mark.slow
+def test_a_users_before_script_runs_before_the_setup_and_keeps_it(tmp_path: Path) -> None:
+    # The user's before_script (a proxy, a venv) was once the component's own, replaced.
+    where, version_ = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    pipeline = f"""\
+include:
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version_}
+    inputs:
+      paths: tests/test_math.py
+      post-note: false
+
+gpuci:check:
+  before_script:
+    - echo "the user's own before_script ran"
+"""
+    project = Project(tmp_path, EXAMPLE, pipeline)
+    result = project.run_job(CHECK_JOB, {"GPUCI_INSTALL": "echo the component installed gpuci"})
+    log = project.log(CHECK_JOB)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = log.index("the user's own before_script ran")
+    assert ran < log.index("the component installed gpuci")
+    assert "no durations.json from an earlier pipeline in the cache: a first check" in log
+    verdict = project.artifacts(CHECK_JOB) / "out" / "gpuci" / "verdict.json"
+    assert json.loads(verdict.read_text(encoding="utf-8"))["verdict"] == "pass"
+
+
+def workflow_probe(tmp_path: Path) -> LocalRunner:
+    """The example's workflow:rules as a probe job's rules: gitlab-ci-local 4.70.1 does not
+    apply workflow:rules, but evaluates a job's rules as GitLab does."""
+    try:
+        from ruamel.yaml import YAML
+    except ImportError:
+        missing("ruamel.yaml (check-jsonschema's)", "it reads the example's pipeline")
+    rules = YAML(typ="safe").load(EXAMPLE / ".gitlab-ci.yml")["workflow"]["rules"]
+    probe = {"probe": {"script": ["true"], "rules": rules}}
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / ".gitlab-ci.yml").write_text(json.dumps(probe), encoding="utf-8")
+    commit_all(tmp_path / "probe", ORIGIN)
+    return LocalRunner(tmp_path, tmp_path / "probe")
+
+
+@pytest.mark.parametrize(
+    ("variables", "runs"),
+    [
+        ({"CI_PIPELINE_SOURCE": "merge_request_event"}, True),
+        ({"CI_PIPELINE_SOURCE": "push", "CI_COMMIT_BRANCH": "main"}, True),
+        # a push to a branch with an open merge request: its MR pipeline runs, not this one
+        (
+            {
+                "CI_PIPELINE_SOURCE": "push",
+                "CI_COMMIT_BRANCH": "feature",
+                "CI_OPEN_MERGE_REQUESTS": "team/example!7",
+            },
+            False,
+        ),
+        ({"CI_PIPELINE_SOURCE": "push", "CI_COMMIT_BRANCH": "feature"}, False),
+    ],
+    ids=["merge-request", "default-branch", "branch-with-open-mr", "branch-alone"],
+)
+def test_the_example_runs_one_pipeline_per_change(
+    tmp_path: Path, variables: dict[str, str], runs: bool
+) -> None:
+    project = workflow_probe(tmp_path)
+    variables = {"CI_DEFAULT_BRANCH": "main", **variables}
+    args = ["--list-json", "--ignore-predefined-vars", ",".join(variables)]
+    for name, value in variables.items():
+        args += ["--variable", f"{name}={value}"]
+    result = project.gcl(*args)
+    assert result.returncode == 0, result.stderr
+    (probe,) = json.loads(result.stdout)
+    assert (probe["when"] != "never") is runs
