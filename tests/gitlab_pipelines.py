@@ -5,8 +5,9 @@ component's install downloads gpuci's release wheel from.
 It answers `GET /projects/:id/pipelines` (`ref`, `scope=finished`, newest first),
 `.../pipelines/:id/jobs`, `.../jobs/:id/artifacts/*path` (a redirect to object storage,
 which serves without a token), `.../jobs/artifacts/:ref/raw/*path?job=` (only the latest
-*successful* pipeline's, as GitLab does) and `.../packages/generic/:name/:version/:file`,
-to a request with the job token or the API token; the notes API as FakeGitLab does.
+*successful* pipeline's, as GitLab does) and `.../packages/generic/:name/:version/:file`
+(GET, and PUT to upload), to a request with the job token or the API token; the notes API
+as FakeGitLab does. A project is named by its path, or by an id that `paths` maps to it.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class GitLabWithPipelines(FakeGitLab):
         self.job_token = job_token
         self.job_token_reads = job_token_reads  # False: GitLab Free's 403 to the job token
         self.pipelines: list[Pipeline] = []
-        # (project path or id, package, version, file name) -> the file
+        # (project path, package, version, file name) -> the file
         self.packages: dict[tuple[str, str, str, str], bytes] = {}
+        self.paths: dict[str, str] = {}  # a project's id -> its path (the API takes either)
 
     def answer(self, request: Received) -> tuple[int, dict[str, str], Any]:
         """Storage without a token; the project's CI endpoints with either token; else notes."""
@@ -68,7 +70,18 @@ class GitLabWithPipelines(FakeGitLab):
                 return 401, {}, {"message": "401 Unauthorized"}
             if not self.job_token_reads:
                 return 403, {}, {"message": "403 Forbidden"}
-        return self._ci(found["project"], found["rest"], request.query)
+        project = self.paths.get(found["project"], found["project"])
+        if request.method == "PUT":
+            return self._upload(project, found["rest"], request.data)
+        return self._ci(project, found["rest"], request.query)
+
+    def _upload(self, project: str, rest: str, data: bytes) -> tuple[int, dict[str, str], Any]:
+        """A generic package's file, uploaded (`curl --upload-file`)."""
+        package = re.fullmatch(r"packages/generic/([^/]+)/([^/]+)/([^/]+)", rest)
+        if package is None:
+            return 405, {}, {"message": "405 Method Not Allowed"}
+        self.packages[(project, *package.groups())] = data
+        return 201, {}, {"message": "201 Created"}
 
     def _ci(
         self, project: str, rest: str, query: dict[str, str]
@@ -78,7 +91,7 @@ class GitLabWithPipelines(FakeGitLab):
             key = (project, *package.groups())
             found = self.packages.get(key)
             return (200, {}, found) if found else (404, {}, {"message": "404 Package Not Found"})
-        if project != self.project_id:
+        if project != self.paths.get(self.project_id, self.project_id):
             return 404, {}, {"message": "404 Project Not Found"}
         if rest == "pipelines":
             listed = [p for p in self.pipelines if p.ref == query.get("ref", p.ref)]

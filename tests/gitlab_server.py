@@ -40,6 +40,7 @@ class Received:
     query: dict[str, str]
     headers: dict[str, str]
     body: str
+    data: bytes = b""  # the body as sent (an uploaded file)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -276,14 +277,15 @@ def _handler_for(gitlab: FakeGitLab) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
-            raw = self.rfile.read(length).decode("utf-8") if length else ""
+            raw = self.rfile.read(length) if length else b""
             split = urllib.parse.urlsplit(self.path)
             request = Received(
                 method=self.command,
                 path=urllib.parse.unquote(split.path),
                 query=dict(urllib.parse.parse_qsl(split.query)),
                 headers={k.lower(): v for k, v in self.headers.items()},
-                body=raw,
+                body=raw.decode("utf-8", "replace"),
+                data=raw,
             )
             with gitlab.lock:
                 gitlab.received.append(request)

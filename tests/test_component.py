@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 from gitlab_pipelines import GitLabWithPipelines
-from release_wheel import DIST, build_wheel, job_python, version
+from release_wheel import DIST, job_python, version
 from test_gitlab_ci import (
     JOB_TOKEN,
     NOTE_TOKEN,
     LocalRunner,
+    Pipeline,
     commit_all,
     merge_request_pipeline,
     missing,
@@ -111,25 +112,56 @@ def expected_categories() -> dict[str, tuple[str, list[str] | None]]:
     }
 
 
+GPUCI_PROJECT_ID = "1"  # gpuci's own project on the fake GitLab (the example's is 42)
+
+
+def release(tmp_path: Path, gitlab: GitLabWithPipelines, where: str) -> list[str]:
+    """Run gpuci's tag pipeline's release:build for this checkout's version, as project
+    `where`, against `gitlab`: the files it uploaded to its package registry."""
+    gitlab.paths[GPUCI_PROJECT_ID] = where
+    tmp_path.mkdir()
+    gpuci = Pipeline(tmp_path)
+    gpuci.env = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    variables = {
+        "CI_COMMIT_TAG": version(),
+        "CI_PROJECT_ID": GPUCI_PROJECT_ID,
+        "CI_PROJECT_PATH": where,
+        "CI_API_V4_URL": gitlab.api_url,
+        "CI_JOB_TOKEN": JOB_TOKEN,
+    }
+    args = ["release:build", "--shell-isolation", "--force-shell-executor", "--no-color"]
+    args += ["--ignore-predefined-vars", ",".join(variables)]
+    for name, value in variables.items():
+        args += ["--variable", f"{name}={value}"]
+    result = gpuci.gcl(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    uploads = [r for r in gitlab.received if r.method == "PUT"]
+    assert all(r.headers.get("job-token") == JOB_TOKEN for r in uploads)
+    return sorted(file for (project, _, _, file) in gitlab.packages if project == where)
+
+
 @pytest.mark.slow
 def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the_note(
     tmp_path: Path,
 ) -> None:
-    # The example's `.gitlab-ci.yml` unchanged, its default install too: the job downloads
-    # the release wheel from the package registry of the project it included the
-    # component from (the fake GitLab serves this checkout's), and pip installs it into a
-    # fresh Python that may reach no package index: a bare `pip install gpuci`, or a wheel
-    # from another project, fails the job before its verdict.
+    # gpuci's tag pipeline (release:build) uploads this checkout's sdist and wheel to its
+    # package registry on a fake GitLab; then the example's `.gitlab-ci.yml`, unchanged,
+    # its default install too, downloads that wheel from the project it included the
+    # component from, and pip installs it into a fresh Python that may reach no package
+    # index: a bare `pip install gpuci`, or a wheel from another project, fails the job
+    # before its verdict.
     project = Project(tmp_path, EXAMPLE)
     assert project.job_names() == [CHECK_JOB]  # the default: one job, the screens at once
-    where, _ = component_ref(EXAMPLE / ".gitlab-ci.yml")
-    wheel = build_wheel(tmp_path / "dist")
-    assert wheel.name == f"{DIST.replace('-', '_')}-{version()}-py3-none-any.whl"
+    where, included = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    assert included == version()
+    wheel = f"{DIST.replace('-', '_')}-{version()}-py3-none-any.whl"
     python_bin = job_python(tmp_path)
     project.path = f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}"
     project.env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as gitlab:
-        gitlab.packages[(where, DIST, version(), wheel.name)] = wheel.read_bytes()
+        released = release(tmp_path / "gpuci", gitlab, where)
+        assert released == sorted([f"{DIST.replace('-', '_')}-{version()}.tar.gz", wheel])
+        gitlab.received.clear()
         variables = merge_request_pipeline(gitlab)
         first = project.run_job(CHECK_JOB, variables, install=True)
         output = first.stdout + first.stderr
@@ -139,7 +171,7 @@ def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the
             assert token not in output + log
         download, *asked = gitlab.received
         assert download.path == (
-            f"/api/v4/projects/{where}/packages/generic/{DIST}/{version()}/{wheel.name}"
+            f"/api/v4/projects/{where}/packages/generic/{DIST}/{version()}/{wheel}"
         )
         assert download.headers.get("job-token") == JOB_TOKEN
         assert f"gpuci: installing {DIST} {version()} from http://127.0.0.1:" in log

@@ -850,3 +850,36 @@ def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: 
     assert len(gitlab.notes) == 1
     assert gitlab.notes[0]["author"]["id"] == gitlab.user_id
     assert comment.strip() in gitlab.notes[0]["body"]
+
+
+def test_a_tag_pipeline_releases(project: Pipeline) -> None:
+    # A tag X.Y.Z adds release:build (check, build, upload to the package registry) and
+    # release:publish (the `release:` keyword: GitLab's release and the catalog version).
+    def release_jobs(*variables: str) -> dict[str, str]:
+        args = ["--list-json"]
+        for variable in variables:
+            args += ["--variable", variable]
+        result = project.gcl(*args)
+        assert result.returncode == 0, result.stderr
+        jobs = json.loads(result.stdout)
+        return {j["name"]: j["when"] for j in jobs if j["name"].startswith("release:")}
+
+    assert release_jobs() == {"release:build": "never", "release:publish": "never"}
+    tagged = release_jobs("CI_COMMIT_TAG=0.1.0")
+    assert tagged == {"release:build": "on_success", "release:publish": "on_success"}
+
+    try:
+        from ruamel.yaml import YAML
+    except ImportError:
+        missing("ruamel.yaml (check-jsonschema's)", "it reads gitlab-ci-local's preview")
+    config = YAML(typ="safe").load(preview(project))
+    assert "release" in config["stages"]
+    build, publish = config["release:build"], config["release:publish"]
+    assert build["script"][0].startswith('python3 scripts/release_check.py "$CI_COMMIT_TAG"')
+    assert any("packages/generic/gpuci-isolation/$CI_COMMIT_TAG" in s for s in build["script"])
+    assert publish["release"]["tag_name"] == "$CI_COMMIT_TAG"
+    assert publish["release"]["description"] == "./release-notes.md"
+    links = [link["url"] for link in publish["release"]["assets"]["links"]]
+    assert all("/packages/generic/gpuci-isolation/$CI_COMMIT_TAG/" in url for url in links)
+    assert [n["job"] if isinstance(n, dict) else n for n in publish["needs"]] == ["release:build"]
+    assert (build["interruptible"], publish["interruptible"]) == (False, False)
