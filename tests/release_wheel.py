@@ -51,10 +51,11 @@ def _requirements() -> list[Requirement]:
 
 
 def dependencies_view(dest: Path) -> Path:
-    """Links in `dest` to the installed distributions gpuci depends on, and theirs (never
-    gpuci itself), for a fresh Python's sys.path: its pip sees them installed."""
+    """Links in `dest` to the installed distributions gpuci depends on, and theirs, and pip
+    (never gpuci itself), for a fresh Python's sys.path: its pip sees them installed."""
     dest.mkdir()
-    todo, seen = _requirements(), set()
+    # pip too: the job's `python3 -m pip` (a venv without ensurepip, which Debian splits off)
+    todo, seen = [*_requirements(), Requirement("pip")], set()
     while todo:
         requirement = todo.pop()
         if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
@@ -78,10 +79,12 @@ def dependencies_view(dest: Path) -> Path:
 
 
 def job_python(tmp_path: Path) -> Path:
-    """A virtual environment whose `python3` a job runs: pip, gpuci's dependencies (linked),
-    no gpuci. Its bin/ goes first on the job's PATH."""
+    """A virtual environment whose `python3` a job runs: pip and gpuci's dependencies
+    (linked), no gpuci. Its bin/ goes first on the job's PATH."""
     venv = tmp_path / "job-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
+    )
     (site,) = venv.glob("lib/python*/site-packages")
     view = dependencies_view(tmp_path / "job-deps")
     (site / "gpuci-dependencies.pth").write_text(f"{view}\n", encoding="utf-8")

@@ -28,6 +28,7 @@ from test_gitlab_ci import (
     commit_all,
     merge_request_pipeline,
     missing,
+    need,
     safe_job_name,
 )
 
@@ -150,6 +151,7 @@ def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the
     # component from, and pip installs it into a fresh Python that may reach no package
     # index: a bare `pip install gpuci`, or a wheel from another project, fails the job
     # before its verdict.
+    need("curl", "the component's install downloads the wheel with it")
     project = Project(tmp_path, EXAMPLE)
     assert project.job_names() == [CHECK_JOB]  # the default: one job, the screens at once
     where, included = component_ref(EXAMPLE / ".gitlab-ci.yml")
