@@ -387,7 +387,7 @@ def test_verdict_sh_uses_the_default_branch_outside_a_merge_request(
 
 
 @pytest.mark.parametrize(
-    "answer", ["no-pipeline", "no-verdict-job", 401, "unreachable", "no-token"]
+    "answer", ["no-pipeline", "no-verdict-job", 401, "unreachable", "no-token", "garbled"]
 )
 def test_verdict_sh_goes_on_without_a_baseline(
     job: Job, gitlab: GitLabWithPipelines, answer: int | str
@@ -402,6 +402,8 @@ def test_verdict_sh_goes_on_without_a_baseline(
         env["CI_API_V4_URL"] = dead_url()
     elif answer == "no-token":
         del env["CI_JOB_TOKEN"]
+    elif answer == "garbled":  # a proxy's error page, say
+        gitlab.fail("GET", "/pipelines/31/jobs", 200, body="<html>busy</html>")
     code, output = job.run("out/gpu", **env, FAKE_DIFF_RC="1")
     assert code == 1, output
     assert "no baseline" in output
@@ -414,6 +416,8 @@ def test_verdict_sh_goes_on_without_a_baseline(
         assert "the download failed" in output
     elif answer == "no-token":
         assert "not in a GitLab job" in output
+    elif answer == "garbled":
+        assert "GitLab's list of jobs is not what its API returns" in output
     else:
         name = env.get("GPUCI_VERDICT_JOB", "verdict")
         assert f"no {name} job with artifacts in branch {TARGET}'s latest 5" in output

@@ -97,18 +97,22 @@ json_pick() {
     python3 - "$@" <<'PYTHON'
 import json, os, sys
 what, path, name = sys.argv[1], sys.argv[2], sys.argv[3:]
-with open(path, encoding="utf-8") as answer:
-    items = json.load(answer)
-if what == "pipelines":
-    for pipeline in items:
-        if str(pipeline["id"]) != os.environ.get("CI_PIPELINE_ID"):
-            print(pipeline["id"], pipeline.get("status", "?"))
-else:
-    for job in sorted(items, key=lambda job: -job["id"]):
-        kept = any(a.get("file_type") == "archive" for a in job.get("artifacts") or [])
-        if [job["name"]] == name and job["status"] in ("success", "failed") and kept:
-            print(job["id"])
-            break
+try:
+    with open(path, encoding="utf-8") as answer:
+        items = json.load(answer)
+    if what == "pipelines":
+        for pipeline in items:
+            if str(pipeline["id"]) != os.environ.get("CI_PIPELINE_ID"):
+                print(pipeline["id"], pipeline.get("status", "?"))
+    else:
+        for job in sorted(items, key=lambda job: -job["id"]):
+            kept = any(a.get("file_type") == "archive" for a in job.get("artifacts") or [])
+            if [job["name"]] == name and job["status"] in ("success", "failed") and kept:
+                print(job["id"])
+                break
+except (ValueError, TypeError, KeyError, AttributeError) as error:
+    print(f"verdict.sh: GitLab's list of {what} is not what its API returns: {error!r}")
+    sys.exit(1)
 PYTHON
 }
 
@@ -134,11 +138,18 @@ fetch_baseline() {
         rm -f "$answer_file"
         return 1
     fi
-    pipelines=$(json_pick pipelines "$answer_file") || pipelines=""
+    if ! pipelines=$(json_pick pipelines "$answer_file"); then
+        printf '%s\n' "$pipelines"
+        rm -f "$answer_file"
+        return 1
+    fi
     printf '%s\n' "$pipelines" | while read -r pipeline status; do
         [ -n "$pipeline" ] || continue
         api_get "$api/pipelines/$pipeline/jobs?per_page=100" "$answer_file" || exit 1
-        job=$(json_pick jobs "$answer_file" "$VERDICT_JOB") || exit 1
+        if ! job=$(json_pick jobs "$answer_file" "$VERDICT_JOB"); then
+            printf '%s\n' "$job"
+            exit 1
+        fi
         [ -n "$job" ] || continue
         say "baseline: job $job of pipeline $pipeline ($status)"
         api_get "$api/jobs/$job/artifacts/$VERDICT_PATH" "$1" || exit 1
