@@ -4,8 +4,7 @@ component's install downloads gpuci's release wheel from.
 
 It answers `GET /projects/:id/pipelines` (`ref`, `scope=finished`, newest first),
 `.../pipelines/:id/jobs`, `.../jobs/:id/artifacts/*path` (a redirect to object storage,
-which serves without a token), `.../jobs/artifacts/:ref/raw/*path?job=` (only the latest
-*successful* pipeline's, as GitLab does) and `.../packages/generic/:name/:version/:file`
+which serves without a token) and `.../packages/generic/:name/:version/:file`
 (GET, and PUT to upload), to a request with the job token or the API token; the notes API
 as FakeGitLab does. A project is named by its path, or by an id that `paths` maps to it.
 """
@@ -107,17 +106,6 @@ class GitLabWithPipelines(FakeGitLab):
         if artifact is not None:
             location = f"{self.api_url.removesuffix('/api/v4')}{STORAGE}{artifact[1]}/{artifact[2]}"
             return 302, {"Location": location}, b""
-        return self._by_ref(rest, query)
-
-    def _by_ref(self, rest: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
-        """GitLab's artifacts-by-ref: the latest *successful* pipeline of the ref, only."""
-        by_ref = re.fullmatch(r"jobs/artifacts/([^/]+)/raw/(.+)", rest)
-        if by_ref is not None:
-            done = [p for p in self.pipelines if p.ref == by_ref[1] and p.status == "success"]
-            for pipeline in sorted(done, key=lambda p: -p.id)[:1]:
-                for job in pipeline.jobs:
-                    if job.name == query.get("job") and by_ref[2] in job.artifacts:
-                        return 200, {}, job.artifacts[by_ref[2]]
         return 404, {}, {"message": "404 Not Found"}
 
     def _artifact(self, job_id: int, path: str) -> tuple[int, dict[str, str], Any]:

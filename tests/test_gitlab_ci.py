@@ -812,7 +812,7 @@ def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: 
     assert diff.returncode == 1, diff.stdout + diff.stderr
 
     # The default branch's latest pipeline failed on those findings: GitLab's
-    # artifacts-by-ref would serve none (the fake answers it as GitLab does).
+    # artifacts-by-ref would serve none: that pipeline did not succeed.
     with GitLabWithPipelines(job_token=JOB_TOKEN, token=NOTE_TOKEN) as gitlab:
         verdict_job = PipelineJob(id=77, name=VERDICT_JOB, status="failed")
         verdict_job.artifacts["out/gpu/verdict.json"] = baseline.read_bytes()
