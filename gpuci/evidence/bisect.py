@@ -1,11 +1,15 @@
 """Bisection: the smallest set of earlier tests after which a victim shows its finding.
 
-The tests before the victim where it failed are halved, keeping a half after which it
-still shows it (fails; for depends-on-others, passes), down to the smallest set: about
-2·log2(n) interpreters running `[candidates..., victim]` in the original order. With slots
-to spare a level splits its candidates into up to MAX_PARTS parts that run at once: about
-as many runs, in half the levels. A culprit set found for an earlier victim of the same
-interpreter is tried first (a cascade).
+The tests before the victim where it failed are halved: a level runs the first half before
+the victim and keeps it where the victim shows the finding (fails; for depends-on-others,
+passes), else the second half, inferred: ceil(log2 n) runs, in waves of speculated levels
+where slots are free (`gpuci.evidence.waves`: a wave's runs start together, the losers are
+killed and never counted). The last single candidate is run once where it was inferred,
+then confirmed. Where that run refutes the inference (the finding needs tests of both
+halves, or the victim is flaky) the halving starts again checked: each level's parts run,
+up to MAX_PARTS at once, and a level where no part shows it keeps them all. A culprit set
+found for an earlier victim of the same interpreter is tried first (a cascade). Each search
+states its runs against its bound (`Steps`, ceil(log2 n) + CONFIRMING) in evidence.json.
 
 Every step is a fresh interpreter; steps may share the GPUs. The answer is confirmed by a
 second identical run, with nothing beside it where it shows a failure. Where that run goes
@@ -18,6 +22,8 @@ confirmation that goes the other way makes the victim flaky. Either way nothing 
 from __future__ import annotations
 
 import itertools
+import math
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,14 +31,20 @@ from dataclasses import dataclass
 from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
+from gpuci.evidence.waves import run_wave
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
+from gpuci.steps import Steps
 
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
 COLLECTED = "collected"  # a probe with files collected, none of their tests run
 LOADED = "a run beside others"  # what a contradicted search's steps were
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
-MAX_PARTS = 4  # a level's candidates run in at most this many parts at once
+MAX_PARTS = 4  # a checked level's candidates run in at most this many parts at once
+# past the levels: the inferred last candidate's run, the confirmation, and the strict run
+# that tells a flaky victim from a load's doing where the confirmation goes the other way
+CONFIRMING = 3
+REFUTED = "the inferred halving was refuted; checked halving"
 
 
 @dataclass(slots=True)
@@ -45,6 +57,11 @@ class Search:
     partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
     loaded: bool = False  # a run that showed it by failing had another run beside it
     contradicted: str = ""  # what a strict run did not confirm: LOADED runs
+    steps: Steps | None = None  # its runs against its bound, once the halving ended
+    waves: int = 0  # the halving's waves of speculated runs
+    in_waves: int = 0  # the runs counted from them
+    losers: int = 0
+    killed: int = 0
 
 
 def _shows(task: Task, outcome: Outcome) -> bool | None:
@@ -76,9 +93,11 @@ def _step(
     kind: str = "",
     *,
     strict: bool = False,
+    cancel: threading.Event | None = None,
 ) -> tuple[Probe, ProbeRun]:
-    """One run of the search, not yet recorded (halves of a level run at once). A file among
-    `before` is collected (imported) with none of its tests run (`gpuci.evidence.collected`)."""
+    """One run of the search, not yet recorded (halves of a level run at once; a speculated
+    one with its `cancel`). A file among `before` is collected (imported) with none of its
+    tests run (`gpuci.evidence.collected`)."""
     collect = [b for b in before if "::" not in b]
     kind = kind or (COLLECTED if collect else "")
     ran = prober.run(
@@ -88,6 +107,7 @@ def _step(
         label=f"culprits of {task.victim}: "
         + (f"{len(collect)} file(s) {COLLECTED}" if collect else f"after {len(before)} test(s)"),
         strict=strict or task.strict,
+        cancel=cancel,
     )
     outcome = ran.outcome(task.victim)
     probe = Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome, kind=kind)
@@ -176,43 +196,110 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
 def bisect(
     prober: Prober, task: Task, search: Search | None = None, *, shown: bool = False
 ) -> Search:
-    """Split the candidates, keeping a part that still shows the finding; then confirm.
-    `shown`: a run of `search` ran exactly the candidates and showed it (not run again)."""
+    """Halve the candidates, keeping a half that shows the finding; then confirm. `shown`:
+    a run of `search` ran exactly the candidates and showed it (not run again). The search
+    ends with its `steps`: its runs since it began against its bound."""
     search = search or Search([])
+    tries = len(search.probes)
+    _halve(prober, task, search, shown=shown)
+    n = len(task.candidates)
+    runs = len(search.probes) - tries
+    search.steps = Steps(
+        n=n,
+        bound=math.ceil(math.log2(max(n, 1))) + CONFIRMING,
+        runs=runs,
+        waves=search.waves + runs - search.in_waves,  # every run outside a wave is one
+        ahead=search.in_waves - search.waves + search.losers,  # all but each wave's first
+        losers=search.losers,
+        killed=search.killed,
+        tries=tries,
+    )
+    return search
+
+
+def _halve(prober: Prober, task: Task, search: Search, *, shown: bool) -> None:
+    """The inferred halving in waves, its last candidate run where inferred, confirmed; the
+    checked halving where that run refutes it."""
     current = list(task.candidates)
     confirmed = shown  # whether a probe ran exactly `current` and showed it
-    several = False
-    while len(current) > 1:
+    refuted = False
+    # a strict search, or one the load may fail (runs beside each other would fail it by
+    # the load, unevenly), runs one level at a time
+    width = 1 if task.strict or task.loadable else max(1, prober.admission.slots)
+    while len(current) > 1 and not refuted:
         if prober.exhausted() or prober.stopping():
             # a narrowed set is not a culprit until a run confirms it: none is named
             search.note = (
                 f"search cut by budget after {len(search.probes)} run(s),"
                 f" down to {len(current)} of {len(task.candidates)} tests"
             )
-            return search
-        part = _split(prober, task, search, current)
-        if part is None:
-            several = True  # no part alone: the finding needs tests from several
-            break
-        current, confirmed = part, True
-    if not confirmed:
+            return
+
+        def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
+            return _step(prober, task, part, cancel=cancel)
+
+        wave = run_wave(prober, current, width, step, lambda p: bool(_shows(task, p.outcome)))
+        for probe, ran in wave.used:
+            _record(task, search, probe, ran)
+        search.waves += 1
+        search.in_waves += len(wave.used)
+        search.losers += wave.losers
+        search.killed += wave.killed
+        current, confirmed, refuted = wave.current, wave.confirmed, wave.refuted
+    if not confirmed and not refuted:
         if prober.exhausted():
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
-            return search
-        confirmed = probe_after(prober, task, search, current)
-    if not confirmed:
-        runs = len(search.probes)
-        what = SHOWN[task.category]
+            return
+        refuted = not probe_after(prober, task, search, current)
+        confirmed = not refuted
+    several = False
+    if refuted and len(task.candidates) > 1:
+        found = _checked(prober, task, search)
+        if found is None:
+            return
+        current, several = found
+    elif not confirmed:
+        runs, what = len(search.probes), SHOWN[task.category]
         search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
-        return search
+        return
     if not _confirmed_again(prober, task, search, current):
-        return search
-    runs = len(search.probes)
+        return
     search.culprits = tuple(current)
-    search.note = f"bisection: {runs} run(s)" + (
-        f"; needs all {len(current)} together" if several else ""
+    search.note = (
+        f"bisection: {len(search.probes)} run(s)"
+        + (f"; needs all {len(current)} together" if several else "")
+        + ("; " + REFUTED if refuted else "")
     )
-    return search
+
+
+def _checked(prober: Prober, task: Task, search: Search) -> tuple[list[str], bool] | None:
+    """The halving with every level checked, where an inferred one was refuted: the whole
+    set first (a victim that does not show it after all of them has nothing to find),
+    then each level's parts, keeping one that shows it, or all of them where none does (the
+    finding needs tests of several); the set and whether it needed several, or None (the
+    note says why)."""
+    current = list(task.candidates)
+    what = SHOWN[task.category]
+    if prober.exhausted() or not probe_after(prober, task, search, current):
+        runs = len(search.probes)
+        search.note = (
+            "search cut by budget"
+            if prober.exhausted()
+            else f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
+        )
+        return None
+    while len(current) > 1:
+        if prober.exhausted() or prober.stopping():
+            search.note = (
+                f"search cut by budget after {len(search.probes)} run(s),"
+                f" down to {len(current)} of {len(task.candidates)} tests"
+            )
+            return None
+        part = _split(prober, task, search, current)
+        if part is None:
+            return current, True  # no part alone: the finding needs tests from several
+        current = part
+    return current, False
 
 
 def _split(prober: Prober, task: Task, search: Search, current: list[str]) -> list[str] | None:

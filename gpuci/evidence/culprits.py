@@ -117,7 +117,11 @@ def search_culprits(
     for victim, search in searches.items():
         before = merged.get(victim, TestEvidence(id=victim))
         merged[victim] = dataclasses.replace(
-            before, culprits=search.culprits, search=search.note, probes=tuple(search.probes)
+            before,
+            culprits=search.culprits,
+            search=search.note,
+            probes=tuple(search.probes),
+            steps=search.steps,
         )
     return merged
 

@@ -132,8 +132,9 @@ class Interpreters:
         """The command line of one interpreter."""
         return pytest_command(self.python, self.pytest_args, launch)
 
-    def run(self, launch: Launch) -> Attempt:
-        """Start one fresh interpreter, watch it to the end, and read what it did."""
+    def run(self, launch: Launch, *, cancel: threading.Event | None = None) -> Attempt:
+        """Start one fresh interpreter, watch it to the end, and read what it did. Once
+        `cancel` is set it is killed (a speculated run whose answer is no longer needed)."""
         stem = launch.stem
         journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +150,9 @@ class Interpreters:
         left: list[Leftover] = []
         try:
             timeout = launch.timeout if launch.timeout is not None else self.timeout
-            events, timed_out = self._watch(proc, reader, log, cookie, left, timeout=timeout)
+            events, timed_out = self._watch(
+                proc, reader, log, cookie, left, timeout=timeout, cancel=cancel
+            )
         finally:
             # nothing a test started outlives it: first whatever carries its cookie (the
             # subreaper adopted the orphans), then what is left of its process group
@@ -234,8 +237,10 @@ class Interpreters:
         left: list[Leftover],
         *,
         timeout: float | None,
+        cancel: threading.Event | None = None,
     ) -> tuple[list[dict[str, Any]], bool]:
-        """Pump output into the log, follow the journal, enforce the timeout."""
+        """Pump output into the log, follow the journal, enforce the timeout; kill it once
+        gpuci stops or `cancel` is set."""
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         events: list[dict[str, Any]] = []
@@ -246,8 +251,9 @@ class Interpreters:
         eof = False
         while not eof:
             wake = 0.1 if kill_at is not None or exited_at is not None else 0.25
-            # a timeout, or a listener learning from it, wants its events soon
-            readable, _, _ = select.select([fd], [], [], wake if timeout or self.on_events else 1.0)
+            # a timeout, a listener learning from it, or a cancel wants its events soon
+            soon = timeout or self.on_events or cancel
+            readable, _, _ = select.select([fd], [], [], wake if soon else 1.0)
             if readable:
                 data = os.read(fd, 1 << 16)
                 if data:
@@ -260,7 +266,8 @@ class Interpreters:
                 events += new
                 self._tell(new)
             now = time.monotonic()
-            if self.supervisor.stopping.is_set() and kill_at is None:
+            cancelled = cancel is not None and cancel.is_set()
+            if (self.supervisor.stopping.is_set() or cancelled) and kill_at is None:
                 signal_group(proc, signal.SIGKILL)
                 kill_at = now
             if timeout and kill_at is None and now - last_progress > timeout:
