@@ -130,6 +130,11 @@ class Admission:
         lost = {"losers": self.losers, "killed": self.killed} if self.losers else {}
         return {"slots": self.slots, "most_at_once": self.most, "beside": self.beside, **lost}
 
+    def idle(self) -> int:
+        """How many slots no run holds now (none while a strict run waits or runs)."""
+        with self._changed:
+            return 0 if self._strict else max(0, self.slots - self._running())
+
     def running(self) -> int:
         """How many interpreters run now."""
         with self._changed:

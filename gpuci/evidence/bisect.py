@@ -224,8 +224,9 @@ def _halve(prober: Prober, task: Task, search: Search, *, shown: bool) -> None:
     confirmed = shown  # whether a probe ran exactly `current` and showed it
     refuted = False
     # a strict search, or one the load may fail (runs beside each other would fail it by
-    # the load, unevenly), runs one level at a time
-    width = 1 if task.strict or task.loadable else max(1, prober.admission.slots)
+    # the load, unevenly), runs one level at a time; any other speculates on the slots idle
+    # as its wave starts (other searches' runs keep theirs: a loser must not delay them)
+    speculates = not task.strict and not task.loadable
     while len(current) > 1 and not refuted:
         if prober.exhausted() or prober.stopping():
             # a narrowed set is not a culprit until a run confirms it: none is named
@@ -238,6 +239,7 @@ def _halve(prober: Prober, task: Task, search: Search, *, shown: bool) -> None:
         def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
             return _step(prober, task, part, cancel=cancel)
 
+        width = max(1, prober.admission.idle()) if speculates else 1
         wave = run_wave(prober, current, width, step, lambda p: bool(_shows(task, p.outcome)))
         for probe, ran in wave.used:
             _record(task, search, probe, ran)
