@@ -56,16 +56,19 @@ def plant_suite(root: Path, n: int, rng: random.Random) -> tuple[str, str]:
 
 
 def check(suite: Path, out: Path, workers: str) -> float:
-    """`gpuci check` of `suite` into `out`; its wall (seconds, for reading only)."""
+    """`gpuci check` of `suite` into `out`; its wall (seconds, for reading only). A check
+    that wrote no evidence ends the benchmark with its output's tail."""
     started = time.monotonic()
     args = [sys.executable, "-m", "gpuci", "check", ".", "--out", str(out)]
-    subprocess.run(
+    proc = subprocess.run(
         [*args, "--workers", workers],
         cwd=suite,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
         check=False,
     )
+    if not (out / "evidence" / "evidence.json").is_file():
+        sys.exit(f"gpuci check wrote no evidence (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return time.monotonic() - started
 
 
