@@ -49,6 +49,7 @@ class FakeProber:
     runs: list[list[str]] = field(default_factory=list)
     strict: list[bool] = field(default_factory=list)  # whether each run was asked strict
     admission: Admission = field(default_factory=Admission)  # one slot: one at a time
+    expensive: bool = False  # its start-ups are cheap: nothing is held ahead
 
     def exhausted(self) -> bool:
         return len(self.runs) >= self.budget_runs
@@ -68,6 +69,7 @@ class FakeProber:
         strict: bool = False,
         collect: Sequence[str] = (),
         cancel: object = None,
+        held: object = None,
     ) -> FakeRun:
         self.runs.append(list(ids))
         self.strict.append(strict)

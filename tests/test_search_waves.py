@@ -134,9 +134,10 @@ def test_a_speculated_loser_is_killed_and_never_counts(
     steps = _victim(evidence)["steps"]
     assert steps["killed"] >= 1 and steps["losers"] >= steps["killed"]
     assert evidence["concurrency"]["killed"] >= 1
-    # the killed run is on the timeline, marked lost; no run count holds it
+    # the blocker's run is on the timeline, marked lost (other losers may be, where they
+    # still ran when their wave knew); no run count holds them
     killed = [r for r in timeline if r.get("lost") == "killed"]
-    assert killed and all("after 4 test(s)" in r["label"] for r in killed)
+    assert any("after 4 test(s)" in r["label"] for r in killed), killed
     counted = [r for r in timeline if "lost" not in r]
     assert evidence["runs"] == len(counted)
     assert evidence["phases"]["culprits"]["runs"] == sum(

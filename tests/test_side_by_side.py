@@ -107,6 +107,7 @@ class LoadedProber:
     admission: Admission = field(default_factory=lambda: Admission(slots=4))
     runs: list[tuple[list[str], bool]] = field(default_factory=list)
     losers: list[LoadedRun] = field(default_factory=list)  # speculated runs not used
+    expensive: bool = False  # its start-ups are cheap: nothing is held ahead
     notes: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -129,6 +130,7 @@ class LoadedProber:
         env: object = None,
         collect: Sequence[str] = (),
         cancel: object = None,
+        held: object = None,
     ) -> LoadedRun:
         with self._lock:
             self.runs.append((list(ids), strict))

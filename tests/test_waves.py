@@ -1,16 +1,31 @@
 """Waves of a culprit search: the levels speculated, the losers killed and never counted,
-and how wide a wave may be where an interpreter's start-up is expensive."""
+how wide a wave may be where an interpreter's start-up is expensive, and the last
+candidates' confirmations held ahead there."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from gpuci.evidence.admission import EXPENSIVE_START_S, evidence_slots
+import pytest
+from cli_runner import write_files
+
+from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
+from gpuci.evidence.bisect import bisect
+from gpuci.evidence.victims import Task
 from gpuci.evidence.waves import Node, plan_wave, run_wave
-from gpuci.model import Outcome, Probe
+from gpuci.model import Category, Outcome, Probe
+from gpuci.run.proc.discover import child_env
+from gpuci.run.proc.interpreter import Interpreters
+from gpuci.run.proc.launch import Launch
+from gpuci.run.proc.supervisor import Supervisor
 
 CANDIDATES = [f"test_{i:02d}.py::test_c" for i in range(16)]
 LONG_S = 60.0  # a wait that only a bug lets run out (the test then fails, it does not hang)
@@ -102,3 +117,118 @@ def test_an_expensive_start_up_widens_the_evidence_to_the_cores() -> None:
     assert evidence_slots(3, 19.3, 16) == 15  # PyTorch's common_utils: every core but one
     assert evidence_slots(3, 19.3, 2) == 3  # never fewer than the check's slots
     assert evidence_slots(4, 19.3, None) == 4  # cores unknown
+
+
+def test_an_interpreter_held_for_a_run_is_the_one_that_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_files(
+        tmp_path, {"test_c.py": "def test_a():\n    pass\n\n\ndef test_b():\n    pass\n"}
+    )
+    monkeypatch.chdir(root)
+    out = root / "out"
+    interpreters = Interpreters(
+        out=out,
+        python=sys.executable,
+        pytest_args=(),
+        timeout=60,
+        environ=child_env(os.environ),
+        clock_zero=time.monotonic(),
+        supervisor=Supervisor(),
+    )
+
+    def launch(ids: tuple[str, ...]) -> Launch:
+        targets = ("test_c.py",)
+        return Launch(
+            key="test_c.py",
+            ids=ids,
+            targets=targets,
+            slot=0,
+            gpu=None,
+            attempt=0,
+            junit=None,
+            label="culprits",
+            lane=3,
+        )
+
+    try:
+        held = interpreters.hold(launch(("test_c.py::test_b",)))
+        # its ids are given as it is taken: the run's, whatever lane the run got
+        attempt = interpreters.run(launch(("test_c.py::test_b",)), held=held)
+        assert [(r.id, r.outcome.value) for r in attempt.results] == [
+            ("test_c.py::test_b", "passed")
+        ]
+        own = Path(held.env["GPUCI_JOURNAL"])
+        assert own.name.startswith("test_c.py.3.held-") and "held" in own.read_text()
+        assert held.proc.returncode is not None  # it ran, and ended
+        # one that collected other files is killed, and the run starts its own
+        other = interpreters.hold(dataclasses.replace(launch(()), targets=("test_d.py",)))
+        attempt = interpreters.run(launch(("test_c.py::test_a",)), held=other)
+        assert [r.outcome.value for r in attempt.results] == ["passed"]
+        assert other.proc.poll() is not None
+    finally:
+        interpreters.close()
+
+
+@dataclass
+class Answer:
+    """One run's answer, as the search reads it."""
+
+    result: Outcome
+    beside: bool = False
+    pending: object = None
+    killed: bool = False
+
+    def outcome(self, test_id: str) -> Outcome:
+        return self.result
+
+
+@dataclass
+class Holding:
+    """A prober whose start-ups are expensive: it holds interpreters ahead, and says which
+    run took which, and which it let go."""
+
+    victim: Callable[[Sequence[str]], Outcome]
+    expensive: bool = True
+    admission: Admission = field(default_factory=lambda: Admission(slots=1))
+    runs: list[tuple[list[str], object]] = field(default_factory=list)
+    held: list[list[str]] = field(default_factory=list)
+    let_go_of: list[object] = field(default_factory=list)
+
+    def exhausted(self) -> bool:
+        return False
+
+    def stopping(self) -> bool:
+        return False
+
+    def hold(self, ids: Sequence[str], *, label: str, collect: Sequence[str] = ()) -> object:
+        self.held.append(list(ids))
+        return tuple(ids)  # stands for the interpreter: what it was started to run
+
+    def let_go(self, held: object, *, phase: str, label: str) -> None:
+        self.let_go_of.append(held)
+
+    def run(self, ids: Sequence[str], *, held: object = None, **_: object) -> Answer:
+        self.runs.append((list(ids), held))
+        return Answer(self.victim(ids))
+
+    def settle(self, ran: Answer, *, used: bool) -> None:
+        pass
+
+
+def test_an_expensive_search_holds_each_last_candidates_confirmation_ahead() -> None:
+    culprit, victim = CANDIDATES[6], "test_v.py::test_victim"
+    prober = Holding(lambda ids: Outcome.FAILED if culprit in ids else Outcome.PASSED)
+    task = Task(
+        victim=victim, category=Category.ORDER_DEPENDENT, candidates=tuple(CANDIDATES), rank=(0, 0)
+    )
+    search = bisect(prober, task)  # type: ignore[arg-type]
+    assert search.culprits == (culprit,)
+    # down to four candidates, each one's [candidate, victim] started ahead; the strict
+    # confirmation took the culprit's, the other three were let go (killed, never counted)
+    assert prober.held == [[c, victim] for c in CANDIDATES[4:8]]
+    assert prober.runs[-1] == ([culprit, victim], (culprit, victim))
+    assert sorted(prober.let_go_of) == sorted((c, victim) for c in CANDIDATES[4:8] if c != culprit)
+    assert search.steps is not None
+    assert (search.steps.killed, search.steps.ahead) == (3, 4)
+    assert search.steps.runs == len(prober.runs) <= search.steps.bound

@@ -33,6 +33,7 @@ from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
 from gpuci.evidence.waves import run_wave
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
+from gpuci.run.proc.held import Held
 from gpuci.steps import Steps
 
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
@@ -41,6 +42,9 @@ COLLECTED = "collected"  # a probe with files collected, none of their tests run
 LOADED = "a run beside others"  # what a contradicted search's steps were
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 MAX_PARTS = 4  # a checked level's candidates run in at most this many parts at once
+# where a start-up is expensive, the last wave over this many candidates or fewer starts
+# each one's confirmation ahead, held after its collection (the losers killed)
+MAX_HELD = 4
 # past the levels: the inferred last candidate's run, the confirmation, and the strict run
 # that tells a flaky victim from a load's doing where the confirmation goes the other way
 CONFIRMING = 3
@@ -60,6 +64,7 @@ class Search:
     steps: Steps | None = None  # its runs against its bound, once the halving ended
     waves: int = 0  # the halving's waves of speculated runs
     in_waves: int = 0  # the runs counted from them
+    ahead: int = 0  # runs started before the level above them answered, held ones too
     losers: int = 0
     killed: int = 0
 
@@ -94,10 +99,11 @@ def _step(
     *,
     strict: bool = False,
     cancel: threading.Event | None = None,
+    held: Held | None = None,
 ) -> tuple[Probe, ProbeRun]:
     """One run of the search, not yet recorded (halves of a level run at once; a speculated
-    one with its `cancel`). A file among `before` is collected (imported) with none of its
-    tests run (`gpuci.evidence.collected`)."""
+    one with its `cancel`; one started ahead, `held`). A file among `before` is collected
+    (imported) with none of its tests run (`gpuci.evidence.collected`)."""
     collect = [b for b in before if "::" not in b]
     kind = kind or (COLLECTED if collect else "")
     ran = prober.run(
@@ -108,10 +114,18 @@ def _step(
         + (f"{len(collect)} file(s) {COLLECTED}" if collect else f"after {len(before)} test(s)"),
         strict=strict or task.strict,
         cancel=cancel,
+        held=held,
     )
     outcome = ran.outcome(task.victim)
     probe = Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome, kind=kind)
     return probe, ran
+
+
+def _hold(prober: Prober, task: Task, candidate: str, label: str) -> Held:
+    """The interpreter of `[candidate, victim]` (`_step`'s), started ahead and held."""
+    collect = [] if "::" in candidate else [candidate]
+    ids = [task.victim] if collect else [candidate, task.victim]
+    return prober.hold(ids, collect=collect, label=label)
 
 
 def _record(task: Task, search: Search, probe: Probe, ran: ProbeRun) -> bool:
@@ -150,7 +164,9 @@ def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Sea
     return bisect(prober, task, search)
 
 
-def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[str]) -> bool:
+def _confirmed_again(
+    prober: Prober, task: Task, search: Search, current: list[str], held: Held | None = None
+) -> bool:
     """The run that just showed the finding, once more (the command the report prints): a
     flaky victim would otherwise hand the search a culprit by chance (then the note says
     `SAME_RUN_BOTH_WAYS`). Where the steps were beside others and this run goes the other
@@ -163,7 +179,7 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
     if prober.exhausted():
         search.note = cut
         return False
-    probe, ran = _step(prober, task, current, strict=strict)
+    probe, ran = _step(prober, task, current, strict=strict, held=held)
     if _record(task, search, probe, ran):
         return True
     loaded = ran.beside and probe.outcome in NOT_PASSING  # a failure that does not count
@@ -201,7 +217,15 @@ def bisect(
     ends with its `steps`: its runs since it began against its bound."""
     search = search or Search([])
     tries = len(search.probes)
-    _halve(prober, task, search, shown=shown)
+    held: dict[str, Held] = {}  # confirmations started ahead, by candidate, until taken
+    try:
+        _halve(prober, task, search, held, shown=shown)
+    finally:
+        for candidate, interpreter in held.items():
+            label = f"culprits of {task.victim}: held for {candidate}"
+            prober.let_go(interpreter, phase=PHASE, label=label)
+            search.losers += 1
+            search.killed += 1
     n = len(task.candidates)
     runs = len(search.probes) - tries
     search.steps = Steps(
@@ -209,7 +233,7 @@ def bisect(
         bound=math.ceil(math.log2(max(n, 1))) + CONFIRMING,
         runs=runs,
         waves=search.waves + runs - search.in_waves,  # every run outside a wave is one
-        ahead=search.in_waves - search.waves + search.losers,  # all but each wave's first
+        ahead=search.ahead,
         losers=search.losers,
         killed=search.killed,
         tries=tries,
@@ -217,9 +241,12 @@ def bisect(
     return search
 
 
-def _halve(prober: Prober, task: Task, search: Search, *, shown: bool) -> None:
+def _halve(
+    prober: Prober, task: Task, search: Search, held: dict[str, Held], *, shown: bool
+) -> None:
     """The inferred halving in waves, its last candidate run where inferred, confirmed; the
-    checked halving where that run refutes it."""
+    checked halving where that run refutes it. Where a start-up is expensive the last wave
+    starts each candidate's confirmation ahead, into `held` (it takes its own)."""
     current = list(task.candidates)
     confirmed = shown  # whether a probe ran exactly `current` and showed it
     refuted = False
@@ -239,12 +266,18 @@ def _halve(prober: Prober, task: Task, search: Search, *, shown: bool) -> None:
         def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
             return _step(prober, task, part, cancel=cancel)
 
+        if prober.expensive and speculates and not held and len(current) <= MAX_HELD:
+            label = f"culprits of {task.victim}: after 1 test(s)"
+            for candidate in current:
+                held[candidate] = _hold(prober, task, candidate, label)
+            search.ahead += len(current)
         width = max(1, prober.admission.idle()) if speculates else 1
         wave = run_wave(prober, current, width, step, lambda p: bool(_shows(task, p.outcome)))
         for probe, ran in wave.used:
             _record(task, search, probe, ran)
         search.waves += 1
         search.in_waves += len(wave.used)
+        search.ahead += len(wave.used) - 1 + wave.losers  # all but each wave's first
         search.losers += wave.losers
         search.killed += wave.killed
         current, confirmed, refuted = wave.current, wave.confirmed, wave.refuted
@@ -264,7 +297,8 @@ def _halve(prober: Prober, task: Task, search: Search, *, shown: bool) -> None:
         runs, what = len(search.probes), SHOWN[task.category]
         search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
         return
-    if not _confirmed_again(prober, task, search, current):
+    ahead = held.pop(current[0], None) if len(current) == 1 else None
+    if not _confirmed_again(prober, task, search, current, ahead):
         return
     search.culprits = tuple(current)
     search.note = (

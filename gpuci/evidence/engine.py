@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.evidence.admission import evidence_slots
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
 from gpuci.evidence.budget import start_up
 from gpuci.evidence.classify import classify_results, out_of_device_memory
@@ -107,8 +106,8 @@ def gather_evidence(
         budget_s=budget_s,
         supervisor=supervisor,
         mode_name=EVIDENCE_DIR,
-        # an expensive start-up is paid once per wave: as many at once as the cores allow
-        slots=evidence_slots(workers, start_up(results), os.cpu_count()),
+        slots=workers,
+        start_s=start_up(results),  # an expensive start-up widens the slots to the cores
     )
     # a test that ran out of device memory in a screen: its file's peak there is too small
     prober.admission.ran_out(

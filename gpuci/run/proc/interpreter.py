@@ -122,6 +122,24 @@ class Interpreters:
             end_held(earlier)
         self._ahead[launch.key] = (held, offset)
 
+    def hold(self, launch: Launch) -> Held:
+        """Start `launch`'s interpreter now, fresh, held after its collection, and hand it to
+        the caller, who passes it to `run` (it runs there if still alike) or to `end_held`:
+        an evidence run whose start-up is paid while other runs decide whether it is needed.
+        It journals into a file of its own beside the runs' (`FILE.held-N.jsonl`)."""
+        number = next(self._ahead_numbers)
+        only = self.tmp / f"ahead-{number}.json"
+        journal = self.out / "journal" / f"{launch.stem}.held-{number}.jsonl"
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        env = launch_environ(self.environ, launch, journal=journal, only=only)
+        try:
+            held = start_held(self.command(launch), launch.targets, env)
+        except OSError as exc:
+            raise GpuciError(f"could not start {self.python}: {exc}") from None
+        self.supervisor.add(held.proc)  # a stop ends it too
+        self._yield_cpu(held.proc.pid)
+        return held
+
     def _yield_cpu(self, pid: int) -> None:
         """Add `nice` to the interpreter's niceness (its threads and children inherit it)."""
         if self.nice:
@@ -132,15 +150,22 @@ class Interpreters:
         """The command line of one interpreter."""
         return pytest_command(self.python, self.pytest_args, launch)
 
-    def run(self, launch: Launch, *, cancel: threading.Event | None = None) -> Attempt:
-        """Start one fresh interpreter, watch it to the end, and read what it did. Once
-        `cancel` is set it is killed (a speculated run whose answer is no longer needed)."""
+    def run(
+        self,
+        launch: Launch,
+        *,
+        cancel: threading.Event | None = None,
+        held: Held | None = None,
+    ) -> Attempt:
+        """Start one fresh interpreter (or take `held`, from `hold`, where it is what this
+        one would start), watch it to the end, and read what it did. Once `cancel` is set it
+        is killed (a speculated run whose answer is no longer needed)."""
         stem = launch.stem
         journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
         if self.gate is not None:
             self.gate.wait(launch.key, launch.gpu, self.supervisor)
-        proc, cmd, cookie, start, started_at, output, reader = self._start(launch, journal)
+        proc, cmd, cookie, start, started_at, output, reader = self._start(launch, journal, held)
         log_rel = f"logs/{stem}.log"
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
@@ -191,7 +216,7 @@ class Interpreters:
         return attempt
 
     def _start(
-        self, launch: Launch, journal: Path
+        self, launch: Launch, journal: Path, given: Held | None = None
     ) -> tuple[subprocess.Popen[bytes], list[str], str, float, float, bytes, JournalReader]:
         """Start the interpreter (or take the held suite interpreter, `gpuci.run.proc.held`, or
         one started ahead); the process, its command and cookie, when it started (on the
@@ -210,6 +235,20 @@ class Interpreters:
             start = held.started - self.zero
             output = bytes(held.output)
             return proc, held.command, held.cookie, start, held.started_at, output, reader
+        if given is not None and given.targets != launch.targets:  # it collected others
+            end_held(given)
+        elif given is not None and given.matches(cmd, launch.targets, env):  # held for it
+            own = Path(given.env["GPUCI_JOURNAL"])
+            proc = given.release(own, launch.ids)
+            return (
+                proc,
+                given.command,
+                given.cookie,
+                self.now(),
+                time.time(),
+                b"",
+                JournalReader(own),
+            )
         # started ahead while its slot's previous unit ran, journaling into `journal` from
         # its start: its wall from now, when its tests may start, and its start-up only
         # what was not hidden (from now to its collection, 0 where it had collected)
