@@ -9,12 +9,17 @@ evidence runs only (GPUCI_MODE=evidence), test_c.py::test_c0 blocks until its in
 is killed, and the polluter waits until test_c0 has started: the first wave's runs are the
 first half (the polluter's: it shows), its first quarter, and test_c.py's quarter, a loser
 that is still running when the wave knows, whatever the machine's load.
+
+A second suite costs 6 s per interpreter at import (an expensive start-up, >= 5 s): its
+last candidates' confirmations start ahead, held after collection, and only the
+culprit's runs.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,3 +150,43 @@ def test_a_speculated_loser_is_killed_and_never_counts(
     )
     # no run the search kept held the blocker (it runs only in the loser)
     assert all(BLOCKER not in probe["shown"] for probe in _victim(evidence)["probes"])
+
+
+EXPENSIVE = {  # every interpreter costs 6 s at import: an expensive start-up (>= 5 s)
+    "pytest.ini": "[pytest]\n",
+    "state.py": "POLLUTED = False\n",
+    "conftest.py": "import time\n\ntime.sleep(6)  # the cost only: no assert depends on it\n",
+    "test_a.py": "import state\n\n\n"
+    + "".join(f"def test_a{i}():\n    pass\n\n\n" for i in (0, 1))
+    + "def test_a2():\n    state.POLLUTED = True\n\n\ndef test_a3():\n    pass\n",
+    "test_b.py": "".join(f"def test_b{i}():\n    pass\n\n\n" for i in range(4)),
+    "test_c.py": "import state\n\n\ndef test_victim():\n    assert not state.POLLUTED\n",
+}
+
+
+@pytest.mark.slow
+def test_an_expensive_interpreter_starts_the_confirmations_ahead(tmp_path: Path) -> None:
+    suite = write_files(tmp_path / "suite", EXPENSIVE)
+    out = tmp_path / "out"
+    args = ("check", ".", "--out", str(out), "--workers", "2", "--evidence-budget", "600")
+    proc = gpuci(*args, cwd=suite, env=clean_env())
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    victim = next(t for t in evidence["tests"] if t["id"] == "test_c.py::test_victim")
+    assert victim["culprits"] == ["test_a.py::test_a2"]
+    steps = victim["steps"]
+    assert steps["runs"] <= steps["bound"] and steps["killed"] >= 1
+    # the last candidates' confirmations were started ahead, held after collection: the
+    # culprit's ran the strict confirmation, the others were killed before any test ran
+    journals = sorted((out / "evidence" / "journal").glob("test_c.py.held-*.jsonl"))
+    events = [[json.loads(line) for line in j.read_text().splitlines()] for j in journals]
+    ran = [e for e in events if any(x.get("id") == "test_c.py::test_victim" for x in e)]
+    assert len(journals) >= 2 and len(ran) == 1, events
+    finished = [x for x in ran[0] if x["e"] == "finish"]
+    assert [(x["id"], x["outcome"]) for x in finished] == [
+        ("test_a.py::test_a2", "passed"),
+        ("test_c.py::test_victim", "failed"),
+    ]
+    timeline = (out / "evidence" / "runs.jsonl").read_text(encoding="utf-8").splitlines()
+    held = [json.loads(r) for r in timeline if "held for" in r]
+    assert len(held) == len(journals) - 1 and all(r["lost"] == "killed" for r in held)
