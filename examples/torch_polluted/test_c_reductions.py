@@ -10,4 +10,5 @@ common_utils = pytest.importorskip("torch.testing._internal.common_utils")
 @pytest.mark.parametrize("op", ["sum", "mean"])
 def test_reduction_matches_float64(n: int, op: str) -> None:
     x = torch.rand(n, device="cuda")
-    torch.testing.assert_close(getattr(x, op)(), getattr(x.double(), op)().float())
+    want = getattr(x.double(), op)().float()
+    torch.testing.assert_close(getattr(x, op)(), want, rtol=1e-4, atol=1e-4)
