@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
-SHARED = ("model", "formats")  # the shared types and files, importable by every package
+SHARED = ("steps", "model", "formats", "evidence_file")  # shared types and files, for all
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
@@ -77,6 +77,9 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "pairs",
         "poisoned",
         "victims",
+        "search",
+        "waves",
+        "checked",
         "bisect",
         "collected",
         "culprits",

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
-from gpuci.evidence.bisect import LOADED, Search, bisect, cascade
+from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.collected import collected_first
 from gpuci.evidence.fingerprints import same_kind
@@ -39,6 +39,7 @@ from gpuci.evidence.pairs import (
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.search import LOADED, Search
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, TestEvidence
 from gpuci.run.proc.discover import file_of
@@ -117,7 +118,11 @@ def search_culprits(
     for victim, search in searches.items():
         before = merged.get(victim, TestEvidence(id=victim))
         merged[victim] = dataclasses.replace(
-            before, culprits=search.culprits, search=search.note, probes=tuple(search.probes)
+            before,
+            culprits=search.culprits,
+            search=search.note,
+            probes=tuple(search.probes),
+            steps=search.steps,
         )
     return merged
 
