@@ -40,7 +40,7 @@ from gpuci.model import (
     Verdict,
 )
 from gpuci.report import render as report
-from gpuci.report.comment_data import markdown_data
+from gpuci.report.comment_data import ROOT_VICTIMS, markdown_data
 from gpuci.report.escape import flatten
 from gpuci.report.render import (
     MARKDOWN_MAX_CHARS,
@@ -1006,3 +1006,33 @@ def test_a_failure_a_mode_copied_without_running_the_test_reads_not_rerun() -> N
     (row,) = [line for line in markdown.splitlines() if "test_victim" in line]
     assert row.startswith("| failed | `t/test_pool.py::test_victim` | not re-run | failed |")
     assert "failed (inferred)" not in markdown and "failed (inferred)" not in render_html(verdict)
+
+
+def test_a_root_lists_its_first_victims_and_counts_the_rest() -> None:
+    culprit = "t/test_c.py::test_culprit"
+    victims = tuple(
+        TestVerdict(
+            id=f"t/test_v.py::test_{k:02d}",
+            file="t/test_v.py",
+            category=Category.ORDER_DEPENDENT,
+            outcomes={"suite": "failed"},
+            reruns=("passed",),
+            message="AssertionError",
+            reproduce=f"python -m pytest {culprit} t/test_v.py::test_{k:02d}",
+            culprits=(culprit,),
+        )
+        for k in range(ROOT_VICTIMS + 4)
+    )
+    root = Root(
+        culprits=(culprit,),
+        category=Category.ORDER_DEPENDENT,
+        victims=tuple(v.id for v in victims),
+        reproduce=victims[0].reproduce,
+    )
+    verdict = Verdict(
+        verdict="fail", summary={"order-dependent": len(victims)}, tests=victims, roots=(root,)
+    )
+    markdown = render_markdown(verdict, links=LINKS)
+    assert markdown.count("| `t/test_v.py::test_") == ROOT_VICTIMS
+    assert "…and 4 more victims: see the full report." in markdown
+    assert "#### Findings" not in markdown and "#### Failures" not in markdown  # none left
