@@ -88,7 +88,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "budget",
         "engine",
     ),
-    "verdict": ("merge", "describe", "causes", "diff", "roots", "ended"),
+    "verdict": ("merge", "describe", "causes", "skips", "diff", "roots", "ended"),
     "report": (
         "groups",
         "summary",
