@@ -28,6 +28,9 @@ TEST_DEPS = [
     "numpy",
     "pytest-cov",  # tests/test_side_outputs.py: --cov is the plain run's
     RUN_PARALLEL,  # the threads mode, and the plugin tests of it
+    # the release's build, as the tag pipeline's release:build runs it in the tests
+    "hatchling>=1.27",
+    "build>=1.2",
 ]
 
 

@@ -46,7 +46,6 @@ from gpuci.run.sched.plan import (
     parse_gpus_per_slot,
     parse_workers,
     read_durations,
-    visible_gpus,
 )
 from gpuci.run.sched.plan_mode import (
     discover,
@@ -60,6 +59,7 @@ from gpuci.run.sched.plan_mode import (
     threads_of,
 )
 from gpuci.run.sched.screens import run_screens
+from gpuci.run.sched.views import screen_gpus
 
 # a lazy isolated pass after these runs only the files that did not pass in them
 CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
@@ -205,12 +205,12 @@ def _run_screened(
     per_screen, _ = pool_workers(parse_workers(opts.workers), gpus, per_slot, units)
     of_files = sum(m is not Mode.SUITE for m in screened)
     workers = min(per_screen * max(of_files, 1) + (Mode.SUITE in screened and of_files > 0), units)
+    slot_gpus = screen_gpus(gpus, workers, per_slot, suite=Mode.SUITE in screened)
     screens = [
-        plan_mode(opts, mode, discovery, resume=earlier.get(mode), pool=workers)[0]
+        plan_mode(opts, mode, discovery, resume=earlier.get(mode), pool=slot_gpus)[0]
         for mode in screened
     ]
     if screens:
-        slot_gpus = visible_gpus(gpus, workers, per_slot)
         runs.update(run_screens(screens, workers=workers, slot_gpus=slot_gpus))
     if Mode.ISOLATED in modes and lazy and Mode.ISOLATED not in runs:
         runs[Mode.ISOLATED] = _lazy_isolated(

@@ -161,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mode", required=True, choices=[m.value for m in Mode])
     # check's alone: parsed here too, so that `gpuci run --serial-modes` is told why not
     run.add_argument("--serial-modes", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument(
+        "--allow", help="'skipped': a run where every test skipped passes (default: it fails)"
+    )
 
     merge = sub.add_parser("merge", help="merge JUnit XML of files, shards and modes")
     merge.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
@@ -293,6 +296,8 @@ def _interpreters() -> Iterator[None]:
 
 def _cmd_run(options: Options) -> int:
     from gpuci.check import check_options, run_mode_with_reruns
+    from gpuci.verdict.diff import parse_policy
+    from gpuci.verdict.skips import ALLOW_HINT, nothing_ran_reason
 
     if options.serial_modes:
         raise UsageError(
@@ -303,7 +308,16 @@ def _cmd_run(options: Options) -> int:
     with _interpreters(), _holding(options.out_dir, "run", options.secrets):
         run = run_mode_with_reruns(options, options.mode)
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
-    return 1 if bad else 0
+    if bad:
+        return 1
+    # an xfail ran (pytest counts it skipped): only tests skipped outright ran nothing
+    skips = [t.message for t in run.tests if t.outcome is Outcome.SKIPPED and not t.counted]
+    assert options.verdict is not None
+    if len(skips) == len(run.tests) and not parse_policy(None, options.verdict.allow).allow_skipped:
+        print(f"gpuci: {printable(nothing_ran_reason(skips))}", file=sys.stderr)
+        print(f"gpuci: {ALLOW_HINT}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_merge(options: Options) -> int:

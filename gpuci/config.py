@@ -257,7 +257,16 @@ def effective_settings(given: Mapping[str, Any], config: Config) -> dict[str, Se
 
 # the options [tool.gpuci] may set, by command
 CONFIGURED = {
-    "run": ("workers", "timeout", "threads", "reruns", "evidence_budget", "gpus", "gpus_per_slot"),
+    "run": (
+        "workers",
+        "timeout",
+        "threads",
+        "reruns",
+        "evidence_budget",
+        "gpus",
+        "gpus_per_slot",
+        "allow",  # only `skipped` counts: a run where every test skipped passes
+    ),
     "check": (
         "modes",
         "workers",

@@ -1,6 +1,5 @@
-"""File formats: `run.json` (schema ``gpuci.run/1``) and `verdict.json` (``gpuci.verdict/1``);
-their shape lives here alone (`evidence.json`'s in `gpuci.evidence_json`): another schema or
-malformed is an InputError."""
+"""File formats: `run.json` (schema ``gpuci.run/1``), `verdict.json` (``gpuci.verdict/1``) and
+`evidence.json`; their shape lives here alone: another schema or malformed is an InputError."""
 
 from __future__ import annotations
 
@@ -31,6 +30,9 @@ from gpuci.model import (
 
 RUN_SCHEMA = "gpuci.run/1"
 VERDICT_SCHEMA = "gpuci.verdict/1"
+EVIDENCE_SCHEMA = "gpuci.evidence/1"
+EVIDENCE_DIR = "evidence"  # OUT/evidence/: the runs after the main passes
+EVIDENCE_FILE = "evidence.json"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

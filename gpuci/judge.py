@@ -21,6 +21,7 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
     from gpuci.verdict.diff import diff_results, parse_policy, read_baseline
     from gpuci.verdict.diff import write_verdict as write_diffed
     from gpuci.verdict.ended import ended_verdict
+    from gpuci.verdict.skips import ALLOW_HINT, nothing_ran
 
     judge = options.verdict
     assert judge is not None, options.command
@@ -37,4 +38,6 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
     if no_test_ran(verdict):
         print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)
         return 3
+    if verdict.verdict == "fail" and nothing_ran(t.category for t in verdict.tests):
+        print(f"gpuci: no test ran; {ALLOW_HINT}", file=sys.stderr)
     return 1 if verdict.verdict == "fail" else 0

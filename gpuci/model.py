@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from gpuci.steps import Steps
+
 
 class GpuciError(Exception):
     """A problem gpuci reports as one line, then exits with `exit_code`."""
@@ -373,6 +375,7 @@ class TestEvidence:
     culprits: tuple[str, ...] = ()  # test ids before it (files beside it, for concurrency)
     search: str = ""  # how they were found ("bisection", "cascade"), or why not
     probes: tuple[Probe, ...] = ()  # the search's runs, in order
+    steps: Steps | None = None  # the search's runs against its bound, its waves, its losers
     poisoned: Outcome | None = None  # alone, every fresh device allocation filled with 0xFF
     threaded: Outcome | None = None  # alone, in the threads mode's N threads
     sanitizer: str = ""  # compute-sanitizer memcheck's first error block, alone

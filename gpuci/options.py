@@ -36,7 +36,7 @@ class EvidenceOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VerdictOptions:
-    """How the diff judges: `diff`, `check` and `explain`."""
+    """How the diff judges: `diff`, `check` and `explain` (`run`: only `allow`, for skips)."""
 
     fail_on: str | None = None  # --fail-on, as given
     allow: str | None = None  # --allow, as given
@@ -119,7 +119,7 @@ def build_options(args: argparse.Namespace) -> Options:
             pytest_args=pytest_args,
         )
     verdict = None
-    if args.command in ("diff", "check", "explain"):
+    if args.command in ("run", "diff", "check", "explain"):
         verdict = VerdictOptions(
             fail_on=value("fail_on"), allow=value("allow"), baseline=given.get("baseline")
         )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpuci on CuPy v14.2.0's own tests (carried in cupy-tests/, see docs/device-runs.md), on the device.
+# gpuci on CuPy v14.2.0's own tests (carried in cupy-tests/, see benchmarks/device-runs.md), on the device.
 #   scripts/device_cupy.sh [multi] [one] [subset] [threads]   (default: multi one subset)
 # multi:  the 4 cuda_tests files with every GPU: the verdict must pass
 # one:    the same files seeing one GPU (--gpus 0): multi-GPU tests fail, the hang times out

@@ -14,6 +14,10 @@
 # polluted: examples/gpu_polluted at the default budget against expected.json, then the
 #           same with --serial-modes (its wall beside the screens')
 # storm:    the failure-storm replica (scripts/device_storm.sh)
+# gpus:     N GPUs (issue 40): the subset with its multi-GPU tests (-m 'not slow'), plain
+#           pytest warm, gpuci check default and with --gpus-per-slot 1, plain again
+# gpus-section: a real section with findings ($SECTION) on every GPU against --gpus 0
+#           (and plain pytest on every GPU and on GPU 0), each timed in this command
 # section:  a real CuPy section outside the subset ($SECTION, under cupy-tests/): plain pytest
 #           warm twice, gpuci check at default settings, plain pytest again; every finding
 set -uo pipefail
@@ -246,6 +250,48 @@ PY
             cp "$WORK/polluted-$how.log" "$OUT/polluted-$how.log"  # the progress, whole
             cp "$WORK/p-$how/evidence/runs.jsonl" "$OUT/polluted-$how-runs.jsonl"
         done ;;
+    gpus)  # issue 40: the subset with its multi-GPU tests on every GPU, by default and windowed
+        cd "$ROOT/cupy-tests" || exit 3
+        multi="not slow"
+        timed gpus-warm 200 python3 -m pytest -q -p no:cacheprovider -n 16 "${SUBSET[@]}" -m "$multi"
+        for run in 1 2; do
+            timed gpus-pytest-$run 300 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$multi"
+            tail -1 "$WORK/gpus-pytest-$run.log"
+        done
+        for how in default window; do
+            extra=(); [ "$how" = window ] && extra=(--gpus-per-slot 1)
+            timed gpus-check-$how 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/g-$how" \
+                --timeout 120 "${extra[@]}" -- -m "$multi"
+            grep "^gpuci: suite\|^gpuci: parallel\|^gpuci: isolated\|^verdict" "$WORK/gpus-check-$how.log"
+            findings "$WORK/g-$how/verdict.json" | head -30
+            forks "$WORK/g-$how"
+        done
+        timed gpus-pytest-3 300 python3 -m pytest -q -p no:cacheprovider "${SUBSET[@]}" -m "$multi"
+        tail -1 "$WORK/gpus-pytest-3.log"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["gpus-pytest-2"]) + float(walls["gpus-pytest-3"])) / 2
+for name in ("gpus-check-default", "gpus-check-window"):
+    print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+PY
+        cd "$ROOT" ;;
+    gpus-section)  # issue 40: the same section's check on every GPU and on GPU 0 alone
+        cd "$ROOT/cupy-tests" || exit 3
+        sect=(${SECTION:-tests/cupyx_tests/test_cusparse.py tests/cupy_tests/test_init.py tests/cupy_tests/cuda_tests/test_nccl.py})
+        timed gs-warm 200 python3 -m pytest -q -p no:cacheprovider -n 16 "${sect[@]}" -m "$MARK"
+        timed gs-pytest-all 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
+        tail -1 "$WORK/gs-pytest-all.log"
+        for how in all one; do
+            extra=(); [ "$how" = one ] && extra=(--gpus 0)
+            timed gs-check-$how 300 python3 -m gpuci check "${sect[@]}" --out "$WORK/gs-$how" \
+                --timeout 120 "${extra[@]}" -- -m "$MARK"
+            grep "^gpuci: suite\|^gpuci: parallel\|^evidence\|^verdict" "$WORK/gs-check-$how.log"
+            findings "$WORK/gs-$how/verdict.json" | head -30
+        done
+        CUDA_VISIBLE_DEVICES=0 timed gs-pytest-one 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
+        tail -1 "$WORK/gs-pytest-one.log"
+        cd "$ROOT" ;;
     section)
         cd "$ROOT/cupy-tests" || exit 3
         sect=(${SECTION:-tests/cupyx_tests/scipy_tests/special_tests})

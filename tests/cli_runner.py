@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -45,3 +48,18 @@ def gpuci(
         check=False,
         stdin=subprocess.DEVNULL,
     )
+
+
+def python_word() -> str:
+    """How gpuci's printed commands name this interpreter: `python` where the PATH's
+    `python` is this very file in this folder (a venv's `python` beside its `python3`), else
+    its quoted path; the rule of gpuci.run.proc.gpus, so a venv that runs `python3` is no
+    different from one that runs `python`."""
+    found = shutil.which("python")
+    mine = Path(sys.executable).absolute()
+    if found is not None:
+        theirs = Path(found).absolute()
+        with contextlib.suppress(OSError):
+            if mine.parent == theirs.parent and mine.samefile(theirs):
+                return "python"
+    return shlex.quote(sys.executable)

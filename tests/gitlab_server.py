@@ -40,6 +40,7 @@ class Received:
     query: dict[str, str]
     headers: dict[str, str]
     body: str
+    data: bytes = b""  # the body as sent (an uploaded file)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -276,14 +277,15 @@ def _handler_for(gitlab: FakeGitLab) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
-            raw = self.rfile.read(length).decode("utf-8") if length else ""
+            raw = self.rfile.read(length) if length else b""
             split = urllib.parse.urlsplit(self.path)
             request = Received(
                 method=self.command,
                 path=urllib.parse.unquote(split.path),
                 query=dict(urllib.parse.parse_qsl(split.query)),
                 headers={k.lower(): v for k, v in self.headers.items()},
-                body=raw,
+                body=raw.decode("utf-8", "replace"),
+                data=raw,
             )
             with gitlab.lock:
                 gitlab.received.append(request)
@@ -298,7 +300,12 @@ def _handler_for(gitlab: FakeGitLab) -> type[BaseHTTPRequestHandler]:
                     self.connection.shutdown(socket.SHUT_RDWR)  # the client sees a hang-up
                     return
                 status, headers, data = fault.status, fault.headers, None
-            payload = fault.body.encode() if fault is not None else json.dumps(data).encode("utf-8")
+            if fault is not None:
+                payload = fault.body.encode()
+            elif isinstance(data, bytes):  # a file: an artifact, a package
+                payload = data
+            else:
+                payload = json.dumps(data).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

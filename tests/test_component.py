@@ -1,8 +1,11 @@
 """gpuci's CI/CD component (templates/gpuci.yml) as a user's project takes it: the example
 project in examples/gitlab_project, whose `.gitlab-ci.yml` only includes the component,
-run for real by gitlab-ci-local (shell executor, no Docker, no GPU): the check on its CPU
-suite, the verdict, the note posted to a fake GitLab, the durations carried by the cache
-to the next pipeline. And the component's variants as GitLab would expand them.
+run for real by gitlab-ci-local (shell executor, no Docker, no GPU): gpuci's tag pipeline
+uploads the release wheel to a fake GitLab, the example's default install takes it from
+there, then the check on its CPU suite, the verdict, the note posted to the fake GitLab,
+the durations carried by the cache to the next pipeline. And the component's variants as
+GitLab would expand them: one job per mode, included twice, a user's before_script, the
+example's workflow:rules.
 
 A missing tool skips on a workstation but fails under CI=true (see test_gitlab_ci.py).
 """
@@ -10,6 +13,7 @@ A missing tool skips on a workstation but fails under CI=true (see test_gitlab_c
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,14 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gitlab_server import FakeGitLab
+from gitlab_pipelines import GitLabWithPipelines
+from release_wheel import DIST, job_python, version
 from test_gitlab_ci import (
     JOB_TOKEN,
     NOTE_TOKEN,
     LocalRunner,
+    Pipeline,
     commit_all,
     merge_request_pipeline,
     missing,
+    need,
     safe_job_name,
 )
 
@@ -79,11 +86,15 @@ class Project(LocalRunner):
         assert result.returncode == 0, result.stderr
         return [job["name"] for job in json.loads(result.stdout) if job["when"] != "never"]
 
-    def run_job(self, job: str, variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        """Run one job with the shell executor, with GitLab's variables `variables`."""
+    def run_job(
+        self, job: str, variables: dict[str, str], *, install: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one job with the shell executor, with GitLab's variables `variables`; with
+        `install`, the component's own install (else this checkout's gpuci, on PATH)."""
         args = [job, "--shell-isolation", "--force-shell-executor", "--no-color"]
         args += ["--no-artifacts-to-source", "--ignore-predefined-vars", ",".join(variables)]
-        for name, value in {"GPUCI_INSTALL": "true", **variables}.items():
+        overrides = {} if install else {"GPUCI_INSTALL": "true"}
+        for name, value in {**overrides, **variables}.items():
             args += ["--variable", f"{name}={value}"]
         return self.gcl(*args)
 
@@ -105,18 +116,77 @@ def expected_categories() -> dict[str, tuple[str, list[str] | None]]:
     }
 
 
+GPUCI_PROJECT_ID = "1"  # gpuci's own project on the fake GitLab (the example's is 42)
+
+
+def release(tmp_path: Path, gitlab: GitLabWithPipelines, where: str) -> list[str]:
+    """Run gpuci's tag pipeline's release:build for this checkout's version, as project
+    `where`, against `gitlab`: the files it uploaded to its package registry."""
+    gitlab.paths[GPUCI_PROJECT_ID] = where
+    tmp_path.mkdir()
+    gpuci = Pipeline(tmp_path)
+    gpuci.env = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    variables = {
+        "CI_COMMIT_TAG": version(),
+        "CI_PROJECT_ID": GPUCI_PROJECT_ID,
+        "CI_PROJECT_PATH": where,
+        "CI_API_V4_URL": gitlab.api_url,
+        "CI_JOB_TOKEN": JOB_TOKEN,
+    }
+    args = ["release:build", "--shell-isolation", "--force-shell-executor", "--no-color"]
+    args += ["--ignore-predefined-vars", ",".join(variables)]
+    for name, value in variables.items():
+        args += ["--variable", f"{name}={value}"]
+    result = gpuci.gcl(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    uploads = [r for r in gitlab.received if r.method == "PUT"]
+    assert all(r.headers.get("job-token") == JOB_TOKEN for r in uploads)
+    return sorted(file for (project, _, _, file) in gitlab.packages if project == where)
+
+
 @pytest.mark.slow
-def test_the_example_projects_pipeline_checks_reports_and_posts_the_note(tmp_path: Path) -> None:
+def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the_note(
+    tmp_path: Path,
+) -> None:
+    # gpuci's tag pipeline (release:build) uploads this checkout's sdist and wheel to its
+    # package registry on a fake GitLab; then the example's `.gitlab-ci.yml`, unchanged,
+    # its default install too, downloads that wheel from the project it included the
+    # component from, and pip installs it into a fresh Python that may reach no package
+    # index: a bare `pip install gpuci`, or a wheel from another project, fails the job
+    # before its verdict.
+    need("curl", "the component's install downloads the wheel with it")
     project = Project(tmp_path, EXAMPLE)
     assert project.job_names() == [CHECK_JOB]  # the default: one job, the screens at once
-    with FakeGitLab(token=NOTE_TOKEN) as gitlab:
+    where, included = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    assert included == version()
+    wheel = f"{DIST.replace('-', '_')}-{version()}-py3-none-any.whl"
+    python_bin = job_python(tmp_path)
+    project.path = f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+    project.env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as gitlab:
+        released = release(tmp_path / "gpuci", gitlab, where)
+        assert released == sorted([f"{DIST.replace('-', '_')}-{version()}.tar.gz", wheel])
+        gitlab.received.clear()
         variables = merge_request_pipeline(gitlab)
-        first = project.run_job(CHECK_JOB, variables)
+        first = project.run_job(CHECK_JOB, variables, install=True)
         output = first.stdout + first.stderr
         assert first.returncode == 1, output  # the planted bug fails the job, after reporting
         log = project.log(CHECK_JOB)
         for token in (JOB_TOKEN, NOTE_TOKEN):
             assert token not in output + log
+        download, *asked = gitlab.received
+        assert download.path == (
+            f"/api/v4/projects/{where}/packages/generic/{DIST}/{version()}/{wheel}"
+        )
+        assert download.headers.get("job-token") == JOB_TOKEN
+        assert f"gpuci: installing {DIST} {version()} from http://127.0.0.1:" in log
+        installed = list(
+            python_bin.parent.glob(
+                f"lib/python*/site-packages/gpuci_isolation-{version()}.dist-info"
+            )
+        )
+        assert len(installed) == 1, log
+        assert (python_bin / "gpuci").exists()
         assert "no durations.json from an earlier pipeline in the cache: a first check" in log
 
         out = project.artifacts(CHECK_JOB) / "out" / "gpuci"
@@ -128,17 +198,16 @@ def test_the_example_projects_pipeline_checks_reports_and_posts_the_note(tmp_pat
         assert 'name="[suite] test_forward_allocates_its_activations"' in junit  # GitLab's report
         assert "test_forward_allocates_its_activations" in (out / "report.html").read_text("utf-8")
 
-        # the default branch's verdict was asked for (none yet: 404), then the one note posted
-        asked = gitlab.received[0]
-        assert asked.path == "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpuci/verdict.json"
-        assert asked.query == {"job": CHECK_JOB}
+        # the default branch's latest pipelines were asked for (none yet), then the one note
+        assert asked[0].path == "/api/v4/projects/42/pipelines"
+        assert asked[0].query["ref"] == "main"
         assert "no baseline" in log
         assert len(gitlab.notes) == 1
         comment = (out / "comment.md").read_text(encoding="utf-8")
         assert comment.strip() in gitlab.notes[0]["body"]
 
         # the next pipeline: its check starts from the durations the cache carried over
-        second = project.run_job(CHECK_JOB, variables)
+        second = project.run_job(CHECK_JOB, variables, install=True)
         assert second.returncode == 1, second.stdout + second.stderr
         log = project.log(CHECK_JOB)
         assert "the files' times of an earlier pipeline: .cache/gpuci/durations.json" in log
@@ -180,7 +249,7 @@ include:
         assert job["allow_failure"] is True
         assert "out/gpuci/" in job["artifacts"]["paths"]
         mode = name.split(":")[1]
-        assert f"--mode {mode}" in job["script"][0]
+        assert f"--mode {mode}" in job["script"][-1]
         kernels = [c for c in job["cache"] if ".cache/cupy/" in c["paths"]]
         assert len(kernels) == 1
     assert config["gpuci:isolated"]["parallel"] == 3
@@ -204,3 +273,117 @@ include:
     assert "gpuci:threads" not in project.job_names()
     chain = project.gcl("--validate-dependency-chain")
     assert chain.returncode == 0, chain.stdout + chain.stderr
+
+
+def test_the_component_included_twice_keeps_two_sets_of_jobs(tmp_path: Path) -> None:
+    where, version_ = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    pipeline = f"""\
+include:
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version_}
+    inputs:
+      job-prefix: gpuci-math
+      paths: tests/test_math.py
+      timeout: 45m
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version_}
+    inputs:
+      job-prefix: gpuci-model
+      paths: tests/test_model.py tests/test_limits.py
+      out: out/model
+"""
+    project = Project(tmp_path, EXAMPLE, pipeline)
+    assert sorted(project.job_names()) == ["gpuci-math:check", "gpuci-model:check"]
+    config = project.config()
+    math, model = config["gpuci-math:check"], config["gpuci-model:check"]
+    assert math["variables"]["GPUCI_PATHS"] == "tests/test_math.py"
+    assert model["variables"]["GPUCI_PATHS"] == "tests/test_model.py tests/test_limits.py"
+    # each judges against its own job's verdict, keeps its own files' times
+    assert math["variables"]["GPUCI_VERDICT_JOB"] == "gpuci-math:check"
+    assert model["variables"]["GPUCI_VERDICT_JOB"] == "gpuci-model:check"
+    assert model["artifacts"]["reports"]["junit"] == "out/model/junit.xml"
+    keys = [{c["key"] for c in job["cache"]} for job in (math, model)]
+    assert keys == [
+        {"gpuci-cupy-kernels", "gpuci-math-durations-$CI_COMMIT_REF_SLUG"},
+        {"gpuci-cupy-kernels", "gpuci-model-durations-$CI_COMMIT_REF_SLUG"},
+    ]
+    # GitLab's conventions, each job: a newer pipeline may cancel it, a runner's failure
+    # retries it (a failing suite does not), its timeout is an input
+    assert (math["timeout"], model["timeout"]) == ("45m", "1h")
+    for job in (math, model):
+        assert job["interruptible"] is True
+        assert job["retry"]["max"] == 2
+        assert "runner_system_failure" in job["retry"]["when"]
+        assert "script_failure" not in job["retry"]["when"]
+        assert "before_script" not in job
+
+
+@pytest.mark.slow
+def test_a_users_before_script_runs_before_the_setup_and_keeps_it(tmp_path: Path) -> None:
+    # The user's before_script (a proxy, a venv) was once the component's own, replaced.
+    where, version_ = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    pipeline = f"""\
+include:
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version_}
+    inputs:
+      paths: tests/test_math.py
+      post-note: false
+
+gpuci:check:
+  before_script:
+    - echo "the user's own before_script ran"
+"""
+    project = Project(tmp_path, EXAMPLE, pipeline)
+    result = project.run_job(CHECK_JOB, {"GPUCI_INSTALL": "echo the component installed gpuci"})
+    log = project.log(CHECK_JOB)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = log.index("the user's own before_script ran")
+    assert ran < log.index("the component installed gpuci")
+    assert "no durations.json from an earlier pipeline in the cache: a first check" in log
+    verdict = project.artifacts(CHECK_JOB) / "out" / "gpuci" / "verdict.json"
+    assert json.loads(verdict.read_text(encoding="utf-8"))["verdict"] == "pass"
+
+
+def workflow_probe(tmp_path: Path) -> LocalRunner:
+    """The example's workflow:rules as a probe job's rules: gitlab-ci-local 4.70.1 does not
+    apply workflow:rules, but evaluates a job's rules as GitLab does."""
+    try:
+        from ruamel.yaml import YAML
+    except ImportError:
+        missing("ruamel.yaml (check-jsonschema's)", "it reads the example's pipeline")
+    rules = YAML(typ="safe").load(EXAMPLE / ".gitlab-ci.yml")["workflow"]["rules"]
+    probe = {"probe": {"script": ["true"], "rules": rules}}
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / ".gitlab-ci.yml").write_text(json.dumps(probe), encoding="utf-8")
+    commit_all(tmp_path / "probe", ORIGIN)
+    return LocalRunner(tmp_path, tmp_path / "probe")
+
+
+@pytest.mark.parametrize(
+    ("variables", "runs"),
+    [
+        ({"CI_PIPELINE_SOURCE": "merge_request_event"}, True),
+        ({"CI_PIPELINE_SOURCE": "push", "CI_COMMIT_BRANCH": "main"}, True),
+        # a push to a branch with an open merge request: its MR pipeline runs, not this one
+        (
+            {
+                "CI_PIPELINE_SOURCE": "push",
+                "CI_COMMIT_BRANCH": "feature",
+                "CI_OPEN_MERGE_REQUESTS": "team/example!7",
+            },
+            False,
+        ),
+        ({"CI_PIPELINE_SOURCE": "push", "CI_COMMIT_BRANCH": "feature"}, False),
+    ],
+    ids=["merge-request", "default-branch", "branch-with-open-mr", "branch-alone"],
+)
+def test_the_example_runs_one_pipeline_per_change(
+    tmp_path: Path, variables: dict[str, str], runs: bool
+) -> None:
+    project = workflow_probe(tmp_path)
+    variables = {"CI_DEFAULT_BRANCH": "main", **variables}
+    args = ["--list-json", "--ignore-predefined-vars", ",".join(variables)]
+    for name, value in variables.items():
+        args += ["--variable", f"{name}={value}"]
+    result = project.gcl(*args)
+    assert result.returncode == 0, result.stderr
+    (probe,) = json.loads(result.stdout)
+    assert (probe["when"] != "never") is runs

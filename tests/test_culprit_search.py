@@ -14,7 +14,7 @@ import pytest
 import gpuci.evidence.culprits
 import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
-from gpuci.evidence.bisect import bisect, cascade
+from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _replay
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs
@@ -33,6 +33,8 @@ CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
 class FakeRun:
     result: Outcome
     beside: bool = False  # another run overlapped it
+    pending: object = None  # a speculated run, until settled
+    killed: bool = False
 
     def outcome(self, test_id: str) -> Outcome:
         return self.result
@@ -47,6 +49,7 @@ class FakeProber:
     runs: list[list[str]] = field(default_factory=list)
     strict: list[bool] = field(default_factory=list)  # whether each run was asked strict
     admission: Admission = field(default_factory=Admission)  # one slot: one at a time
+    expensive: bool = False  # its start-ups are cheap: nothing is held ahead
 
     def exhausted(self) -> bool:
         return len(self.runs) >= self.budget_runs
@@ -65,10 +68,15 @@ class FakeProber:
         env: object = None,
         strict: bool = False,
         collect: Sequence[str] = (),
+        cancel: object = None,
+        held: object = None,
     ) -> FakeRun:
         self.runs.append(list(ids))
         self.strict.append(strict)
-        return FakeRun(self.victim(ids, len(self.runs)))
+        return FakeRun(self.victim(ids, len(self.runs)), pending=cancel)
+
+    def settle(self, ran: FakeRun, *, used: bool) -> None:
+        pass
 
 
 def task(category: Category) -> _Task:
@@ -80,7 +88,11 @@ def test_one_polluter_among_sixteen_is_found_within_the_bound() -> None:
     prober = FakeProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
     search = bisect(prober, task(Category.ORDER_DEPENDENT))
     assert search.culprits == (culprit,)
-    assert len(prober.runs) <= 2 * math.ceil(math.log2(len(CANDIDATES))) + 2
+    # one run a level (the second half inferred), the inferred last one run, confirmed
+    assert len(prober.runs) == math.ceil(math.log2(len(CANDIDATES))) + 2
+    assert search.steps is not None and search.steps.runs == len(prober.runs)
+    assert search.steps.bound == math.ceil(math.log2(len(CANDIDATES))) + CONFIRMING
+    assert search.steps.waves == search.steps.runs  # one slot: each run is its own wave
     # every run is [candidates..., victim] in the order they first ran, the last two alike
     assert all(run[-1] == VICTIM for run in prober.runs)
     assert prober.runs[-1] == prober.runs[-2] == [culprit, VICTIM]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typing import Any
 
 import markupsafe
 import pytest
-from cli_runner import gpuci
+from cli_runner import gpuci, python_word
 
 STICKY = "test_a_sticky.py::test_a_polluter"
 CASCADE = (
@@ -469,7 +468,7 @@ def test_poison_makes_the_reader_fail_everywhere(tmp_path: Path) -> None:
     assert reader["category"] == "failed"
     assert reader["reruns"] == ["failed", "failed"]
     # the check's interpreter: `python` where PATH has it, else named
-    python = "python" if shutil.which("python") == sys.executable else shlex.quote(sys.executable)
+    python = python_word()
     suite_run = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
     seed = suite_run["environment"]["hash_seed"]  # every interpreter's: the command carries it
     assert reader["reproduce"].startswith(

@@ -865,10 +865,11 @@ def test_format_summary(scenario: Path) -> None:
     assert lines[2] == (
         "    isolated runs a fresh interpreter per file: the tests before it in its file ran first"
     )
-    assert lines[3] == (
+    assert lines[3] == "    failure: AssertionError: buffer not zeroed"  # each finding's
+    assert lines[4] == (
         f"    reproduce: {PYTEST} {A}::test_ok {A}::test_leaks_pool {A}::test_reads_pool"
     )
-    assert lines[8] == (
+    assert lines[11] == (
         f"order-dependent   known {B}::test_softmax[fp16]  isolated=passed parallel=not-run"
         " suite=failed reruns=passed,passed"
     )

@@ -7,16 +7,13 @@ check and counted, the budget's cut shown, a lazy isolated pass, deselected file
 from __future__ import annotations
 
 import json
-import shlex
-import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci
+from cli_runner import gpuci, python_word
 
 SUITE = {
     "pytest.ini": """
@@ -109,7 +106,7 @@ def test_reproduce_commands_carry_the_gpus(checked: tuple[Path, str]) -> None:
     tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
     assert tests[SECOND]["category"] == "failed"
     # the check's interpreter: `python` where PATH has it, else named
-    python = "python" if shutil.which("python") == sys.executable else shlex.quote(sys.executable)
+    python = python_word()
     seed = read(out / "suite" / "run.json")["environment"]["hash_seed"]  # the check's own
     gpus_and_seed = f"CUDA_VISIBLE_DEVICES=0,1 PYTHONHASHSEED={seed}"
     assert f"{gpus_and_seed} {python} -m pytest" in tests[SECOND]["reproduce"]

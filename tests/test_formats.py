@@ -1,4 +1,4 @@
-"""Tests of gpuci/formats.py and gpuci/evidence_json.py: the evidence engine's fields survive
+"""Tests of gpuci/formats.py and gpuci/evidence_file.py: the evidence engine's fields survive
 verdict.json and evidence.json unchanged."""
 
 from __future__ import annotations
@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.evidence_json import evidence_to_json, read_evidence
-from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
+from gpuci.evidence_file import evidence_to_json, read_evidence
+from gpuci.formats import (
+    read_verdict,
+    verdict_to_json,
+    write_json_atomic,
+)
 from gpuci.model import Category, Evidence, InputError, Outcome, Probe, TestEvidence
+from gpuci.steps import Steps
 
 VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
 SANITIZER = "Invalid __global__ write of size 4 bytes\n    at k+0x70 in k.cu:8\n"
@@ -47,6 +52,7 @@ def test_evidence_with_a_culprit_search_round_trips(tmp_path: Path) -> None:
         spent_s=12.5,
         runs=7,
         phases={"alone": {"runs": 2.0, "seconds": 3.5}},
+        concurrency={"slots": 3, "most_at_once": 3, "beside": 2, "losers": 1, "killed": 1},
         tests=(
             TestEvidence(
                 id="a.py::victim",
@@ -57,6 +63,7 @@ def test_evidence_with_a_culprit_search_round_trips(tmp_path: Path) -> None:
                     Probe(count=3, shown=("a.py::x", "a.py::culprit"), outcome=Outcome.FAILED),
                     Probe(count=1, shown=("a.py::culprit",), outcome=Outcome.FAILED),
                 ),
+                steps=Steps(n=3, bound=5, runs=2, waves=2, ahead=1, losers=1, killed=1),
                 poisoned=Outcome.FAILED,
             ),
             TestEvidence(id="a.py::culprit", alone=(Outcome.CRASHED,), sanitizer=SANITIZER),

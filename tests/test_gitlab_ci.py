@@ -17,14 +17,15 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from gitlab_server import FakeGitLab, Received
+from gitlab_pipelines import GitLabWithPipelines
+from gitlab_pipelines import Job as PipelineJob
+from gitlab_pipelines import Pipeline as GitLabPipeline
+from gitlab_server import FakeGitLab
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = ROOT / ".gitlab-ci.yml"
@@ -231,55 +232,11 @@ def test_verdict_sh_without_results(job: Job) -> None:
     assert job.calls() == []
 
 
-class ArtifactServer:
-    """A loopback HTTP server with fixed answers per raw request path; records requests.
-    A path in `tokens` answers 401 unless the request has that (header, value)."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
-        self.tokens: dict[str, tuple[str, str]] = {}
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                server.requests.append((self.path, headers))
-                status, headers, body = server.answers.get(self.path, (404, {}, b"{}"))
-                header, token = server.tokens.get(self.path, ("", ""))
-                if header and self.headers.get(header) != token:
-                    status, headers, body = 401, {}, b'{"message": "401 Unauthorized"}'
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    def __enter__(self) -> ArtifactServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
-
-
 @pytest.fixture
-def server() -> Iterator[ArtifactServer]:
+def gitlab() -> Iterator[GitLabWithPipelines]:
     need("curl", "verdict.sh downloads the baseline with it")
-    with ArtifactServer() as artifacts:
-        yield artifacts
+    with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as server:
+        yield server
 
 
 def dead_url() -> str:
@@ -290,104 +247,196 @@ def dead_url() -> str:
     return f"http://127.0.0.1:{port}/api/v4"
 
 
-BASELINE = b'{"schema": "gpuci.verdict/1", "verdict": "pass"}\n'
-# The target branch "release/1.2" is one path segment, percent-encoded.
-ARTIFACT = "/api/v4/projects/42/jobs/artifacts/release%2F1.2/raw/out/gpu/verdict.json?job=verdict"
+def baseline_of(verdict: str) -> bytes:
+    return json.dumps({"schema": "gpuci.verdict/1", "verdict": verdict}).encode() + b"\n"
 
 
-def mr_env(server: ArtifactServer) -> dict[str, str]:
+TARGET = "release/1.2"  # a branch name with "/": one path segment, percent-encoded
+KEPT = "out/gpu/verdict.json"
+
+
+def branch_history(gitlab: GitLabWithPipelines, ref: str = TARGET) -> None:
+    """The target branch's pipelines: a passing one, then a newer one that failed on its
+    findings (its verdict job failed, and kept its verdict), then one still running."""
+    verdict = "verdict"  # GPUCI_VERDICT_JOB's default
+    gitlab.pipelines += [
+        GitLabPipeline(
+            id=30,
+            ref=ref,
+            status="success",
+            jobs=[
+                PipelineJob(
+                    id=300, name=verdict, status="success", artifacts={KEPT: baseline_of("pass")}
+                ),
+            ],
+        ),
+        GitLabPipeline(
+            id=31,
+            ref=ref,
+            status="failed",
+            jobs=[
+                PipelineJob(id=310, name="lint", status="success"),
+                PipelineJob(
+                    id=311, name=verdict, status="failed", artifacts={KEPT: baseline_of("fail")}
+                ),
+            ],
+        ),
+        GitLabPipeline(
+            id=32,
+            ref=ref,
+            status="running",
+            jobs=[PipelineJob(id=320, name=verdict, status="running")],
+        ),
+        GitLabPipeline(
+            id=33,
+            ref="other",
+            status="failed",
+            jobs=[
+                PipelineJob(
+                    id=330, name=verdict, status="failed", artifacts={KEPT: baseline_of("other")}
+                ),
+            ],
+        ),
+    ]
+
+
+def mr_env(gitlab: GitLabWithPipelines) -> dict[str, str]:
     return {
-        "CI_API_V4_URL": f"{server.url}/api/v4/",
-        "CI_PROJECT_ID": "42",
+        "CI_API_V4_URL": f"{gitlab.api_url}/",
+        "CI_PROJECT_ID": gitlab.project_id,
+        "CI_PIPELINE_ID": "34",
         "CI_JOB_TOKEN": JOB_TOKEN,
-        "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "release/1.2",
+        "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": TARGET,
         "CI_DEFAULT_BRANCH": "main",
     }
 
 
-def test_verdict_sh_diffs_against_the_target_branch_verdict(
-    job: Job, server: ArtifactServer
-) -> None:
-    server.answers[ARTIFACT] = (200, {}, BASELINE)
-    code, output = job.run("out/gpu", **mr_env(server), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
-    assert code == 0, output
-    assert [path for path, _ in server.requests] == [ARTIFACT]
-    assert server.requests[0][1]["job-token"] == JOB_TOKEN
-    assert "private-token" not in server.requests[0][1]
-    assert "diff out/gpu --baseline out/gpu/baseline.json -o out/gpu/verdict.json" in job.calls()
-    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == BASELINE
-
-
-def test_verdict_sh_falls_back_to_the_api_token(job: Job, server: ArtifactServer) -> None:
-    # GitLab Free refuses the job token on the artifacts API: GPUCI_GITLAB_TOKEN may read.
-    server.answers[ARTIFACT] = (200, {}, BASELINE)
-    server.tokens[ARTIFACT] = ("PRIVATE-TOKEN", NOTE_TOKEN)
-    code, output = job.run("out/gpu", **mr_env(server), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
-    assert code == 0, output
-    assert [path for path, _ in server.requests] == [ARTIFACT, ARTIFACT]
-    first, second = (headers for _, headers in server.requests)
-    assert first.get("job-token") == JOB_TOKEN
-    assert "private-token" not in first
-    assert second.get("private-token") == NOTE_TOKEN
-    assert "job-token" not in second
-    assert "the job token got HTTP 401" in output
-    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == BASELINE
-
-
-def test_verdict_sh_follows_a_redirect_without_the_token(job: Job, server: ArtifactServer) -> None:
-    # GitLab answers with a redirect to object storage: the job token must not go there.
-    storage = "/storage/bucket/verdict.json?X-Amz-Signature=abc"
-    server.answers[ARTIFACT] = (302, {"Location": f"{server.url}{storage}"}, b"")
-    server.answers[storage] = (200, {}, BASELINE)
-    code, output = job.run("out/gpu", **mr_env(server))
-    assert code == 0, output
-    assert [path for path, _ in server.requests] == [ARTIFACT, storage]
-    assert server.requests[0][1]["job-token"] == JOB_TOKEN
-    assert "job-token" not in server.requests[1][1]
-    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == BASELINE
-
-
-def test_verdict_sh_uses_the_default_branch_outside_a_merge_request(
-    job: Job, server: ArtifactServer
-) -> None:
-    env = mr_env(server)
-    del env["CI_MERGE_REQUEST_TARGET_BRANCH_NAME"]
-    code, output = job.run("out/gpu", **env)
-    assert code == 0, output
-    assert [path for path, _ in server.requests] == [
-        "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpu/verdict.json?job=verdict"
+def asked(gitlab: GitLabWithPipelines) -> list[str]:
+    """The paths verdict.sh asked for, with their queries."""
+    return [
+        f"{r.path}?{'&'.join(f'{k}={v}' for k, v in r.query.items())}".rstrip("?")
+        for r in gitlab.received
     ]
 
 
-@pytest.mark.parametrize("answer", [404, 401, "unreachable", "no-token"])
-def test_verdict_sh_goes_on_without_a_baseline(
-    job: Job, server: ArtifactServer, answer: int | str
+def test_verdict_sh_takes_the_baseline_from_the_latest_finished_pipeline_failed_or_not(
+    job: Job, gitlab: GitLabWithPipelines
 ) -> None:
-    env = mr_env(server)
-    if isinstance(answer, int):
-        server.answers[ARTIFACT] = (answer, {}, b'{"message": "no"}')
+    # GitLab's artifacts-by-ref would serve pipeline 30's (its latest successful one): the
+    # branch's findings since would never be `known`.
+    branch_history(gitlab)
+    code, output = job.run("out/gpu", **mr_env(gitlab), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
+    assert code == 0, output
+    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
+    assert asked(gitlab) == [
+        f"/api/v4/projects/42/pipelines?ref={TARGET}&scope=finished&order_by=id&sort=desc&per_page=5",
+        "/api/v4/projects/42/pipelines/31/jobs?per_page=100",
+        f"/api/v4/projects/42/jobs/311/artifacts/{KEPT}",
+        f"/storage/artifacts/311/{KEPT}",
+    ]
+    *api, storage = gitlab.received
+    assert all(r.headers.get("job-token") == JOB_TOKEN for r in api)
+    assert all("private-token" not in r.headers for r in api)
+    assert "job-token" not in storage.headers  # object storage sees no token
+    assert "baseline: job 311 of pipeline 31 (failed)" in output
+    assert "diff out/gpu --baseline out/gpu/baseline.json -o out/gpu/verdict.json" in job.calls()
+
+
+def test_verdict_sh_passes_over_pipelines_without_the_verdict_job(
+    job: Job, gitlab: GitLabWithPipelines
+) -> None:
+    branch_history(gitlab)
+    gitlab.pipelines.append(
+        GitLabPipeline(
+            id=35,
+            ref=TARGET,
+            status="success",
+            jobs=[PipelineJob(id=350, name="docs", status="success")],
+        )
+    )
+    code, output = job.run("out/gpu", **mr_env(gitlab))
+    assert code == 0, output
+    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
+    assert "/api/v4/projects/42/pipelines/35/jobs" in [r.path for r in gitlab.received]
+
+
+def test_verdict_sh_falls_back_to_the_api_token(job: Job, gitlab: GitLabWithPipelines) -> None:
+    # GitLab Free refuses the job token on these endpoints: GPUCI_GITLAB_TOKEN may read.
+    gitlab.job_token_reads = False
+    branch_history(gitlab)
+    code, output = job.run("out/gpu", **mr_env(gitlab), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
+    assert code == 0, output
+    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
+    *api, storage = gitlab.received
+    assert [r.headers.get("job-token") == JOB_TOKEN for r in api] == [True, False] * 3
+    assert [r.headers.get("private-token") == NOTE_TOKEN for r in api] == [False, True] * 3
+    assert "private-token" not in storage.headers
+    assert "the job token got HTTP 403; once more with GPUCI_GITLAB_TOKEN" in output
+
+
+def test_verdict_sh_uses_the_default_branch_outside_a_merge_request(
+    job: Job, gitlab: GitLabWithPipelines
+) -> None:
+    branch_history(gitlab, ref="main")
+    env = mr_env(gitlab)
+    del env["CI_MERGE_REQUEST_TARGET_BRANCH_NAME"]
+    code, output = job.run("out/gpu", **env)
+    assert code == 0, output
+    assert gitlab.received[0].query["ref"] == "main"
+    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
+
+
+@pytest.mark.parametrize(
+    "answer", ["no-pipeline", "no-verdict-job", 401, "unreachable", "no-token", "garbled"]
+)
+def test_verdict_sh_goes_on_without_a_baseline(
+    job: Job, gitlab: GitLabWithPipelines, answer: int | str
+) -> None:
+    env = mr_env(gitlab)
+    branch_history(gitlab, ref="main" if answer == "no-pipeline" else TARGET)
+    if answer == "no-verdict-job":
+        env["GPUCI_VERDICT_JOB"] = "gpuci:verdict"
+    elif answer == 401:
+        env["CI_JOB_TOKEN"] = "jobtok-wrong-0123456789"  # noqa: S105 (a test token)
     elif answer == "unreachable":
         env["CI_API_V4_URL"] = dead_url()
-    else:
+    elif answer == "no-token":
         del env["CI_JOB_TOKEN"]
+    elif answer == "garbled":  # a proxy's error page, say
+        gitlab.fail("GET", "/pipelines/31/jobs", 200, body="<html>busy</html>")
     code, output = job.run("out/gpu", **env, FAKE_DIFF_RC="1")
     assert code == 1, output
     assert "no baseline" in output
     assert [call.split()[0] for call in job.calls()] == list(STEPS)
     assert "--baseline" not in job.calls()[1]
-    assert not (job.dir / "out" / "gpu" / "baseline.json").exists()
-    assert not (job.dir / "out" / "gpu" / "baseline.json.part").exists()
-    if isinstance(answer, int):
-        assert f"HTTP {answer}" in output
+    assert sorted(p.name for p in (job.dir / "out" / "gpu").iterdir()) == []  # nothing left over
+    if answer == 401:
+        assert "HTTP 401" in output
     elif answer == "unreachable":
         assert "the download failed" in output
+    elif answer == "no-token":
+        assert "not in a GitLab job" in output
+    elif answer == "garbled":
+        assert "GitLab's list of jobs is not what its API returns" in output
+    else:
+        name = env.get("GPUCI_VERDICT_JOB", "verdict")
+        assert f"no {name} job with artifacts in branch {TARGET}'s latest 5" in output
 
 
 def test_verdict_sh_drops_a_baseline_that_diff_cannot_read(
-    job: Job, server: ArtifactServer
+    job: Job, gitlab: GitLabWithPipelines
 ) -> None:
-    server.answers[ARTIFACT] = (200, {}, b"not json")
-    code, output = job.run("out/gpu", **mr_env(server), FAKE_DIFF_BASELINE_RC="3", FAKE_DIFF_RC="1")
+    gitlab.pipelines.append(
+        GitLabPipeline(
+            id=40,
+            ref=TARGET,
+            status="failed",
+            jobs=[
+                PipelineJob(id=400, name="verdict", status="failed", artifacts={KEPT: b"not json"}),
+            ],
+        )
+    )
+    code, output = job.run("out/gpu", **mr_env(gitlab), FAKE_DIFF_BASELINE_RC="3", FAKE_DIFF_RC="1")
     assert code == 1, output
     diffs = [call for call in job.calls() if call.startswith("diff ")]
     assert diffs == [
@@ -479,13 +528,14 @@ class LocalRunner:
             )
             shim.chmod(0o755)
         self.path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.env: dict[str, str] = {}  # more of gitlab-ci-local's (and so its jobs') environment
 
     def gcl(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run gitlab-ci-local in the project."""
         return subprocess.run(
             [self.tool, *args],
             cwd=self.dir,
-            env=child_env(PATH=self.path, HOME=str(self.home), NO_COLOR="1"),
+            env=child_env(PATH=self.path, HOME=str(self.home), NO_COLOR="1", **self.env),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -627,7 +677,10 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
         assert job["tags"] == ["gpu"]
         assert job["variables"]["GPUCI_PATHS"] == "tests/gpu"
         assert job["variables"]["GPUCI_OUT"] == "out/gpu"
-        assert f"gpuci run $GPUCI_PATHS --mode {mode} " in job["script"][0]
+        # the setup is the script's first step (a user's before_script cannot replace it)
+        assert 'eval "$GPUCI_INSTALL"' in job["script"][0]
+        assert "before_script" not in job
+        assert f"gpuci run $GPUCI_PATHS --mode {mode} " in job["script"][-1]
         assert job["artifacts"]["when"] == "always"
         assert "out/gpu/" in job["artifacts"]["paths"]
         kernels = job["variables"]["CUPY_CACHE_DIR"]
@@ -669,23 +722,22 @@ def test_verdict_job_fails_on_new_regressions_after_reporting(tmp_path: Path) ->
         "suite",
         "threads",
     ]
-    # A pipeline of the default branch, which has no verdict yet: GitLab answers 404.
-    with ArtifactServer() as server:
+    # A pipeline of the default branch, which has no finished pipeline yet.
+    with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as gitlab:
         result = pipeline.run_verdict(
-            {
-                "CI_API_V4_URL": f"{server.url}/api/v4",
-                "CI_PROJECT_ID": "42",
-                "CI_JOB_TOKEN": JOB_TOKEN,
-            }
+            {"CI_API_V4_URL": gitlab.api_url, "CI_PROJECT_ID": "42", "CI_JOB_TOKEN": JOB_TOKEN}
         )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output  # the job failed: gitlab-ci-local says so
     assert_no_token(result, pipeline)
-    assert [path for path, _ in server.requests] == [
-        "/api/v4/projects/42/jobs/artifacts/main/raw/out/gpu/verdict.json?job=gpuci%3Averdict"
+    assert [(r.path, r.query) for r in gitlab.received] == [
+        (
+            "/api/v4/projects/42/pipelines",
+            {"ref": "main", "scope": "finished", "order_by": "id", "sort": "desc", "per_page": "5"},
+        )
     ]
-    assert server.requests[0][1]["job-token"] == JOB_TOKEN
-    assert "HTTP 404" in output
+    assert gitlab.received[0].headers["job-token"] == JOB_TOKEN
+    assert "no gpuci:verdict job with artifacts in branch main" in output
     assert "no baseline" in output
 
     outputs = verdict_outputs(pipeline)
@@ -739,32 +791,6 @@ def merge_request_pipeline(gitlab: FakeGitLab, **extra: str) -> dict[str, str]:
     )
 
 
-class GitLabWithArtifacts(FakeGitLab):
-    """FakeGitLab that also serves the default branch's verdict artifact, as GitLab does
-    with object storage: a redirect from the API to a signed storage URL."""
-
-    STORAGE = "/storage/artifacts/verdict.json"
-
-    def __init__(self, *, baseline: bytes, job_token: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.baseline = json.loads(baseline)
-        self.job_token = job_token
-
-    def answer(self, request: Received) -> tuple[int, dict[str, str], Any]:
-        """The artifact API and storage, else the notes API."""
-        artifact = (
-            f"/api/v4/projects/{self.project_id}/jobs/artifacts/main/raw/out/gpu/verdict.json"
-        )
-        if request.path == artifact and request.query == {"job": VERDICT_JOB}:
-            if request.headers.get("job-token") != self.job_token:
-                return 404, {}, {"message": "404 Not Found"}
-            server = self.api_url.removesuffix("/api/v4")
-            return 302, {"Location": f"{server}{self.STORAGE}?X-Amz-Signature=abc"}, None
-        if request.path == self.STORAGE:
-            return 200, {}, self.baseline
-        return super().answer(request)
-
-
 @pytest.mark.slow
 def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: Path) -> None:
     need("curl", "verdict.sh downloads the baseline with it")
@@ -785,15 +811,21 @@ def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: 
     )
     assert diff.returncode == 1, diff.stdout + diff.stderr
 
-    with GitLabWithArtifacts(
-        baseline=baseline.read_bytes(), job_token=JOB_TOKEN, token=NOTE_TOKEN
-    ) as gitlab:
+    # The default branch's latest pipeline failed on those findings: GitLab's
+    # artifacts-by-ref would serve none: that pipeline did not succeed.
+    with GitLabWithPipelines(job_token=JOB_TOKEN, token=NOTE_TOKEN) as gitlab:
+        verdict_job = PipelineJob(id=77, name=VERDICT_JOB, status="failed")
+        verdict_job.artifacts["out/gpu/verdict.json"] = baseline.read_bytes()
+        gitlab.pipelines.append(
+            GitLabPipeline(id=7, ref="main", status="failed", jobs=[verdict_job])
+        )
         result = pipeline.run_verdict(
             merge_request_pipeline(gitlab, GPUCI_DIFF_ARGS="--allow known,failed")
         )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert_no_token(result, pipeline)
+    assert "baseline: job 77 of pipeline 7 (failed)" in output
 
     verdict = json.loads(verdict_outputs(pipeline)["verdict.json"].read_text(encoding="utf-8"))
     assert verdict["verdict"] == "pass"
@@ -801,13 +833,18 @@ def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: 
         REGRESSIONS, False
     )
 
-    # The baseline came with the job token, which did not follow the redirect; the
-    # note went with the API token, which never went to the artifact endpoints.
-    artifact, storage, *api = gitlab.received
-    assert "/jobs/artifacts/main/raw/" in artifact.path
-    assert artifact.headers.get("job-token") == JOB_TOKEN
-    assert "private-token" not in artifact.headers
-    assert storage.path == gitlab.STORAGE
+    # The baseline came with the job token, which did not follow the redirect to storage;
+    # the note went with the API token, which never went to the CI endpoints.
+    listed, jobs, artifact, storage, *api = gitlab.received
+    assert (listed.path, jobs.path) == (
+        "/api/v4/projects/42/pipelines",
+        "/api/v4/projects/42/pipelines/7/jobs",
+    )
+    assert artifact.path == "/api/v4/projects/42/jobs/77/artifacts/out/gpu/verdict.json"
+    for request in (listed, jobs, artifact):
+        assert request.headers.get("job-token") == JOB_TOKEN
+        assert "private-token" not in request.headers
+    assert storage.path.startswith("/storage/")
     assert "job-token" not in storage.headers
     assert "private-token" not in storage.headers
     assert api
@@ -817,3 +854,36 @@ def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: 
     assert len(gitlab.notes) == 1
     assert gitlab.notes[0]["author"]["id"] == gitlab.user_id
     assert comment.strip() in gitlab.notes[0]["body"]
+
+
+def test_a_tag_pipeline_releases(project: Pipeline) -> None:
+    # A tag X.Y.Z adds release:build (check, build, upload to the package registry) and
+    # release:publish (the `release:` keyword: GitLab's release and the catalog version).
+    def release_jobs(*variables: str) -> dict[str, str]:
+        args = ["--list-json"]
+        for variable in variables:
+            args += ["--variable", variable]
+        result = project.gcl(*args)
+        assert result.returncode == 0, result.stderr
+        jobs = json.loads(result.stdout)
+        return {j["name"]: j["when"] for j in jobs if j["name"].startswith("release:")}
+
+    assert release_jobs() == {"release:build": "never", "release:publish": "never"}
+    tagged = release_jobs("CI_COMMIT_TAG=0.1.0")
+    assert tagged == {"release:build": "on_success", "release:publish": "on_success"}
+
+    try:
+        from ruamel.yaml import YAML
+    except ImportError:
+        missing("ruamel.yaml (check-jsonschema's)", "it reads gitlab-ci-local's preview")
+    config = YAML(typ="safe").load(preview(project))
+    assert "release" in config["stages"]
+    build, publish = config["release:build"], config["release:publish"]
+    assert build["script"][0].startswith('python3 scripts/release_check.py "$CI_COMMIT_TAG"')
+    assert any("packages/generic/gpuci-isolation/$CI_COMMIT_TAG" in s for s in build["script"])
+    assert publish["release"]["tag_name"] == "$CI_COMMIT_TAG"
+    assert publish["release"]["description"] == "./release-notes.md"
+    links = [link["url"] for link in publish["release"]["assets"]["links"]]
+    assert all("/packages/generic/gpuci-isolation/$CI_COMMIT_TAG/" in url for url in links)
+    assert [n["job"] if isinstance(n, dict) else n for n in publish["needs"]] == ["release:build"]
+    assert (build["interruptible"], publish["interruptible"]) == (False, False)

@@ -16,11 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
-SHARED = (
-    "model",
-    "formats",
-    "evidence_json",
-)  # the shared types and files, importable by every package
+SHARED = ("steps", "model", "formats", "evidence_file")  # shared types and files, for all
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
@@ -56,6 +52,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "run.sched": (
         "modes",
         "options",
+        "views",
         "plan",
         "junit",
         "progress",
@@ -80,6 +77,9 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "pairs",
         "poisoned",
         "victims",
+        "search",
+        "waves",
+        "checked",
         "bisect",
         "collected",
         "culprits",
@@ -89,7 +89,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "budget",
         "engine",
     ),
-    "verdict": ("merge", "describe", "causes", "diff", "roots", "ended"),
+    "verdict": ("merge", "describe", "causes", "skips", "diff", "roots", "ended"),
     "report": (
         "groups",
         "summary",

@@ -151,3 +151,54 @@ def test_pytest_exit_0_at_collection_stays_as_green_as_pytest(tmp_path: Path) ->
     proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: pass" not in proc.stdout  # never a pass: nothing ran
+
+
+# Every test skips, as a GPU suite does on a runner without CuPy: plain pytest exits 0.
+ALL_SKIPPED = {
+    "conftest.py": """
+        import pytest
+
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                if item.name != "test_c":
+                    item.add_marker(pytest.mark.skip(reason="CuPy is not installed"))
+    """,
+    **THREE_FILES,
+    "test_3.py": "import pytest\n\ndef test_c():\n    pytest.skip('no CUDA GPU')\n",
+}
+NOTHING_RAN = "no test ran: 3 skipped (2: CuPy is not installed; 1: no CUDA GPU)"
+
+
+@pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "parallel")])
+def test_every_test_skipped_is_not_a_pass_and_says_why(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    root = write_files(tmp_path, ALL_SKIPPED)
+    assert plain_pytest(root) == 0  # what gpuci does not copy
+    proc = gpuci(*command, ".", "--out", "out", cwd=root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert NOTHING_RAN in proc.stdout + proc.stderr
+    assert '--allow skipped, or allow = ["skipped"] in [tool.gpuci]' in proc.stderr
+    if command[0] == "check":
+        assert f"verdict: fail ({NOTHING_RAN})" in proc.stdout
+        comment = (root / "out" / "comment.md").read_text(encoding="utf-8")
+        assert NOTHING_RAN in comment
+
+
+@pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "parallel")])
+def test_the_policy_may_allow_a_run_where_every_test_skipped(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    root = write_files(
+        tmp_path, {**ALL_SKIPPED, "pyproject.toml": '[tool.gpuci]\nallow = ["skipped"]\n'}
+    )
+    proc = gpuci(*command, ".", "--out", "out", cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no test ran" not in proc.stdout + proc.stderr
+
+
+def test_one_test_that_ran_beside_skipped_ones_passes(tmp_path: Path) -> None:
+    files = {**ALL_SKIPPED, "test_3.py": "def test_c():\n    pass\n"}
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=write_files(tmp_path, files))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: pass" in proc.stdout

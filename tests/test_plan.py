@@ -16,7 +16,6 @@ from gpuci.run.sched.plan import (
     plan_schedule,
     shard_files,
     shard_from_env,
-    visible_gpus,
 )
 
 FILES = ["a.py", "b.py", "c.py", "d.py", "e.py", "f.py"]
@@ -182,23 +181,18 @@ def test_serial_modes_keep_collection_order_in_one_slot(mode: Mode) -> None:
     assert schedule.slot_gpus == ("0,1",)
 
 
-def test_gpus_per_slot_partitions_and_serial_modes_see_the_first_partition() -> None:
-    gpus = ["0", "1", "2", "3"]
-    assert visible_gpus(gpus, 3, 2) == ("0,1", "2,3", "0,1")
-    assert visible_gpus(gpus, 1, 2) == ("0,1",)
-    assert visible_gpus(gpus, 2) == ("0,1,2,3", "1,2,3,0")
-    assert visible_gpus(["0", "1", "2"], 2, 2) == ("0,1", "0,1")  # GPU 2 left out
-    assert visible_gpus([], 2) == (None, None)
+def test_serial_modes_see_every_gpu_under_gpus_per_slot() -> None:
+    # the plain run's view: windows are for the parallel slots only (tests/test_views.py)
     serial = plan_schedule(
         FILES,
         mode=Mode.SUITE,
         durations={},
         serial=frozenset(),
         workers=1,
-        gpus=gpus,
+        gpus=["0", "1", "2", "3"],
         gpus_per_slot=2,
     )
-    assert serial.slot_gpus == ("0,1",)
+    assert serial.slot_gpus == ("0,1,2,3",)
 
 
 @pytest.mark.parametrize("value", [0, -1, 5])

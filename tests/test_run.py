@@ -481,8 +481,10 @@ def test_skip_reasons_are_summed_up(tmp_path: Path) -> None:
         },
     )
     proc = gpuci("run", ".", "--mode", "isolated", "--out", "out", cwd=root)
-    assert proc.returncode == 0, proc.stderr
-    assert "gpuci:   3 skipped: no CUDA GPU: cudaErrorNoDevice" in proc.stderr.splitlines()
+    assert proc.returncode == 1, proc.stderr  # every test skipped: it tested nothing
+    lines = proc.stderr.splitlines()
+    assert "gpuci:   3 skipped: no CUDA GPU: cudaErrorNoDevice" in lines
+    assert "gpuci: no test ran: 3 skipped (3: no CUDA GPU: cudaErrorNoDevice)" in lines
 
 
 def test_a_death_at_interpreter_exit_is_a_crash_of_the_file(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.alone import more_alone, run_alone
-from gpuci.evidence.bisect import bisect
+from gpuci.evidence.bisect import REFUTED, bisect
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
@@ -91,6 +91,8 @@ def test_a_strict_run_is_not_starved_by_a_stream_of_others() -> None:
 class LoadedRun:
     result: Outcome
     beside: bool
+    pending: object = None  # a speculated run, until settled
+    killed: bool = False
 
     def outcome(self, test_id: str) -> Outcome:
         return self.result
@@ -104,6 +106,8 @@ class LoadedProber:
     victim: Callable[[Sequence[str], bool], Outcome]
     admission: Admission = field(default_factory=lambda: Admission(slots=4))
     runs: list[tuple[list[str], bool]] = field(default_factory=list)
+    losers: list[LoadedRun] = field(default_factory=list)  # speculated runs not used
+    expensive: bool = False  # its start-ups are cheap: nothing is held ahead
     notes: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -125,36 +129,49 @@ class LoadedProber:
         strict: bool = False,
         env: object = None,
         collect: Sequence[str] = (),
+        cancel: object = None,
+        held: object = None,
     ) -> LoadedRun:
         with self._lock:
             self.runs.append((list(ids), strict))
-        return LoadedRun(self.victim(ids, strict), beside=not strict)
+        return LoadedRun(self.victim(ids, strict), beside=not strict, pending=cancel)
+
+    def settle(self, ran: LoadedRun, *, used: bool) -> None:
+        if not used:
+            self.losers.append(ran)
 
 
 def task(category: Category = Category.ORDER_DEPENDENT) -> Task:
     return Task(victim=VICTIM, category=category, candidates=CANDIDATES, rank=(0, 0))
 
 
-def test_halves_run_at_once_and_the_confirmation_of_a_failure_is_strict() -> None:
+def test_levels_run_in_waves_and_the_confirmation_of_a_failure_is_strict() -> None:
     culprit = CANDIDATES[13]
     prober = LoadedProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
     search = bisect(prober, task())  # type: ignore[arg-type]
     assert search.culprits == (culprit,)
-    # two levels of four parts at once (as many runs as four levels of halves); the last
-    # run, the confirmation, had nothing beside it
-    assert len(prober.runs) == 2 * 4 + 1
-    assert [len(ids) - 1 for ids, _ in prober.runs[:4]] == [4, 4, 4, 4]
+    # four slots: a wave of four runs decides two levels (first halves of 16, then of 8:
+    # 13 is in neither), the next three levels and the run of the last candidate; the
+    # runs off the path are losers, never counted; the confirmation had nothing beside it
+    assert [len(ids) - 1 for ids, _ in prober.runs[:4]] == [8, 4, 4, 2]
+    assert search.steps is not None
+    assert (search.steps.runs, search.steps.waves, search.steps.losers) == (6, 3, 3)
+    assert len(prober.runs) - len(prober.losers) == search.steps.runs == len(search.probes)
+    assert search.steps.runs <= search.steps.bound
     assert prober.runs[-1] == ([culprit, VICTIM], True)
     assert not any(strict for _, strict in prober.runs[:-1])
 
 
-def test_a_finding_that_needs_tests_of_two_parts_falls_back_to_halves() -> None:
-    # it fails only after both: in no quarter alone, in the first half
+def test_a_finding_that_needs_tests_of_two_parts_refutes_the_halving_and_is_checked() -> None:
+    # it fails only after both: the inferred halves lose one of them, the run of the last
+    # candidate refutes it, and the checked halving keeps the first half, where no quarter
+    # and no half of it alone shows it
     needed = {CANDIDATES[1], CANDIDATES[5]}
     prober = LoadedProber(lambda ids, _: Outcome.FAILED if needed <= set(ids) else Outcome.PASSED)
     search = bisect(prober, task())  # type: ignore[arg-type]
     assert search.culprits == CANDIDATES[:8] and "needs all 8 together" in search.note
-    assert [len(ids) - 1 for ids, _ in prober.runs[:6]] == [4, 4, 4, 4, 8, 8]
+    assert REFUTED in search.note
+    assert search.steps is not None and search.steps.runs > search.steps.bound
 
 
 def test_a_providers_pass_answers_under_load() -> None:
@@ -165,20 +182,26 @@ def test_a_providers_pass_answers_under_load() -> None:
     assert not any(strict for _, strict in prober.runs)  # a pass needs no strict run
 
 
-def test_a_victim_failing_by_the_load_in_both_halves_is_bisected_strictly() -> None:
-    # it fails whenever another run is beside it, and after its culprit
+def test_a_victim_failing_by_the_load_in_every_wave_is_searched_again_strictly() -> None:
+    # it fails whenever another run is beside it, and after its culprit: the waves keep
+    # first halves down to the first candidate, the strict confirmation contradicts them,
+    # and the search runs again with nothing beside it
     culprit = CANDIDATES[5]
     prober = LoadedProber(
         lambda ids, strict: Outcome.FAILED if culprit in ids or not strict else Outcome.PASSED
     )
-    search = bisect(prober, task())  # type: ignore[arg-type]
-    assert search.culprits == (culprit,)
+    out = io.StringIO()
+    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    assert search.culprits == (culprit,) and "again, strictly" in out.getvalue()
     assert prober.runs[-1] == ([culprit, VICTIM], True)
-    # one that failed beside others in the parallel screen is split in halves only
+    # one that failed beside others in the parallel screen runs one level at a time
     prober.runs.clear()
+    prober.losers.clear()
     loadable = dataclasses.replace(task(), loadable=True)
-    assert bisect(prober, loadable).culprits == (culprit,)  # type: ignore[arg-type]
-    assert [len(ids) - 1 for ids, _ in prober.runs[:2]] == [8, 8]
+    search = _search_once(prober, {}, loadable, [], frozenset(), progress=out)  # type: ignore[arg-type]
+    assert search.culprits == (culprit,)
+    assert [len(ids) - 1 for ids, _ in prober.runs[:2]] == [8, 4]  # no speculation
+    assert not prober.losers
 
 
 def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again() -> None:
@@ -217,11 +240,12 @@ def test_a_flaky_victim_contradicting_its_loaded_search_is_flaky_not_searched_ag
 
 def test_a_providers_confirmation_failing_beside_others_holds_where_a_strict_run_passes() -> None:
     provider = CANDIDATES[9]
-    confirmations = iter([Outcome.FAILED, Outcome.PASSED])  # the load's failure, then alone
+    # its run in the last wave passes, its confirmation fails by the load, then alone passes
+    loaded = iter([Outcome.PASSED, Outcome.FAILED])
 
     def victim(ids: Sequence[str], strict: bool) -> Outcome:
-        if ids == [provider, VICTIM] and len(prober.runs) > 8:
-            return next(confirmations)
+        if ids == [provider, VICTIM] and not strict:
+            return next(loaded)
         return Outcome.PASSED if provider in ids else Outcome.FAILED
 
     prober = LoadedProber(victim)

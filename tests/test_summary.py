@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpuci.formats import read_verdict
 from gpuci.model import Category, Root, TestVerdict, Verdict
-from gpuci.report.summary import MAX_LISTED, MAX_VICTIMS, format_summary
+from gpuci.report.summary import MAX_LISTED, MAX_VICTIMS, MESSAGE_CHARS, format_summary
 
 VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
 OOB = "tests/gpu/test_oob.py::test_scatter_oob"
@@ -23,7 +23,7 @@ def test_a_root_is_printed_once_with_its_victims_beneath() -> None:
     assert lines[0] == (
         "16 passed, 1 failed, 11 order-dependent, 2 depends-on-others, 1 concurrency, 1 crashed"
     )
-    assert lines[1:10] == [
+    assert lines[1:11] == [
         f"order-dependent   new   {OOB} broke 5 later tests",
         f"      new tests/gpu/test_oob.py::test_after_oob  {EVIDENCE}",
         f"      new tests/gpu/test_oob.py::test_sum  {EVIDENCE}",
@@ -31,6 +31,8 @@ def test_a_root_is_printed_once_with_its_victims_beneath() -> None:
         f"      new tests/gpu/test_reduce.py::test_max[fp16]  {EVIDENCE}",
         f"      new tests/gpu/test_softmax.py::test_rows[fp32]  {EVIDENCE}",
         f"    compute-sanitizer ({OOB}): Invalid __global__ write of size 4 bytes",
+        # the victims failed alike (one fingerprint): their failure is told once
+        "    failure: CUDADriverError: CUDA_ERROR_ILLEGAL_ADDRESS (sticky: the context is lost)",
         f"    reproduce: {CD} {OOB} tests/gpu/test_oob.py::test_after_oob",
         "depends-on-others new   2 tests pass only after"
         " tests/gpu/test_compile.py::test_compile_softmax",
@@ -120,3 +122,42 @@ def test_untrusted_culprit_ids_cannot_rewrite_the_terminal() -> None:
     assert "\x1b" not in text and "\r" not in text and "\u202e" not in text
     assert "tests/test_a.py::test_oob[??fake?] broke 1 later test" in text
     assert len(text.splitlines()) == 5
+
+
+# Its file failed alike in every screen, so isolated never re-ran it and took parallel's
+# failure: beside two passing alone-runs, `isolated=failed` would read as a contradiction.
+COPIED = TestVerdict(
+    id="t/test_pool.py::test_victim",
+    file="t/test_pool.py",
+    category=Category.ORDER_DEPENDENT,
+    outcomes={"isolated": "failed", "parallel": "failed", "suite": "failed"},
+    reruns=("passed", "passed"),
+    inferred=("isolated",),
+    message="OutOfMemoryError: pool limit is 1048576 bytes\nsecond line",
+    reproduce="python -m pytest t/test_pool.py::test_victim",
+)
+
+
+def test_a_failure_a_mode_copied_without_running_the_test_is_not_shown_as_its_outcome() -> None:
+    verdict = Verdict(verdict="fail", summary={"order-dependent": 1}, tests=(COPIED,))
+    lines = format_summary(verdict).splitlines()
+    assert lines[1].endswith(
+        "t/test_pool.py::test_victim  parallel=failed suite=failed reruns=passed,passed"
+        " (isolated not re-run for it: its file failed alike in every screen)"
+    )
+    assert "isolated=failed" not in "\n".join(lines)
+    # a pass a mode took from a fresh interpreter of the same file stands as the mode's
+    passed = replace(COPIED, outcomes={**COPIED.outcomes, "isolated": "passed"})
+    text = format_summary(replace(verdict, tests=(passed,)))
+    assert "isolated=passed parallel=failed" in text
+
+
+def test_each_finding_says_its_failure_first_line_bounded() -> None:
+    long = replace(COPIED, message="E" * 1000)
+    for test, said in ((COPIED, "OutOfMemoryError: pool limit is 1048576 bytes"), (long, "")):
+        verdict = Verdict(verdict="fail", summary={"order-dependent": 1}, tests=(test,))
+        (line,) = [s for s in format_summary(verdict).splitlines() if "failure:" in s]
+        if said:
+            assert line == f"    failure: {said}"
+        else:
+            assert line == "    failure: " + "E" * (MESSAGE_CHARS - 1) + "…"

@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci
+from cli_runner import gpuci, python_word
 
 # the threads mode runs tests with it; CI installs it (missing there is a failure, not a skip)
 needs_run_parallel = pytest.mark.skipif(
@@ -209,7 +207,7 @@ def test_the_reproduce_command_runs_the_race_in_threads(checked: tuple[Path, str
     race = next(t for t in read(out / "verdict.json")["tests"] if t["id"] == RACE)
     root = out.parent
     # the check's interpreter: `python` where PATH has it, else named
-    python = "python" if shutil.which("python") == sys.executable else shlex.quote(sys.executable)
+    python = python_word()
     # and the hash seed every interpreter of the check had
     seed = read(out / "threads" / "run.json")["environment"]["hash_seed"]
     assert race["reproduce"] == (

@@ -15,6 +15,19 @@ from dataclasses import dataclass, field
 
 from gpuci.run.proc.gpumem import with_margin
 
+# an interpreter whose start-up takes this long (PyTorch's common_utils: 15-20 s) is paid
+# once per wave: the evidence runs side by side up to the machine's cores, not the slots
+EXPENSIVE_START_S = 5.0
+
+
+def evidence_slots(workers: int, start_s: float, cpus: int | None) -> int:
+    """How many evidence interpreters may run at once: the check's slots (`workers`), or
+    where one interpreter's start-up takes `EXPENSIVE_START_S` or more, every core but
+    one (the device's memory admits them as ever, by their files' peaks)."""
+    if start_s < EXPENSIVE_START_S or not cpus:
+        return max(1, workers)
+    return max(1, workers, cpus - 1)
+
 
 @dataclass(slots=True)
 class _Flight:
@@ -41,6 +54,8 @@ class Admission:
     peaks: dict[str, int] = field(default_factory=dict)  # by file, from the screens
     most: int = 0  # the most interpreters that ran at once
     beside: int = 0  # runs that had another beside them
+    losers: int = 0  # speculated runs whose answer the search did not need (never counted)
+    killed: int = 0  # of them, those still running when it knew: killed
     unmeasured: set[str] = field(default_factory=set)  # files that keep the whole GPU
     _flights: list[_Flight] = field(default_factory=list)
     _strict: int = 0  # strict runs waiting or running
@@ -104,9 +119,21 @@ class Admission:
                 else:
                     self.peaks[file] = max(peak_mib, self.peaks.get(file, 0))
 
+    def lost(self, *, killed: bool) -> None:
+        """A speculated run's answer was not needed (`killed`: it was ended for it)."""
+        with self._changed:
+            self.losers += 1
+            self.killed += killed
+
     def to_json(self) -> dict[str, int]:
         """evidence.json's `concurrency`."""
-        return {"slots": self.slots, "most_at_once": self.most, "beside": self.beside}
+        lost = {"losers": self.losers, "killed": self.killed} if self.losers else {}
+        return {"slots": self.slots, "most_at_once": self.most, "beside": self.beside, **lost}
+
+    def idle(self) -> int:
+        """How many slots no run holds now (none while a strict run waits or runs)."""
+        with self._changed:
+            return 0 if self._strict else max(0, self.slots - self._running())
 
     def running(self) -> int:
         """How many interpreters run now."""

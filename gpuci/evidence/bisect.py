@@ -1,11 +1,17 @@
 """Bisection: the smallest set of earlier tests after which a victim shows its finding.
 
-The tests before the victim where it failed are halved, keeping a half after which it
-still shows it (fails; for depends-on-others, passes), down to the smallest set: about
-2·log2(n) interpreters running `[candidates..., victim]` in the original order. With slots
-to spare a level splits its candidates into up to MAX_PARTS parts that run at once: about
-as many runs, in half the levels. A culprit set found for an earlier victim of the same
-interpreter is tried first (a cascade).
+The tests before the victim where it failed are halved: a level runs the first half before
+the victim and keeps it where the victim shows the finding (fails; for depends-on-others,
+passes), else the second half, inferred: ceil(log2 n) runs, in waves of speculated levels
+where slots are idle (`gpuci.evidence.waves`: a wave's runs start together, the losers are
+killed and never counted). The last single candidate is run once where it was inferred,
+then confirmed; where a start-up is expensive, the last candidates' confirmations start
+ahead, held. Where the run of an inferred candidate refutes the inference (the finding
+needs tests of both halves, or the victim is flaky) the halving starts again checked
+(`gpuci.evidence.checked`). A culprit set found for an earlier victim of the same
+interpreter is tried first (a cascade). Each search states its runs against its bound
+(`Steps`, ceil(log2 n) + CONFIRMING) in evidence.json. Its steps are
+`gpuci.evidence.search`'s.
 
 Every step is a fresh interpreter; steps may share the GPUs. The answer is confirmed by a
 second identical run, with nothing beside it where it shows a failure. Where that run goes
@@ -17,90 +23,38 @@ confirmation that goes the other way makes the victim flaky. Either way nothing 
 
 from __future__ import annotations
 
-import itertools
+import math
+import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
+from gpuci.evidence.checked import checked_halving
 from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.search import (
+    LOADED,
+    SHOWN,
+    Search,
+    hold_step,
+    probe_after,
+    record,
+    run_step,
+    shows,
+)
 from gpuci.evidence.victims import Task
-from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
+from gpuci.evidence.waves import run_wave
+from gpuci.model import NOT_PASSING, Category, Probe
+from gpuci.run.proc.held import Held
+from gpuci.steps import Steps
 
-SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
-COLLECTED = "collected"  # a probe with files collected, none of their tests run
-LOADED = "a run beside others"  # what a contradicted search's steps were
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
-MAX_PARTS = 4  # a level's candidates run in at most this many parts at once
-
-
-@dataclass(slots=True)
-class Search:
-    """One victim's runs so far."""
-
-    probes: list[Probe]
-    culprits: tuple[str, ...] = ()
-    note: str = ""
-    partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
-    loaded: bool = False  # a run that showed it by failing had another run beside it
-    contradicted: str = ""  # what a strict run did not confirm: LOADED runs
-
-
-def _shows(task: Task, outcome: Outcome) -> bool | None:
-    """Whether the victim's outcome shows the finding; None where it did not run."""
-    if outcome in (Outcome.NOT_RUN, Outcome.SKIPPED):
-        return None
-    if task.category is Category.DEPENDS_ON_OTHERS:
-        return outcome is Outcome.PASSED
-    return outcome in NOT_PASSING
-
-
-def probe_after(
-    prober: Prober,
-    task: Task,
-    search: Search,
-    before: Sequence[str],
-    kind: str = "",
-    *,
-    strict: bool = False,
-) -> bool:
-    """Run `[before..., victim]`; whether the victim shows the finding."""
-    return _record(task, search, *_step(prober, task, before, kind, strict=strict))
-
-
-def _step(
-    prober: Prober,
-    task: Task,
-    before: Sequence[str],
-    kind: str = "",
-    *,
-    strict: bool = False,
-) -> tuple[Probe, ProbeRun]:
-    """One run of the search, not yet recorded (halves of a level run at once). A file among
-    `before` is collected (imported) with none of its tests run (`gpuci.evidence.collected`)."""
-    collect = [b for b in before if "::" not in b]
-    kind = kind or (COLLECTED if collect else "")
-    ran = prober.run(
-        [*(b for b in before if "::" in b), task.victim],
-        collect=collect,
-        phase=PHASE,
-        label=f"culprits of {task.victim}: "
-        + (f"{len(collect)} file(s) {COLLECTED}" if collect else f"after {len(before)} test(s)"),
-        strict=strict or task.strict,
-    )
-    outcome = ran.outcome(task.victim)
-    probe = Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome, kind=kind)
-    return probe, ran
-
-
-def _record(task: Task, search: Search, probe: Probe, ran: ProbeRun) -> bool:
-    """Add one run to the search; whether the victim showed the finding."""
-    search.probes.append(probe)
-    shows = bool(_shows(task, probe.outcome))
-    # a failure beside another run may be the other's doing: the strict confirmation decides
-    search.loaded = search.loaded or (shows and ran.beside and probe.outcome in NOT_PASSING)
-    return shows
+# where a start-up is expensive, the last wave over this many candidates or fewer starts
+# each one's confirmation ahead, held after its collection (the losers killed)
+MAX_HELD = 4
+# past the levels: the inferred last candidate's run, the confirmation, and the strict run
+# that tells a flaky victim from a load's doing where the confirmation goes the other way
+CONFIRMING = 3
+REFUTED = "the inferred halving was refuted; checked halving"
 
 
 def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Search | None:
@@ -130,7 +84,9 @@ def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Sea
     return bisect(prober, task, search)
 
 
-def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[str]) -> bool:
+def _confirmed_again(
+    prober: Prober, task: Task, search: Search, current: list[str], held: Held | None = None
+) -> bool:
     """The run that just showed the finding, once more (the command the report prints): a
     flaky victim would otherwise hand the search a culprit by chance (then the note says
     `SAME_RUN_BOTH_WAYS`). Where the steps were beside others and this run goes the other
@@ -143,8 +99,8 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
     if prober.exhausted():
         search.note = cut
         return False
-    probe, ran = _step(prober, task, current, strict=strict)
-    if _record(task, search, probe, ran):
+    probe, ran = run_step(prober, task, current, strict=strict, held=held)
+    if record(task, search, probe, ran):
         return True
     loaded = ran.beside and probe.outcome in NOT_PASSING  # a failure that does not count
     # before the search is redone for the load's doing: the same run once more, with
@@ -176,95 +132,97 @@ def _confirmed_again(prober: Prober, task: Task, search: Search, current: list[s
 def bisect(
     prober: Prober, task: Task, search: Search | None = None, *, shown: bool = False
 ) -> Search:
-    """Split the candidates, keeping a part that still shows the finding; then confirm.
-    `shown`: a run of `search` ran exactly the candidates and showed it (not run again)."""
+    """Halve the candidates, keeping a half that shows the finding; then confirm. `shown`:
+    a run of `search` ran exactly the candidates and showed it (not run again). The search
+    ends with its `steps`: its runs since it began against its bound."""
     search = search or Search([])
+    tries = len(search.probes)
+    held: dict[str, Held] = {}  # confirmations started ahead, by candidate, until taken
+    try:
+        _halve(prober, task, search, held, shown=shown)
+    finally:
+        for candidate, interpreter in held.items():
+            label = f"culprits of {task.victim}: held for {candidate}"
+            prober.let_go(interpreter, phase=PHASE, label=label)
+            search.losers += 1
+            search.killed += 1
+    n = len(task.candidates)
+    runs = len(search.probes) - tries
+    search.steps = Steps(
+        n=n,
+        bound=math.ceil(math.log2(max(n, 1))) + CONFIRMING,
+        runs=runs,
+        waves=search.waves + runs - search.in_waves,  # every run outside a wave is one
+        ahead=search.ahead,
+        losers=search.losers,
+        killed=search.killed,
+        tries=tries,
+    )
+    return search
+
+
+def _halve(
+    prober: Prober, task: Task, search: Search, held: dict[str, Held], *, shown: bool
+) -> None:
+    """The inferred halving in waves, its last candidate run where inferred, confirmed; the
+    checked halving where that run refutes it. Where a start-up is expensive the last wave
+    starts each candidate's confirmation ahead, into `held` (it takes its own)."""
     current = list(task.candidates)
     confirmed = shown  # whether a probe ran exactly `current` and showed it
-    several = False
-    while len(current) > 1:
+    refuted = False
+    # a strict search, or one the load may fail (runs beside each other would fail it by
+    # the load, unevenly), runs one level at a time; any other speculates on the slots idle
+    # as its wave starts (other searches' runs keep theirs: a loser must not delay them)
+    speculates = not task.strict and not task.loadable
+    while len(current) > 1 and not refuted:
         if prober.exhausted() or prober.stopping():
             # a narrowed set is not a culprit until a run confirms it: none is named
             search.note = (
                 f"search cut by budget after {len(search.probes)} run(s),"
                 f" down to {len(current)} of {len(task.candidates)} tests"
             )
-            return search
-        part = _split(prober, task, search, current)
-        if part is None:
-            several = True  # no part alone: the finding needs tests from several
-            break
-        current, confirmed = part, True
-    if not confirmed:
+            return
+
+        def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
+            return run_step(prober, task, part, cancel=cancel)
+
+        if prober.expensive and speculates and not held and len(current) <= MAX_HELD:
+            label = f"culprits of {task.victim}: after 1 test(s)"
+            for candidate in current:
+                held[candidate] = hold_step(prober, task, candidate, label)
+            search.ahead += len(current)
+        width = max(1, prober.admission.idle()) if speculates else 1
+        wave = run_wave(prober, current, width, step, lambda p: bool(shows(task, p.outcome)))
+        for probe, ran in wave.used:
+            record(task, search, probe, ran)
+        search.waves += 1
+        search.in_waves += len(wave.used)
+        search.ahead += len(wave.used) - 1 + wave.losers  # all but each wave's first
+        search.losers += wave.losers
+        search.killed += wave.killed
+        current, confirmed, refuted = wave.current, wave.confirmed, wave.refuted
+    if not confirmed and not refuted:
         if prober.exhausted():
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
-            return search
-        confirmed = probe_after(prober, task, search, current)
-    if not confirmed:
-        runs = len(search.probes)
-        what = SHOWN[task.category]
+            return
+        refuted = not probe_after(prober, task, search, current)
+        confirmed = not refuted
+    several = False
+    if refuted and len(task.candidates) > 1:
+        found = checked_halving(prober, task, search)
+        if found is None:
+            return
+        current, several = found
+    elif not confirmed:
+        runs, what = len(search.probes), SHOWN[task.category]
         search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
-        return search
-    if not _confirmed_again(prober, task, search, current):
-        return search
-    runs = len(search.probes)
+        return
+    ahead = held.pop(current[0], None) if len(current) == 1 else None
+    if not _confirmed_again(prober, task, search, current, ahead):
+        return
     search.culprits = tuple(current)
-    search.note = f"bisection: {runs} run(s)" + (
-        f"; needs all {len(current)} together" if several else ""
+    search.note = (
+        f"bisection: {len(search.probes)} run(s)"
+        + (f"; needs all {len(current)} together" if several else "")
+        + ("; " + REFUTED if refuted else "")
     )
-    return search
-
-
-def _split(prober: Prober, task: Task, search: Search, current: list[str]) -> list[str] | None:
-    """The first part of `current` after which the victim shows the finding, or None. With
-    slots to spare up to MAX_PARTS parts run at once: fewer levels, each replaying fewer
-    tests, in about as many runs as halving (k runs a level, log_k(n) levels); where no
-    part shows it, the halves (the finding may need tests of two parts). A victim the load
-    may fail gets halves at once: more parts would fail by each other unevenly. Otherwise
-    halves, the second only where the first does not show it."""
-    if task.strict or prober.admission.slots < 2:
-        return _one_by_one(prober, task, search, _parts(current, 2), strict=task.strict)
-    parts = _parts(current, 2 if task.loadable else min(prober.admission.slots, MAX_PARTS))
-    shown = _at_once(prober, task, search, parts)
-    if shown is None and len(parts) > 2:
-        shown = _at_once(prober, task, search, _parts(current, 2))
-    return shown
-
-
-def _parts(items: list[str], k: int) -> list[list[str]]:
-    """`items` in `k` consecutive parts of nearly equal length (none empty)."""
-    k = max(1, min(k, len(items)))
-    size, extra = divmod(len(items), k)
-    bounds = [i * size + min(i, extra) for i in range(k + 1)]
-    return [items[a:b] for a, b in itertools.pairwise(bounds)]
-
-
-def _at_once(
-    prober: Prober, task: Task, search: Search, parts: Sequence[list[str]]
-) -> list[str] | None:
-    """Every part at once (each run is spent whether or not an earlier part shows it); the
-    first that shows the finding. Where several fail beside each other the victim may be
-    failing by the load (two of it at once, a test that contends for a device): those
-    parts run again one by one, strictly."""
-    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-        steps = list(pool.map(lambda part: _step(prober, task, part), parts))
-    shown = [_record(task, search, probe, ran) for probe, ran in steps]
-    showing = [(part, step) for part, shows, step in zip(parts, shown, steps, strict=True) if shows]
-    by_load = all(ran.beside and probe.outcome in NOT_PASSING for _, (probe, ran) in showing)
-    if len(showing) > 1 and by_load:
-        return _one_by_one(prober, task, search, [part for part, _ in showing], strict=True)
-    return showing[0][0] if showing else None
-
-
-def _one_by_one(
-    prober: Prober,
-    task: Task,
-    search: Search,
-    parts: Sequence[list[str]],
-    *,
-    strict: bool,
-) -> list[str] | None:
-    for part in parts:
-        if probe_after(prober, task, search, part, strict=strict):
-            return part
-    return None

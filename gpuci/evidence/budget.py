@@ -8,7 +8,7 @@ wall less their tests' time, the median) plus the tests it runs (their longest
 time in any mode). Then, for each isolation suspect (its outcome differs between modes):
 its alone-runs; a poisoned run where it failed after others in one interpreter; a culprit
 search over the n tests before it where it failed (for one that failed in isolated too,
-where it passed: its providers are there): 2·log2(n)+3 runs, twice the n tests'
+where it passed: its providers are there): its bound, ceil(log2 n)+3 runs, twice the n tests'
 time, and two confirmations of the culprit's replay (and, where it passed in the
 suite, a run with the suite's other files collected first); for a failure only in
 parallel, one pair per file beside it and one with them all, and the pair's
@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuci.evidence.alone import alone_runs_wanted
+from gpuci.evidence.bisect import CONFIRMING
 from gpuci.evidence.fingerprints import fingerprint
 from gpuci.evidence.priorities import prioritize
 from gpuci.evidence.reproduce import MAX_BESIDE, Order, interpreter_order, ran_beside
@@ -88,7 +89,7 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
         before = _before(orders, test_id, failed)
         if before:
             parts["poisoned"] += cost([test_id])
-            steps = 2 * math.ceil(math.log2(len(before))) + 3
+            steps = math.ceil(math.log2(len(before))) + CONFIRMING  # a search's bound
             victim = tests_s([test_id])
             parts["culprits"] += steps * (start + victim) + 2 * tests_s(before)
             parts["culprits"] += 2 * (start + victim + tests_s(before) / 2)  # confirmations

@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from gpuci.evidence.bisect import Search, bisect, probe_after
+from gpuci.evidence.bisect import bisect
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.search import Search, probe_after
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Mode, Outcome
 from gpuci.run.proc.discover import file_of

@@ -25,7 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
-from gpuci.evidence.bisect import LOADED, Search, bisect, cascade
+from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.collected import collected_first
 from gpuci.evidence.fingerprints import same_kind
@@ -39,6 +39,7 @@ from gpuci.evidence.pairs import (
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.search import LOADED, Search
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, TestEvidence
 from gpuci.run.proc.discover import file_of
@@ -119,13 +120,27 @@ def search_culprits(
     later = [t for t in pairs if t.victim not in searches]
     for victim, search in search_in_waves(later, 1, one_by_one=True).items():
         searches.setdefault(victim, search)
+    return _with_searches(found, searches, only)
+
+
+def _with_searches(
+    found: Mapping[str, TestEvidence],
+    searches: Mapping[str, Search],
+    only: Collection[str] | None,
+) -> dict[str, TestEvidence]:
+    """The evidence with each search's answer; a partner outside `only` that an earlier
+    round searched keeps its own search's runs."""
     merged = dict(found)
     for victim, search in searches.items():
         before = merged.get(victim, TestEvidence(id=victim))
         if only is not None and victim not in only and before.search:
-            continue  # a partner searched in an earlier round keeps its own search's runs
+            continue
         merged[victim] = dataclasses.replace(
-            before, culprits=search.culprits, search=search.note, probes=tuple(search.probes)
+            before,
+            culprits=search.culprits,
+            search=search.note,
+            probes=tuple(search.probes),
+            steps=search.steps,
         )
     return merged
 

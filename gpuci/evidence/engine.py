@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
+from gpuci.evidence.budget import start_up
 from gpuci.evidence.classify import classify_results, out_of_device_memory, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
@@ -31,8 +32,13 @@ from gpuci.evidence.probe import RUNS_FILE, Prober
 from gpuci.evidence.reproduce import Order, interpreter_order
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
-from gpuci.evidence_json import EVIDENCE_DIR, EVIDENCE_FILE, evidence_to_json
-from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.evidence_file import evidence_to_json
+from gpuci.formats import (
+    EVIDENCE_DIR,
+    EVIDENCE_FILE,
+    mode_run_to_json,
+    write_json_atomic,
+)
 from gpuci.model import (
     NOT_PASSING,
     PROBE_SHOWN,
@@ -103,6 +109,7 @@ def gather_evidence(
         supervisor=supervisor,
         mode_name=EVIDENCE_DIR,
         slots=workers,
+        start_s=start_up(results),  # an expensive start-up widens the slots to the cores
     )
     # a test that ran out of device memory in a screen: its file's peak there is too small
     prober.admission.ran_out(

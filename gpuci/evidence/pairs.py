@@ -25,6 +25,7 @@ from gpuci.evidence.reproduce import gpu_of
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe
 from gpuci.run.proc.discover import file_of
+from gpuci.run.sched.views import first_gpus_note
 
 PHASE = "culprits"
 NOT_SEARCHED = "not searched (budget)"
@@ -62,6 +63,7 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     """
     search = PairSearch([])
     apart = 0  # pair runs whose interpreters did not all start their tests together
+    devices = ""  # the last pair run's GPUs (`first_gpus_note`)
     ids_of = _ids_by_file(parallel)
     groups: list[Sequence[str]] = [[c] for c in candidates]
     if len(candidates) > 1:
@@ -72,6 +74,8 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
         runs = [([victim], gpu_of(parallel, file_of(victim)))]
         runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
         started = [(ids, gpu) for ids, gpu in runs if ids]
+        nonlocal devices
+        devices = first_gpus_note([gpu for _, gpu in started])
         done, met = prober.run_together(
             started,
             phase=PHASE,
@@ -120,11 +124,13 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
             f"{PAIRED}{len(search.probes)} run(s), confirmed twice"
             + (f"; only all {len(beside)} together" if len(beside) > 1 else "")
             + (f"; {', '.join(found)} failed its way beside it" if found else "")
+            + (f"; {devices}" if devices else "")
         )
         return search
     search.note = (
         f"{NOT_REPRODUCED}: no pair showed it twice ({len(search.probes)} runs"
         + (f"; {apart} did not overlap" if apart else "")
+        + (f"; {devices}" if devices else "")
         + ")"
         if search.probes
         else "no file ran beside it"

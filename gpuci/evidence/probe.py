@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuci.evidence.admission import Admission
+from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.proc.gpumem import screen_peaks
+from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Launch
 from gpuci.run.proc.supervisor import Supervisor
@@ -45,6 +46,8 @@ class ProbeRun:
     log_from: int  # where this run's output begins in it
     results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
     beside: bool = False  # another evidence run overlapped it (its failure is not strict)
+    killed: bool = False  # a speculated run ended once its answer was no longer needed
+    pending: _Ended | None = None  # a speculated run's account, until `Prober.settle`
 
     def outcome(self, test_id: str) -> Outcome:
         """The test's outcome; `not-run` where the interpreter never got to it."""
@@ -58,6 +61,18 @@ class ProbeRun:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Ended:
+    """What the account of one run holds: its label, phase, start and end (seconds since
+    the prober started) and how many ran at once as it started."""
+
+    label: str
+    phase: str
+    start: float
+    end: float
+    at_once: int
 
 
 @dataclass(slots=True)
@@ -79,6 +94,7 @@ class Prober:
     budget_s: float | None
     poisoned: bool = False  # every run fills fresh device allocations (a --poison check)
     admission: Admission = field(default_factory=Admission)
+    expensive: bool = False  # a start-up takes EXPENSIVE_START_S or more: worth holding ahead
     zero: float = field(default_factory=time.monotonic)
     runs: int = 0
     phases: dict[str, Phase] = field(default_factory=dict)
@@ -101,10 +117,12 @@ class Prober:
         supervisor: Supervisor,
         mode_name: str,
         slots: int = 1,
+        start_s: float = 0.0,
     ) -> Prober:
         """A prober writing journals and logs under `out`, with `run`'s pytest arguments,
         running up to `slots` interpreters at once (each once its GPU has room for its
-        file's peak in the check's screens, `out`'s sibling mode directories)."""
+        file's peak in the check's screens, `out`'s sibling mode directories); where one
+        interpreter's start-up takes `start_s` >= EXPENSIVE_START_S, up to the cores."""
         environ = child_env(os.environ)
         environ["GPUCI_MODE"] = mode_name
         if run.poison:  # one environment: the evidence of a poisoned check is poisoned too
@@ -125,8 +143,9 @@ class Prober:
             serial_gpu(run),
             budget_s,
             run.poison,
+            expensive=start_s >= EXPENSIVE_START_S,
             admission=Admission(
-                slots=max(1, slots),
+                slots=evidence_slots(slots, start_s, os.cpu_count()),
                 capacity_mib=int(total) if total.isdigit() else None,
                 peaks=screen_peaks(out.parent),
             ),
@@ -164,10 +183,14 @@ class Prober:
         timeout: float | None = None,
         strict: bool = False,
         collect: Sequence[str] = (),
+        cancel: threading.Event | None = None,
+        held: Held | None = None,
     ) -> ProbeRun:
         """Run `ids` in one fresh interpreter with the serial GPUs, in the order given. A
         `strict` run has nothing beside it; any other may share the GPUs (its `beside` says
-        whether it did).
+        whether it did). With `cancel` the run is speculated: killed once `cancel` is set,
+        and counted only once `settle` says its answer was used. `held`: its interpreter,
+        started ahead (`hold`).
 
         The order must be collection order within each file: pytest is handed the files in
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY); the files in
@@ -175,6 +198,8 @@ class Prober:
         """
         need = self.admission.need([*collect, *(file_of(i) for i in ids)])
         with self.admission.admitted(strict=strict, need_mib=need) as flight:
+            if cancel is not None and cancel.is_set():  # a loser before its turn: not started
+                return ProbeRun(outcomes={}, log=self.interpreters.out / "logs", log_from=0)
             ran = self._run(
                 ids,
                 phase=phase,
@@ -184,6 +209,8 @@ class Prober:
                 wrapper=wrapper,
                 timeout=timeout,
                 collect=collect,
+                cancel=cancel,
+                held=held,
             )
         return dataclasses.replace(ran, beside=flight.beside)
 
@@ -198,6 +225,8 @@ class Prober:
         wrapper: tuple[str, ...] = (),
         timeout: float | None = None,
         collect: Sequence[str] = (),
+        cancel: threading.Event | None = None,
+        held: Held | None = None,
     ) -> ProbeRun:
         files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
         key = files[-1]  # the victim's file: its journal and log
@@ -224,38 +253,84 @@ class Prober:
             log = self.interpreters.out / "logs" / f"{launch.stem}.log"
             started = time.monotonic()
             log_from = log.stat().st_size if log.exists() else 0
-            attempt = self.interpreters.run(launch)
+            attempt = self.interpreters.run(launch, cancel=cancel, held=held)
         finally:
             with self._lock:
                 lanes.discard(lane)
         if len(files) == 1:  # its peak is its file's alone
             self.admission.learn(key, attempt.interpreter.gpu_peak_mib)
-        ended = time.monotonic()
-        with self._lock:
-            self.runs += 1
-            self.timeline.append(
-                {
-                    "label": label,
-                    "phase": phase,
-                    "start": round(started - self.zero, 3),
-                    "end": round(ended - self.zero, 3),
-                    "at_once": at_once,
-                }
-            )
-            account = self.phases.setdefault(phase, Phase())
-            account.runs += 1
-            account.seconds += ended - started
-            account.at_once = max(account.at_once, at_once)
+        ended = _Ended(
+            label=label,
+            phase=phase,
+            start=round(started - self.zero, 3),
+            end=round(time.monotonic() - self.zero, 3),
+            at_once=at_once,
+        )
+        with self._lock:  # what it left behind is real, whether or not its answer is used
             if attempt.leftovers:
                 self.leftovers.setdefault(launch.key, []).extend(attempt.leftovers)
             if attempt.strangers:
                 self.strangers.setdefault(launch.key, []).extend(attempt.strangers)
+        if cancel is None:
+            self._account(ended)
         return ProbeRun(
             outcomes={r.id: r.outcome for r in attempt.results},
             log=log,
             log_from=log_from,
             results={r.id: r for r in attempt.results},
+            killed=cancel is not None and cancel.is_set(),
+            pending=None if cancel is None else ended,
         )
+
+    def hold(self, ids: Sequence[str], *, label: str, collect: Sequence[str] = ()) -> Held:
+        """The interpreter `run(ids, collect=collect)` would start, started now and held
+        after its collection (`run(..., held=)` takes it, `let_go` ends it)."""
+        files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+        launch = Launch(
+            key=files[-1],
+            ids=tuple(ids),
+            targets=tuple(pytest_target(self.rootdir, f) for f in files),
+            slot=0,
+            gpu=self.gpu,
+            attempt=0,
+            junit=None,
+            label=label,
+        )
+        return self.interpreters.hold(launch)
+
+    def let_go(self, held: Held, *, phase: str, label: str) -> None:
+        """End an interpreter held ahead and not taken: a loser, killed, never counted."""
+        self.interpreters.supervisor.discard(held.proc)
+        end_held(held)
+        self.admission.lost(killed=True)
+        start = round(held.started - self.zero, 3)
+        end = round(time.monotonic() - self.zero, 3)
+        entry = {"label": label, "phase": phase, "start": start, "end": end, "at_once": 0}
+        with self._lock:
+            self.timeline.append({**entry, "lost": "killed"})
+
+    def settle(self, ran: ProbeRun, *, used: bool) -> None:
+        """A speculated run's account: a run of its phase where its answer was `used`;
+        otherwise a loser (`runs.jsonl` says so), which no run count includes."""
+        if ran.pending is None:
+            return
+        if used:
+            self._account(ran.pending)
+            return
+        self.admission.lost(killed=ran.killed)
+        entry = dataclasses.asdict(ran.pending)
+        with self._lock:
+            self.timeline.append({**entry, "lost": "killed" if ran.killed else "unused"})
+
+    def _account(self, ended: _Ended) -> None:
+        """One run counted: the timeline, its phase's runs and interpreter-seconds."""
+        with self._lock:
+            self.runs += 1
+            self.timeline.append(dataclasses.asdict(ended))
+            account = self.phases.setdefault(ended.phase, Phase())
+            account.runs += 1
+            account.seconds += ended.end - ended.start
+            account.at_once = max(account.at_once, ended.at_once)
 
     def run_together(
         self,

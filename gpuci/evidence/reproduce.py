@@ -16,7 +16,8 @@ from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.run.disk.side_outputs import command_args
 from gpuci.run.proc.discover import PLUGIN, POISON_ENV
 from gpuci.run.proc.seed import SEED_ENV
-from gpuci.run.sched.plan import thread_args, visible_gpus
+from gpuci.run.sched.plan import thread_args
+from gpuci.run.sched.views import plain_gpus
 
 PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
@@ -241,8 +242,8 @@ def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:
 
 
 def serial_gpu(run: ModeRun) -> str | None:
-    """The CUDA_VISIBLE_DEVICES of a check's serial interpreters (slot 0 of the plan)."""
-    return visible_gpus(run.gpus, 1, run.gpus_per_slot)[0]
+    """The CUDA_VISIBLE_DEVICES of a check's serial interpreters: the plain run's view."""
+    return plain_gpus(run.gpus)
 
 
 def gpu_of(results: ModeResults, unit: str) -> str | None:

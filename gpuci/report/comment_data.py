@@ -1,13 +1,16 @@
-"""The merge-request comment's data: roots first, one line each, then the findings' tables.
+"""The merge-request comment's data: the findings first, each root open with its victims,
+their failure messages and its commands; the plain failures after; the rest folded.
 
-A root's victims are counted on its line and listed once, collapsed, below; they are not
-repeated as unrelated rows of the first table. Every string here is still untrusted or
-our own words: the template passes each through an `md_*` filter (`gpuci.report.escape`).
+A reviewer reads the note to learn who broke whom and how to see it: so each root is told
+at once, unfolded, with the victims it broke (each with its outcomes and message) and the
+commands that show it; a victim is never repeated as an unrelated row of the failures'
+table. Every string here is still untrusted or our own words: the template passes each
+through an `md_*` filter (`gpuci.report.escape`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +43,8 @@ from gpuci.verdict.roots import (
 MARKER = "<!-- gpuci-report -->"
 MAIN_ROWS = 30  # findings in the comment's first table
 DETAIL_ROWS = 100  # rows in each collapsed table of the comment
-ROOT_LINES = 20  # roots listed before the first table
+ROOT_LINES = 20  # roots told, unfolded, before the failures' table
+ROOT_VICTIMS = 10  # victims listed under one root; the rest are counted
 MD_ID_CHARS = 240  # a test id longer than this is cut in the comment
 MD_MESSAGE_CHARS = 160
 MD_COMMAND_CHARS = 2_000  # a longer reproduce command is left to the HTML report
@@ -57,12 +61,16 @@ class ReportLinks:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RootLine:
-    """One root in the comment: `X broke 7 later tests`."""
+class RootSection:
+    """One root in the comment: `X broke 7 later tests`, its victims, its commands."""
 
     headline: Headline
+    category: str
     new: bool | None
     sanitizer: str  # the first line of a culprit's compute-sanitizer error, or ""
+    victims: tuple[Row, ...]  # each with its outcomes and failure message
+    more: int  # victims not listed
+    commands: tuple[str, ...]  # comment and command lines, for one fenced block
 
 
 def markdown_data(
@@ -102,9 +110,11 @@ def markdown_data(
         more = sum(len(r.members) or 1 for r in rows[cap:])  # tests, not rows, left out
         return Section(key=key, title=title, intro="", rows=shown, more=more)
 
-    first = section("main", "Needs attention", main, main_rows)
+    def victim_row(test: TestVerdict) -> Row:
+        return finding_row(test, columns, verdict.modes, message_chars=MD_MESSAGE_CHARS)
+
+    first = section("main", "Failures" if shown_roots else "Findings", main, main_rows)
     details = [
-        section("victims", "Victims of the roots above", _victims(blames), detail_rows),
         section("known", "Known isolation problems", known, detail_rows),
         section("flaky", "Flaky tests", groups[Category.FLAKY], detail_rows),
         section("not-run", "Not run", groups[Category.NOT_RUN], detail_rows),
@@ -115,11 +125,14 @@ def markdown_data(
         "verdict": verdict.verdict,
         "reasons": list(verdict.reasons),
         "all_clear": verdict.verdict == "pass" and not verdict.reasons,
-        "roots": [_root_line(b) for b in shown_roots],
+        "roots": [
+            _root_section(b, victim_row, min(ROOT_VICTIMS, detail_rows), id_chars)
+            for b in shown_roots
+        ],
         "roots_more": len(blames) - len(shown_roots),
         "columns": columns,
         "main": first,
-        "reproduce": _reproduce(shown_roots, first.rows, id_chars),
+        "reproduce": _reproduce(first.rows, id_chars),
         "details": [d for d in details if d.rows or d.more],
         "counts": counts(verdict),
         "total": len(verdict.tests),
@@ -136,25 +149,32 @@ def markdown_data(
     }
 
 
-def _root_line(blame: Blame) -> RootLine:
+def _root_section(
+    blame: Blame, row_of: Callable[[TestVerdict], Row], victims: int, id_chars: int
+) -> RootSection:
     errors = [sanitizer_line(t.sanitizer) for t in blame.culprits if t and t.sanitizer]
-    return RootLine(headline=blame.headline, new=blame.new, sanitizer=errors[0] if errors else "")
+    return RootSection(
+        headline=blame.headline,
+        category=blame.root.category.value,
+        new=blame.new,
+        sanitizer=errors[0] if errors else "",
+        victims=tuple(row_of(v) for v in blame.victims[:victims]),
+        more=max(0, len(blame.victims) - victims),
+        commands=_command_lines(root_commands(blame), id_chars),
+    )
 
 
-def _victims(blames: Sequence[Blame]) -> list[TestVerdict]:
-    return [v for b in blames for v in b.victims]
-
-
-def _reproduce(blames: Sequence[Blame], rows: Sequence[Row], id_chars: int) -> list[str]:
-    """Comment and command lines: each root's minimal command, then each finding's."""
-    found = [
-        (f"{b.headline.text()}: {what}" if what != "reproduce" else b.headline.text(), command)
-        for b in blames
-        for what, command in root_commands(b)
-    ]
-    found += [(r.id, r.reproduce) for r in rows]
+def _reproduce(rows: Sequence[Row], id_chars: int) -> tuple[str, ...]:
+    """Comment and command lines for the failures' table: each finding's command."""
+    found = [(r.id, r.reproduce) for r in rows]
     found += [(f"{r.id} passes after its provider", r.with_provider) for r in rows]
-    return [
+    return _command_lines(found, id_chars)
+
+
+def _command_lines(found: Sequence[tuple[str, str]], id_chars: int) -> tuple[str, ...]:
+    """`# what it shows` above each command; a command too long for a note is left to the
+    HTML report."""
+    return tuple(
         line
         for title, command in found
         if command
@@ -162,4 +182,4 @@ def _reproduce(blames: Sequence[Blame], rows: Sequence[Row], id_chars: int) -> l
             f"# {cut(title, id_chars)}",
             command if len(command) <= MD_COMMAND_CHARS else "# (too long: see the report)",
         )
-    ]
+    )

@@ -15,7 +15,7 @@ from typing import Any
 from gpuci.model import ISOLATION_CATEGORIES, Category, Mode, Outcome, TestVerdict, Verdict
 from gpuci.report.cards import RootLink, badge, root_cards, root_links, row_anchors, sanitizer_block
 from gpuci.report.escape import clean_log, cut, safe_url
-from gpuci.report.groups import FindingGroup, group_findings
+from gpuci.report.groups import INFERRED_SOUND, FindingGroup, group_findings
 from gpuci.report.timeline import durations, file_runs, mode_facts, mode_notes, timeline
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import blame_of, blamed_roots, culprit_note, sanitizer_line
@@ -235,10 +235,18 @@ def grouped_rows(
     return rows
 
 
+NOT_RERUN = "not re-run"
+
+
 def _outcome(value: str, *, inferred: bool = False) -> tuple[str, str]:
     """An outcome's text and CSS class; one we do not know gets a neutral class."""
     if not value:
         return ("", "none")
+    if inferred and value not in INFERRED_SOUND:
+        # Its file failed alike in every screen, so isolated did not re-run it and took the
+        # parallel screen's outcome: a failure nobody saw in isolated, which beside a pass
+        # alone reads as a contradiction. Its alone-runs decide; say that it did not run.
+        return (NOT_RERUN, "none")
     text = f"{value} (inferred)" if inferred else value
     return (text, value if value in OUTCOME_VALUES else "unknown")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
-from gpuci.report.groups import FindingGroup, group_findings
+from gpuci.report.groups import INFERRED_SOUND, FindingGroup, group_findings
 from gpuci.run.proc.endings import EXIT_ID
 from gpuci.run.proc.strays import verdict_lines
 from gpuci.verdict.describe import checked_lines
@@ -22,6 +22,8 @@ from gpuci.verdict.roots import (
 
 MAX_LISTED = 25  # roots and tests format_summary lists, two lines each
 MAX_VICTIMS = 10  # victims listed under one root
+MAX_FAILURES = 3  # different failures told under one root; the rest are in verdict.json
+MESSAGE_CHARS = 300  # a failure message is cut to this (a test may print anything)
 LISTED = ISOLATION_CATEGORIES | {
     Category.FAILED,
     Category.CRASHED,
@@ -73,7 +75,13 @@ def _tag(new: bool | None) -> str:
 
 def _evidence(test: TestVerdict) -> str:
     """`suite=failed reruns=passed,passed`: what the modes and alone-reruns showed."""
-    evidence = " ".join(f"{mode}={outcome}" for mode, outcome in test.outcomes.items())
+    # a failure a mode took from a screen without running the test is nobody's observation:
+    # `isolated=failed` beside `reruns=passed` would read as a contradiction (said below)
+    evidence = " ".join(
+        f"{mode}={outcome}"
+        for mode, outcome in test.outcomes.items()
+        if mode not in test.inferred or outcome in INFERRED_SOUND
+    )
     if test.reruns:
         evidence += f" reruns={','.join(test.reruns)}"
     if test.inferred:  # a lazy isolated pass: the mode never ran it
@@ -118,7 +126,7 @@ def _root_lines(blame: Blame) -> list[str]:
     if first_error:
         line = sanitizer_line(first_error.sanitizer)
         lines.append(printable(f"    compute-sanitizer ({first_error.id}): {line}"))
-    return lines + _commands(root_commands(blame))
+    return lines + _root_failures(blame.victims) + _commands(root_commands(blame))
 
 
 def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
@@ -127,12 +135,14 @@ def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
         printable(f"{test.category.value:<17} {_tag(test.new):<5} {test.id}  {_evidence(test)}")
     ]
     if test.id.endswith(EXIT_ID) and test.message:  # outside any test: say what it was
-        lines.append(printable(f"    why: {test.message}"))
+        lines.append(printable(f"    why: {_bounded(test.message)}"))
     for what in (test.diagnosis, culprit_note(test, blamed), *test.notes):
         if what:
             lines.append(printable(f"    {what}"))
     if test.sanitizer:
         lines.append(printable(f"    compute-sanitizer: {sanitizer_line(test.sanitizer)}"))
+    if test.message and not test.id.endswith(EXIT_ID):
+        lines.append(printable(f"    failure: {_bounded(test.message)}"))
     lines += _commands(commands_of(test))
     return lines
 
@@ -140,3 +150,25 @@ def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
 def _commands(commands: Sequence[tuple[str, str]]) -> list[str]:
     """Each command that shows the finding, after what it shows."""
     return [printable(f"    {what}: {command}") for what, command in commands]
+
+
+def _root_failures(victims: Sequence[TestVerdict]) -> list[str]:
+    """How the victims failed: one line where they failed alike (one fingerprint), else the
+    first few different failures, each with its victim."""
+    alike: dict[str, TestVerdict] = {}
+    for victim in victims:
+        if victim.message:
+            alike.setdefault(victim.fingerprint or victim.message, victim)
+    if len(alike) == 1:
+        (only,) = alike.values()
+        return [printable(f"    failure: {_bounded(only.message)}")]
+    return [
+        printable(f"    failure ({v.id}): {_bounded(v.message)}")
+        for v in list(alike.values())[:MAX_FAILURES]
+    ]
+
+
+def _bounded(message: str) -> str:
+    """A failure's first line, cut to MESSAGE_CHARS."""
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 1] + "…"

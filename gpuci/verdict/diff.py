@@ -27,8 +27,14 @@ from gpuci.evidence.reproduce import (
 )
 from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
 from gpuci.evidence.strict import confirm_strictly
-from gpuci.evidence_json import EVIDENCE_DIR, EVIDENCE_FILE, read_evidence
-from gpuci.formats import read_verdict, verdict_to_json, write_json_atomic
+from gpuci.evidence_file import read_evidence
+from gpuci.formats import (
+    EVIDENCE_DIR,
+    EVIDENCE_FILE,
+    read_verdict,
+    verdict_to_json,
+    write_json_atomic,
+)
 from gpuci.model import (
     FOUND_ONLY_BY,
     ISOLATION_CATEGORIES,
@@ -48,6 +54,7 @@ from gpuci.model import (
 from gpuci.run.disk.masking import mask_secrets
 from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
+from gpuci.verdict.skips import nothing_ran, nothing_ran_reason
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
 DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
@@ -77,6 +84,7 @@ class Policy:
     fail_on: frozenset[Category] = DEFAULT_FAIL_ON
     warn_on: frozenset[Category] = DEFAULT_WARN_ON
     allow_known: bool = False  # isolation regressions the baseline already had never fail
+    allow_skipped: bool = False  # a check where every test skipped passes (else it fails)
 
     def fails(self, test: TestVerdict) -> bool:
         """Whether this test alone would fail the verdict."""
@@ -103,6 +111,7 @@ def parse_policy(fail_on: str | None, allow: str | None) -> Policy:
         fail_on=fail - allowed,
         warn_on=DEFAULT_WARN_ON - allowed - fail,
         allow_known=allow_known,
+        allow_skipped=Category.SKIPPED in allowed,
     )
 
 
@@ -283,11 +292,13 @@ def _read_evidence(out: Path) -> Evidence | None:
 
 
 def _first_failure(seen: Iterable[TestResult]) -> str:
-    """The first failure's first line; for a test no mode ran, why it did not run."""
+    """The first failure's first line; for a test no mode ran, why it did not run; for a
+    test skipped everywhere, why it was skipped."""
     seen = list(seen)
     unrun = all(t.outcome is Outcome.NOT_RUN for t in seen)
+    skipped = all(t.outcome is Outcome.SKIPPED for t in seen)
     for test in seen:
-        if (unrun or test.outcome in NOT_PASSING) and test.message.strip():
+        if (unrun or skipped or test.outcome in NOT_PASSING) and test.message.strip():
             return test.message.strip().splitlines()[0]
     return ""
 
@@ -326,6 +337,9 @@ def _decide(
         elif policy.warns(test):
             warning.setdefault(_reason_key(test, with_baseline=with_baseline), []).append(test)
     reasons = [_reason(key, n) for key, n in sorted(failing.items(), key=_reason_order)]
+    if not policy.allow_skipped and nothing_ran(t.category for t in tests):
+        skips = [t.message for t in tests if t.category is Category.SKIPPED]
+        reasons.insert(0, nothing_ran_reason(skips))  # tested nothing: never a pass
     warnings = [_reason(key, n) for key, n in sorted(warning.items(), key=_reason_order)]
     for mode, mode_results in results.items():
         total = mode_results.total_shards

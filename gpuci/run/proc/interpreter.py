@@ -122,6 +122,24 @@ class Interpreters:
             end_held(earlier)
         self._ahead[launch.key] = (held, offset)
 
+    def hold(self, launch: Launch) -> Held:
+        """Start `launch`'s interpreter now, fresh, held after its collection, and hand it to
+        the caller, who passes it to `run` (it runs there if still alike) or to `end_held`:
+        an evidence run whose start-up is paid while other runs decide whether it is needed.
+        It journals into a file of its own beside the runs' (`FILE.held-N.jsonl`)."""
+        number = next(self._ahead_numbers)
+        only = self.tmp / f"ahead-{number}.json"
+        journal = self.out / "journal" / f"{launch.stem}.held-{number}.jsonl"
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        env = launch_environ(self.environ, launch, journal=journal, only=only)
+        try:
+            held = start_held(self.command(launch), launch.targets, env)
+        except OSError as exc:
+            raise GpuciError(f"could not start {self.python}: {exc}") from None
+        self.supervisor.add(held.proc)  # a stop ends it too
+        self._yield_cpu(held.proc.pid)
+        return held
+
     def _yield_cpu(self, pid: int) -> None:
         """Add `nice` to the interpreter's niceness (its threads and children inherit it)."""
         if self.nice:
@@ -132,14 +150,22 @@ class Interpreters:
         """The command line of one interpreter."""
         return pytest_command(self.python, self.pytest_args, launch)
 
-    def run(self, launch: Launch) -> Attempt:
-        """Start one fresh interpreter, watch it to the end, and read what it did."""
+    def run(
+        self,
+        launch: Launch,
+        *,
+        cancel: threading.Event | None = None,
+        held: Held | None = None,
+    ) -> Attempt:
+        """Start one fresh interpreter (or take `held`, from `hold`, where it is what this
+        one would start), watch it to the end, and read what it did. Once `cancel` is set it
+        is killed (a speculated run whose answer is no longer needed)."""
         stem = launch.stem
         journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
         if self.gate is not None:
             self.gate.wait(launch.key, launch.gpu, self.supervisor)
-        proc, cmd, cookie, start, started_at, output, reader = self._start(launch, journal)
+        proc, cmd, cookie, start, started_at, output, reader = self._start(launch, journal, held)
         log_rel = f"logs/{stem}.log"
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
@@ -149,7 +175,9 @@ class Interpreters:
         left: list[Leftover] = []
         try:
             timeout = launch.timeout if launch.timeout is not None else self.timeout
-            events, timed_out = self._watch(proc, reader, log, cookie, left, timeout=timeout)
+            events, timed_out = self._watch(
+                proc, reader, log, cookie, left, timeout=timeout, cancel=cancel
+            )
         finally:
             # nothing a test started outlives it: first whatever carries its cookie (the
             # subreaper adopted the orphans), then what is left of its process group
@@ -188,7 +216,7 @@ class Interpreters:
         return attempt
 
     def _start(
-        self, launch: Launch, journal: Path
+        self, launch: Launch, journal: Path, given: Held | None = None
     ) -> tuple[subprocess.Popen[bytes], list[str], str, float, float, bytes, JournalReader]:
         """Start the interpreter (or take the held suite interpreter, `gpuci.run.proc.held`, or
         one started ahead); the process, its command and cookie, when it started (on the
@@ -207,6 +235,20 @@ class Interpreters:
             start = held.started - self.zero
             output = bytes(held.output)
             return proc, held.command, held.cookie, start, held.started_at, output, reader
+        if given is not None and given.targets != launch.targets:  # it collected others
+            end_held(given)
+        elif given is not None and given.matches(cmd, launch.targets, env):  # held for it
+            own = Path(given.env["GPUCI_JOURNAL"])
+            proc = given.release(own, launch.ids)
+            return (
+                proc,
+                given.command,
+                given.cookie,
+                self.now(),
+                time.time(),
+                b"",
+                JournalReader(own),
+            )
         # started ahead while its slot's previous unit ran, journaling into `journal` from
         # its start: its wall from now, when its tests may start, and its start-up only
         # what was not hidden (from now to its collection, 0 where it had collected)
@@ -234,8 +276,10 @@ class Interpreters:
         left: list[Leftover],
         *,
         timeout: float | None,
+        cancel: threading.Event | None = None,
     ) -> tuple[list[dict[str, Any]], bool]:
-        """Pump output into the log, follow the journal, enforce the timeout."""
+        """Pump output into the log, follow the journal, enforce the timeout; kill it once
+        gpuci stops or `cancel` is set."""
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         events: list[dict[str, Any]] = []
@@ -246,8 +290,9 @@ class Interpreters:
         eof = False
         while not eof:
             wake = 0.1 if kill_at is not None or exited_at is not None else 0.25
-            # a timeout, or a listener learning from it, wants its events soon
-            readable, _, _ = select.select([fd], [], [], wake if timeout or self.on_events else 1.0)
+            # a timeout, a listener learning from it, or a cancel wants its events soon
+            soon = timeout or self.on_events or cancel
+            readable, _, _ = select.select([fd], [], [], wake if soon else 1.0)
             if readable:
                 data = os.read(fd, 1 << 16)
                 if data:
@@ -260,7 +305,8 @@ class Interpreters:
                 events += new
                 self._tell(new)
             now = time.monotonic()
-            if self.supervisor.stopping.is_set() and kill_at is None:
+            cancelled = cancel is not None and cancel.is_set()
+            if (self.supervisor.stopping.is_set() or cancelled) and kill_at is None:
                 signal_group(proc, signal.SIGKILL)
                 kill_at = now
             if timeout and kill_at is None and now - last_progress > timeout:

@@ -15,6 +15,7 @@ from pathlib import Path
 from gpuci.formats import read_mode_run
 from gpuci.model import InputError, Mode, ModeRun, Outcome, UsageError
 from gpuci.run.disk.durations import is_durations_file, read_durations_file
+from gpuci.run.sched.views import plain_gpus, visible_gpus
 
 # A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
 # without every process fighting for the same memory.
@@ -198,10 +199,8 @@ def plan_schedule(
             workers=workers,
             slot_gpus=visible_gpus(gpus, workers, gpus_per_slot),
         )
-    # isolated and suite keep collection order: a plain pytest run's order
-    return Schedule(
-        pool=tuple(files), serial=(), workers=1, slot_gpus=visible_gpus(gpus, 1, gpus_per_slot)
-    )
+    # isolated and suite keep collection order and see every GPU: a plain pytest run's
+    return Schedule(pool=tuple(files), serial=(), workers=1, slot_gpus=(plain_gpus(gpus),))
 
 
 def parse_gpus_per_slot(value: int | None, gpus: Sequence[str]) -> int | None:
@@ -214,26 +213,6 @@ def parse_gpus_per_slot(value: int | None, gpus: Sequence[str]) -> int | None:
         have = f"only {len(gpus)} ({','.join(gpus)})" if gpus else "none (give --gpus 0,1)"
         raise UsageError(f"--gpus-per-slot {value}: more GPUs than gpuci uses: {have}")
     return value
-
-
-def visible_gpus(
-    gpus: Sequence[str], slots: int, per_slot: int | None = None
-) -> tuple[str | None, ...]:
-    """CUDA_VISIBLE_DEVICES of each slot: every GPU, or a partition of `per_slot` GPUs.
-
-    Every GPU: slot k sees the same set rotated to start at GPU k (k, k+1, ... wrapped),
-    as CuPy's CI spreads xdist workers, so a multi-GPU test sees as many GPUs in every
-    mode and a single-GPU test runs on a different device per slot. A partition: slot k
-    gets the (k mod G/N)-th block of N GPUs. Slot 0 is what every serial interpreter sees
-    (isolated, suite, evidence), so all modes of a check see the same number of GPUs.
-    """
-    if not gpus:
-        return (None,) * slots
-    if per_slot is None:
-        n = len(gpus)
-        return tuple(",".join(gpus[(k + i) % n] for i in range(n)) for k in range(slots))
-    blocks = [gpus[j * per_slot : (j + 1) * per_slot] for j in range(len(gpus) // per_slot)]
-    return tuple(",".join(blocks[k % len(blocks)]) for k in range(slots))
 
 
 def cpu_count() -> int:

@@ -37,11 +37,11 @@ from gpuci.run.sched.plan import (
     read_durations,
     shard_files,
     shard_from_env,
-    visible_gpus,
 )
 from gpuci.run.sched.screens import Screen
 from gpuci.run.sched.session import RunOptions, run_mode
 from gpuci.run.sched.unit import mode_environ, mode_pytest_args
+from gpuci.run.sched.views import describe_views, plain_gpus
 
 
 def threads_of(options: ModeOptions, mode: Mode) -> int | None:
@@ -140,7 +140,7 @@ def plan_mode(
     inferred_from: ModeRun | None = None,
     timed_by: ModeRun | None = None,
     resume: ModeRun | None = None,
-    pool: int | None = None,
+    pool: tuple[str | None, ...] | None = None,  # the screens' slots: each one's GPUs
 ) -> tuple[Screen, bool]:
     """Plan one mode (a screen in a pool of `pool` slots), and prepare its directory."""
     requested_workers = parse_workers(options.workers)
@@ -164,7 +164,7 @@ def plan_mode(
     if mode is Mode.PARALLEL:
         workers, why = pool_workers(requested_workers, gpus, per_slot, len(files))
     if pool is not None:
-        workers, why = pool, f"the screens' {pool} slots, shared"
+        workers, why = len(pool), f"the screens' {len(pool)} slots, shared"
     threads = threads_of(options, mode)
     why += f", each test in {threads} threads" if threads else ""
     schedule = plan_schedule(
@@ -177,15 +177,15 @@ def plan_mode(
         gpus_per_slot=per_slot,
     )
     if pool is not None:  # every screen's units take the pool's slots and their GPUs
-        slot_gpus = visible_gpus(gpus, pool, per_slot)
-        schedule = replace(schedule, workers=1 if mode is Mode.SUITE else pool, slot_gpus=slot_gpus)
+        views, workers = (pool[:1], 1) if mode is Mode.SUITE else (pool, len(pool))
+        schedule = replace(schedule, workers=workers, slot_gpus=views)
     prepare_out(mode_dir, keep=resume is not None)
     shutil.rmtree(options.out / "evidence", ignore_errors=True)  # it was about the old runs
     if mode is Mode.SUITE:
         discovery = _restrict(discovery, files)
     tests = sum(len(discovery.tests.get(f, ())) for f in files)
     where = f"shard {shard[0]}/{shard[1]}, " if shard else ""
-    gpu_text = f"GPUs {schedule.slot_gpus[0]}" if gpus else "no GPU pinning"
+    gpu_text = describe_views(schedule.slot_gpus) if gpus else "no GPU pinning"
     lazy = f" (the rest inferred from {inferred_from.mode.value})" if inferred_from else ""
     kept = (
         sum(1 for t in resume.tests if not t.inferred and not was_interrupted(t)) if resume else 0
@@ -263,7 +263,7 @@ def hold_suite_interpreter(options: ModeOptions) -> None:
         ids=(),
         targets=options.paths,  # what discovery collects, and plain pytest would
         slot=0,  # the suite's in the screens, and every serial interpreter's
-        gpu=visible_gpus(gpus, 1, per_slot)[0],
+        gpu=plain_gpus(gpus),
         attempt=1,
         junit=junit_part(mode_dir, SUITE_STEM, 1),
         label="",

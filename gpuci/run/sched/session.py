@@ -74,7 +74,7 @@ class ModeSession:
         self.zero = zero - (options.resume.wall_s if options.resume else 0.0)  # goes on
         self.supervisor = supervisor
         self.interpreters = start_interpreters(options, options.out, self.zero, supervisor)
-        self.runner = UnitRunner(self.interpreters, discovery, options.resume)
+        self.runner = UnitRunner(self.interpreters, discovery, options.resume, options.gpus)
         self.file_runs: dict[str, FileRun] = {}
         self.results: dict[str, list[TestResult]] = {}
         self.keys = _keys(options.mode, schedule)

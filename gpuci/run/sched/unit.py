@@ -35,6 +35,7 @@ from gpuci.run.proc.launch import SUITE_STEM, Attempt, Launch, junit_part
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import kept_junit, write_file_junit
 from gpuci.run.sched.plan import thread_args
+from gpuci.run.sched.views import wanting_gpus, window_env
 
 # the suite interpreter is the plain run the check replaces; isolated the reference outcome
 STEADY_MODES = (Mode.SUITE, Mode.ISOLATED)
@@ -102,10 +103,15 @@ class UnitRunner:
     """Runs one scheduled unit (a file, or the whole suite) to the end."""
 
     def __init__(
-        self, interpreters: Interpreters, discovery: Discovery, resume: ModeRun | None = None
+        self,
+        interpreters: Interpreters,
+        discovery: Discovery,
+        resume: ModeRun | None = None,
+        gpus: Sequence[str] = (),
     ) -> None:
         self.interpreters = interpreters
         self.discovery = discovery
+        self.gpus = tuple(gpus)  # every GPU the check uses: what the plain run sees
         self.earlier = Earlier.of(resume) if resume is not None else None  # --resume
         self.plain_junit = plain_junit(interpreters.pytest_args)  # the suite's is the user's
         # a screen runs its files, unless pytest's cache chose the tests (--lf): only the
@@ -136,7 +142,6 @@ class UnitRunner:
         earlier = self.earlier
         junit_dir = self.interpreters.out / "junit"
         stem = SUITE_STEM if key == SUITE_UNIT else key
-        targets = self._targets(key)
         kept = earlier.finished(key) if earlier is not None else []
         results: dict[str, TestResult] = {t.id: t for t in kept}
         kept_cases = kept_junit(junit_dir / f"{stem}.xml", results) if kept else []
@@ -150,20 +155,12 @@ class UnitRunner:
             attempt = self.interpreters.run(
                 self._first_launch(key, slot, gpu)
                 if first
-                else Launch(
-                    key=key,
-                    ids=todo,  # resuming after a crash: the tests left
-                    targets=targets if key != SUITE_UNIT else self._suite_targets(todo, targets),
-                    slot=slot,
-                    gpu=gpu,
-                    attempt=number,
-                    junit=junit_part(self.interpreters.out, stem, number),
-                    label=f"interpreter {number}" + (" (resumed)" if number > 1 else ""),
-                )
+                else self._resumed_launch(key, todo, slot, gpu, number)
             )
             as_known(attempt, ids if first else todo)
             attempts.append(attempt)
-            for result in attempt.results:
+            # a failure for want of a GPU this slot did not see is not this slot's outcome
+            for result in wanting_gpus(attempt.results, gpu, self.gpus):
                 results[result.id] = result
             if not attempt.resume:
                 break
@@ -220,6 +217,7 @@ class UnitRunner:
             targets=self._targets(key),
             slot=slot,
             gpu=gpu,
+            env=self._window_env(gpu),
             attempt=1,
             junit=junit_part(self.interpreters.out, stem, 1),
             label="interpreter 1",
@@ -228,6 +226,28 @@ class UnitRunner:
             # conftest.py is broken, would end at once
             held=key == SUITE_UNIT and not self.discovery.broken_dirs,
         )
+
+    def _resumed_launch(
+        self, key: str, todo: tuple[str, ...], slot: int, gpu: str | None, number: int
+    ) -> Launch:
+        """An interpreter after a crash or a timeout, or after --resume: the tests left."""
+        targets = self._targets(key)
+        stem = SUITE_STEM if key == SUITE_UNIT else key
+        return Launch(
+            key=key,
+            ids=todo,
+            targets=targets if key != SUITE_UNIT else self._suite_targets(todo, targets),
+            slot=slot,
+            gpu=gpu,
+            env=self._window_env(gpu),
+            attempt=number,
+            junit=junit_part(self.interpreters.out, stem, number),
+            label=f"interpreter {number}" + (" (resumed)" if number > 1 else ""),
+        )
+
+    def _window_env(self, gpu: str | None) -> dict[str, str]:
+        """A slot narrower than the check's GPUs skips CuPy's multi-GPU tests (`window_env`)."""
+        return window_env(gpu, self.gpus, self.interpreters.environ)
 
     def _file_run(
         self, key: str, tests: int, slot: int, gpu: str | None, attempts: list[Attempt]

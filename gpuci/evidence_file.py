@@ -1,17 +1,23 @@
-"""`evidence.json` (schema ``gpuci.evidence/1``): what gpuci ran after a check's main passes.
-Its shape lives here alone: another schema or malformed is an InputError."""
+"""evidence.json (schema ``gpuci.evidence/1``): what the evidence runs found, written by
+`gpuci.evidence.engine` and read by the diff. Beside `gpuci.formats`, whose JSON helpers it
+uses: run.json and verdict.json are formats', this file is the evidence's own."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from gpuci.formats import read_json, strays_to_json
-from gpuci.model import Evidence, InputError, Leftover, Outcome, Probe, Stranger, TestEvidence
-
-EVIDENCE_SCHEMA = "gpuci.evidence/1"
-EVIDENCE_DIR = "evidence"  # OUT/evidence/: the runs after the main passes
-EVIDENCE_FILE = "evidence.json"
+from gpuci.formats import EVIDENCE_SCHEMA, read_json, strays_to_json
+from gpuci.model import (
+    Evidence,
+    InputError,
+    Leftover,
+    Outcome,
+    Probe,
+    Stranger,
+    TestEvidence,
+)
+from gpuci.steps import Steps
 
 
 def evidence_to_json(evidence: Evidence) -> dict[str, Any]:
@@ -39,6 +45,7 @@ def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
         **({"culprits": list(test.culprits)} if test.culprits else {}),
         **({"search": test.search} if test.search else {}),
         **({"probes": [p.to_json() for p in test.probes]} if test.probes else {}),
+        **({"steps": test.steps.to_json()} if test.steps is not None else {}),
         **({"poisoned": test.poisoned.value} if test.poisoned is not None else {}),
         **({"threaded": test.threaded.value} if test.threaded is not None else {}),
         **({"sanitizer": test.sanitizer} if test.sanitizer else {}),
@@ -72,6 +79,7 @@ def read_evidence(path: Path) -> Evidence:
                     culprits=tuple(str(c) for c in t.get("culprits", ())),
                     search=str(t.get("search", "")),
                     probes=tuple(Probe.from_json(p) for p in t.get("probes", ())),
+                    steps=Steps.from_json(t["steps"]) if t.get("steps") else None,
                     poisoned=Outcome(t["poisoned"]) if t.get("poisoned") else None,
                     threaded=Outcome(t["threaded"]) if t.get("threaded") else None,
                     sanitizer=str(t.get("sanitizer", "")),
