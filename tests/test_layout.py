@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent / "gpuci"
 SHARED = ("model", "formats")  # the shared types and files, importable by every package
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
+    # the state ledger: the child's snapshots (host, device, recorder), then what the
+    # parent reads of them (left) and what a failure points at (hints)
+    "state": ("host", "device", "recorder", "left", "hints"),
     # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
     # then what runs where and when; a subpackage may import the ones before it
     "run.disk": (
@@ -78,6 +81,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "poisoned",
         "victims",
         "bisect",
+        "hinted",
         "collected",
         "culprits",
         "strict",
@@ -107,6 +111,9 @@ CHILD_SIDE = (
     "evidence.poison",
     "run.proc.waits",
     "run.proc.ids",
+    "state.host",
+    "state.device",
+    "state.recorder",
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
