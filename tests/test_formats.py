@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuci.evidence_file import evidence_to_json, read_evidence
 from gpuci.formats import (
-    evidence_to_json,
-    read_evidence,
     read_verdict,
     verdict_to_json,
     write_json_atomic,

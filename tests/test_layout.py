@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
-SHARED = ("model", "formats")  # the shared types and files, importable by every package
+SHARED = (
+    "model",
+    "formats",
+    "evidence_file",
+)  # the shared types and files, importable by every package
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # the state ledger: the child's snapshots (host, device, recorder), then what the

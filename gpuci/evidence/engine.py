@@ -29,10 +29,10 @@ from gpuci.evidence.probe import RUNS_FILE, Prober
 from gpuci.evidence.reproduce import Order, interpreter_order
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
+from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
-    evidence_to_json,
     mode_run_to_json,
     write_json_atomic,
 )

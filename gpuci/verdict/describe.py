@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuci.evidence.results import ModeResults
-from gpuci.formats import strays_to_json
+from gpuci.evidence_file import strays_to_json
 from gpuci.model import SUITE_UNIT, Evidence, Mode, TestVerdict
 from gpuci.run.sched.progress import count_tests
 

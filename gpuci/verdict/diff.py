@@ -26,10 +26,10 @@ from gpuci.evidence.reproduce import (
 )
 from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
 from gpuci.evidence.strict import confirm_strictly
+from gpuci.evidence_file import read_evidence
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
-    read_evidence,
     read_verdict,
     verdict_to_json,
     write_json_atomic,
