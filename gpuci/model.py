@@ -343,6 +343,7 @@ class Root:
     category: Category  # the victims' category
     victims: tuple[str, ...]
     reproduce: str  # the minimal command, for the first victim
+    left: tuple[str, ...] = ()  # what its culprits left that its victims' failure points at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -359,6 +360,7 @@ class Verdict:
     roots: tuple[Root, ...] = ()  # culprits with their victims, most victims first
     # every mode: {"ran": bool, "why": str}, why it ran or did not
     checked: dict[str, dict[str, Any]] = field(default_factory=dict)
+    left_behind: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> its leftovers
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -78,7 +78,8 @@ import pytest
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 from gpuci.run.proc.ids import select_ids
 from gpuci.run.proc.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
-from gpuci.state.recorder import StateRecorder, state_level
+from gpuci.state.changes import state_level
+from gpuci.state.recorder import StateRecorder
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`

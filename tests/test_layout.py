@@ -23,9 +23,9 @@ SHARED = (
 )  # the shared types and files, importable by every package
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
-    # the state ledger: the child's snapshots (host, device, recorder), then what the
+    # the state ledger: the child's snapshots (host, device, changes, recorder), then what the
     # parent reads of them (left) and what a failure points at (hints)
-    "state": ("host", "device", "recorder", "left", "hints"),
+    "state": ("host", "device", "changes", "recorder", "left", "hints"),
     # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
     # then what runs where and when; a subpackage may import the ones before it
     "run.disk": (
@@ -93,7 +93,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "budget",
         "engine",
     ),
-    "verdict": ("merge", "describe", "causes", "diff", "roots", "ended"),
+    "verdict": ("merge", "describe", "causes", "left_behind", "diff", "roots", "ended"),
     "report": (
         "groups",
         "summary",
@@ -117,6 +117,7 @@ CHILD_SIDE = (
     "run.proc.ids",
     "state.host",
     "state.device",
+    "state.changes",
     "state.recorder",
 )
 MAX_MODULE_LINES = 400

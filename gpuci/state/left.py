@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.state.recorder import DEVICE_MEMORY, LEDGER_VERSION
+from gpuci.state.changes import DEVICE_MEMORY, LEDGER_VERSION
 
 # where the journals lie, most telling first: the plain run's order is the victims'
 JOURNAL_GLOBS = (

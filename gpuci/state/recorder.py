@@ -17,88 +17,13 @@ docs/formats.md for the keys.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
 
-from gpuci.state.device import device_snapshot
-from gpuci.state.host import Snapshot, Value, host_snapshot
-
-STATE_ENV = "GPUCI_STATE"
-LEDGER_VERSION = 1
-LEVELS = ("test", "file", "off")
-# changes that are not something left behind: a thread or child that ended, a descriptor
-# closed, memory given back
-ONLY_ADDED = frozenset({"threads", "children", "gpu.processes"})
-DEVICE_MEMORY = frozenset(
-    {"cupy.pool_used", "cupy.pool_total", "torch.allocated", "torch.reserved"}
-)
-ONLY_MORE = DEVICE_MEMORY | {"fds"}
-# held memory and a sticky error count from nothing: the test that first touched the device
-MISSING_IS_NONE = DEVICE_MEMORY | {"cuda.error"}
-SHOWN_PER_SET = 20  # of a set's members added or removed, at most so many
-
-
-def snapshot(*, full: bool = False) -> Snapshot:
-    """The host's and the device's state now; `full`: what costs more too (per file)."""
-    return {**host_snapshot(full=full), **device_snapshot(processes=full)}
-
-
-def state_level(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
-    """How often the ledger snapshots (GPUCI_STATE); an unknown value is `test`."""
-    level = environ.get(STATE_ENV, "test").strip().lower()
-    return level if level in LEVELS else "test"
-
-
-def changes(before: Snapshot, after: Snapshot) -> dict[str, Any]:
-    """What changed from `before` to `after` that a later test inherits, JSON-ready."""
-    found: dict[str, Any] = {}
-    for key in sorted(before.keys() | after.keys()):
-        old, new = before.get(key), after.get(key)
-        if old == new or (_newly_probed(key, before, after) and key not in MISSING_IS_NONE):
-            continue  # a library imported since, a context created: its state is not left
-        if isinstance(old, frozenset) or isinstance(new, frozenset):
-            change = _set_change(key, _as_set(old), _as_set(new))
-            if change:
-                found[key] = change
-        elif not _undone(key, old, new):
-            found[key] = [old, new]
-    return found
-
-
-def _newly_probed(key: str, before: Snapshot, after: Snapshot) -> bool:
-    return key not in before or key not in after
-
-
-def _as_set(value: Value) -> frozenset[Any]:
-    return value if isinstance(value, frozenset) else frozenset()
-
-
-def _undone(key: str, old: Value, new: Value) -> bool:
-    """A change that leaves nothing behind: memory given back, an error gone."""
-    return (key in ONLY_MORE and not _grew(old, new)) or (key == "cuda.error" and not new)
-
-
-def _grew(old: Value, new: Value) -> bool:
-    return isinstance(new, int) and new > (old if isinstance(old, int) else 0)
-
-
-def _set_change(key: str, old: frozenset[Any], new: frozenset[Any]) -> dict[str, list[str]]:
-    if key == "env":  # (name, value) pairs: only the names are written, never a value
-        before, after = dict(old), dict(new)
-        changed = (k for k in before.keys() & after.keys() if before[k] != after[k])
-        change = {
-            "added": sorted(map(os.fsdecode, after.keys() - before.keys())),
-            "removed": sorted(map(os.fsdecode, before.keys() - after.keys())),
-            "changed": sorted(map(os.fsdecode, changed)),
-        }
-    else:
-        change = {"added": sorted(new - old), "removed": sorted(old - new)}
-        if key in ONLY_ADDED:
-            change["removed"] = []
-    return {k: v[:SHOWN_PER_SET] for k, v in change.items() if v}
+from gpuci.state.changes import LEDGER_VERSION, changes, snapshot
+from gpuci.state.host import Snapshot
 
 
 class StateRecorder:
