@@ -63,6 +63,7 @@ class RootLine:
     headline: Headline
     new: bool | None
     sanitizer: str  # the first line of a culprit's compute-sanitizer error, or ""
+    left: tuple[str, ...] = ()  # what its culprits left that the victims' failure touches
 
 
 def markdown_data(
@@ -116,6 +117,7 @@ def markdown_data(
         "reasons": list(verdict.reasons),
         "all_clear": verdict.verdict == "pass" and not verdict.reasons,
         "roots": [_root_line(b) for b in shown_roots],
+        "left_behind": [] if blames else list(verdict.left_behind.items())[:ROOT_LINES],
         "roots_more": len(blames) - len(shown_roots),
         "columns": columns,
         "main": first,
@@ -138,7 +140,12 @@ def markdown_data(
 
 def _root_line(blame: Blame) -> RootLine:
     errors = [sanitizer_line(t.sanitizer) for t in blame.culprits if t and t.sanitizer]
-    return RootLine(headline=blame.headline, new=blame.new, sanitizer=errors[0] if errors else "")
+    return RootLine(
+        headline=blame.headline,
+        new=blame.new,
+        sanitizer=errors[0] if errors else "",
+        left=blame.root.left,
+    )
 
 
 def _victims(blames: Sequence[Blame]) -> list[TestVerdict]:
