@@ -230,7 +230,9 @@ def _replay(
 ) -> Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
     showed it, the files that ran beside it in the parallel screen."""
-    search = cascade(prober, task, roots) or ledger_first(prober, task) or bisect(prober, task)
+    # what the ledger points at first: it names this victim's own culprit, where a cascade
+    # guesses an earlier victim's
+    search = ledger_first(prober, task) or cascade(prober, task, roots) or bisect(prober, task)
     # a replay that went both ways made it flaky: no pair can say otherwise
     if (
         parallel is not None

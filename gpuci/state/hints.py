@@ -31,7 +31,7 @@ POINTERS: dict[str, tuple[str, ...]] = {
     "warnings": ("Warning", "warnings"),
     "threads": ("thread", "Thread"),
     "children": ("subprocess", "child process", "ChildProcessError", "zombie"),
-    "fds": ("Too many open files", "ResourceWarning", "descriptor"),
+    "fds": ("Too many open files", "ResourceWarning", "descriptor", "/proc/self/fd"),
     "signals": ("signal", "SIG", "KeyboardInterrupt"),
     "logging": ("logging", "getLogger", "caplog", "handler", "log record"),
     "numpy.seterr": ("FloatingPointError", "seterr", "divide by zero", "overflow", "invalid value"),
