@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from gpuci.state.device import device_snapshot
-from gpuci.state.host import Snapshot, Value, host_snapshot
+from gpuci.state.host import Snapshot, Value, host_snapshot, render
 
 STATE_ENV = "GPUCI_STATE"
 LEDGER_VERSION = 1
@@ -24,6 +24,9 @@ DEVICE_MEMORY = frozenset(
 ONLY_MORE = DEVICE_MEMORY | {"fds"}
 # held memory and a sticky error count from nothing: the test that first touched the device
 MISSING_IS_NONE = DEVICE_MEMORY | {"cuda.error"}
+# what a snapshot reads from /proc only around a file (`snapshot(full=True)`): a test's
+# own entry has it only where it was the first or last of its file
+PER_FILE_ONLY = frozenset({"umask", "children", "fds", "gpu.processes"})
 SHOWN_PER_SET = 20  # of a set's members added or removed, at most so many
 
 
@@ -45,6 +48,7 @@ def changes(before: Snapshot, after: Snapshot) -> dict[str, Any]:
         old, new = before.get(key), after.get(key)
         if old == new or (_newly_probed(key, before, after) and key not in MISSING_IS_NONE):
             continue  # a library imported since, a context created: its state is not left
+        old, new = render(key, old), render(key, new)
         if isinstance(old, frozenset) or isinstance(new, frozenset):
             change = _set_change(key, _as_set(old), _as_set(new))
             if change:

@@ -2,10 +2,11 @@
 
 Child side (loaded into every test interpreter): each probe is a few system calls or
 attribute reads, and imports nothing a suite did not import itself (NumPy, `decimal`,
-`locale` are looked up in `sys.modules`). A snapshot is a flat mapping from a key to a
-plain value (compared by equality) or a frozenset of strings (compared as a set); no
-environment variable's value is kept beyond its hash in this process, so none is ever
-written.
+`locale` are looked up in `sys.modules`). A snapshot is a flat mapping from a key to the
+raw value its probe read, compared by equality (most often identical objects: microseconds
+between two tests); only a value that changed is rendered (`render`) into a plain value or
+a frozenset of strings (compared as a set) for the journal. No environment variable's
+value leaves this process: the journal names the variables only.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# a frozenset of str is shown as is; env's pairs of bytes are shown by their names only
+# a rendered value: a frozenset of str is shown as is; env's pairs of bytes by their names only
 Value = str | int | float | bool | None | frozenset[str] | frozenset[tuple[bytes, bytes]]
-Snapshot = dict[str, Value]
+Snapshot = dict[str, Any]  # key -> raw value (`render` makes it a Value)
 PROC_SELF = Path("/proc/self")
 # set by pytest itself while a test runs; outside a test's protocol it is gone already
 OWN_VARIABLES = frozenset({b"PYTEST_CURRENT_TEST"})
@@ -31,6 +32,7 @@ _RAW_SIGNAL: Any = importlib.import_module("_signal")
 SIGNALS = tuple(
     (int(s), s.name) for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP)
 )
+SIGNAL_NUMBERS = tuple(number for number, _ in SIGNALS)
 
 
 def host_snapshot(*, full: bool) -> Snapshot:
@@ -40,13 +42,13 @@ def host_snapshot(*, full: bool) -> Snapshot:
         "cwd": _cwd(),
         "env": _environment(),
         "sys.path": frozenset(sys.path),
-        "warnings": frozenset(_filter_text(f) for f in warnings.filters),
+        "warnings": tuple(warnings.filters),
         "threads": frozenset(
             f"{t.name}{' (daemon)' if t.daemon else ''}"
             for t in threading.enumerate()
             if t is not threading.main_thread() and t.is_alive()
         ),
-        "signals": _signal_handlers(),
+        "signals": tuple(map(_RAW_SIGNAL.getsignal, SIGNAL_NUMBERS)),
         "logging": _logging_handlers(),
     }
     if full:
@@ -61,27 +63,38 @@ def host_snapshot(*, full: bool) -> Snapshot:
     return snap
 
 
-def _environment() -> frozenset[tuple[bytes, bytes]]:
+def render(key: str, raw: Any) -> Value:
+    """A raw value as the journal tells it (a changed one only: rendering costs more)."""
+    renderer = RENDERERS.get(key)
+    if renderer is None or not isinstance(raw, tuple):  # plain already, or "unreadable: ..."
+        return raw  # type: ignore[no-any-return]
+    return renderer(raw)
+
+
+def _environment() -> tuple[tuple[bytes, bytes], ...]:
     """The environment as the OS holds it (bytes: nothing decoded until a name is shown);
     the values stay in this process, compared, never written."""
     raw = getattr(os.environ, "_data", None)  # CPython's; else encode what os.environ says
     if not isinstance(raw, dict):
         raw = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}
-    return frozenset(item for item in raw.items() if item[0] not in OWN_VARIABLES)
+    return tuple(raw.items())
 
 
-def _signal_handlers() -> frozenset[str]:
-    found = set()
-    for number, name in SIGNALS:
-        handler = _RAW_SIGNAL.getsignal(number)
-        if handler is not None and handler != _RAW_SIGNAL.SIG_DFL:
-            found.add(f"{name}: {_handler_name(handler)}")
-    return frozenset(found)
+def _environment_pairs(raw: tuple[tuple[bytes, bytes], ...]) -> frozenset[tuple[bytes, bytes]]:
+    return frozenset(item for item in raw if item[0] not in OWN_VARIABLES)
+
+
+def _signal_handlers(raw: tuple[Any, ...]) -> frozenset[str]:
+    return frozenset(
+        f"{name}: {_handler_name(handler)}"
+        for (_, name), handler in zip(SIGNALS, raw, strict=True)
+        if handler is not None and handler != _RAW_SIGNAL.SIG_DFL
+    )
 
 
 def _cwd() -> str:
     try:
-        return str(Path.cwd())
+        return os.getcwd()  # noqa: PTH109 -- between every two tests: Path.cwd() costs 10x
     except OSError:  # the folder was removed under us: that, too, is left behind
         return "(removed)"
 
@@ -159,28 +172,41 @@ def _logging_handlers() -> frozenset[str]:
     return frozenset(found)
 
 
-def _numpy_errors(numpy: Any) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(numpy.geterr().items()))
+def _numpy_errors(numpy: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(numpy.geterr().items()))
 
 
-def _numpy_print(numpy: Any) -> str:
-    return ",".join(f"{k}={v!r}" for k, v in sorted(numpy.get_printoptions().items()))
+def _numpy_print(numpy: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(numpy.get_printoptions().items()))
 
 
-def _decimal_context(decimal: Any) -> str:
+def _settings_text(raw: tuple[tuple[str, Any], ...]) -> str:
+    return ",".join(f"{k}={v}" for k, v in raw)
+
+
+def _decimal_context(decimal: Any) -> tuple[tuple[str, Any], ...]:
     """The main thread's context, less its flags (any arithmetic raises them)."""
     ctx = decimal.getcontext()
     traps = "|".join(sorted(t.__name__ for t, on in ctx.traps.items() if on))
-    return f"prec={ctx.prec},rounding={ctx.rounding},Emin={ctx.Emin},Emax={ctx.Emax},traps={traps}"
+    fields = ("prec", "rounding", "Emin", "Emax", "capitals", "clamp")
+    return (*((f, getattr(ctx, f)) for f in fields), ("traps", traps))
 
 
 def _locale(locale: Any) -> str:
     return str(locale.setlocale(locale.LC_ALL, None))  # None: asks, changes nothing
 
 
-LIBRARY_PROBES: dict[str, Callable[[Any], Value]] = {
+LIBRARY_PROBES: dict[str, Callable[[Any], Any]] = {
     "numpy.seterr": _numpy_errors,
     "numpy.printoptions": _numpy_print,
     "decimal.context": _decimal_context,
     "locale": _locale,
+}
+RENDERERS: dict[str, Callable[[Any], Value]] = {
+    "env": _environment_pairs,
+    "warnings": lambda raw: frozenset(map(_filter_text, raw)),
+    "signals": _signal_handlers,
+    "numpy.seterr": _settings_text,
+    "numpy.printoptions": _settings_text,
+    "decimal.context": _settings_text,
 }

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.state.changes import DEVICE_MEMORY, LEDGER_VERSION
+from gpuci.state.changes import DEVICE_MEMORY, LEDGER_VERSION, PER_FILE_ONLY
 
 # where the journals lie, most telling first: the plain run's order is the victims'
 JOURNAL_GLOBS = (
@@ -61,6 +61,13 @@ class Ledger:
 
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def entries(self, test_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What a test (or a file) left, and what only its file's entry can say of it (the
+        snapshots taken per file: umask, processes, descriptors)."""
+        own = self.tests.get(test_id) or self.files.get(test_id, {})
+        file = self.files.get(test_id.split("::", 1)[0], {}) if "::" in test_id else {}
+        return own, {k: v for k, v in file.items() if k in PER_FILE_ONLY and k not in own}
 
 
 def read_ledger(out: Path) -> Ledger:

@@ -10,6 +10,10 @@ serves as one test's "after" and the next one's "before". `GPUCI_STATE` says how
 
     {"e": "left", "v": 1, "id": "tests/test_a.py::test_x", "left": {KEY: CHANGE}}
     {"e": "left", "v": 1, "file": "tests/test_a.py", "left": {KEY: CHANGE}}
+    {"e": "ledger-cost", "s": 0.084, "snapshots": 1193}
+
+`ledger-cost`, at the session's end: the seconds its snapshots and diffs took in all, by
+the process's own clock (what it cost this interpreter, whatever the machine's load).
 
 A CHANGE is `[before, after]` or, for a set, `{"added": [...], "removed": [...]}`; see
 docs/formats.md for the keys.
@@ -17,6 +21,7 @@ docs/formats.md for the keys.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -35,6 +40,8 @@ class StateRecorder:
         self._last: Snapshot | None = None  # after the previous test
         self._file = ""
         self._file_before: Snapshot | None = None
+        self._cost_s = 0.0  # this process's CPU seconds in snapshots and diffs
+        self._snapshots = 0
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(
@@ -44,7 +51,7 @@ class StateRecorder:
         file = item.nodeid.split("::", 1)[0]
         last_of_file = nextitem is None or nextitem.nodeid.split("::", 1)[0] != file
         if self._last is None or (not self._per_test and file != self._file):
-            self._last = snapshot(full=True)
+            self._last = self._snapshot(full=True)
         if file != self._file:
             self._file, self._file_before = file, self._last
         before = self._last
@@ -52,14 +59,27 @@ class StateRecorder:
             return (yield)
         finally:
             if self._per_test or last_of_file:
-                after = snapshot(full=last_of_file)
+                after = self._snapshot(full=last_of_file)
                 if self._per_test:
                     self._journal({"id": item.nodeid}, before, after)
                 if last_of_file and self._file_before is not None:
                     self._journal({"file": file}, self._file_before, after)
                 self._last = after if self._per_test else None
 
+    def pytest_sessionfinish(self) -> None:
+        """Journal what the ledger cost this interpreter."""
+        self._write({"e": "ledger-cost", "s": round(self._cost_s, 6), "snapshots": self._snapshots})
+
+    def _snapshot(self, *, full: bool) -> Snapshot:
+        start = time.process_time()
+        taken = snapshot(full=full)
+        self._cost_s += time.process_time() - start
+        self._snapshots += 1
+        return taken
+
     def _journal(self, subject: dict[str, str], before: Snapshot, after: Snapshot) -> None:
+        start = time.process_time()
         left = changes(before, after)
+        self._cost_s += time.process_time() - start
         if left:
             self._write({"e": "left", "v": LEDGER_VERSION, **subject, "left": left})

@@ -35,16 +35,17 @@ def explain_roots(
 
 
 def _left_by(root: Root, results: Mapping[Mode, ModeResults], ledger: Ledger) -> tuple[str, ...]:
-    culprits = [(c, ledger.tests.get(c) or ledger.files.get(c, {})) for c in root.culprits]
-    culprits = [(c, left) for c, left in culprits if left]
-    if not culprits:
-        return ()
     texts = [t for v in root.victims if (t := _failure(v, results))]
     lines: list[str] = []
-    for culprit, left in culprits:
-        pointed = {k for text in texts for k in pointed_keys(text, left)}
-        told = describe({k: v for k, v in left.items() if k in pointed} if pointed else left)
-        prefix = f"{culprit}: " if len(culprits) > 1 else ""
+    for culprit in root.culprits:
+        own, by_file = ledger.entries(culprit)
+        both = {**by_file, **own}
+        pointed = {k for text in texts for k in pointed_keys(text, both)} or set(both)
+        told = describe({k: v for k, v in own.items() if k in pointed}) + [
+            f"its file {line}"
+            for line in describe({k: by_file[k] for k in pointed & by_file.keys()})
+        ]
+        prefix = f"{culprit}: " if len(root.culprits) > 1 else ""
         lines += [prefix + line for line in told]
     return tuple(lines)
 
