@@ -46,7 +46,8 @@ def device_snapshot(*, processes: bool) -> Snapshot:
 
 def _cupy(cupy: Any) -> Snapshot:
     snap: Snapshot = {}
-    core = getattr(cupy, "_core", None)
+    # where CuPy keeps them (its _core re-exports them in some versions only)
+    core = sys.modules.get("cupy._core._accelerator") or getattr(cupy, "_core", None)
     for kind in ("routine", "reduction"):
         get = getattr(core, f"get_{kind}_accelerators", None)
         if get is not None:
@@ -75,10 +76,14 @@ def _cupy(cupy: Any) -> Snapshot:
 
 
 def _cupy_has_context(cupy: Any) -> bool:
+    """Whether a CUDA context is current on this thread; any other failure than the
+    driver's own (an API CuPy lacks) is raised, so that the snapshot says `unreadable`."""
     try:
         return bool(cupy.cuda.driver.ctxGetCurrent())
-    except Exception:  # CUDA_ERROR_NOT_INITIALIZED: nothing ran on a device yet
-        return False
+    except Exception as exc:
+        if type(exc).__name__ == "CUDADriverError":  # not initialized: nothing ran yet
+            return False
+        raise
 
 
 def _sticky_error(runtime: Any) -> str:
