@@ -48,7 +48,14 @@ def test_what_ended_or_was_given_back_is_not_left_behind() -> None:
 def test_a_library_imported_since_is_not_a_setting_left_but_memory_first_held_is() -> None:
     before: dict[str, Any] = {"cwd": "/a"}
     after = {"cwd": "/a", "numpy.seterr": (("divide", "warn"),), "cupy.pool_used": GIB}
-    assert changes(before, after) == {"cupy.pool_used": [None, GIB]}
+    assert changes(before, after) == {"cupy.pool_used": [0, GIB]}
+    # a limit or a stream left by the test that created the context, against a fresh one's
+    fresh = {**after, "cupy.pool_limit": GIB, "cupy.stream": "0x5581c0"}
+    assert changes(before, fresh) == {
+        "cupy.pool_used": [0, GIB],
+        "cupy.pool_limit": [0, GIB],
+        "cupy.stream": ["default", "0x5581c0"],
+    }
 
 
 def test_a_changed_setting_is_rendered_and_told_by_the_fields_that_differ() -> None:

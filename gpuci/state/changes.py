@@ -22,8 +22,15 @@ DEVICE_MEMORY = frozenset(
     {"cupy.pool_used", "cupy.pool_total", "torch.allocated", "torch.reserved"}
 )
 ONLY_MORE = DEVICE_MEMORY | {"fds"}
-# held memory and a sticky error count from nothing: the test that first touched the device
-MISSING_IS_NONE = DEVICE_MEMORY | {"cuda.error"}
+# what a device key reads before a process has a CUDA context (its snapshot has no such key):
+# the test that creates the context and leaves memory, a limit or a stream is compared to it
+FRESH: dict[str, Value] = {
+    **dict.fromkeys(DEVICE_MEMORY, 0),
+    "cupy.pool_limit": 0,
+    "cupy.stream": "default",
+    "torch.stream": "default",
+    "cuda.error": "",
+}
 # what a snapshot reads from /proc only around a file (`snapshot(full=True)`): a test's
 # own entry has it only where it was the first or last of its file
 PER_FILE_ONLY = frozenset({"umask", "children", "fds", "gpu.processes"})
@@ -45,8 +52,8 @@ def changes(before: Snapshot, after: Snapshot) -> dict[str, Any]:
     """What changed from `before` to `after` that a later test inherits, JSON-ready."""
     found: dict[str, Any] = {}
     for key in sorted(before.keys() | after.keys()):
-        old, new = before.get(key), after.get(key)
-        if old == new or (_newly_probed(key, before, after) and key not in MISSING_IS_NONE):
+        old, new = before.get(key, FRESH.get(key)), after.get(key, FRESH.get(key))
+        if old == new or (key not in FRESH and _newly_probed(key, before, after)):
             continue  # a library imported since, a context created: its state is not left
         old, new = render(key, old), render(key, new)
         if isinstance(old, frozenset) or isinstance(new, frozenset):
