@@ -67,7 +67,9 @@ class StateRecorder:
                 self._last = after if self._per_test else None
 
     def pytest_sessionfinish(self) -> None:
-        """Journal what the ledger cost this interpreter."""
+        """Journal what the ledger cost this interpreter (nothing where no test ran)."""
+        if not self._snapshots:
+            return
         self._write({"e": "ledger-cost", "s": round(self._cost_s, 6), "snapshots": self._snapshots})
 
     def _snapshot(self, *, full: bool) -> Snapshot:
