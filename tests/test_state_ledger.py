@@ -186,3 +186,28 @@ def test_without_the_ledger_the_same_culprit_takes_a_bisection(tmp_path: Path) -
     hinted = sum(len(t["probes"]) for t in on["evidence"]["tests"] if t.get("probes"))
     assert hinted == 4 < bisected
     assert "roots" in off["verdict"] and all("left" not in r for r in off["verdict"]["roots"])
+
+
+def test_a_clean_check_lists_the_files_that_left_threads_behind_escaped(tmp_path: Path) -> None:
+    import os
+
+    name = "<b>poll|er</b>"  # untrusted text: a thread's name, in HTML and in a table cell
+    root = write_files(
+        tmp_path / "suite",
+        {
+            "tests/test_a.py": "import threading, time\ndef test_starts():\n"
+            "    threading.Thread(target=time.sleep, args=(60,), daemon=True,"
+            f" name={name!r}).start()\n",
+            "tests/test_b.py": "def test_other(): pass\n",
+        },
+    )
+    out = tmp_path / "out"
+    done = gpuci("check", "tests", "--out", str(out), cwd=root, env=dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["left_behind"] == {"tests/test_a.py": [f"left threads running {name} (daemon)"]}
+    report = (out / "report.html").read_text()
+    assert "&lt;b&gt;poll|er&lt;/b&gt;" in report and name not in report
+    comment = (out / "comment.md").read_text()
+    row = next(line for line in comment.splitlines() if "test_a.py" in line)
+    assert "poll\\|er" in row and name not in comment
