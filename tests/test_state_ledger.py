@@ -75,7 +75,7 @@ PLANTED: dict[str, tuple[str, str, str, bool]] = {
     "child": (
         'KEEP.append(subprocess.Popen(["sleep", "60"]))',
         "with pytest.raises(ChildProcessError):\n        os.waitpid(-1, os.WNOHANG)",
-        "left child processes running sleep",
+        "left child processes running",  # `sleep`, or `python` where it had not exec'd yet
         False,
     ),
     "signal": (
