@@ -94,6 +94,28 @@ def test_a_failure_points_by_its_words_or_by_naming_what_was_left(tmp_path: Path
     assert pointed_keys("AssertionError: assert 3 == 4", left) == []
 
 
+def test_the_failing_function_is_read_from_its_def_to_the_failing_line(tmp_path: Path) -> None:
+    source = write_files(
+        tmp_path,
+        {
+            "t.py": "def test_copy():\n    run_kernel()\n    runtime.deviceSynchronize()\n"
+            "    assert_equal(dst, expected)\n    never_reached()\n"
+        },
+    )
+    text = failure_text("AssertionError: Arrays are not equal", "t.py:4", source)
+    assert text.splitlines() == [
+        "AssertionError: Arrays are not equal",
+        "def test_copy():",
+        "run_kernel()",
+        "runtime.deviceSynchronize()",
+        "assert_equal(dst, expected)",
+    ]
+    # a stream left current: the synchronization points at it; memory: `out of memory`
+    left = {"cupy.stream": ["default", "0x55"], "torch.allocated": [0, 1 << 30]}
+    assert pointed_keys(text, left) == ["cupy.stream"]
+    assert pointed_keys("torch.OutOfMemoryError: CUDA out of memory", left) == ["torch.allocated"]
+
+
 def test_the_hint_is_the_last_test_that_changed_what_the_failure_points_at() -> None:
     ledger = Ledger(
         tests={

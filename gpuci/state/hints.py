@@ -4,10 +4,12 @@ its message and its innermost frame speak of, so that a culprit search tries the
 A failure points at a kind of state by its words (`FileNotFoundError` at the working
 directory, `PermissionError` at the umask, `out of memory` at device memory held) or by
 naming what a test left (the variable it set, the folder it left current, the thread it
-left running). The text read is the failure's first line and the source line of its
-innermost frame in the suite's own code (`assert os.environ.get("X") is None` fails as
-`assert 'v' is None`: the line names the variable). A hint is only a hint: the search
-confirms it by running it, and bisects where it does not show the failure.
+left running). The text read is the failure's first line and the source of its innermost
+frame in the suite's own code, from its function's `def` to the failing line (`assert
+os.environ.get("X") is None` fails as `assert 'v' is None`: the line names the variable;
+a copy that raced a leaked stream fails an array comparison, after a line that
+synchronizes). A hint is only a hint: the search confirms it by running it, and bisects
+where it does not show the failure.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gpuci.state.left import Ledger
 
 _WHERE = re.compile(r"^(.*):(\d+)$")
 MIN_NAMED = 4  # a value shorter than this named in a failure is a coincidence, not a pointer
+MAX_SOURCE_LINES = 40  # of the failing function, read back from the failing line
 # a kind of state (a key, or the start of one) -> words in a failure that point at it
 POINTERS: dict[str, tuple[str, ...]] = {
     "cwd": ("FileNotFoundError", "No such file", "getcwd", "cwd", "working directory"),
@@ -45,8 +48,8 @@ POINTERS: dict[str, tuple[str, ...]] = {
     "gpu.processes": ("out of memory", "OutOfMemoryError", "busy or unavailable"),
     "cupy.device": ("device", "Device"),
     "torch.device": ("device", "Device"),
-    "cupy.stream": ("stream", "Stream", "synchroniz"),
-    "torch.stream": ("stream", "Stream", "synchroniz"),
+    "cupy.stream": ("stream", "Stream", "synchroniz", "Synchroniz"),
+    "torch.stream": ("stream", "Stream", "synchroniz", "Synchroniz"),
     "cuda.error": ("CUDA", "cuda", "illegal", "cudaError", "launch failure"),
     "cupy.routine_accelerators": ("accelerator", "cub", "cutensor"),
     "cupy.reduction_accelerators": ("accelerator", "cub", "cutensor"),
@@ -60,8 +63,24 @@ def failure_text(message: str, where: str, rootdir: Path) -> str:
     if match is None:
         return message
     path = Path(match[1])
-    source = linecache.getline(str(path if path.is_absolute() else rootdir / path), int(match[2]))
-    return f"{message}\n{source.strip()}"
+    lines = linecache.getlines(str(path if path.is_absolute() else rootdir / path))
+    return "\n".join([message, *_function_until(lines, int(match[2]))])
+
+
+def _function_until(lines: list[str], number: int) -> list[str]:
+    """The lines of the function that holds line `number` (1-based), from its `def` to
+    that line (at most MAX_SOURCE_LINES); just that line where no `def` encloses it."""
+    if not 0 < number <= len(lines):
+        return []
+    failing = lines[number - 1]
+    indent = len(failing) - len(failing.lstrip())
+    first = number - 1
+    for i in range(number - 2, max(-1, number - 1 - MAX_SOURCE_LINES), -1):
+        stripped = lines[i].lstrip()
+        if stripped.startswith(("def ", "async def ")) and len(lines[i]) - len(stripped) < indent:
+            first = i
+            break
+    return [line.strip() for line in lines[first:number]]
 
 
 def pointed_keys(text: str, left: Mapping[str, Any]) -> list[str]:
@@ -70,7 +89,9 @@ def pointed_keys(text: str, left: Mapping[str, Any]) -> list[str]:
 
 
 def _points_at(text: str, key: str, change: Any) -> bool:
-    words = next((w for k, w in POINTERS.items() if key.startswith(k)), ())
+    # the most specific kind: `torch.allocated`'s words, not every `torch.` flag's
+    prefixes = [k for k in POINTERS if key.startswith(k)]
+    words = POINTERS[max(prefixes, key=len)] if prefixes else ()
     if any(word in text for word in words):
         return True
     return any(len(named) >= MIN_NAMED and named in text for named in _named(change))
