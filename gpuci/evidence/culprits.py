@@ -232,7 +232,9 @@ def _replay(
     showed it, the files that ran beside it in the parallel screen."""
     # what the ledger points at first: it names this victim's own culprit, where a cascade
     # guesses an earlier victim's
-    search = ledger_first(prober, task) or cascade(prober, task, roots) or bisect(prober, task)
+    search = (
+        ledger_first(prober, task, roots) or cascade(prober, task, roots) or bisect(prober, task)
+    )
     # a replay that went both ways made it flaky: no pair can say otherwise
     if (
         parallel is not None

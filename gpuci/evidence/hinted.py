@@ -4,8 +4,9 @@ A victim's failure (its message and the source line of its innermost frame) is r
 against what the tests before it left behind (`gpuci.state.hints`): where it points at
 some of them, the search runs those before the victim first. Where that run shows the
 failure, the bisection narrows those few (one test: nothing to narrow) and confirms as
-always, so a right hint names the culprit in two runs; where it does not, the bisection
-over every candidate stays the proof, that run counted among its own.
+always, so a right hint names the culprit in two runs; where it does not, the search goes
+on as without a hint (an earlier victim's culprits, then the bisection over every
+candidate, which stays the proof), that run kept first among its probes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gpuci.evidence.bisect import Search, bisect, probe_after
+from gpuci.evidence.bisect import Search, bisect, cascade, probe_after
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task
@@ -55,15 +56,22 @@ def _hinted(task: Task, results: Mapping[Mode, ModeResults], ledger: Ledger) -> 
     return ()
 
 
-def ledger_first(prober: Prober, task: Task) -> Search | None:
+def ledger_first(
+    prober: Prober, task: Task, roots: Sequence[tuple[str, ...]] = ()
+) -> Search | None:
     """The hinted candidates before the victim first: where it fails so, narrowed and
-    confirmed among them; else the whole bisection. None where there is no hint."""
+    confirmed among them; else the earlier victims' culprits (`roots`, a cascade), then the
+    whole bisection. None where there is no hint."""
     hinted = list(task.hinted)
     if not hinted or task.category is not Category.ORDER_DEPENDENT:
         return None
     search = Search([])
     if not probe_after(prober, task, search, hinted, LEDGER):
-        found = bisect(prober, task, search)
+        found = cascade(prober, task, roots)
+        if found is None:
+            found = bisect(prober, task, search)
+        else:
+            found.probes[:0] = search.probes
         found.note = f"{found.note} (the ledger's hint did not show it)"
         return found
     among = dataclasses.replace(task, candidates=tuple(hinted))
