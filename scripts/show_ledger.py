@@ -23,6 +23,8 @@ def main(argv: list[str]) -> int:
     for file, left in sorted(ledger.files.items()):
         print(f"  {file}: " + "; ".join(describe(left) or ["(nothing worth telling)"]))
         print(f"      raw: {json.dumps(left)[:400]}")
+    for file, left in sorted(ledger.imports.items()):
+        print(f"  importing {file}: " + "; ".join(describe(left) or ["(nothing worth telling)"]))
     for test_id in argv[1:]:
         own, by_file = ledger.entries(test_id)
         told = describe(own) + [f"its file {line}" for line in describe(by_file)]

@@ -181,7 +181,8 @@ def test_the_plugin_journals_what_each_test_and_file_left(tmp_path: Path) -> Non
         {
             "test_a.py": "import os\ndef test_sets():\n    os.environ['LEFT_BY_A'] = '1'\n"
             "def test_clean():\n    pass\n",
-            "test_b.py": "def test_other():\n    pass\n",
+            "test_b.py": "import os, sys\nos.environ['SET_AT_IMPORT'] = '1'\n"
+            "def test_other():\n    pass\n",
         },
     )
     journal = tmp_path / "j.jsonl"
@@ -204,14 +205,14 @@ def test_the_plugin_journals_what_each_test_and_file_left(tmp_path: Path) -> Non
     )
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     left = [e for e in events if e["e"] == "left"]
+    # importing test_b.py (pytest collects every file first) set a variable; pytest's own
+    # sys.path entry for it is not the module's doing
+    env = {"env": {"added": ["LEFT_BY_A"]}}
     assert left == [
-        {
-            "e": "left",
-            "v": 1,
-            "id": "test_a.py::test_sets",
-            "left": {"env": {"added": ["LEFT_BY_A"]}},
-        },
-        {"e": "left", "v": 1, "file": "test_a.py", "left": {"env": {"added": ["LEFT_BY_A"]}}},
+        {"e": "left", "v": 1, "import": "test_b.py", "left": {"env": {"added": ["SET_AT_IMPORT"]}}},
+        {"e": "left", "v": 1, "id": "test_a.py::test_sets", "left": env},
+        {"e": "left", "v": 1, "file": "test_a.py", "left": env},
     ]
     cost = [e for e in events if e["e"] == "ledger-cost"]
-    assert cost and cost[0]["snapshots"] == 4  # one before the first test, one after each
+    # around each module's import, one before the first test, one after each
+    assert cost and cost[0]["snapshots"] == 2 * 2 + 1 + 3

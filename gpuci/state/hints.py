@@ -111,7 +111,8 @@ def hinted_candidates(ledger: Ledger, candidates: Sequence[str], text: str) -> t
     """Of `candidates` (the tests before a victim, in the order they ran), those the
     failure points at, in that order: for each kind of state it points at, the last test
     that changed it (what the victim inherited). Where the ledger has no test's entry for
-    it, the tests of the last file that changed it (the ledger was taken per file)."""
+    it, the tests of the last file that changed it (the ledger was taken per file, or the
+    file's import changed it: any of its tests imports it again)."""
     chosen: dict[str, str] = {}  # key -> the last candidate that changed it
     for test_id in candidates:
         for key in pointed_keys(text, ledger.tests.get(test_id, {})):
@@ -120,8 +121,10 @@ def hinted_candidates(ledger: Ledger, candidates: Sequence[str], text: str) -> t
     by_file: dict[str, list[str]] = {}
     for test_id in candidates:
         by_file.setdefault(test_id.split("::", 1)[0], []).append(test_id)
-    files = [f for f in by_file if pointed_keys(text, ledger.files.get(f, {}))]
-    covered = {key for f in files for key in pointed_keys(text, ledger.files[f])}
+    # a file's entries: what its tests left (per file), what importing it left
+    entries = {f: {**ledger.imports.get(f, {}), **ledger.files.get(f, {})} for f in by_file}
+    files = [f for f in by_file if pointed_keys(text, entries[f])]
+    covered = {key for f in files for key in pointed_keys(text, entries[f])}
     if files and not covered <= chosen.keys():  # a file's change no test's entry explains
         picked.update(by_file[files[-1]])
     return tuple(c for c in candidates if c in picked)

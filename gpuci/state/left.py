@@ -60,14 +60,21 @@ class Ledger:
     """What each test id and each test file changed that later tests inherit."""
 
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # what its tests left
+    imports: dict[str, dict[str, Any]] = field(default_factory=dict)  # what importing it left
 
     def entries(self, test_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What a test (or a file) left, and what only its file's entry can say of it (the
-        snapshots taken per file: umask, processes, descriptors)."""
-        own = self.tests.get(test_id) or self.files.get(test_id, {})
-        file = self.files.get(test_id.split("::", 1)[0], {}) if "::" in test_id else {}
-        return own, {k: v for k, v in file.items() if k in PER_FILE_ONLY and k not in own}
+        """What a test (or a file) left, and what only its file's entries can say of it:
+        what importing the file left, and what the snapshots taken per file saw (umask,
+        processes, descriptors)."""
+        if "::" not in test_id:  # a file: what importing it and what its tests left
+            return {**self.imports.get(test_id, {}), **self.files.get(test_id, {})}, {}
+        own = self.tests.get(test_id, {})
+        path = test_id.split("::", 1)[0]
+        file = {k: v for k, v in self.files.get(path, {}).items() if k in PER_FILE_ONLY}
+        return own, {
+            k: v for k, v in {**self.imports.get(path, {}), **file}.items() if k not in own
+        }
 
 
 def read_ledger(out: Path) -> Ledger:
@@ -83,6 +90,8 @@ def read_ledger(out: Path) -> Ledger:
                         ledger.tests.setdefault(str(event["id"]), event["left"])
                     elif "file" in event:
                         ledger.files.setdefault(str(event["file"]), event["left"])
+                    elif "import" in event:
+                        ledger.imports.setdefault(str(event["import"]), event["left"])
     return ledger
 
 

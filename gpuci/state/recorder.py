@@ -10,8 +10,11 @@ serves as one test's "after" and the next one's "before". `GPUCI_STATE` says how
 
     {"e": "left", "v": 1, "id": "tests/test_a.py::test_x", "left": {KEY: CHANGE}}
     {"e": "left", "v": 1, "file": "tests/test_a.py", "left": {KEY: CHANGE}}
+    {"e": "left", "v": 1, "import": "tests/test_a.py", "left": {KEY: CHANGE}}
     {"e": "ledger-cost", "s": 0.084, "snapshots": 1193}
 
+`import`: what importing the test module left (its collection; a per-test snapshot, not a
+full one), less the folder pytest itself puts on sys.path to import it.
 `ledger-cost`, at the session's end: the seconds its snapshots and diffs took in all, by
 the process's own clock (what it cost this interpreter, whatever the machine's load).
 
@@ -66,6 +69,21 @@ class StateRecorder:
                     self._journal({"file": file}, self._file_before, after)
                 self._last = after if self._per_test else None
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        """A test module's import (its collection): what it left behind."""
+        if not isinstance(collector, pytest.Module):
+            return (yield)
+        before = self._snapshot(full=False)
+        try:
+            return (yield)
+        finally:
+            after = self._snapshot(full=False)
+            pytests = {str(p) for p in collector.path.parents}  # pytest's own sys.path entry
+            self._journal({"import": collector.nodeid}, before, after, ignored_paths=pytests)
+
     def pytest_sessionfinish(self) -> None:
         """Journal what the ledger cost this interpreter (nothing where no test ran)."""
         if not self._snapshots:
@@ -79,9 +97,21 @@ class StateRecorder:
         self._snapshots += 1
         return taken
 
-    def _journal(self, subject: dict[str, str], before: Snapshot, after: Snapshot) -> None:
+    def _journal(
+        self,
+        subject: dict[str, str],
+        before: Snapshot,
+        after: Snapshot,
+        ignored_paths: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
         start = time.process_time()
         left = changes(before, after)
+        added = left.get("sys.path", {}).get("added", [])
+        if ignored_paths and added:
+            kept = {**left["sys.path"], "added": [p for p in added if p not in ignored_paths]}
+            left["sys.path"] = {k: v for k, v in kept.items() if v}
+            if not left["sys.path"]:
+                del left["sys.path"]
         self._cost_s += time.process_time() - start
         if left:
             self._write({"e": "left", "v": LEDGER_VERSION, **subject, "left": left})
