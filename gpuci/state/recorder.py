@@ -14,7 +14,8 @@ serves as one test's "after" and the next one's "before". `GPUCI_STATE` says how
     {"e": "ledger-cost", "s": 0.084, "snapshots": 1193}
 
 `import`: what importing the test module left (its collection; a per-test snapshot, not a
-full one), less the folder pytest itself puts on sys.path to import it.
+full one), less the folder pytest itself puts on sys.path to import it, and less warnings
+filters where pytest's warnings plugin restores them after collection.
 `ledger-cost`, at the session's end: the seconds its snapshots and diffs took in all, by
 the process's own clock (what it cost this interpreter, whatever the machine's load).
 
@@ -82,6 +83,9 @@ class StateRecorder:
         finally:
             after = self._snapshot(full=False)
             pytests = {str(p) for p in collector.path.parents}  # pytest's own sys.path entry
+            if collector.config.pluginmanager.has_plugin("warnings"):
+                # it restores the filters once collection ends: an import's do not outlive it
+                after["warnings"] = before.get("warnings")
             self._journal({"import": collector.nodeid}, before, after, ignored_paths=pytests)
 
     def pytest_sessionfinish(self) -> None:
