@@ -83,28 +83,40 @@ def _function_until(lines: list[str], number: int) -> list[str]:
     return [line.strip() for line in lines[first:number]]
 
 
-def pointed_keys(text: str, left: Mapping[str, Any]) -> list[str]:
-    """The keys of `left` (one test's changes) that `text` (a failure) points at."""
-    return [key for key, change in left.items() if _points_at(text, key, change)]
+def pointed_keys(text: str, left: Mapping[str, Any], *, named_only: bool = False) -> list[str]:
+    """The keys of `left` (one test's changes) that `text` (a failure) points at; with
+    `named_only`, only those whose change the text names (a variable, a folder)."""
+    marks = _marks(text, left, named_only=named_only)
+    return [key for key in left if any(m.partition("=")[0] == key for m in marks)]
 
 
-def _points_at(text: str, key: str, change: Any) -> bool:
-    # the most specific kind: `torch.allocated`'s words, not every `torch.` flag's
-    prefixes = [k for k in POINTERS if key.startswith(k)]
-    words = POINTERS[max(prefixes, key=len)] if prefixes else ()
-    if any(word in text for word in words):
-        return True
-    return any(len(named) >= MIN_NAMED and named in text for named in _named(change))
+def _marks(text: str, left: Mapping[str, Any], *, named_only: bool) -> set[str]:
+    """What of `left` the failure points at: `KEY=NAME` for what it names (each variable,
+    folder, thread on its own), else `KEY` where its words point at that kind of state."""
+    marks: set[str] = set()
+    for key, change in left.items():
+        named = {n for n in _named(change) if len(n) >= MIN_NAMED and n in text}
+        if named:
+            marks.update(f"{key}={name}" for name in named)
+            continue
+        # the most specific kind: `torch.allocated`'s words, not every `torch.` flag's
+        prefixes = [k for k in POINTERS if key.startswith(k)]
+        words = POINTERS[max(prefixes, key=len)] if prefixes and not named_only else ()
+        if any(word in text for word in words):
+            marks.add(key)
+    return marks
 
 
 def _named(change: Any) -> Iterator[str]:
-    """What a change names that a failure may repeat: a folder, a variable, a thread."""
+    """What a change left that a failure may name: the folder it left current, a variable
+    it set, changed or removed, a thread it left running (not what was there before: the
+    suite's own folder is in many a failure's paths)."""
     if isinstance(change, dict):
-        for names in change.values():
-            for name in names:
-                yield str(name).split(" (", 1)[0].split(": ", 1)[0]
-    elif isinstance(change, list):
-        yield from (str(v) for v in change if isinstance(v, str))
+        for how, names in change.items():
+            if how != "removed" or all(isinstance(n, str) and n.isidentifier() for n in names):
+                yield from (str(n).split(" (", 1)[0].split(": ", 1)[0] for n in names)
+    elif isinstance(change, list) and len(change) == 2 and isinstance(change[1], str):
+        yield change[1]
 
 
 def hinted_candidates(ledger: Ledger, candidates: Sequence[str], text: str) -> tuple[str, ...]:
@@ -112,19 +124,34 @@ def hinted_candidates(ledger: Ledger, candidates: Sequence[str], text: str) -> t
     failure points at, in that order: for each kind of state it points at, the last test
     that changed it (what the victim inherited). Where the ledger has no test's entry for
     it, the tests of the last file that changed it (the ledger was taken per file, or the
-    file's import changed it: any of its tests imports it again)."""
-    chosen: dict[str, str] = {}  # key -> the last candidate that changed it
+    file's import changed it: any of its tests imports it again). What the failure names
+    (`APP_MODE`, a folder) is a sharper pointer than its words (`environ`): where it names
+    something a test or file left, only those are hinted."""
+    for named_only in (True, False):
+        picked = _pointed(ledger, candidates, text, named_only=named_only)
+        if picked:
+            return picked
+    return ()
+
+
+def _pointed(
+    ledger: Ledger, candidates: Sequence[str], text: str, *, named_only: bool
+) -> tuple[str, ...]:
+    chosen: dict[str, str] = {}  # mark -> the last candidate that left it
     for test_id in candidates:
-        for key in pointed_keys(text, ledger.tests.get(test_id, {})):
-            chosen[key] = test_id
+        for mark in _marks(text, ledger.tests.get(test_id, {}), named_only=named_only):
+            chosen[mark] = test_id
     picked = set(chosen.values())
     by_file: dict[str, list[str]] = {}
     for test_id in candidates:
         by_file.setdefault(test_id.split("::", 1)[0], []).append(test_id)
-    # a file's entries: what its tests left (per file), what importing it left
-    entries = {f: {**ledger.imports.get(f, {}), **ledger.files.get(f, {})} for f in by_file}
-    files = [f for f in by_file if pointed_keys(text, entries[f])]
-    covered = {key for f in files for key in pointed_keys(text, entries[f])}
-    if files and not covered <= chosen.keys():  # a file's change no test's entry explains
-        picked.update(by_file[files[-1]])
+    # a file's entries: what its tests left (per file), what importing it left; a mark no
+    # test's entry explains is its last file's (every test of it: the file's doing)
+    last_file: dict[str, str] = {}
+    for file in by_file:
+        entries = {**ledger.imports.get(file, {}), **ledger.files.get(file, {})}
+        for mark in _marks(text, entries, named_only=named_only) - chosen.keys():
+            last_file[mark] = file
+    for file in set(last_file.values()):
+        picked.update(by_file[file])
     return tuple(c for c in candidates if c in picked)
