@@ -58,6 +58,7 @@ from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.progress import say
 from gpuci.run.sched.session import Interrupted
+from gpuci.state.left import Ledger, read_ledger
 
 ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
 
@@ -119,7 +120,15 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
+            found = _gather(
+                prober,
+                results,
+                runs,
+                progress,
+                sanitize=sanitize,
+                tool=tool,
+                ledger=read_ledger(out),
+            )
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -150,6 +159,7 @@ def _gather(
     *,
     sanitize: bool | None,
     tool: str | None,
+    ledger: Ledger,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
     matters least: the isolation suspects' first alone-runs (a second at once for one that
@@ -179,7 +189,9 @@ def _gather(
     victims = [t.id for t in classified.values() if t.category is Category.ORDER_DEPENDENT]
     if not prober.poisoned:  # a --poison check ran everything poisoned already
         found = run_poisoned(prober, victims, found, progress=progress)
-    found = search_culprits(prober, results, classified, found, orders=orders, progress=progress)
+    found = search_culprits(
+        prober, results, classified, found, orders=orders, progress=progress, ledger=ledger
+    )
     if sanitize is not False:  # the kernel of a root before the rest
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]

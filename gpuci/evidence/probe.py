@@ -23,7 +23,8 @@ from pathlib import Path
 
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
 from gpuci.evidence.reproduce import serial_gpu
-from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
+from gpuci.model import ModeRun, Outcome, TestResult
+from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.proc.gpumem import screen_peaks
 from gpuci.run.proc.held import Held, end_held

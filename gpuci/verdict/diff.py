@@ -51,8 +51,10 @@ from gpuci.model import (
     Verdict,
 )
 from gpuci.run.disk.masking import mask_secrets
+from gpuci.state.left import read_ledger
 from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
+from gpuci.verdict.left_behind import explain_roots, files_left_behind
 from gpuci.verdict.skips import nothing_ran, nothing_ran_reason
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
@@ -164,6 +166,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
     """Classify every test under `out` and decide the verdict, `secrets` masked first."""
     results = mask_results(load_mode_results(out), secrets)
     evidence = _read_evidence(out)
+    ledger = read_ledger(out)  # what each test and file left behind (the state ledger)
     found = {t.id: t for t in evidence.tests} if evidence is not None else {}
     modes = [m for m in Mode if m in results]
     orders = {mode: interpreter_order(results[mode]) for mode in modes}
@@ -230,7 +233,8 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
     )
     environment_from = results.get(Mode.ISOLATED) or results[modes[0]]
     return Verdict(
-        roots=group_roots(verdicts),
+        roots=explain_roots(group_roots(verdicts), results, ledger),
+        left_behind=files_left_behind(ledger),
         verdict=outcome,
         reasons=tuple(reasons),
         summary=summary,
