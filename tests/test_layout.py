@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
-SHARED = ("steps", "processes", "model", "formats", "evidence_file")  # shared types and files, for all
+# the shared types and files, for all
+SHARED = ("steps", "processes", "model", "formats", "evidence_file")
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # the state ledger: the child's snapshots (host, device, changes, recorder), then what the

@@ -34,6 +34,7 @@ from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.proc.waits import (
     RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
 )
+from gpuci.run.sched.views import visible_gpus
 
 RUNS_FILE = "runs.jsonl"  # the evidence's timeline: one line per interpreter, as they ended
 
@@ -94,6 +95,9 @@ class Prober:
     gpu: str | None  # what every serial evidence run sees
     budget_s: float | None
     poisoned: bool = False  # every run fills fresh device allocations (a --poison check)
+    # what a run beside others sees, by the GPU it starts on first (`Admission.devices`):
+    # every GPU, rotated to start there; the first is the serial view
+    views: tuple[str | None, ...] = (None,)
     admission: Admission = field(default_factory=Admission)
     expensive: bool = False  # a start-up takes EXPENSIVE_START_S or more: worth holding ahead
     zero: float = field(default_factory=time.monotonic)
@@ -148,8 +152,10 @@ class Prober:
             admission=Admission(
                 slots=evidence_slots(slots, start_s, os.cpu_count()),
                 capacity_mib=int(total) if total.isdigit() else None,
+                devices=max(1, len(run.gpus)),
                 peaks=screen_peaks(out.parent),
             ),
+            views=visible_gpus(run.gpus, max(1, len(run.gpus))),
         )
 
     def close(self) -> None:
@@ -205,7 +211,8 @@ class Prober:
                 ids,
                 phase=phase,
                 label=label,
-                gpu=self.gpu,
+                # a held interpreter started seeing the serial GPUs; a strict run is device 0
+                gpu=self.gpu if held is not None else self.views[flight.device],
                 env=env,
                 wrapper=wrapper,
                 timeout=timeout,
