@@ -8,15 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.formats import EVIDENCE_SCHEMA, read_json, strays_to_json
-from gpuci.model import (
-    Evidence,
-    InputError,
-    Leftover,
-    Outcome,
-    Probe,
-    Stranger,
-    TestEvidence,
-)
+from gpuci.model import Evidence, InputError, Outcome, Probe, TestEvidence
+from gpuci.processes import Leftover, Stranger
 from gpuci.steps import Steps
 
 

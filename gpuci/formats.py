@@ -1,5 +1,6 @@
-"""File formats: `run.json` (schema ``gpuci.run/1``), `verdict.json` (``gpuci.verdict/1``) and
-`evidence.json`; their shape lives here alone: another schema or malformed is an InputError."""
+"""File formats: `run.json` (schema ``gpuci.run/1``) and `verdict.json` (``gpuci.verdict/1``);
+their shape lives here alone (`evidence.json`'s in `gpuci.evidence_file`): another schema or
+malformed is an InputError."""
 
 from __future__ import annotations
 
@@ -16,17 +17,16 @@ from gpuci.model import (
     FileStatus,
     InputError,
     Interpreter,
-    Leftover,
     Mode,
     ModeRun,
     Outcome,
     Probe,
     Root,
-    Stranger,
     TestResult,
     TestVerdict,
     Verdict,
 )
+from gpuci.processes import Leftover, Stranger
 
 RUN_SCHEMA = "gpuci.run/1"
 VERDICT_SCHEMA = "gpuci.verdict/1"
@@ -241,6 +241,11 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
             for t in verdict.tests
         ],
         **({"roots": [_root_to_json(r) for r in verdict.roots]} if verdict.roots else {}),
+        **(
+            {"left_behind": {f: list(x) for f, x in verdict.left_behind.items()}}
+            if verdict.left_behind
+            else {}
+        ),
     }
 
 
@@ -250,6 +255,7 @@ def _root_to_json(root: Root) -> dict[str, Any]:
         "category": root.category.value,
         "victims": list(root.victims),
         "reproduce": root.reproduce,
+        **({"left": list(root.left)} if root.left else {}),
     }
 
 
@@ -300,9 +306,14 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     category=Category(r["category"]),
                     victims=tuple(str(v) for v in r["victims"]),
                     reproduce=str(r.get("reproduce", "")),
+                    left=tuple(str(x) for x in r.get("left", ())),
                 )
                 for r in data.get("roots", ())
             ),
+            left_behind={
+                str(f): tuple(str(x) for x in lines)
+                for f, lines in data.get("left_behind", {}).items()
+            },
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(

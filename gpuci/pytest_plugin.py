@@ -54,6 +54,9 @@ just then (first, and again after a test undid it); `errors`, only where one cou
 be, says why. A test ran poisoned where such an event for its library precedes its
 `finish`: one that imports the library in its own body is poisoned from the next test on.
 
+Where it journals, `gpuci.state.recorder` adds a `left` event after each test (and each
+file) that changed state a later test inherits: the state ledger (GPUCI_STATE=off: none).
+
 It imports only `gpuci.evidence.poison` (the poisoning, itself light), so loading it costs the
 child next to nothing.
 """
@@ -75,6 +78,8 @@ import pytest
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 from gpuci.run.proc.ids import select_ids
 from gpuci.run.proc.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
+from gpuci.state.changes import state_level
+from gpuci.state.recorder import StateRecorder
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
@@ -367,6 +372,9 @@ def pytest_configure(config: pytest.Config) -> None:
     journal = Journal(path, config) if path else None
     if journal is not None:
         config.pluginmanager.register(journal, "gpuci-journal")
+        if state_level() != "off":
+            recorder = StateRecorder(journal.write, state_level())
+            config.pluginmanager.register(recorder, "gpuci-state")
     rendezvous = os.environ.get(RENDEZVOUS_ENV)
     if rendezvous:
         config.pluginmanager.register(Rendezvous(rendezvous), "gpuci-rendezvous")

@@ -614,8 +614,10 @@ def test_thread_unsafe_reproduces_in_threads_and_nothing_else_does(
     }
     assert verdict.reasons == ("2 isolation problems", "1 failed test")
     assert tests["test_race"].outcomes == {"isolated": "passed", "threads": "failed"}
-    # alone in 4 threads, on the GPUs every serial interpreter saw (the first pair)
-    serial = f"cd {ROOT} && CUDA_VISIBLE_DEVICES=0,1 python -m pytest -p no:randomly -m 'not slow'"
+    # alone in 4 threads, on every GPU, as every serial interpreter sees them (not a window)
+    serial = (
+        f"cd {ROOT} && CUDA_VISIBLE_DEVICES=0,1,2,3 python -m pytest -p no:randomly -m 'not slow'"
+    )
     assert tests["test_race"].reproduce == (
         f"{serial} --parallel-threads 4 tests/test_x.py::test_race"
     )

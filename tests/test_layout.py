@@ -16,9 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
-SHARED = ("steps", "model", "formats", "evidence_file")  # shared types and files, for all
+# the shared types and files, for all
+SHARED = ("steps", "processes", "model", "formats", "evidence_file")
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
+    # the state ledger: the child's snapshots (host, device, changes, recorder), then what the
+    # parent reads of them (left) and what a failure points at (hints)
+    "state": ("host", "device", "changes", "recorder", "left", "hints"),
     # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
     # then what runs where and when; a subpackage may import the ones before it
     "run.disk": (
@@ -81,6 +85,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "waves",
         "checked",
         "bisect",
+        "hinted",
         "collected",
         "culprits",
         "groups",
@@ -89,7 +94,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "budget",
         "engine",
     ),
-    "verdict": ("merge", "describe", "causes", "skips", "diff", "roots", "ended"),
+    "verdict": ("merge", "describe", "causes", "skips", "left_behind", "diff", "roots", "ended"),
     "report": (
         "groups",
         "summary",
@@ -111,6 +116,10 @@ CHILD_SIDE = (
     "evidence.poison",
     "run.proc.waits",
     "run.proc.ids",
+    "state.host",
+    "state.device",
+    "state.changes",
+    "state.recorder",
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80

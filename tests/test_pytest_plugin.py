@@ -230,6 +230,7 @@ def run_poisoned(
     log = tmp_path / "cupy_calls.jsonl"
     path = [str(tmp_path / "stubs"), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     env = {"PYTHONPATH": os.pathsep.join(p for p in path if p), "CUPY_STUB_LOG": str(log)}
+    env["GPUCI_STATE"] = "off"  # the poisoning's events alone (the ledger's are test_state's)
     if poison:
         env["GPUCI_POISON"] = "1"
     ini = "[pytest]\nfilterwarnings = error\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.model import GpuProcess
+from gpuci.processes import GpuProcess
 from gpuci.run.proc.holders import gpu_processes, gpu_strangers
 from gpuci.run.proc.reaper import (
     CMDLINE_CAP,

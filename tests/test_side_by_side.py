@@ -328,8 +328,8 @@ def test_a_file_that_ran_out_of_memory_in_a_screen_keeps_the_gpu_until_measured(
     hog, other = admission.need(["test_hog_a.py"]), admission.need(["test_small.py"])
     assert hog > 81559 and other == 0
     with admission.admitted(strict=False, need_mib=hog):
-        assert not admission._fits(1, admission.need(["test_hog_b.py"]))
-        assert not admission._fits(1, other)  # nothing beside it: it may need all of it
+        assert admission._fits(1, admission.need(["test_hog_b.py"])) is None
+        assert admission._fits(1, other) is None  # nothing beside it: it may need all of it
     admission.learn("test_hog_a.py", 53248)  # measured alone: the stand-in goes
     assert round(53248 * 1.0) <= admission.need(["test_hog_a.py"]) < 81559
     Admission(slots=4).ran_out(["test_hog_a.py"])  # no GPU memory known: nothing to keep
@@ -429,3 +429,22 @@ def test_a_suspect_that_failed_in_its_own_files_interpreters_runs_alone_strictly
     assert found[needs].alone == (failed, failed)
     assert [strict for ids, strict in prober.runs if ids == [needs]] == [True, True]
     assert [strict for ids, strict in prober.runs if ids == [polluted]] == [False]
+
+
+def test_runs_beside_others_spread_over_the_gpus_by_memory_kept() -> None:
+    # two GPUs of 80 GiB: a 50 GiB run on each, where one GPU could not hold both
+    admission = Admission(slots=4, capacity_mib=81920, devices=2)
+    with (
+        admission.admitted(strict=False, need_mib=51200) as first,
+        admission.admitted(strict=False, need_mib=51200) as second,
+    ):
+        assert (first.device, second.device) == (0, 1)
+        assert admission._fits(1, 51200) is None  # neither GPU holds a third
+        assert admission._fits(1, 20480) == 0  # a small one fits beside the first
+    # a strict run sees the GPUs as the serial interpreters do: from the first
+    with admission.admitted(strict=True) as strict:
+        assert strict.device == 0
+    # one GPU: every run starts on it
+    single = Admission(slots=2, capacity_mib=81920)
+    with single.admitted(strict=False, need_mib=100) as a, single.admitted(strict=False) as b:
+        assert (a.device, b.device) == (0, 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuci.model import Leftover, Stranger
+from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.strays import (
     CMDLINE_SHOWN,
     leftover_count,

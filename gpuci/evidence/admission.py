@@ -1,7 +1,10 @@
 """Admission: how many evidence interpreters run at once, and which may share the GPUs.
 
 Up to the check's slots run at once; a strict run has nothing beside it; and no more run
-together than the GPU holds by their files' peaks (the screens', or one measured alone).
+together than a GPU holds by their files' peaks (the screens', or one measured alone). With
+several GPUs a run beside others starts on the GPU with the most memory not kept (its view
+rotated to start there, every GPU still visible); a strict run sees them as the serial
+interpreters do.
 A file that ran out of device memory in a screen has no peak to go by (it stopped short of
 what it needs): it keeps the whole GPU until a run of it alone measures one.
 """
@@ -36,6 +39,7 @@ class _Flight:
     size: int
     need_mib: int = 0
     beside: bool = False
+    device: int = 0  # the GPU it runs on first (an index into the admission's `devices`)
 
 
 @dataclass(slots=True)
@@ -50,7 +54,8 @@ class Admission:
     """
 
     slots: int = 1
-    capacity_mib: int | None = None  # the GPU's memory; None: not known, not checked
+    capacity_mib: int | None = None  # each GPU's memory; None: not known, not checked
+    devices: int = 1  # the GPUs a run may start on first: runs beside others spread over them
     peaks: dict[str, int] = field(default_factory=dict)  # by file, from the screens
     most: int = 0  # the most interpreters that ran at once
     beside: int = 0  # runs that had another beside them
@@ -66,23 +71,30 @@ class Admission:
         peak = max((self.peaks.get(f, 0) for f in files), default=0)
         return round(with_margin(peak)) if peak else 0
 
-    def _fits(self, size: int, need_mib: int) -> bool:
+    def _fits(self, size: int, need_mib: int) -> int | None:
+        """The GPU a run of `need_mib` may start on now (the one with the most memory not
+        kept), or None: no slot, or no GPU holds it beside what runs there."""
         if self._strict or self._running() + size > max(self.slots, size):
-            return False
+            return None
+        kept = [0] * max(1, self.devices)
+        for flight in self._flights:
+            kept[flight.device] += flight.need_mib
+        device = min(range(len(kept)), key=lambda d: (kept[d], d))
         if not self._flights or self.capacity_mib is None:
-            return True
-        return sum(f.need_mib for f in self._flights) + need_mib <= self.capacity_mib
+            return device
+        return device if kept[device] + need_mib <= self.capacity_mib else None
 
     @contextlib.contextmanager
     def admitted(self, *, strict: bool, size: int = 1, need_mib: int = 0) -> Iterator[_Flight]:
         """Hold one of the slots (all of them, where `strict`) for the run inside."""
         flight = _Flight(size, need_mib)
         with self._changed:
-            if strict:
+            if strict:  # on the GPUs as the serial interpreters see them, nothing beside it
                 self._strict += 1
                 self._changed.wait_for(lambda: not self._flights)
             else:
-                self._changed.wait_for(lambda: self._fits(size, need_mib))
+                self._changed.wait_for(lambda: self._fits(size, need_mib) is not None)
+                flight.device = self._fits(size, need_mib) or 0
             if self._flights:
                 flight.beside = True
                 for other in self._flights:

@@ -29,6 +29,7 @@ from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.collected import collected_first
 from gpuci.evidence.fingerprints import same_kind
+from gpuci.evidence.hinted import hint_tasks, ledger_first
 from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
     NOT_SEARCHED,
@@ -44,6 +45,7 @@ from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, TestEvidence
 from gpuci.run.proc.discover import file_of
 from gpuci.run.sched.progress import say
+from gpuci.state.left import Ledger
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
@@ -57,15 +59,16 @@ def search_culprits(
     *,
     orders: Mapping[Mode, Order],
     progress: TextIO,
+    ledger: Ledger | None = None,
     only: Collection[str] | None = None,
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression (of those `only`, where given), added to
-    the evidence by test id."""
-    tasks = [
-        t
-        for t in plan_searches(results, classified, found, orders)
-        if only is None or t.victim in only
-    ]
+    the evidence by test id; the tests the state `ledger` points at tried first
+    (`gpuci.evidence.hinted`)."""
+    planned = plan_searches(results, classified, found, orders)
+    tasks = hint_tasks(
+        [t for t in planned if only is None or t.victim in only], results, ledger or Ledger()
+    )
     if not tasks:
         return dict(found)
     say(progress, f"culprits: searching for {len(tasks)} victim(s)")
@@ -247,7 +250,11 @@ def _replay(
 ) -> Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
     showed it, the files that ran beside it in the parallel screen."""
-    search = cascade(prober, task, roots) or bisect(prober, task)
+    # what the ledger points at first: it names this victim's own culprit, where a cascade
+    # guesses an earlier victim's
+    search = (
+        ledger_first(prober, task, roots) or cascade(prober, task, roots) or bisect(prober, task)
+    )
     # a replay that went both ways made it flaky: no pair can say otherwise
     if (
         parallel is not None

@@ -60,6 +60,7 @@ from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.progress import say
 from gpuci.run.sched.session import Interrupted
+from gpuci.state.left import Ledger, read_ledger
 
 ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
 
@@ -121,7 +122,15 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(prober, results, runs, progress, sanitize=sanitize, tool=tool)
+            found = _gather(
+                prober,
+                results,
+                runs,
+                progress,
+                sanitize=sanitize,
+                tool=tool,
+                ledger=read_ledger(out),
+            )
     finally:
         prober.close()
     _say_strays(prober, progress, "evidence")
@@ -152,6 +161,7 @@ def _gather(
     *,
     sanitize: bool | None,
     tool: str | None,
+    ledger: Ledger,
 ) -> dict[str, TestEvidence]:
     """Each kind of evidence in turn, most telling first, so that a tight budget cuts what
     matters least: the suspects' first alone-runs, poisoned runs and culprit searches
@@ -170,7 +180,7 @@ def _gather(
         held = {m for w in waiting for m in w.members}
         now = {i: n for i, n in pending.items() if i not in held}
         found, more, revised = _suspects(
-            prober, results, now, found, orders=orders, progress=progress
+            prober, results, now, found, orders=orders, progress=progress, ledger=ledger
         )
         had |= more
         wanted |= revised
@@ -206,6 +216,7 @@ def _suspects(
     *,
     orders: Mapping[Mode, Order],
     progress: TextIO,
+    ledger: Ledger,
 ) -> tuple[dict[str, TestEvidence], dict[str, int], dict[str, int]]:
     """`wanted`'s first alone-runs (a second at once for one that fails), one alone-run of
     each test that failed the same way everywhere but a representative of each group (a
@@ -241,7 +252,14 @@ def _suspects(
     if not prober.poisoned:  # a --poison check ran everything poisoned already
         found = run_poisoned(prober, victims, found, progress=progress)
     found = search_culprits(
-        prober, results, classified, found, orders=orders, progress=progress, only=wanted.keys()
+        prober,
+        results,
+        classified,
+        found,
+        orders=orders,
+        progress=progress,
+        ledger=ledger,
+        only=wanted.keys(),
     )
     return found, had, revised
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
 from gpuci.evidence.reproduce import serial_gpu
-from gpuci.model import Leftover, ModeRun, Outcome, Stranger, TestResult
+from gpuci.model import ModeRun, Outcome, TestResult
+from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.proc.gpumem import screen_peaks
 from gpuci.run.proc.held import Held, end_held
@@ -33,6 +34,7 @@ from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.proc.waits import (
     RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
 )
+from gpuci.run.sched.views import visible_gpus
 
 RUNS_FILE = "runs.jsonl"  # the evidence's timeline: one line per interpreter, as they ended
 
@@ -93,6 +95,9 @@ class Prober:
     gpu: str | None  # what every serial evidence run sees
     budget_s: float | None
     poisoned: bool = False  # every run fills fresh device allocations (a --poison check)
+    # what a run beside others sees, by the GPU it starts on first (`Admission.devices`):
+    # every GPU, rotated to start there; the first is the serial view
+    views: tuple[str | None, ...] = (None,)
     admission: Admission = field(default_factory=Admission)
     expensive: bool = False  # a start-up takes EXPENSIVE_START_S or more: worth holding ahead
     zero: float = field(default_factory=time.monotonic)
@@ -147,8 +152,10 @@ class Prober:
             admission=Admission(
                 slots=evidence_slots(slots, start_s, os.cpu_count()),
                 capacity_mib=int(total) if total.isdigit() else None,
+                devices=max(1, len(run.gpus)),
                 peaks=screen_peaks(out.parent),
             ),
+            views=visible_gpus(run.gpus, max(1, len(run.gpus))),
         )
 
     def close(self) -> None:
@@ -204,7 +211,8 @@ class Prober:
                 ids,
                 phase=phase,
                 label=label,
-                gpu=self.gpu,
+                # a held interpreter started seeing the serial GPUs; a strict run is device 0
+                gpu=self.gpu if held is not None else self.views[flight.device],
                 env=env,
                 wrapper=wrapper,
                 timeout=timeout,

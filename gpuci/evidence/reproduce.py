@@ -12,7 +12,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuci.evidence.results import ModeResults
-from gpuci.model import SUITE_UNIT, Category, Mode, ModeRun, Outcome, TestResult
+from gpuci.model import (
+    NOT_PASSING,
+    SUITE_UNIT,
+    Category,
+    Mode,
+    ModeRun,
+    Outcome,
+    TestEvidence,
+    TestResult,
+)
 from gpuci.run.disk.side_outputs import command_args
 from gpuci.run.proc.discover import PLUGIN, POISON_ENV
 from gpuci.run.proc.seed import SEED_ENV
@@ -22,6 +31,7 @@ from gpuci.run.sched.views import plain_gpus
 PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
+ORDERED = Category.ORDER_DEPENDENT
 RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
 
 
@@ -228,6 +238,54 @@ def group_command(
         return ""
     run = next(iter(results.values())).run
     return pytest_command(run, group, serial_gpu(run))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commands:
+    """What a finding prints: the command that shows it, and its other half."""
+
+    reproduce: str
+    with_provider: str = ""  # depends-on-others: the command that passes
+    passes_alone: str = ""  # order-dependent: the command that passes
+
+
+def finding_commands(
+    test_id: str,
+    category: Category,
+    *,
+    searched: Category,
+    evidence: TestEvidence | None,
+    outcomes: Mapping[Mode, Outcome],
+    reruns: Sequence[Outcome],
+    results: Mapping[Mode, ModeResults],
+    orders: Mapping[Mode, Order],
+) -> Commands:
+    """A finding's commands: its poisoned run alone where that fails (its own bug); else
+    its culprits' (its group's, where group runs answered it together with the other
+    victims of its culprits: the runs as they ran); else the order or the test alone.
+    `searched`: the category its search was made for (before the strict runs')."""
+    culprits = evidence.culprits if evidence is not None else ()
+    group = evidence.group if evidence is not None and test_id in evidence.group else ()
+    diagnosed = evidence is not None and evidence.poisoned in NOT_PASSING
+    reproduce = (
+        (poisoned_command(test_id, results) if diagnosed and category is ORDERED else "")
+        or culprit_command(test_id, category, culprits, results, group)
+        or group_command(category, group, results)
+        or reproduce_command(
+            test_id,
+            category,
+            outcomes=outcomes,
+            reruns=reruns,
+            results=results,
+            orders=orders,
+            alone_in_threads=evidence.threaded if evidence is not None else None,
+        )
+    )
+    return Commands(
+        reproduce=reproduce,
+        with_provider=provider_command(test_id, searched, culprits, results, group),
+        passes_alone=alone_command(test_id, category, culprits, results, group),
+    )
 
 
 def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:

@@ -32,6 +32,7 @@ class Task:
     # interpreters beside it (two of it at once, too) may fail it, so its search splits
     # in halves, whose failing beside each other sends them to strict runs
     loadable: bool = False
+    hinted: tuple[str, ...] = ()  # of the candidates, those the state ledger points at
 
 
 def plan_searches(

@@ -69,6 +69,7 @@ class Card:
     listed: str  # what a probe's shown ids are
     runs: int  # probes in all
     sanitizers: tuple[tuple[str, str], ...]  # (culprit, its first error block)
+    left: tuple[str, ...] = ()  # what its culprits left that the victims' failure touches
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +138,7 @@ def _card(blame: Blame, anchors: Mapping[str, str]) -> Card:
         sanitizers=tuple(
             (t.id, sanitizer_block(t.sanitizer)) for t in blame.culprits if t and t.sanitizer
         ),
+        left=blame.root.left,
     )
 
 

@@ -71,6 +71,7 @@ class RootSection:
     victims: tuple[Row, ...]  # each with its outcomes and failure message
     more: int  # victims not listed
     commands: tuple[str, ...]  # comment and command lines, for one fenced block
+    left: tuple[str, ...] = ()  # what its culprits left that the victims' failure touches
 
 
 def markdown_data(
@@ -129,6 +130,7 @@ def markdown_data(
             _root_section(b, victim_row, min(ROOT_VICTIMS, detail_rows), id_chars)
             for b in shown_roots
         ],
+        "left_behind": [] if blames else list(verdict.left_behind.items())[:ROOT_LINES],
         "roots_more": len(blames) - len(shown_roots),
         "columns": columns,
         "main": first,
@@ -161,6 +163,7 @@ def _root_section(
         victims=tuple(row_of(v) for v in blame.victims[:victims]),
         more=max(0, len(blame.victims) - victims),
         commands=_command_lines(root_commands(blame), id_chars),
+        left=blame.root.left,
     )
 
 

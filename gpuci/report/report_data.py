@@ -374,6 +374,7 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
         "categories": [c.value for c in Category],
         "columns": columns,
         "cards": cards,
+        "left_behind": [] if cards else list(verdict.left_behind.items()),  # a clean check's hint
         "card_categories": sorted({c.category for c in cards}),
         "sections": [s for s in sections if s.rows],
         "empty_sections": [s.title for s in sections if not s.rows],

@@ -120,6 +120,7 @@ def _root_lines(blame: Blame) -> list[str]:
     ]
     if len(blame.victims) > MAX_VICTIMS:
         lines.append(f"      ... and {len(blame.victims) - MAX_VICTIMS} more victims")
+    lines += [printable(f"    {left}") for left in blame.root.left]  # the state ledger
     notes = dict.fromkeys(n for v in blame.victims for n in v.notes)  # each once
     lines += [printable(f"    {note}") for note in notes]
     first_error = next((t for t in blame.culprits if t and t.sanitizer), None)

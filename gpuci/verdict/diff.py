@@ -17,13 +17,8 @@ from typing import Any
 from gpuci.evidence.classify import classify_results, ran_outcomes, together_outcomes
 from gpuci.evidence.fingerprints import first_fingerprint
 from gpuci.evidence.reproduce import (
-    alone_command,
-    culprit_command,
-    group_command,
+    finding_commands,
     interpreter_order,
-    poisoned_command,
-    provider_command,
-    reproduce_command,
 )
 from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
 from gpuci.evidence.strict import confirm_strictly
@@ -52,8 +47,10 @@ from gpuci.model import (
     Verdict,
 )
 from gpuci.run.disk.masking import mask_secrets
+from gpuci.state.left import read_ledger
 from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
+from gpuci.verdict.left_behind import explain_roots, files_left_behind
 from gpuci.verdict.skips import nothing_ran, nothing_ran_reason
 
 DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
@@ -165,6 +162,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
     """Classify every test under `out` and decide the verdict, `secrets` masked first."""
     results = mask_results(load_mode_results(out), secrets)
     evidence = _read_evidence(out)
+    ledger = read_ledger(out)  # what each test and file left behind (the state ledger)
     found = {t.id: t for t in evidence.tests} if evidence is not None else {}
     modes = [m for m in Mode if m in results]
     orders = {mode: interpreter_order(results[mode]) for mode in modes}
@@ -178,12 +176,21 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
     together = together_outcomes(found)
     for test_id, test in classify_results(results, alone, orders, together=together).items():
         ev = found.get(test_id)
-        group = ev.group if ev is not None and test_id in ev.group else ()
         strict = confirm_strictly(test, ev, results)  # a screen's finding, confirmed or not
         category = strict.category
         new = None
         if baseline is not None and category in ISOLATION_CATEGORIES:
             new = test_id not in known
+        commands = finding_commands(
+            test_id,
+            category,
+            searched=test.category,
+            evidence=ev,
+            outcomes=test.outcomes,
+            reruns=test.reruns,
+            results=results,
+            orders=orders,
+        )
         verdicts.append(
             TestVerdict(
                 id=test_id,
@@ -194,31 +201,14 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 new=new,
                 message=_first_failure(test.seen),
                 log=_crash_log(test.seen, category),
-                reproduce=(
-                    (poisoned_command(test_id, results) if _diagnosed(ev, category) else "")
-                    or culprit_command(test_id, category, ev.culprits if ev else (), results, group)
-                    or group_command(category, group, results)
-                    or reproduce_command(
-                        test_id,
-                        category,
-                        outcomes=test.outcomes,
-                        reruns=test.reruns,
-                        results=results,
-                        orders=orders,
-                        alone_in_threads=ev.threaded if ev else None,
-                    )
-                ),
+                reproduce=commands.reproduce,
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
                 notes=test.notes
                 + _isolated_note(category, ran_outcomes(test.outcomes, test.results))
                 + ((strict.note,) if strict.note else ())
                 + contention_note(category, test.seen[0].file, ev.culprits if ev else (), results),
-                with_provider=provider_command(
-                    test_id, test.category, ev.culprits if ev else (), results, group
-                ),
-                passes_alone=alone_command(
-                    test_id, category, ev.culprits if ev else (), results, group
-                ),
+                with_provider=commands.with_provider,
+                passes_alone=commands.passes_alone,
                 fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, category) if ev else {}),
@@ -236,7 +226,8 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
     )
     environment_from = results.get(Mode.ISOLATED) or results[modes[0]]
     return Verdict(
-        roots=group_roots(verdicts),
+        roots=explain_roots(group_roots(verdicts), results, ledger),
+        left_behind=files_left_behind(ledger),
         verdict=outcome,
         reasons=tuple(reasons),
         summary=summary,

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuci.model import GpuProcess, Stranger
+from gpuci.processes import GpuProcess, Stranger
 from gpuci.run.proc.reaper import (
     command_line,
     descendant_pids,

@@ -25,11 +25,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuci.model import (
-    GpuciError,
-    Interpreter,
-    Leftover,
-)
+from gpuci.model import GpuciError, Interpreter
+from gpuci.processes import Leftover
 from gpuci.run.proc.attempts import read_attempt
 from gpuci.run.proc.gpumem import MemoryGate, sampler
 from gpuci.run.proc.held import Held, end_held, start_held, take_held

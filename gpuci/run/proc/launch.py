@@ -7,14 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.model import (
-    SUITE_UNIT,
-    FileStatus,
-    Interpreter,
-    Leftover,
-    Stranger,
-    TestResult,
-)
+from gpuci.model import SUITE_UNIT, FileStatus, Interpreter, TestResult
+from gpuci.processes import Leftover, Stranger
 from gpuci.run.disk.side_outputs import interpreter_args
 from gpuci.run.proc.discover import PLUGIN
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from gpuci.model import Leftover
+from gpuci.processes import Leftover
 from gpuci.run.proc.reaper import end_recorded, start_ticks
 
 LEDGER_NAME = "processes.jsonl"  # in OUT/.gpuci, beside the lock

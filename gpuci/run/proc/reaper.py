@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from gpuci.model import Leftover
+from gpuci.processes import Leftover
 
 __all__ = [
     "COOKIE_ENV",

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuci.model import Leftover, ModeRun, Stranger
+from gpuci.model import ModeRun
+from gpuci.processes import Leftover, Stranger
 
 CMDLINE_SHOWN = 200  # characters of a command line in a warning; run.json has more
 LINES_SHOWN = 20  # warnings in a summary, report or comment; run.json has them all

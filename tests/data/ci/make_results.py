@@ -17,7 +17,8 @@ import shutil
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from gpuci.formats import evidence_to_json, mode_run_to_json, write_json_atomic
+from gpuci.evidence_file import evidence_to_json
+from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import (
     Evidence,
     FileRun,

@@ -1,0 +1,1 @@
+"""The state ledger: what each test and test file left behind in its interpreter."""

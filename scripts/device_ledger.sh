@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The state ledger on a GPU (issue 41), each step timed in one command; logs and results
+# under $OUT (one tarball and the summaries).
+#   scripts/device_ledger.sh STEP...   steps: probes polluted overhead subset
+# probes:   the snapshot in a process that imported CuPy and ran nothing (no device keys; no
+#           context created by the probe), then after CuPy work, a pool limit and a stream
+# polluted: examples/gpu_polluted checked; each planted CuPy bug's culprit with what the
+#           ledger says it left (pool limit: test_fits_in_budget; stale buffer:
+#           test_reference_fill; non-blocking stream: test_async_pipeline; illegal address:
+#           test_scatter_rows), each root's `left` and how its culprit was found (ledger: N
+#           runs, or bisection: N runs), then the same check with the ledger off
+#           (GPUCI_STATE=off) for the bisection's count
+# overhead: CuPy's 18-file subset, the suite screen (`gpuci run --mode suite`) with the
+#           ledger off, per file and per test, interleaved, 5 times each
+#           (benchmarks/ledger_overhead.py: walls, CPU, the ledger's own journaled cost)
+# subset:   the subset's ledger: what each real file leaves behind (verify two by hand)
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-out/device}"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=/tmp/dev-ledger
+rm -rf "$WORK" && mkdir -p "$WORK"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH="/tmp/site:$PWD"
+ROOT=$PWD
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$WORK/gpu.txt"
+. "$(dirname "$0")/cupy_subset.sh"  # SUBSET and MARK
+
+timed() {  # timed NAME LIMIT COMMAND...: its wall into walls.txt, its output into NAME.log
+    local name=$1 limit=$2; shift 2
+    local start=$(date +%s.%N)
+    timeout "$limit" "$@" > "$WORK/$name.log" 2>&1
+    local rc=$?
+    local wall=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
+    echo "$name: exit $rc, wall $wall s" | tee -a "$WORK/walls.txt"
+}
+
+PLANTED=(test_pool_limit.py::test_fits_in_budget test_uninitialized.py::test_reference_fill
+         test_stream_race.py::test_async_pipeline test_write_past_end.py::test_scatter_rows)
+for step in "$@"; do
+    case "$step" in
+    probes)
+        python3 - <<'PY' 2>&1 | tee "$OUT/probes.txt"
+import cupy
+from gpuci.state.changes import changes, snapshot
+bare = snapshot(full=True)
+print("imported, nothing run:", sorted(k for k in bare if k.startswith(("cupy", "cuda", "gpu"))))
+print("context after the probe (must be 0):", cupy.cuda.driver.ctxGetCurrent())
+before = snapshot(full=True)
+x = cupy.ones(1 << 28, dtype=cupy.float32)  # 1 GiB
+cupy.get_default_memory_pool().set_limit(size=2 << 30)
+cupy.cuda.Stream(non_blocking=True).use()
+after = snapshot(full=True)
+print("after:", {k: v for k, v in after.items() if k.startswith(("cupy", "cuda", "gpu"))})
+print("changes:", changes(before, after))
+PY
+        ;;
+    polluted)
+        for state in test off; do
+            GPUCI_STATE=$state GPU_POLLUTED_STATE="$WORK/state-$state" timed polluted-$state 450 \
+                python3 -m gpuci check examples/gpu_polluted --out "$WORK/p-$state" --timeout 120
+            grep "culprits:\|^verdict" "$WORK/polluted-$state.log"
+            python3 scripts/compare_expected.py "$WORK/p-$state/verdict.json" \
+                examples/gpu_polluted/expected.json | tail -3
+            python3 scripts/show_ledger.py "$WORK/p-$state" "${PLANTED[@]}" \
+                | tee "$OUT/polluted-ledger-$state.txt"
+        done ;;
+    overhead)
+        cd "$ROOT/cupy-tests" || exit 3
+        python3 -c "import cupy; print('warm', int(cupy.arange(10).sum()))"
+        timed overhead 590 python3 "$ROOT/benchmarks/ledger_overhead.py" --reps 5 \
+            --out "$WORK/overhead" -- "${SUBSET[@]}" -m "$MARK"
+        cat "$WORK/overhead.log" | tee "$OUT/overhead.txt"
+        cd "$ROOT" ;;
+    subset)
+        cd "$ROOT/cupy-tests" || exit 3
+        timed subset-run 400 python3 -m gpuci run "${SUBSET[@]}" --mode suite \
+            --out "$WORK/subset" --timeout 120 -- -m "$MARK"
+        tail -2 "$WORK/subset-run.log"
+        python3 "$ROOT/scripts/show_ledger.py" "$WORK/subset" | tee "$OUT/subset-ledger.txt"
+        grep -h '"ledger-cost"' "$WORK"/subset/suite/journal/*.jsonl
+        cd "$ROOT" ;;
+    esac
+    echo "== $step done"
+done
+cat "$WORK/walls.txt"
+find "$WORK" -name '*.jsonl' -path '*journal*' -size +1M -delete
+tar -czf "$OUT/device-ledger.tgz" -C "$WORK" . 2>/dev/null
+ls -la "$OUT"

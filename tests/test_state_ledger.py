@@ -1,0 +1,225 @@
+"""End-to-end: planted culprits that each leave one kind of host state behind are named, with
+what they left, in the runs the state ledger points at (the real CLI, a real subprocess).
+
+Each culprit sits among harmless tests, and its victim in a later file reads exactly what
+it left: the working directory, an environment variable, the umask, sys.path, a warnings
+filter, a thread, a child process, a signal handler, a logging handler, the decimal
+context, open descriptors, and a variable set by a module's import. In the suite
+interpreter each victim fails; alone it passes.
+The check names each culprit, says on its root what it left, and finds it from the
+ledger's hint: two runs (the hint, its confirmation) where the ledger is per test, a few
+more where it is per file (the umask, child processes and descriptors cost a read of
+/proc: the hint is the file's tests, narrowed). With the ledger off the same search
+bisects over every test before the victim.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli_runner import gpuci, write_files
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform != "linux", reason="the ledger reads /proc: Linux only"),
+]
+
+FILLER = """
+def test_one(): pass
+def test_two(): pass
+def test_three(): pass
+"""
+# kind -> (the culprit's body, the victim's body, words its root's `left` must hold,
+# whether the ledger has it per test): each culprit is test_leaves in its own file
+PLANTED: dict[str, tuple[str, str, str, bool]] = {
+    "cwd": (
+        "os.chdir(tmp_path)",
+        'assert Path("tests/data.txt").read_text() == "x"',
+        "left the working directory at",
+        True,
+    ),
+    "env": (
+        'os.environ["APP_MODE"] = "debug"',
+        'assert os.environ.get("APP_MODE", "prod") == "prod"',
+        "left environment variables set APP_MODE",
+        True,
+    ),
+    "umask": (
+        "os.umask(0o077)",
+        'p = tmp_path / "f"; p.write_text("x")\n    assert stat.S_IMODE(p.stat().st_mode) == 0o644',
+        "left the umask at 0o077",
+        False,
+    ),
+    "syspath": (
+        'sys.path[:] = [p for p in sys.path if not p.endswith("tests")]',
+        'assert importlib.import_module("planted_helper").VALUE == 1',
+        "removed from sys.path",
+        True,
+    ),
+    "warnings": (
+        'warnings.simplefilter("error", DeprecationWarning)',
+        'warnings.warn("old api", DeprecationWarning)',
+        "added warnings filters error::DeprecationWarning",
+        True,
+    ),
+    "thread": (
+        'threading.Thread(target=time.sleep, args=(60,), daemon=True, name="poller").start()',
+        'assert not [t for t in threading.enumerate() if t.name == "poller"]',
+        "left threads running poller (daemon)",
+        True,
+    ),
+    "child": (
+        'KEEP.append(subprocess.Popen(["sleep", "60"]))',
+        "with pytest.raises(ChildProcessError):\n        os.waitpid(-1, os.WNOHANG)",
+        "left child processes running",  # `sleep`, or `python` where it had not exec'd yet
+        False,
+    ),
+    "signal": (
+        "signal.signal(signal.SIGUSR1, lambda *_: None)",
+        "assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL",
+        "left signal handlers SIGUSR1",
+        True,
+    ),
+    "logging": (
+        'logging.getLogger("app").addHandler(logging.NullHandler())',
+        'assert not logging.getLogger("app").handlers',
+        "left logging handlers app: NullHandler",
+        True,
+    ),
+    "decimal": (
+        "decimal.getcontext().prec = 6",
+        'assert decimal.Decimal(1) / 3 == decimal.Decimal("0.3333333333333333333333333333")',
+        "changed the decimal context to prec=6 (was prec=28)",
+        True,
+    ),
+    "fds": (
+        'KEEP.extend(open("/dev/null") for _ in range(300))',
+        'assert len(os.listdir("/proc/self/fd")) < 200',
+        "more descriptor(s) open",
+        False,
+    ),
+    # at the module's import, not in a test: in the suite interpreter before every test
+    "import": (
+        'os.environ["AT_IMPORT"] = "1"',
+        'assert os.environ.get("AT_IMPORT") is None',
+        "its file left environment variables set AT_IMPORT",
+        False,
+    ),
+}
+IMPORTS = (
+    "import decimal, importlib, logging, os, signal, stat, subprocess, sys, threading, time,"
+    " warnings\nfrom pathlib import Path\nimport pytest\nKEEP = []\n"
+)
+
+
+def _suite(root: Path, kinds: list[str]) -> Path:
+    """Per kind: a filler file, the culprit's file (its culprit between two harmless
+    tests), the victim's file; in that order, pytest's."""
+    files = {
+        "pytest.ini": "[pytest]\naddopts = -p no:warnings -p no:randomly\n",
+        "tests/data.txt": "x",
+        "tests/planted_helper.py": "VALUE = 1\n",
+    }
+    for i, kind in enumerate(kinds):
+        culprit, victim, _, _ = PLANTED[kind]
+        files[f"tests/test_{i:02d}_a_{kind}_filler.py"] = FILLER
+        at_import, culprit = (culprit, "pass") if kind == "import" else ("", culprit)
+        files[f"tests/test_{i:02d}_b_{kind}_culprit.py"] = (
+            f"{IMPORTS}{at_import}\ndef test_before(): pass\n"
+            f"def test_leaves(tmp_path):\n    {culprit}\ndef test_after(): pass\n"
+        )
+        files[f"tests/test_{i:02d}_c_{kind}_victim.py"] = (
+            f"{IMPORTS}def test_reads(tmp_path):\n    {victim}\n"
+        )
+    return write_files(root, files)
+
+
+def _check(root: Path, out: Path, **env: str) -> dict[str, Any]:
+    import os
+
+    done = gpuci(
+        "check", "tests", "--out", str(out), "--evidence-budget", "900",
+        cwd=root, env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    return {
+        "verdict": json.loads((out / "verdict.json").read_text()),
+        "evidence": json.loads((out / "evidence" / "evidence.json").read_text()),
+        "comment": (out / "comment.md").read_text(),
+        "report": (out / "report.html").read_text(),
+        "stdout": done.stdout,
+    }
+
+
+def test_each_planted_culprit_is_named_with_what_it_left_from_the_ledgers_hint(
+    tmp_path: Path,
+) -> None:
+    kinds = list(PLANTED)
+    found = _check(_suite(tmp_path / "suite", kinds), tmp_path / "out")
+    searches = {t["id"]: t for t in found["evidence"]["tests"] if t.get("search")}
+    roots = {r["victims"][0]: r for r in found["verdict"]["roots"]}
+    for i, kind in enumerate(kinds):
+        _, _, words, per_test = PLANTED[kind]
+        victim = f"tests/test_{i:02d}_c_{kind}_victim.py::test_reads"
+        culprit = f"tests/test_{i:02d}_b_{kind}_culprit.py::test_leaves"
+        if kind == "import":  # any of its tests imports it: the narrowing keeps the first
+            culprit = culprit.replace("test_leaves", "test_before")
+        assert roots[victim]["culprits"] == [culprit], (kind, roots.get(victim))
+        assert any(words in line for line in roots[victim]["left"]), (kind, roots[victim])
+        search = searches[victim]
+        assert search["search"].startswith("ledger:"), (kind, search)
+        assert search["probes"][0]["kind"] == "ledger"
+        runs = len(search["probes"])
+        # per test: the hint, then its confirmation; per file: its 3 tests, then narrowed
+        # among them (in parts at once where there are slots) and confirmed
+        assert runs == 2 if per_test else 2 <= runs <= 7, (kind, search)
+    # the card, the note and the terminal say it too, escaped
+    assert "left the working directory at" in found["report"]
+    assert "APP_MODE" in found["comment"]
+    assert "left the umask at 0o077" in found["stdout"]
+
+
+def test_without_the_ledger_the_same_culprit_takes_a_bisection(tmp_path: Path) -> None:
+    kinds = ["cwd", "env"]
+    root = _suite(tmp_path / "suite", kinds)
+    off = _check(root, tmp_path / "off", GPUCI_STATE="off")
+    on = _check(root, tmp_path / "on")
+    for found, how in ((off, "bisection:"), (on, "ledger:")):
+        searches = [t for t in found["evidence"]["tests"] if t.get("search")]
+        assert len(searches) == 2
+        assert all(t["search"].startswith(how) for t in searches), searches
+    # the bisection replays more than the hint: at least its halving over 9+ tests
+    bisected = sum(len(t["probes"]) for t in off["evidence"]["tests"] if t.get("probes"))
+    hinted = sum(len(t["probes"]) for t in on["evidence"]["tests"] if t.get("probes"))
+    assert hinted == 4 < bisected
+    assert "roots" in off["verdict"] and all("left" not in r for r in off["verdict"]["roots"])
+
+
+def test_a_clean_check_lists_the_files_that_left_threads_behind_escaped(tmp_path: Path) -> None:
+    import os
+
+    name = "<b>poll|er</b>"  # untrusted text: a thread's name, in HTML and in a table cell
+    root = write_files(
+        tmp_path / "suite",
+        {
+            "tests/test_a.py": "import threading, time\ndef test_starts():\n"
+            "    threading.Thread(target=time.sleep, args=(60,), daemon=True,"
+            f" name={name!r}).start()\n",
+            "tests/test_b.py": "def test_other(): pass\n",
+        },
+    )
+    out = tmp_path / "out"
+    done = gpuci("check", "tests", "--out", str(out), cwd=root, env=dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["left_behind"] == {"tests/test_a.py": [f"left threads running {name} (daemon)"]}
+    report = (out / "report.html").read_text()
+    assert "&lt;b&gt;poll|er&lt;/b&gt;" in report and name not in report
+    comment = (out / "comment.md").read_text()
+    row = next(line for line in comment.splitlines() if "test_a.py" in line)
+    assert "poll\\|er" in row and name not in comment
