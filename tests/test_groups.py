@@ -185,3 +185,45 @@ def test_a_group_of_identical_failures_runs_one_representative(
         assert tests[test_id]["category"] == "failed"
         if test_id not in ran:
             assert found[test_id]["inferred_from"] == ran
+
+
+STICKY = {
+    "pytest.ini": "[pytest]\n",
+    # a context-poisoning error as CUDA gives it: once raised, every later launch fails alike
+    "device.py": """
+        POISONED = []
+
+
+        def launch(bad=False):
+            if bad:
+                POISONED.append(True)
+            if POISONED:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        """,
+    "test_g_sticky.py": """
+        import device
+
+
+        def test_g_scatter():
+            device.launch(bad=True)  # its own bug
+
+
+        def test_g_sum():
+            device.launch()  # fails only after the scatter, by its sticky error
+        """,
+}
+
+
+@pytest.mark.slow
+def test_a_sticky_errors_later_victim_is_not_inferred_from_its_culprit(tmp_path: Path) -> None:
+    # both fail the same way everywhere (one fingerprint group), and the group's
+    # representative is the culprit itself: its failing alone must not decide the victim
+    suite = write_files(tmp_path / "suite", STICKY)
+    out = tmp_path / "out"
+    proc = gpuci("check", ".", "--out", str(out), "--workers", "2", cwd=suite, env=_env())
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tests = {t["id"]: t for t in json.loads((out / "verdict.json").read_text())["tests"]}
+    assert tests["test_g_sticky.py::test_g_scatter"]["category"] == "failed"
+    victim = tests["test_g_sticky.py::test_g_sum"]
+    assert victim["category"] == "order-dependent", victim
+    assert victim["culprits"] == ["test_g_sticky.py::test_g_scatter"], victim

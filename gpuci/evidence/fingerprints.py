@@ -24,6 +24,13 @@ MAX_FINGERPRINT = 240  # characters of a fingerprint
 # a group of consistent failures runs its first representative alone, the second only where
 # the first passes; they are spread over its files
 REPRESENTATIVES = 2
+# CUDA errors that poison the context: every later CUDA call in the process fails alike
+STICKY_ERROR = re.compile(
+    r"illegal (memory )?access|illegal address|misaligned address|unspecified launch failure"
+    r"|device-side assert|IllegalAddress|MisalignedAddress|LaunchFailure|ILLEGAL_ADDRESS"
+    r"|MISALIGNED_ADDRESS|LAUNCH_FAILED|error 700|error 716|error 719",
+    re.IGNORECASE,
+)
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _TEMP = re.compile(
     r"(?:/private)?(?:/tmp|/var/folders|/var/tmp|/dev/shm)/[^\s'\":,;)\]]*"

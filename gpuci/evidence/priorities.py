@@ -22,6 +22,7 @@ from typing import TextIO
 
 from gpuci.evidence.alone import CUT_BY_BUDGET, more_alone
 from gpuci.evidence.fingerprints import (
+    STICKY_ERROR,
     FailureGroup,
     consistent_failures,
     fingerprint,
@@ -30,6 +31,7 @@ from gpuci.evidence.fingerprints import (
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence
+from gpuci.run.proc.discover import file_of
 from gpuci.run.sched.progress import say
 
 
@@ -143,6 +145,11 @@ def run_representatives(
                 break  # a second only where the first passed
         rest = [m for m in group.members if m not in tried]
         if kept:
+            # a sticky CUDA error poisons the context: after the representative in its
+            # file, the same error may be the representative's doing, not the test's own
+            later = poisoned_after(group, kept)
+            split += later
+            rest = [m for m in rest if m not in later]
             for member in rest:
                 merged[member] = TestEvidence(
                     id=member, fingerprint=group.fingerprint, inferred_from=(kept,)
@@ -153,6 +160,15 @@ def run_representatives(
             split += [*tried, *rest]
             say(progress, f"  the group splits: its other {len(rest)} run alone each")
     return merged, split
+
+
+def poisoned_after(group: FailureGroup, kept: str) -> list[str]:
+    """The members of a group whose failure is a sticky CUDA error that ran after `kept`
+    in its file: they may fail by its error, so each runs alone (a cascade's victims)."""
+    if not STICKY_ERROR.search(group.fingerprint):
+        return []
+    start = group.members.index(kept)
+    return [m for m in group.members[start + 1 :] if file_of(m) == file_of(kept)]
 
 
 def describe_cuts(
