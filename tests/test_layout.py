@@ -49,6 +49,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "journal",
         "launch",
         "held",
+        "deadline",
         "endings",
         "attempts",
         "interpreter",

@@ -19,6 +19,7 @@ from gpuci.model import (
     Outcome,
     TestResult,
 )
+from gpuci.run.proc.deadline import Deadline
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.endings import (
     EXIT_ID,
@@ -44,10 +45,10 @@ def read_attempt(
     *,
     timed_out: bool,
     excerpt: str,
-    limit: float,
+    deadline: Deadline,
     stopping: bool,
 ) -> Attempt:
-    """Decide every asked-for test's outcome from the journal and the exit status."""
+    """Decide every asked-for test's outcome from the journal, exit status and deadline."""
     journal = JournalState.from_events(events)
     attempt = Attempt(interpreter=interpreter, junit_part=launch.junit)
     attempt.finished = list(journal.finished.values())
@@ -57,7 +58,8 @@ def read_attempt(
     how = describe_exit(interpreter.exit_code, interpreter.signal)
     ending = choose_ending(
         timed_out=timed_out,
-        limit=limit,
+        limit=deadline.limit,
+        hung=deadline.why,
         ended=journal.ended,
         stopping=stopping,
         how=how,

@@ -76,6 +76,7 @@ def choose_ending(
     timed_out: bool,
     limit: float,
     ended: dict[str, Any] | None,
+    hung: str = "",
     stopping: bool,
     how: str,
     cause: str,
@@ -85,7 +86,7 @@ def choose_ending(
         return Ending(
             Outcome.TIMED_OUT,
             FileStatus.TIMED_OUT,
-            f"timed out after {limit:g}s; gpuci killed the process",
+            f"timed out after {limit:g}s{f' ({hung})' if hung else ''}; gpuci killed the process",
             f"no progress during start-up or collection for {limit:g}s",
         )
     if stopping and ended is None:

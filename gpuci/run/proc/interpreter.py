@@ -28,6 +28,7 @@ from typing import Any
 from gpuci.model import GpuciError, Interpreter
 from gpuci.processes import Leftover
 from gpuci.run.proc.attempts import read_attempt
+from gpuci.run.proc.deadline import Deadline, HangLimit
 from gpuci.run.proc.gpumem import MemoryGate, sampler
 from gpuci.run.proc.held import Held, end_held, start_held, take_held
 from gpuci.run.proc.holders import StrangerCheck, gpu_watch
@@ -80,6 +81,8 @@ class Interpreters:
         self._ahead_numbers = itertools.count()
         # told each batch of journal events as it is read (the screens learn from the suite)
         self.on_events: Callable[[list[dict[str, Any]]], None] | None = None
+        # where the suite interpreter ran a test quickly, how long it may hang (`deadline`)
+        self.hang_limit: HangLimit | None = None
 
     def now(self) -> float:
         """Seconds since the clock's zero (the start of the mode)."""
@@ -172,8 +175,11 @@ class Interpreters:
         left: list[Leftover] = []
         try:
             timeout = launch.timeout if launch.timeout is not None else self.timeout
+            # a wrapper's own timeout (compute-sanitizer) is slower than the suite's times
+            hang = self.hang_limit if launch.timeout is None else None
+            deadline = Deadline(timeout, hang)
             events, timed_out = self._watch(
-                proc, reader, log, cookie, left, timeout=timeout, cancel=cancel
+                proc, reader, log, cookie, left, deadline=deadline, cancel=cancel
             )
         finally:
             # nothing a test started outlives it: first whatever carries its cookie (the
@@ -201,7 +207,7 @@ class Interpreters:
             events,
             timed_out=timed_out,
             excerpt=excerpt,
-            limit=launch.timeout if launch.timeout is not None else self.timeout or 0,
+            deadline=deadline,
             stopping=self.supervisor.stopping.is_set(),
         )
         attempt.leftovers = sorted(left, key=lambda leftover: leftover.pid)
@@ -272,7 +278,7 @@ class Interpreters:
         cookie: str,
         left: list[Leftover],
         *,
-        timeout: float | None,
+        deadline: Deadline,
         cancel: threading.Event | None = None,
     ) -> tuple[list[dict[str, Any]], bool]:
         """Pump output into the log, follow the journal, enforce the timeout; kill it once
@@ -288,7 +294,7 @@ class Interpreters:
         while not eof:
             wake = 0.1 if kill_at is not None or exited_at is not None else 0.25
             # a timeout, a listener learning from it, or a cancel wants its events soon
-            soon = timeout or self.on_events or cancel
+            soon = deadline.watching or self.on_events or cancel
             readable, _, _ = select.select([fd], [], [], wake if soon else 1.0)
             if readable:
                 data = os.read(fd, 1 << 16)
@@ -300,13 +306,14 @@ class Interpreters:
             if new:
                 last_progress = time.monotonic()
                 events += new
+                deadline.observe(new)
                 self._tell(new)
             now = time.monotonic()
             cancelled = cancel is not None and cancel.is_set()
             if (self.supervisor.stopping.is_set() or cancelled) and kill_at is None:
                 signal_group(proc, signal.SIGKILL)
                 kill_at = now
-            if timeout and kill_at is None and now - last_progress > timeout:
+            if kill_at is None and deadline.expired(now - last_progress):
                 timed_out = True
                 signal_group(proc, signal.SIGTERM)
                 kill_at = now + GRACE_S

@@ -30,6 +30,7 @@ class SuiteClock:
         self._finished: dict[str, int] = {}
         self._file: str | None = None  # the file its running test is in
         self._since = 0.0
+        self._took: dict[str, float] = {}  # each test it passed: its seconds
 
     def observe(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Take the events the suite interpreter's journal gave since the last call."""
@@ -42,6 +43,9 @@ class SuiteClock:
                 elif kind == "finish":
                     file = file_of(str(event.get("id")))
                     self._finished[file] = self._finished.get(file, 0) + 1
+                    seconds = event.get("duration")
+                    if event.get("outcome") == "passed" and isinstance(seconds, int | float):
+                        self._took[str(event.get("id"))] = float(seconds)
                 elif kind == "end":
                     self._enter(None, now)
 
@@ -51,6 +55,11 @@ class SuiteClock:
         if self._file is not None:
             self._seconds[self._file] = self._seconds.get(self._file, 0.0) + now - self._since
         self._file, self._since = file, now
+
+    def took(self, test_id: str) -> float | None:
+        """The seconds the suite interpreter took to pass `test_id`; None: not (yet) passed."""
+        with self._lock:
+            return self._took.get(test_id)
 
     def work(self, file: str, tests: int) -> float | None:
         """The seconds `file`'s `tests` take in the suite interpreter: measured once it left

@@ -12,6 +12,7 @@ load, and only a strict run (evidence) may call it a finding.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
+from gpuci.run.proc.deadline import hang_limit_of
 from gpuci.run.proc.discover import Discovery
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
@@ -110,7 +112,8 @@ def learned_orders(
     screens: Sequence[Screen], sessions: Mapping[Mode, ModeSession]
 ) -> dict[Mode, LearnedOrder]:
     """Beside the suite interpreter, each other screen's order, learning from its journal
-    which files are long (`gpuci.run.sched.learning`)."""
+    which files are long (`gpuci.run.sched.learning`), and how long a test it passed may
+    take elsewhere before it counts as hung (`gpuci.run.proc.deadline`)."""
     if Mode.SUITE not in sessions:
         return {}
     clock = SuiteClock()
@@ -119,6 +122,8 @@ def learned_orders(
     for screen in screens:
         mode = screen.options.mode
         if mode is not Mode.SUITE:
+            # a test the suite interpreter passed quickly is not waited on for the timeout
+            sessions[mode].interpreters.hang_limit = hang_limit_of(clock.took, os.environ)
             counts = {f: len(screen.discovery.tests.get(f, ())) for f in screen.schedule.files}
             orders[mode] = LearnedOrder(screen.schedule.pool, screen.estimates, counts, clock)
     return orders

@@ -1,0 +1,85 @@
+"""Deadline: when an interpreter counts as hung.
+
+`--timeout` is the most time an interpreter may go without progress (no journal event). In
+the screens the suite interpreter runs every test beside the others; where it ran the test
+a parallel or threads interpreter is stuck in within a fraction of a second, waiting out the
+whole timeout only makes the check as slow as the timeout (CuPy's threaded memory-pool tests
+hang now and then when several interpreters run at once, plain pytest's too). A test is cut
+after `HANG_FACTOR` times the suite's time for it, never sooner than `HANG_FLOOR_S`: it
+times out there, as it would have later, and the evidence runs it alone as ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpuci.model import UsageError
+
+HANG_FLOOR_S = 30.0  # no test is cut sooner: start-up, a first CUDA call, a slow moment
+HANG_FLOOR_ENV = "GPUCI_HANG_FLOOR_S"  # another floor, in seconds; 0 turns the cut off
+HANG_FACTOR = 20.0  # times the suite interpreter's time for the test
+
+# a test's id -> (the seconds after which it counts as hung, why), or None: no knowledge
+HangLimit = Callable[[str], "tuple[float, str] | None"]
+
+
+def hang_limit_of(
+    durations: Callable[[str], float | None], environ: Mapping[str, str]
+) -> HangLimit | None:
+    """The hang limit of a test that took `durations(id)` seconds in the suite interpreter
+    (None where `GPUCI_HANG_FLOOR_S` is 0: only the timeout cuts)."""
+    text = environ.get(HANG_FLOOR_ENV, "")
+    try:
+        floor = float(text) if text else HANG_FLOOR_S
+    except ValueError:
+        raise UsageError(f"{HANG_FLOOR_ENV}={text!r}: expected seconds, e.g. 30") from None
+    if floor <= 0:
+        return None
+
+    def limit(test_id: str) -> tuple[float, str] | None:
+        took = durations(test_id)
+        if took is None:
+            return None
+        seconds = max(floor, HANG_FACTOR * took)
+        return seconds, f"cut as hung: the suite interpreter ran it in {took:.2f}s"
+
+    return limit
+
+
+class Deadline:
+    """The no-progress limit of one interpreter: its timeout, or less while it runs a test
+    the suite interpreter ran quickly (`hang_limit`)."""
+
+    def __init__(self, timeout: float | None, hang_limit: HangLimit | None = None) -> None:
+        self.timeout = timeout
+        self.hang_limit = hang_limit
+        self.running: str | None = None  # the test its journal says it is in
+        self.limit = timeout or 0.0  # the limit that ended it, once it did
+        self.why = ""  # where a hang limit ended it: what it knew
+
+    @property
+    def watching(self) -> bool:
+        """Whether it may end the interpreter at all (a timeout, or a hang limit)."""
+        return bool(self.timeout) or self.hang_limit is not None
+
+    def observe(self, events: Sequence[dict[str, Any]]) -> None:
+        """Follow which test runs."""
+        for event in events:
+            kind = event.get("e")
+            if kind == "start":
+                self.running = str(event.get("id"))
+            elif kind in ("finish", "end"):
+                self.running = None
+
+    def expired(self, idle_s: float) -> bool:
+        """Whether `idle_s` seconds without progress end it (recording the limit and why)."""
+        limit, why = self.timeout, ""
+        if self.hang_limit is not None and self.running is not None:
+            known = self.hang_limit(self.running)
+            if known is not None and (not limit or known[0] < limit):
+                limit, why = known
+        if limit and idle_s > limit:
+            self.limit, self.why = limit, why
+            return True
+        return False
