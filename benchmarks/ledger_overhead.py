@@ -33,8 +33,11 @@ def run_once(level: str, paths: list[str], out: Path) -> tuple[float, float, flo
     target = out / f"run-{level}"
     env = {**os.environ, "GPUCI_STATE": level}
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # PATHS, then the pytest arguments (from the first option on), after gpuci's `--`
+    cut = next((i for i, arg in enumerate(paths) if arg.startswith("-")), len(paths))
+    command = [sys.executable, "-m", "gpuci", "run", *paths[:cut], "--mode", "suite"]
     done = subprocess.run(
-        [sys.executable, "-m", "gpuci", "run", *paths, "--mode", "suite", "--out", str(target)],
+        [*command, "--out", str(target), "--", *paths[cut:]],
         env=env,
         capture_output=True,
         text=True,

@@ -267,7 +267,9 @@ def _check_every_path_has_tests(paths: Sequence[str], discovery: Discovery) -> N
                 else "is it a test file that pytest's python_files / python_functions"
                 " settings match?"
             )
-            raise UsageError(f"{path}: no tests collected ({hint})")
+            # pytest.importorskip or a module-level skip: plain pytest collects nothing too
+            skipped = "; or was every file skipped at import (run plain pytest: exit 5)?"
+            raise UsageError(f"{path}: no tests collected ({hint}{skipped})")
 
 
 def pytest_target(rootdir: Path, file: str) -> str:
