@@ -14,8 +14,8 @@ instead (`HOG_DIR`, else `FAKEGPU_DIR`'s `hogs/`; give each run a fresh one):
 - a contender's hog holds the device (`busy-NAME-PID`) and fails where a partner's hog
   holds it too at any moment of its hold: whichever arrives second sees the first there,
   and leaves it a note (`met-PID`) so that both fail, the same way.
-- it holds the device for HOLD_S, or up to WAIT_S until a partner arrives where one is
-  certain to: a partner has announced itself (gpuci's pair runs hold both interpreters at
+- it holds the device for HOLD_S, and up to WAIT_S more until a partner arrives where one
+  is certain to: a partner has announced itself (gpuci's pair runs hold both interpreters at
   their first test until both got there, so both announced before either hog starts), or
   the run is one of `expect_modes` (`GPUCI_MODE`: gpuci's parallel screen starts the two
   hog files together, as the suite's files are laid out), or HOG_PAIRED=1 says a command
@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-HOLD_S = 0.5  # how long a hog holds the device with no partner in sight
+HOLD_S = 1.5  # how long a hog holds the device (its steps: the file is long in durations)
 WAIT_S = 20.0  # how long it waits for a partner that is certain to come
 POLL_S = 0.02
 DIR_ENV = "HOG_DIR"
@@ -96,19 +96,22 @@ def contend(
         )
         (folder / f"met-{me}").unlink(missing_ok=True)  # about an earlier hog of this one
         (folder / f"busy-{name}-{me}").write_text("")
-    deadline = time.monotonic() + (WAIT_S if expect else HOLD_S)
+    held_until = time.monotonic() + HOLD_S
+    waited_until = held_until + (WAIT_S if expect else 0.0)
+    seen = False
     while True:
         with _locked() as folder:
             met = _present(folder, partners, "busy")
             for pid in met:  # it will fail too, whenever it looks
                 (folder / f"met-{pid}").write_text("")
-            met_me = (folder / f"met-{me}").exists()
-            done = bool(met) or met_me or time.monotonic() >= deadline
+            seen = seen or bool(met) or (folder / f"met-{me}").exists()
+            now = time.monotonic()
+            done = now >= held_until and (seen or now >= waited_until)
             if done and not keep:  # gone from the device, and not coming back to it
                 (folder / f"busy-{name}-{me}").unlink(missing_ok=True)
                 (folder / f"ready-{me}").unlink(missing_ok=True)
             if done:
-                return bool(met) or met_me
+                return seen
         time.sleep(POLL_S)
 
 
