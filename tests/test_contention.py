@@ -4,10 +4,10 @@ showed it, in three checks in a row. And a pair that fails alike in every screen
 screen too, beside the parallel one), whose files the lazy isolated pass leaves out: still
 `concurrency`, never `flaky`.
 
-Which hog fails in a screen, and which fails in a pair run, is down to timing: a search
-that counted only the victim's own failure called one hog `flaky` or `passed`, or blamed
-every co-running file together, in about one check of three. Each check here is a fresh
-OUT (no earlier durations), so each draws its timings anew.
+The hogs meet through files (the example's `hogs.py`), not by the clock: in the parallel
+screen and in every pair run both fail, on a loaded machine too; alone, and in the suite
+interpreter, they pass. Each check here is a fresh OUT (no earlier durations) and a fresh
+scratch folder.
 """
 
 from __future__ import annotations
@@ -22,7 +22,17 @@ from cli_runner import gpuci, write_files
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "polluted_suite"
-FILES = ("fakegpu.py", "conftest.py", "pytest.ini", "test_07_hog_train.py", "test_08_hog_infer.py")
+FILES = (
+    "fakegpu.py",
+    "hogs.py",
+    "conftest.py",
+    "pytest.ini",
+    "test_07_hog_train.py",
+    "test_08_hog_infer.py",
+)
+# first in the suite interpreter, as in the whole example: there the hogs come after other
+# tests, and do not contend (`hogs.py`)
+FIRST = "def test_first():\n    pass\n"
 TRAIN = "test_07_hog_train.py::test_train_steps"
 INFER = "test_08_hog_infer.py::test_batched_inference"
 CHECKS = 3
@@ -34,6 +44,7 @@ def test_both_hogs_name_each_other_in_three_checks_in_a_row(tmp_path: Path) -> N
     suite.mkdir()
     for name in FILES:
         shutil.copy(EXAMPLE / name, suite / name)
+    (suite / "test_00_first.py").write_text(FIRST, encoding="utf-8")
     for check in range(CHECKS):
         out = tmp_path / f"out{check}"
         env = dict(os.environ, FAKEGPU_DIR=str(tmp_path / f"state{check}"))
@@ -58,54 +69,47 @@ def test_both_hogs_name_each_other_in_three_checks_in_a_row(tmp_path: Path) -> N
 
 # A device one process at a time may use, as two memory hogs share one GPU: a process takes
 # it at its first use and keeps it until it exits (a memory pool keeps what it allocated);
-# a step that finds another process holding it is a failure, in both processes.
-DEVICE = """
-    import fcntl
-    import os
-    import time
-    from pathlib import Path
+# a hog that finds another process holding it fails, in both processes. In the screens
+# (suite and parallel) each hog waits for another holder, certain to come: the suite
+# interpreter and the two parallel files all start at once (`hogs.py`).
+HOG = """
+import os
 
-    STEPS, STEP_S = 10, 0.1
-    _held = []  # the lock file, open while the process lives: its POSIX lock with it
+import hogs
+
+MODES = ("suite", "parallel")
 
 
-    def use():
-        if not _held:
-            _held.append((Path(os.environ["DEVICE_DIR"]) / "device.lock").open("a+"))
-        busy = 0
-        for _ in range(STEPS):
-            try:  # nobody else holds it where this succeeds
-                fcntl.lockf(_held[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                busy += 1
-            fcntl.lockf(_held[0], fcntl.LOCK_SH)
-            time.sleep(STEP_S)
-        assert not busy, f"{busy}/{STEPS} steps: device busy, another process holds it"
+@hogs.hog("device")
+def test_{name}():
+    try:
+        held = hogs.contend("device", ("device",), expect_modes=MODES, keep=True)
+        assert not held, hogs.MESSAGE
+    finally:
+        if os.environ.get("GPUCI_MODE") == "suite":
+            hogs.mark_done("suite-{name}")
 """
 PAIR = {
-    "device.py": DEVICE,
-    "test_a_train.py": """
-        import device
+    "conftest.py": """
+        import hogs
 
-        def test_train():
-            device.use()
-
-        def test_quick():
-            pass
+        def pytest_collection_finish(session):
+            hogs.announce(session.items)
     """,
-    # its tail keeps its process (and the device) while the suite interpreter, one file
-    # behind the parallel screen, reaches test_infer: it fails there too, alike
-    "test_b_infer.py": """
-        import time
-
-        import device
-
-        def test_infer():
-            device.use()
-
-        def test_tail():
-            time.sleep(4)
-    """,
+    "hogs.py": (EXAMPLE / "hogs.py").read_text(encoding="utf-8"),
+    "test_a_train.py": HOG.format(name="train")
+    + """
+def test_quick():
+    pass
+""",
+    # its tail keeps its process (and the device) in the parallel screen until the suite
+    # interpreter, which runs it after test_a_train.py's, has met it there: it fails too
+    "test_b_infer.py": HOG.format(name="infer")
+    + """
+def test_tail():
+    if os.environ.get("GPUCI_MODE") == "parallel":
+        assert hogs.wait_done("suite-infer"), "the suite interpreter never reached test_infer"
+""",
 }
 TRAIN_ALIKE = "test_a_train.py::test_train"
 INFER_ALIKE = "test_b_infer.py::test_infer"
@@ -114,7 +118,7 @@ INFER_ALIKE = "test_b_infer.py::test_infer"
 @pytest.mark.slow
 def test_a_pair_that_fails_alike_in_every_screen_is_concurrency(tmp_path: Path) -> None:
     suite = write_files(tmp_path / "suite", PAIR)
-    env = dict(os.environ, DEVICE_DIR=str(tmp_path))
+    env = dict(os.environ, HOG_DIR=str(tmp_path / "hogs"))
     args = ("--modes", "suite,parallel,isolated", "--workers", "2")
     proc = gpuci("check", ".", "--out", "out", *args, cwd=suite, env=env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]

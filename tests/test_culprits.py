@@ -37,29 +37,36 @@ POOL_VICTIM = "test_g_reader.py::test_g_reads_fresh"
 PROVIDER = "test_h_provider.py::test_h_register"
 CONSUMER = "test_i_consumer.py::test_i_uses_registry"
 HOGS = ("test_j_hog.py::test_j_hold", "test_k_hog.py::test_k_hold")
+ROOT = Path(__file__).resolve().parent.parent
 
 VICTIM = "def test_{name}():\n    assert not sticky.POISONED, 'the context is poisoned'\n"
-HOG = """import os, time
-from pathlib import Path
+# The example suite's hogs.py: two hogs fail exactly where their interpreters run them at
+# once (they meet through files in HOG_DIR; the parallel screen's first two files, as the
+# three small steps make these the files with the most tests, and each pair run); alone
+# they pass at once.
+HOG = """import hogs
+import pytest
 
 
+@hogs.hog("{name}")
 def test_{name}_hold():
-    ledger = Path(os.environ["HOG_DIR"])
-    mine = ledger / "{name}"
-    mine.write_text("40%")
-    try:  # it holds its share for 3 s, and half way through asks for more
-        time.sleep(1.5)
-        others = sorted(p.name for p in ledger.iterdir() if p.name != "{name}")
-        time.sleep(1.5)
-        # like a driver's message, it counts the holders, it does not name their tests:
-        # both sides of the contention fail the same way
-        assert not others, f"out of device memory: held by {{len(others)}} other process(es)"
-    finally:  # two copies of one hog at once (the suite's and a parallel one) share an
-        # entry, and the first to end removes it: the other's failure stays the hog's own
-        mine.unlink(missing_ok=True)
+    assert not hogs.contend("{name}", partners=("{partner}",)), hogs.MESSAGE
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_{name}_small(step):
+    pass
+"""
+CONFTEST = """import hogs
+
+
+def pytest_collection_finish(session):
+    hogs.announce(session.items)
 """
 FILES = {
     "pytest.ini": "[pytest]\n",
+    "conftest.py": CONFTEST,
+    "hogs.py": (ROOT / "examples" / "polluted_suite" / "hogs.py").read_text(encoding="utf-8"),
     "sticky.py": "POISONED = False\n",
     "pool.py": "BLOCKS = []\n",
     "registry.py": "KERNELS = {}\n",
@@ -82,8 +89,8 @@ FILES = {
     "    registry.KERNELS['scale'] = 2\n",
     "test_i_consumer.py": "import registry\n\n\ndef test_i_uses_registry():\n"
     "    assert registry.KERNELS['scale'] == 2\n",
-    "test_j_hog.py": HOG.format(name="j"),
-    "test_k_hog.py": HOG.format(name="k"),
+    "test_j_hog.py": HOG.format(name="j", partner="k"),
+    "test_k_hog.py": HOG.format(name="k", partner="j"),
 }
 
 
@@ -179,10 +186,7 @@ def test_the_headline_counts_root_causes_and_the_tests_they_touch(
 ) -> None:
     out, _, verdict, stdout = checked
     # the sticky flag (5 victims) and the pool are polluters; the hogs are one contention
-    # (where the screens ran them at once: whether they did is the screens' timing)
-    hogs = sum(by_id(verdict)[h]["category"] == "concurrency" for h in HOGS)
-    causes = "2 polluters, 1 provider" + (", 1 contention" if hogs else "")
-    headline = f"{3 + bool(hogs)} isolation problems — {causes} — in {7 + hogs} tests"
+    headline = "4 isolation problems — 2 polluters, 1 provider, 1 contention — in 9 tests"
     assert verdict["reasons"][0] == headline
     assert f"verdict: fail ({headline}" in stdout
     for name in ("report.html", "comment.md"):
@@ -231,17 +235,12 @@ def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) 
     # victim after 2 in its file (isolated); the first waiting sticky victim 2 cascade runs
     # (the other three answered by the group runs, counted apart); the pool victim, which
     # disagreed in the group run, bisects on its own (the bound keeps its old cascade run);
-    # each hog 1 pair, confirmed by a second (2 interpreters each; none for a hog its
-    # partner's pairs showed failing beside it: contention is symmetric). In the screens a hog
-    # may also fail in the suite interpreter while its partner runs in a parallel slot:
-    # an order-dependent suspect first, it is tried with the 2 culprits found so far and
-    # its interpreter replayed (at most 3 runs showing nothing) before it is paired. The
-    # evidence runs side by side: a hog's replay beside another search's replay that holds
-    # the other hog fails by the load, a strict run contradicts it, and its search runs
-    # again with nothing beside it (at most a whole replay more each).
-    redone = bisection(12)
-    bound = bisection(2) + 2 * 4 + (1 + bisection(11)) + bisection(12) + 2 * (2 * 2 + 2 + 3)
-    bound += 2 * redone
+    # each hog 1 pair, confirmed by a second, and up to 2 more to see which partner test
+    # failed its way (2 interpreters each; none for a hog its partner's pairs showed failing
+    # beside it: contention is symmetric). The hogs never fail in the suite interpreter
+    # (their first test there is another file's: not contenders, `hogs.py`), so no
+    # replay of theirs is ever searched.
+    bound = bisection(2) + 2 * 4 + (1 + bisection(11)) + bisection(12) + 2 * (2 * 2 + 2)
     runs = evidence["phases"]["culprits"]["runs"]
     pairs = sum(  # a pair probe names a file beside the victim: one more interpreter
         1 for hog in HOGS for probe in tests[hog].get("probes", ()) if "::" not in probe["shown"][0]
@@ -279,7 +278,8 @@ def test_reproduce_commands_are_minimal_and_reproduce(
         shown = subprocess.run(
             ["bash", "-c", tests[victim]["reproduce"]],
             cwd=tmp_path,
-            env=env,
+            # the pair command starts both hogs at once: they wait for each other
+            env=dict(env, HOG_PAIRED="1") if victim in HOGS else env,
             capture_output=True,
             text=True,
             timeout=120,
