@@ -86,3 +86,38 @@ def test_one_hash_seed_per_check_keeps_a_set_ordered_id_the_same_test(tmp_path: 
         ["bash", "-c", failing["reproduce"]], capture_output=True, text=True, check=False
     )
     assert shown.returncode == 1 and "a real failure" in shown.stdout, shown.stdout
+
+
+STAMPED_VICTIM = {
+    "pytest.ini": "[pytest]\n",
+    "state.py": "FLAG = []\n",
+    "test_a_sets.py": "import state\n\ndef test_a_sets():\n    state.FLAG.append(1)\n",
+    # a victim of test_a_sets (it fails only after it, in the suite interpreter) whose id is
+    # made at import: no evidence run can name it
+    "test_b_stamped.py": """
+        import time
+
+        import pytest
+
+        import state
+
+        @pytest.mark.parametrize("stamp", [time.time_ns()])
+        def test_b_flag_is_clear(stamp):
+            assert not state.FLAG
+        """,
+}
+
+
+def test_a_suspect_whose_id_no_run_can_name_is_said_once(tmp_path: Path) -> None:
+    suite = write_files(tmp_path / "suite", STAMPED_VICTIM)
+    out = tmp_path / "out"
+    proc = gpuci("check", ".", "--out", str(out), "--workers", "2", cwd=suite)
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
+    verdict = json.loads((out / "verdict.json").read_text())
+    notes = verdict["evidence"].get("notes", [])
+    said = [n for n in notes if "could not run alone: their id differs in every interpreter" in n]
+    assert len(said) == 1, notes
+    assert "test_b_stamped.py::test_b_flag_is_clear[" in said[0]
+    # never a failure of its file
+    assert not any(t["id"].endswith("[interpreter exit]") for t in verdict["tests"])
+    assert "could not run alone" in (out / "comment.md").read_text()

@@ -19,7 +19,7 @@ from typing import TextIO
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults
-from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence, TestResult
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Mode, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.endings import EXIT_ID
 from gpuci.run.sched.progress import say
@@ -174,3 +174,16 @@ def more_alone(
             before, alone=before.alone + extra.alone, cut=before.cut or extra.cut
         )
     return merged
+
+
+def unstable_note(ids: set[str]) -> list[str]:
+    """Once, the tests evidence could not run by id: each interpreter computes their id anew
+    (a parameter made at import: `datetime.now()`, a random value, an object's address)."""
+    if not ids:
+        return []
+    shown = ", ".join(sorted(ids)[:PROBE_SHOWN])
+    more = f" and {len(ids) - PROBE_SHOWN} more" if len(ids) > PROBE_SHOWN else ""
+    return [
+        f"{len(ids)} test(s) could not run alone: their id differs in every interpreter (a"
+        f" parameter computed at import), so no run can name them: {shown}{more}"
+    ]

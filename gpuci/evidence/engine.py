@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone
+from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone, unstable_note
 from gpuci.evidence.budget import start_up
 from gpuci.evidence.classify import classify_results, out_of_device_memory, together_outcomes
 from gpuci.evidence.culprits import search_culprits
@@ -144,7 +144,7 @@ def gather_evidence(
         tests=tuple(found.values()),
         leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
         strangers={f: tuple(x) for f, x in prober.strangers.items()},
-        notes=tuple(prober.notes),
+        notes=(*prober.notes, *unstable_note(prober.unstable)),
     )
     write_json_atomic(directory / EVIDENCE_FILE, evidence_to_json(evidence))
     prober.write_timeline(directory / RUNS_FILE)

@@ -25,6 +25,7 @@ from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slot
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
+from gpuci.run.proc.attempts import UNSTABLE_ID
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.proc.gpumem import screen_peaks
 from gpuci.run.proc.held import Held, end_held
@@ -106,6 +107,7 @@ class Prober:
     leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
     strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
     notes: list[str] = field(default_factory=list)  # what the report must say of the runs
+    unstable: set[str] = field(default_factory=set)  # tests whose id no run collected again
     timeline: list[dict[str, object]] = field(default_factory=list)  # evidence/runs.jsonl
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _lanes: dict[str, set[int]] = field(default_factory=dict)  # by file: runs in flight
@@ -265,6 +267,7 @@ class Prober:
         finally:
             with self._lock:
                 lanes.discard(lane)
+        self.unstable.update(r.id for r in attempt.results if UNSTABLE_ID in r.message)
         if len(files) == 1:  # its peak is its file's alone
             self.admission.learn(key, attempt.interpreter.gpu_peak_mib)
         ended = _Ended(
