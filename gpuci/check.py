@@ -19,8 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuci.evidence.budget import default_budget
-from gpuci.evidence.engine import gather_evidence, rerun_mode_suspects
+from gpuci.evidence.engine import gather_evidence
 from gpuci.evidence.fingerprints import files_failing_alike
+from gpuci.evidence.mode_reruns import rerun_mode_suspects
 from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.judge import write_verdict

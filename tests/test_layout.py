@@ -93,6 +93,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "strict",
         "sanitizer",
         "budget",
+        "mode_reruns",
         "engine",
     ),
     "verdict": ("merge", "describe", "causes", "skips", "left_behind", "diff", "roots", "ended"),

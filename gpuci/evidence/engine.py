@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.evidence.alone import alone_runs_wanted, more_alone, run_alone, unstable_note
+from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
 from gpuci.evidence.budget import start_up
 from gpuci.evidence.classify import classify_results, out_of_device_memory, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
+from gpuci.evidence.mode_reruns import say_strays
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import RUNS_FILE, Prober
@@ -36,26 +37,20 @@ from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
     EVIDENCE_DIR,
     EVIDENCE_FILE,
-    mode_run_to_json,
     write_json_atomic,
 )
 from gpuci.model import (
     NOT_PASSING,
     PROBE_SHOWN,
-    SUITE_UNIT,
     Category,
     Evidence,
-    FileRun,
     Mode,
-    ModeRun,
     Outcome,
     Probe,
     TestEvidence,
-    TestResult,
 )
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.endings import EXIT_ID
-from gpuci.run.proc.strays import leftover_line, stranger_line
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.progress import say
@@ -63,15 +58,6 @@ from gpuci.run.sched.session import Interrupted
 from gpuci.state.left import Ledger, read_ledger
 
 ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
-
-
-def _say_strays(prober: Prober, progress: TextIO, where: str) -> None:
-    for file, left in prober.leftovers.items():
-        for leftover in left:
-            say(progress, f"warning: {leftover_line(file, leftover, where=where)}")
-    for file, strangers in prober.strangers.items():
-        for stranger in strangers:
-            say(progress, f"warning: {stranger_line(file, stranger, where=where)}")
 
 
 def gather_evidence(
@@ -133,7 +119,7 @@ def gather_evidence(
             )
     finally:
         prober.close()
-    _say_strays(prober, progress, "evidence")
+    say_strays(prober, progress, "evidence")
     evidence = Evidence(
         gpu=prober.gpu,
         budget_s=budget_s,
@@ -326,71 +312,3 @@ def _earlier_in(order: Order | None, test_id: str) -> list[str]:
     segment, position, _ = where
     before = [t.id for t in order.segments[segment][:position]]
     return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]
-
-
-def rerun_mode_suspects(
-    run: ModeRun,
-    out: Path,
-    *,
-    runs: int,
-    budget_s: float | None,
-    python: str,
-    progress: TextIO = sys.stderr,
-) -> ModeRun:
-    """`gpuci run`'s alone-reruns inside one mode, with the check's rules; rewrites run.json."""
-    results = {run.mode: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)}
-    wanted = alone_runs_wanted(results, runs) if runs else {}
-    if not any(wanted.values()):
-        return run
-    supervisor = Supervisor()
-    prober = Prober.start(
-        out,
-        run,
-        python=python,
-        timeout=run.timeout,
-        budget_s=budget_s,
-        supervisor=supervisor,
-        mode_name=run.mode.value,
-    )
-    try:
-        with supervisor.handling_signals():
-            found = describe_cuts(run_alone(prober, wanted, progress=progress), wanted)
-    finally:
-        prober.close()
-    _say_strays(prober, progress, run.mode.value)
-    interrupted = prober.stopping()
-    run = dataclasses.replace(
-        run,
-        interrupted=run.interrupted or interrupted,
-        tests=tuple(_with_reruns(t, found) for t in run.tests),
-        files=tuple(_with_strays(f, prober, run.mode) for f in run.files),
-    )
-    write_json_atomic(out / "run.json", mode_run_to_json(run))
-    if interrupted:
-        raise Interrupted(f"interrupted; what finished is in {out}")
-    return run
-
-
-def _with_strays(file_run: FileRun, runner: Prober, mode: Mode) -> FileRun:
-    """The file's run with what its alone-reruns left behind (suite: all of them)."""
-    files = list(runner.leftovers) + list(runner.strangers)
-    if mode is Mode.SUITE:
-        keys = dict.fromkeys(files) if file_run.file == SUITE_UNIT else {}
-    else:
-        keys = {file_run.file: None}
-    leftovers = tuple(x for k in keys for x in runner.leftovers.get(k, ()))
-    strangers = tuple(x for k in keys for x in runner.strangers.get(k, ()))
-    if not leftovers and not strangers:
-        return file_run
-    return dataclasses.replace(
-        file_run,
-        leftovers=file_run.leftovers + leftovers,
-        strangers=file_run.strangers + strangers,
-    )
-
-
-def _with_reruns(test: TestResult, found: Mapping[str, TestEvidence]) -> TestResult:
-    evidence = found.get(test.id)
-    if evidence is None:
-        return test
-    return dataclasses.replace(test, reruns=evidence.alone, cut=evidence.cut)

@@ -1,0 +1,99 @@
+"""Mode reruns: `gpuci run`'s alone-reruns inside one mode, with the check's rules (a
+check's evidence is `gpuci.evidence.engine`'s); what its runs left behind, said."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+from gpuci.evidence.alone import alone_runs_wanted, run_alone
+from gpuci.evidence.priorities import describe_cuts
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.results import ModeResults
+from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.model import SUITE_UNIT, FileRun, Mode, ModeRun, TestEvidence, TestResult
+from gpuci.run.proc.strays import leftover_line, stranger_line
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.progress import say
+from gpuci.run.sched.session import Interrupted
+
+
+def say_strays(prober: Prober, progress: TextIO, where: str) -> None:
+    """Warn of every process the evidence runs left behind or found on the GPU."""
+    for file, left in prober.leftovers.items():
+        for leftover in left:
+            say(progress, f"warning: {leftover_line(file, leftover, where=where)}")
+    for file, strangers in prober.strangers.items():
+        for stranger in strangers:
+            say(progress, f"warning: {stranger_line(file, stranger, where=where)}")
+
+
+def rerun_mode_suspects(
+    run: ModeRun,
+    out: Path,
+    *,
+    runs: int,
+    budget_s: float | None,
+    python: str,
+    progress: TextIO = sys.stderr,
+) -> ModeRun:
+    """`gpuci run`'s alone-reruns inside one mode, with the check's rules; rewrites run.json."""
+    results = {run.mode: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)}
+    wanted = alone_runs_wanted(results, runs) if runs else {}
+    if not any(wanted.values()):
+        return run
+    supervisor = Supervisor()
+    prober = Prober.start(
+        out,
+        run,
+        python=python,
+        timeout=run.timeout,
+        budget_s=budget_s,
+        supervisor=supervisor,
+        mode_name=run.mode.value,
+    )
+    try:
+        with supervisor.handling_signals():
+            found = describe_cuts(run_alone(prober, wanted, progress=progress), wanted)
+    finally:
+        prober.close()
+    say_strays(prober, progress, run.mode.value)
+    interrupted = prober.stopping()
+    run = dataclasses.replace(
+        run,
+        interrupted=run.interrupted or interrupted,
+        tests=tuple(_with_reruns(t, found) for t in run.tests),
+        files=tuple(_with_strays(f, prober, run.mode) for f in run.files),
+    )
+    write_json_atomic(out / "run.json", mode_run_to_json(run))
+    if interrupted:
+        raise Interrupted(f"interrupted; what finished is in {out}")
+    return run
+
+
+def _with_strays(file_run: FileRun, runner: Prober, mode: Mode) -> FileRun:
+    """The file's run with what its alone-reruns left behind (suite: all of them)."""
+    files = list(runner.leftovers) + list(runner.strangers)
+    if mode is Mode.SUITE:
+        keys = dict.fromkeys(files) if file_run.file == SUITE_UNIT else {}
+    else:
+        keys = {file_run.file: None}
+    leftovers = tuple(x for k in keys for x in runner.leftovers.get(k, ()))
+    strangers = tuple(x for k in keys for x in runner.strangers.get(k, ()))
+    if not leftovers and not strangers:
+        return file_run
+    return dataclasses.replace(
+        file_run,
+        leftovers=file_run.leftovers + leftovers,
+        strangers=file_run.strangers + strangers,
+    )
+
+
+def _with_reruns(test: TestResult, found: Mapping[str, TestEvidence]) -> TestResult:
+    evidence = found.get(test.id)
+    if evidence is None:
+        return test
+    return dataclasses.replace(test, reruns=evidence.alone, cut=evidence.cut)
