@@ -57,17 +57,17 @@ be, says why. A test ran poisoned where such an event for its library precedes i
 Where it journals, `gpuci.state.recorder` adds a `left` event after each test (and each
 file) that changed state a later test inherits: the state ledger (GPUCI_STATE=off: none).
 
-It imports only `gpuci.evidence.poison` (the poisoning, itself light), so loading it costs the
-child next to nothing.
+It imports only child-side modules, each light: the poisoning (`gpuci.evidence.poison`), the
+ids and the hold (`gpuci.run.proc.ids`, `waits`), what pytest's reports say
+(`gpuci.run.proc.reports`) and the state ledger's recorder, so loading it costs the child
+next to nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
-import re
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -77,13 +77,16 @@ import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 from gpuci.run.proc.ids import select_ids
+from gpuci.run.proc.reports import (
+    first_line,
+    innermost_own,
+    internal_error_cause,
+    report_outcome,
+)
 from gpuci.run.proc.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
 from gpuci.state.changes import state_level
 from gpuci.state.recorder import StateRecorder
 
-MESSAGE_LIMIT = 500
-_FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
-SITE_DIRS = ("site-packages", "dist-packages")  # whose frames are not the suite's own
 SERIAL_MARK = "gpu_serial"
 # pytest-run-parallel's plugin object; its run_in_parallel maps the ids it runs threaded
 RUN_PARALLEL_PLUGIN = "_run-parallel"
@@ -169,7 +172,7 @@ class Journal:
                 {
                     "e": "collect-error",
                     "id": report.nodeid,
-                    "message": _first_line(report),
+                    "message": first_line(report),
                     "t": time.time(),
                 }
             )
@@ -227,9 +230,9 @@ class Journal:
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         """Record the test's outcome over all its phases."""
         reports = self._reports.pop(nodeid, [])
-        outcome, message = _outcome(reports)
+        outcome, message = report_outcome(reports)
         duration = sum(r.duration for r in reports)
-        where = next((w for r in reports if r.failed and (w := _innermost_own(r))), "")
+        where = next((w for r in reports if r.failed and (w := innermost_own(r))), "")
         words = self._counted(reports)
         self.write(
             {
@@ -280,73 +283,6 @@ def _configured_threads(config: pytest.Config) -> int:
             return len(os.sched_getaffinity(0))
         return os.cpu_count() or 1
     return int(value)
-
-
-def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
-    """Fold a test's phase reports into one outcome and the failure's first line."""
-    for report in reports:
-        if report.failed:
-            return "failed", _first_line(report)
-    for report in reports:
-        if report.skipped:
-            return "skipped", _first_line(report)
-    return "passed", ""
-
-
-def internal_error_cause(excinfo: pytest.ExceptionInfo[BaseException]) -> dict[str, str]:
-    """An INTERNALERROR's exception (`Type: first line`) and its innermost frame in the
-    suite's own code (else the last frame) as `path:line in function`."""
-    exc = excinfo.value
-    lines = str(exc).strip().splitlines()
-    message = type(exc).__name__ + (f": {lines[0]}" if lines else "")
-    frames = [(e.path, e.lineno + 1, e.name) for e in excinfo.traceback]
-    own = [f for f in frames if not any(d in str(f[0]) for d in (*SITE_DIRS, "<"))]
-    path, line, name = (own or frames or [("?", 0, "?")])[-1]
-    with contextlib.suppress(ValueError):
-        path = Path(path).relative_to(Path.cwd())
-    return {"message": message[:MESSAGE_LIMIT], "where": f"{path}:{line} in {name}"}
-
-
-def _innermost_own(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """`path:line` of the innermost traceback entry in the suite's own code, or "": from
-    pytest's structured traceback, else from the text it gives some collection errors as."""
-    traceback = getattr(report.longrepr, "reprtraceback", None)
-    entries = getattr(traceback, "reprentries", None) or ()
-    places = [
-        (str(getattr(loc, "path", "")), getattr(loc, "lineno", 0))
-        for entry in entries
-        if (loc := getattr(entry, "reprfileloc", None)) is not None
-    ]
-    if not entries:  # `ImportError while importing test module ...`: text only
-        frames = map(_FRAME.match, str(report.longrepr or "").splitlines())
-        places = [(m[1], int(m[2])) for m in frames if m]
-    for path, line in reversed(places):
-        if path and not path.startswith("<") and not any(d in path for d in SITE_DIRS):
-            return f"{path}:{line}"[:MESSAGE_LIMIT]
-    return ""
-
-
-def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """The first line that says what went wrong (or why the test was skipped)."""
-    longrepr = report.longrepr
-    text = ""
-    if isinstance(longrepr, tuple):  # a skip: (path, lineno, reason)
-        text = str(longrepr[2]).removeprefix("Skipped: ")
-    elif longrepr is not None:
-        crash = getattr(longrepr, "reprcrash", None)
-        text = crash.message if crash is not None else str(longrepr).strip()
-        if not text:
-            text = str(longrepr).strip()
-        if report.when in ("setup", "teardown"):
-            text = f"error in {report.when}: {text}"
-    lines = [line for line in text.splitlines() if line.strip()]
-    if isinstance(report, pytest.CollectReport) and lines:
-        # collection errors print a whole traceback; its last line names the error, and
-        # its innermost frame in the suite's own code says where
-        where = _innermost_own(report)
-        text = lines[-1].removeprefix("E").strip()
-        return (f"{text} ({where})" if where else text)[:MESSAGE_LIMIT]
-    return lines[0][:MESSAGE_LIMIT] if lines else ""
 
 
 def _threads_asked_by_gpuci(config: pytest.Config) -> bool:
