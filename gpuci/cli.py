@@ -296,7 +296,7 @@ def _interpreters() -> Iterator[None]:
 
 def _cmd_run(options: Options) -> int:
     from gpuci.check import check_options, run_mode_with_reruns
-    from gpuci.verdict.diff import parse_policy
+    from gpuci.verdict.policy import parse_policy
     from gpuci.verdict.skips import ALLOW_HINT, nothing_ran_reason
 
     if options.serial_modes:

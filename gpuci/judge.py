@@ -18,9 +18,10 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
     exit code. `ended`: pytest's cause where its collection ended the session, and no mode
     ran to diff (the verdict fails with it)."""
     from gpuci.report.summary import format_summary
-    from gpuci.verdict.diff import diff_results, parse_policy, read_baseline
+    from gpuci.verdict.diff import diff_results, read_baseline
     from gpuci.verdict.diff import write_verdict as write_diffed
     from gpuci.verdict.ended import ended_verdict
+    from gpuci.verdict.policy import parse_policy
     from gpuci.verdict.skips import ALLOW_HINT, nothing_ran
 
     judge = options.verdict

@@ -38,14 +38,8 @@ from gpuci.model import (
     printable,
 )
 from gpuci.report.summary import MAX_LISTED, format_summary
-from gpuci.verdict.diff import (
-    DEFAULT_FAIL_ON,
-    Policy,
-    diff_results,
-    parse_policy,
-    read_baseline,
-    write_verdict,
-)
+from gpuci.verdict.diff import diff_results, read_baseline, write_verdict
+from gpuci.verdict.policy import DEFAULT_FAIL_ON, Policy, parse_policy
 
 DATA = Path(__file__).parent / "data" / "diff"
 REPO = Path(__file__).parent.parent

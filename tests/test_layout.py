@@ -97,7 +97,17 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "mode_reruns",
         "engine",
     ),
-    "verdict": ("merge", "describe", "causes", "skips", "left_behind", "diff", "roots", "ended"),
+    "verdict": (
+        "merge",
+        "describe",
+        "causes",
+        "skips",
+        "left_behind",
+        "policy",
+        "diff",
+        "roots",
+        "ended",
+    ),
     "report": (
         "groups",
         "summary",

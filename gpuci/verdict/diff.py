@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,6 @@ from gpuci.model import (
     TestEvidence,
     TestResult,
     TestVerdict,
-    UsageError,
     Verdict,
 )
 from gpuci.run.disk.masking import mask_secrets
@@ -51,14 +49,12 @@ from gpuci.state.left import read_ledger
 from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
 from gpuci.verdict.left_behind import explain_roots, files_left_behind
+from gpuci.verdict.policy import Policy
 from gpuci.verdict.skips import nothing_ran, nothing_ran_reason
 
-DEFAULT_FAIL_ON = ISOLATION_CATEGORIES | {Category.FAILED, Category.CRASHED, Category.TIMED_OUT}
-DEFAULT_WARN_ON = frozenset({Category.FLAKY, Category.NOT_RUN})
 UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
 FINGERPRINTED = ISOLATION_CATEGORIES | {Category.FAILED, Category.FLAKY}  # grouped in reports
 DEPENDS = Category.DEPENDS_ON_OTHERS  # its culprits are its providers
-KNOWN = "known"  # --allow's word for isolation regressions the baseline already had
 # verdict.json's test order: what needs attention first.
 CATEGORY_GROUP = {
     Category.FAILED: 2,
@@ -69,64 +65,6 @@ CATEGORY_GROUP = {
     Category.SKIPPED: 7,
     Category.PASSED: 8,
 }
-
-
-# --- the policy -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Policy:
-    """Which categories fail the verdict, which only warn, and whether known ones count."""
-
-    fail_on: frozenset[Category] = DEFAULT_FAIL_ON
-    warn_on: frozenset[Category] = DEFAULT_WARN_ON
-    allow_known: bool = False  # isolation regressions the baseline already had never fail
-    allow_skipped: bool = False  # a check where every test skipped passes (else it fails)
-
-    def fails(self, test: TestVerdict) -> bool:
-        """Whether this test alone would fail the verdict."""
-        if test.category not in self.fail_on:
-            return False
-        return not (self.allow_known and test.new is False)
-
-    def warns(self, test: TestVerdict) -> bool:
-        """Whether this test alone would make a passing verdict a warning."""
-        return test.category in self.warn_on
-
-
-def parse_policy(fail_on: str | None, allow: str | None) -> Policy:
-    """The policy of `--fail-on` and `--allow` (comma lists of category names)."""
-    fail = DEFAULT_FAIL_ON
-    if fail_on is not None:
-        fail, _ = _parse_categories("--fail-on", fail_on, words=())
-    allowed: frozenset[Category] = frozenset()
-    allow_known = False
-    if allow is not None:
-        allowed, words = _parse_categories("--allow", allow, words=(KNOWN,))
-        allow_known = KNOWN in words
-    return Policy(
-        fail_on=fail - allowed,
-        warn_on=DEFAULT_WARN_ON - allowed - fail,
-        allow_known=allow_known,
-        allow_skipped=Category.SKIPPED in allowed,
-    )
-
-
-def _parse_categories(
-    option: str, text: str, *, words: tuple[str, ...]
-) -> tuple[frozenset[Category], frozenset[str]]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    valid = [c.value for c in Category]
-    unknown = [n for n in names if n not in valid and n not in words]
-    if unknown:
-        raise UsageError(
-            f"{option} {text!r}: unknown {', '.join(map(repr, unknown))};"
-            f" choose from {', '.join([*valid, *words])}"
-        )
-    return (
-        frozenset(Category(n) for n in names if n in valid),
-        frozenset(n for n in names if n in words),
-    )
 
 
 # --- the whole verdict ----------------------------------------------------------------

@@ -27,7 +27,8 @@ from gpuci.model import (
     mode_run_to_json,
     write_json_atomic,
 )
-from gpuci.verdict.diff import Policy, diff_results, format_summary, write_verdict
+from gpuci.verdict.diff import diff_results, format_summary, write_verdict
+from gpuci.verdict.policy import Policy
 
 FILES = 500
 
