@@ -110,13 +110,7 @@ class Interpreters:
         journal = self.out / "journal" / f"{launch.stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
         offset = journal.stat().st_size if journal.exists() else 0
-        env = launch_environ(self.environ, launch, journal=journal, only=only)
-        try:
-            held = start_held(self.command(launch), launch.targets, env)
-        except OSError as exc:
-            raise GpuciError(f"could not start {self.python}: {exc}") from None
-        self.supervisor.add(held.proc)  # a stop ends it too
-        self._yield_cpu(held.proc.pid)  # its start-up must not slow the suite interpreter
+        held = self._start_held(launch, journal, only)
         earlier, _ = self._ahead.pop(launch.key, (None, 0))
         if earlier is not None:
             end_held(earlier)
@@ -131,12 +125,17 @@ class Interpreters:
         only = self.tmp / f"ahead-{number}.json"
         journal = self.out / "journal" / f"{launch.stem}.held-{number}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
+        return self._start_held(launch, journal, only)
+
+    def _start_held(self, launch: Launch, journal: Path, only: Path) -> Held:
+        """A fresh interpreter for `launch`, held after its collection, waiting on `only`;
+        a stop ends it, and its start-up yields the CPU to the suite interpreter."""
         env = launch_environ(self.environ, launch, journal=journal, only=only)
         try:
             held = start_held(self.command(launch), launch.targets, env)
         except OSError as exc:
             raise GpuciError(f"could not start {self.python}: {exc}") from None
-        self.supervisor.add(held.proc)  # a stop ends it too
+        self.supervisor.add(held.proc)
         self._yield_cpu(held.proc.pid)
         return held
 
