@@ -9,8 +9,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Mapping
 from pathlib import Path
+
+from gpuci.run.proc.discover import child_env
+from gpuci.run.proc.interpreter import Interpreters
+from gpuci.run.proc.supervisor import Supervisor
 
 
 def clean_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -63,3 +68,17 @@ def python_word() -> str:
             if mine.parent == theirs.parent and mine.samefile(theirs):
                 return "python"
     return shlex.quote(sys.executable)
+
+
+def fresh_interpreters(out: Path) -> Interpreters:
+    """gpuci's interpreter launcher as a mode builds it: this Python, no pytest arguments,
+    a 60 s timeout, writing under `out` (for tests that start interpreters themselves)."""
+    return Interpreters(
+        out=out,
+        python=sys.executable,
+        pytest_args=(),
+        timeout=60,
+        environ=child_env(os.environ),
+        clock_zero=time.monotonic(),
+        supervisor=Supervisor(),
+    )

@@ -4,18 +4,13 @@ runs its own file's tests then, in whichever slot takes it."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from cli_runner import write_files
+from cli_runner import fresh_interpreters, write_files
 
-from gpuci.run.proc.discover import child_env
-from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Launch
-from gpuci.run.proc.supervisor import Supervisor
 
 TEST = "import time\n\ndef test_{name}():\n    time.sleep(0.1)\n"
 
@@ -53,15 +48,7 @@ def test_two_interpreters_started_ahead_wait_each_to_be_taken(
     root = write_files(tmp_path, {f"test_{n}.py": TEST.format(name=n) for n in "abc"})
     monkeypatch.chdir(root)  # the targets are relative, as the screens hand them
     out = root / "out"
-    interpreters = Interpreters(
-        out=out,
-        python=sys.executable,
-        pytest_args=(),
-        timeout=60,
-        environ=child_env(os.environ),
-        clock_zero=time.monotonic(),
-        supervisor=Supervisor(),
-    )
+    interpreters = fresh_interpreters(out)
     try:
         interpreters.start_ahead(launch("b", slot=1))
         interpreters.start_ahead(launch("c", slot=1))

@@ -6,26 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cli_runner import write_files
+from cli_runner import fresh_interpreters, write_files
 
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
 from gpuci.evidence.bisect import bisect
 from gpuci.evidence.victims import Task
 from gpuci.evidence.waves import Node, plan_wave, run_wave
 from gpuci.model import Category, Outcome, Probe
-from gpuci.run.proc.discover import child_env
-from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Launch
-from gpuci.run.proc.supervisor import Supervisor
 
 CANDIDATES = [f"test_{i:02d}.py::test_c" for i in range(16)]
 LONG_S = 60.0  # a wait that only a bug lets run out (the test then fails, it does not hang)
@@ -127,15 +121,7 @@ def test_an_interpreter_held_for_a_run_is_the_one_that_runs_it(
     )
     monkeypatch.chdir(root)
     out = root / "out"
-    interpreters = Interpreters(
-        out=out,
-        python=sys.executable,
-        pytest_args=(),
-        timeout=60,
-        environ=child_env(os.environ),
-        clock_zero=time.monotonic(),
-        supervisor=Supervisor(),
-    )
+    interpreters = fresh_interpreters(out)
 
     def launch(ids: tuple[str, ...]) -> Launch:
         targets = ("test_c.py",)
