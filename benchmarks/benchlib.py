@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,3 +132,17 @@ def say(text: str) -> None:
 def verdict_word(ratio: float, target: float) -> str:
     """`ok` when a ratio is within its target, else `MISSED`."""
     return "ok" if ratio <= target else "MISSED"
+
+
+def append_plants(tests: Path, plants: Mapping[str, str]) -> list[str]:
+    """Append each planted text to its file under `tests`, unless a plant is there already
+    (a `test_plant_` test); the files changed."""
+    changed = []
+    for name, text in sorted(plants.items()):
+        path = tests / name
+        if "test_plant_" in path.read_text(encoding="utf-8"):
+            continue  # planted already
+        with path.open("a", encoding="utf-8") as f:
+            f.write(text)
+        changed.append(name)
+    return changed

@@ -17,6 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from benchlib import append_plants
+
 PLANTS = {
     "test_mathutils.py": """
 
@@ -73,18 +75,10 @@ def plant(root: Path) -> list[str]:
     tests = root / "tests"
     if not (tests / "test_urlutils.py").is_file():
         raise SystemExit(f"{root}: not a boltons source tree (no tests/test_urlutils.py)")
-    changed = []
-    for name in sorted({*PLANTS, "test_ioutils.py"}):
-        text = PLANTS.get(name, "") + (
-            SCRATCH if name in ("test_urlutils.py", "test_ioutils.py") else ""
-        )
-        path = tests / name
-        if "test_plant_" in path.read_text(encoding="utf-8"):
-            continue  # planted already
-        with path.open("a", encoding="utf-8") as f:
-            f.write(text)
-        changed.append(name)
-    return changed
+    # the two largest files share the scratch file besides their own plants
+    sharing = ("test_urlutils.py", "test_ioutils.py")
+    plants = {n: PLANTS.get(n, "") + (SCRATCH if n in sharing else "") for n in {*PLANTS, *sharing}}
+    return append_plants(tests, plants)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from benchlib import append_plants
+
 PLANTS = {
     "test_context.py": """
 
@@ -81,15 +83,7 @@ def plant(root: Path) -> list[str]:
     tests = root / "tests"
     if not (tests / "test_context.py").is_file() or not (root / "pyproject.toml").is_file():
         raise SystemExit(f"{root}: not a marshmallow source tree (no tests/test_context.py)")
-    changed = []
-    for name, text in sorted(PLANTS.items()):
-        path = tests / name
-        if "test_plant_" in path.read_text(encoding="utf-8"):
-            continue  # planted already
-        with path.open("a", encoding="utf-8") as f:
-            f.write(text)
-        changed.append(name)
-    return changed
+    return append_plants(tests, PLANTS)
 
 
 if __name__ == "__main__":
