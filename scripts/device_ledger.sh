@@ -14,28 +14,8 @@
 #           ledger off, per file and per test, interleaved, 5 times each
 #           (benchmarks/ledger_overhead.py: walls, CPU, the ledger's own journaled cost)
 # subset:   the subset's ledger: what each real file leaves behind (verify two by hand)
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-OUT="${OUT:-out/device}"
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
 WORK=/tmp/dev-ledger
-rm -rf "$WORK" && mkdir -p "$WORK"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 3
-export PYTHONPATH="/tmp/site:$PWD"
-ROOT=$PWD
-nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$WORK/gpu.txt"
-. "$(dirname "$0")/cupy_subset.sh"  # SUBSET and MARK
-
-timed() {  # timed NAME LIMIT COMMAND...: its wall into walls.txt, its output into NAME.log
-    local name=$1 limit=$2; shift 2
-    local start=$(date +%s.%N)
-    timeout "$limit" "$@" > "$WORK/$name.log" 2>&1
-    local rc=$?
-    local wall=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
-    echo "$name: exit $rc, wall $wall s" | tee -a "$WORK/walls.txt"
-}
+. "$(dirname "$0")/device_setup.sh"  # OUT, WORK, the wheels, SUBSET and MARK, timed
 
 PLANTED=(test_pool_limit.py::test_fits_in_budget test_uninitialized.py::test_reference_fill
          test_stream_race.py::test_async_pipeline test_write_past_end.py::test_scatter_rows)
