@@ -76,6 +76,7 @@ from typing import IO, Any
 import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
+from gpuci.run.proc.handshake import RENDEZVOUS_ENV
 from gpuci.run.proc.ids import select_ids
 from gpuci.run.proc.reports import (
     first_line,
@@ -83,7 +84,7 @@ from gpuci.run.proc.reports import (
     internal_error_cause,
     report_outcome,
 )
-from gpuci.run.proc.waits import RENDEZVOUS_ENV, Rendezvous, hold_until_released
+from gpuci.run.proc.waits import Rendezvous, hold_until_released
 from gpuci.state.changes import state_level
 from gpuci.state.recorder import StateRecorder
 

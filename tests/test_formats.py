@@ -10,6 +10,8 @@ import pytest
 
 from gpuci.evidence_file import evidence_to_json, read_evidence
 from gpuci.formats import (
+    mode_run_to_json,
+    read_mode_run,
     read_verdict,
     verdict_to_json,
     write_json_atomic,
@@ -17,6 +19,7 @@ from gpuci.formats import (
 from gpuci.model import Category, Evidence, InputError, Outcome, Probe, TestEvidence
 from gpuci.steps import Steps
 
+RUN = Path(__file__).parent / "data" / "ci" / "out" / "gpu" / "parallel" / "run.json"
 VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
 SANITIZER = "Invalid __global__ write of size 4 bytes\n    at k+0x70 in k.cu:8\n"
 
@@ -84,3 +87,29 @@ def test_a_probe_with_an_unknown_outcome_is_malformed(tmp_path: Path) -> None:
     write_json_atomic(tmp_path / "verdict.json", data)
     with pytest.raises(InputError, match=r"malformed verdict\.json"):
         read_verdict(tmp_path / "verdict.json")
+
+
+def test_a_written_file_is_the_same_json_a_line_per_test(tmp_path: Path) -> None:
+    data = json.loads(RUN.read_text(encoding="utf-8"))
+    data["tests"][0]["message"] = 'a "quoted" <line>\nand ünïcode, ] }'
+    write_json_atomic(tmp_path / "run.json", data)
+    text = (tmp_path / "run.json").read_text(encoding="utf-8")
+    assert json.loads(text) == data
+    # each test on its line of its own: a diff of two runs shows the tests that changed
+    assert sum(line.startswith('  {"id": ') for line in text.splitlines()) == len(data["tests"])
+    for empty in ({}, [], {"tests": []}, {"a": {"b": [1, 2]}}):
+        write_json_atomic(tmp_path / "x.json", empty)
+        assert json.loads((tmp_path / "x.json").read_text(encoding="utf-8")) == empty
+
+
+def test_a_run_read_again_is_read_anew_once_rewritten(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    write_json_atomic(path, json.loads(RUN.read_text(encoding="utf-8")))
+    first = read_mode_run(path)
+    assert read_mode_run(path) is first  # parsed once while the file stays the same
+    changed = mode_run_to_json(first) | {"wall_s": first.wall_s + 1.0}
+    write_json_atomic(path, changed)
+    assert read_mode_run(path).wall_s == first.wall_s + 1.0
+    path.write_text("{", encoding="utf-8")
+    with pytest.raises(InputError, match="not readable as JSON"):
+        read_mode_run(path)

@@ -43,6 +43,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "spawn",
         "discover",
         "gpumem",
+        "handshake",
         "waits",
         "ids",
         "reports",
@@ -127,6 +128,7 @@ ON_TOP = ("config", "options", "pytest_plugin", "judge", "check", "cli", "__main
 CHILD_SIDE = (
     "pytest_plugin",
     "evidence.poison",
+    "run.proc.handshake",
     "run.proc.waits",
     "run.proc.ids",
     "run.proc.reports",

@@ -28,13 +28,13 @@ from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.attempts import UNSTABLE_ID
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
 from gpuci.run.proc.gpumem import screen_peaks
+from gpuci.run.proc.handshake import (
+    RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
+)
 from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Launch
 from gpuci.run.proc.supervisor import Supervisor
-from gpuci.run.proc.waits import (
-    RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
-)
 from gpuci.run.sched.views import visible_gpus
 
 RUNS_FILE = "runs.jsonl"  # the evidence's timeline: one line per interpreter, as they ended

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.run.proc.handshake import HOLD_ENV, POLL_S
 from gpuci.run.proc.journal import JournalReader
 from gpuci.run.proc.launch import Launch, launch_environ, pytest_command
 from gpuci.run.proc.ledger import note_started
 from gpuci.run.proc.reaper import COOKIE_ENV, new_cookie
 from gpuci.run.proc.spawn import start_interpreter
 from gpuci.run.proc.supervisor import signal_group
-from gpuci.run.proc.waits import HOLD_ENV, POLL_S
 
 # the keys every interpreter has its own of: not compared when the screen takes it (an
 # interpreter started ahead may be taken by another slot than the one that started it,

@@ -14,10 +14,7 @@ from typing import Any
 
 import pytest
 
-RENDEZVOUS_ENV = "GPUCI_RENDEZVOUS"
-RENDEZVOUS_WAIT_S = 60.0  # a partner that never gets there does not hold the other forever
-POLL_S = 0.01
-HOLD_ENV = "GPUCI_HOLD"  # "1": hold after collection until GPUCI_ONLY's file appears
+from gpuci.run.proc.handshake import HOLD_ENV, POLL_S, RENDEZVOUS_WAIT_S
 
 
 class Rendezvous:
