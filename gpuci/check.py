@@ -33,6 +33,7 @@ from gpuci.run.disk.resume import check_extra_modes, earlier_run, has_results
 from gpuci.run.disk.side_outputs import refuse_side_outputs
 from gpuci.run.proc.discover import CollectionEnded, Discovery
 from gpuci.run.proc.gpus import detect_gpus
+from gpuci.run.sched.beside import held_beside_discovery
 from gpuci.run.sched.modes import (
     AskedModes,
     asked_modes,
@@ -56,7 +57,6 @@ from gpuci.run.sched.plan_mode import (
     run_one_mode,
     say,
     shard_of,
-    suite_held,
     threads_of,
 )
 from gpuci.run.sched.screens import run_screens
@@ -105,8 +105,13 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
 def _run_modes(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
     """The modes asked for (check_options) or chosen, screened at once or one after
     another, as the check decides them; the slots they ran in."""
-    suite = asked.modes is None or Mode.SUITE in asked.modes
-    with suite_held(opts, when=suite and not options.resume):
+
+    def asked_for(mode: Mode) -> bool:
+        return not options.resume and (asked.modes is None or mode in asked.modes)
+
+    # the parallel screen's first files too, where it runs beside the suite's
+    files = asked_for(Mode.PARALLEL) and asked_for(Mode.SUITE) and not options.serial_modes
+    with held_beside_discovery(opts, suite=asked_for(Mode.SUITE), files=files):
         return _discover_and_run(opts, options, asked)
 
 
@@ -355,7 +360,7 @@ def run_mode_with_reruns(options: Options, mode: Mode) -> ModeRun:
             f"replacing the earlier {mode.value} results in {mode_dir}"
             " (--resume continues an interrupted run instead)"
         )
-    with suite_held(opts, when=mode is Mode.SUITE and prior is None):
+    with held_beside_discovery(opts, suite=mode is Mode.SUITE and prior is None, files=False):
         run = run_one_mode(replace(opts, run_id=run_id), mode, resume=prior)
     return rerun_mode_suspects(
         run, mode_dir, runs=evidence.reruns, budget_s=evidence.budget_s, python=evidence.python

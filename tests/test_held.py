@@ -43,9 +43,9 @@ def suite_command(out: Path) -> str:
     return (out / "suite" / "logs" / "suite.log").read_text(encoding="utf-8").splitlines()[0]
 
 
-def held_processes(out: Path) -> list[int]:
-    """Live processes started as this OUT's held suite interpreter."""
-    mark = f"GPUCI_JOURNAL={out / '.gpuci' / 'held-suite'}".encode()
+def held_processes(out: Path, folder: str = "held-suite") -> list[int]:
+    """Live processes started as this OUT's held suite interpreter (or files': held-files)."""
+    mark = f"GPUCI_JOURNAL={out / '.gpuci' / folder}".encode()
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -278,3 +278,43 @@ def test_a_held_suite_interpreters_tests_ran_once_the_screens_started() -> None:
         for run in (suite, parallel)
     }
     assert beside_suite_test(results, "test_v.py::test_v") == ("test_late.py",)
+
+
+LONG_FIRST = {
+    "pytest.ini": "[pytest]\n",
+    **{
+        f"tests/test_{name}.py": f"""
+            import time
+
+            def test_{name}():
+                time.sleep({seconds})
+        """
+        for name, seconds in (("a", 0), ("b", 0), ("c", 1.5), ("d", 0), ("e", 1.0))
+    },
+}
+
+
+def test_the_parallel_screens_first_files_start_beside_discovery(tmp_path: Path) -> None:
+    root = write_files(tmp_path / "suite", LONG_FIRST)
+    out = tmp_path / "out"
+    check = ("check", "tests", "--out", str(out), "--workers", "2", "--modes", "suite,parallel")
+    first = gpuci(*check, cwd=root)
+    assert first.returncode == 0, first.stderr
+
+    def beside_discovery() -> list[str]:
+        run = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
+        early = [f for f in run["files"] if f["interpreters"][0]["start"] < 0]
+        return sorted(f["file"] for f in early)
+
+    # nothing known: the first files in collection order, one per file slot (2)
+    assert beside_discovery() == ["tests/test_a.py", "tests/test_b.py"]
+    # known: the longest of the earlier check; one of them gone, its interpreter killed
+    (root / "tests" / "test_c.py").unlink()
+    second = gpuci(*check, cwd=root)
+    assert second.returncode == 0, second.stderr
+    assert beside_discovery() == ["tests/test_e.py"]
+    assert "test_c" not in second.stderr
+    assert held_processes(out, "held-files") == []
+    assert not (out / ".gpuci" / "held-files").exists()
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    assert verdict["verdict"] == "pass" and verdict["summary"]["passed"] == 4

@@ -69,6 +69,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "session",
         "screens",
         "plan_mode",
+        "beside",
     ),
     "evidence": (
         "poison",

@@ -100,12 +100,13 @@ def test_serial_modes_is_refused_by_gpuci_run(tmp_path: Path) -> None:
     assert not (root / "out").exists()
 
 
-# Where nothing is known, the parallel files start by their number of tests: test_a_slow.py
-# (3 tests of 1 s) would start last. The suite interpreter reaches it first, and the
-# parallel screen learns from it that the file is long.
+# Where nothing is known, the parallel files start with those started beside discovery (the
+# first in collection order, one per file slot), then by their number of tests:
+# test_c_slow.py (3 tests of 1 s) would start last. The suite interpreter reaches it early,
+# and the parallel screen learns from it that the file is long.
 SLOW_FEW = {
     "pytest.ini": "[pytest]\n",
-    "test_a_slow.py": """
+    "test_c_slow.py": """
         import time
         import pytest
 
@@ -121,7 +122,7 @@ SLOW_FEW = {
         def test_quick(n):
             pass
         """
-        for name in "bcdefg"
+        for name in "abdefghijk"
     },
 }
 
@@ -132,8 +133,11 @@ def test_a_file_the_suite_found_long_starts_early_in_parallel(tmp_path: Path) ->
     proc = gpuci("check", ".", "--out", "out", *modes, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parallel = json.loads((root / "out" / "parallel" / "run.json").read_text(encoding="utf-8"))
-    started = [f["file"] for f in sorted(parallel["files"], key=lambda f: f["start"])]
-    assert started[0].endswith("_quick.py")  # nothing known yet: the most tests first
+    files = sorted(parallel["files"], key=lambda f: f["start"])
+    started = [f["file"] for f in files]
+    # nothing known yet: the 2 file slots' first files started beside discovery, and ran first
+    assert started[:2] == ["test_a_quick.py", "test_b_quick.py"], started
+    assert [f["start"] < 0 for f in files[:3]] == [True, True, False]
     # by number of tests it would start last; the quick files started ahead run through
     # while the suite interpreter reaches it, so it starts once that is learned, not last
-    assert started.index("test_a_slow.py") < len(started) - 1, started
+    assert started.index("test_c_slow.py") < len(started) - 1, started

@@ -10,6 +10,8 @@ of ids to run (`gpuci.run.proc.waits`). The suite screen takes it where its comm
 environment are exactly what it would start (`take_held`); one not taken (a check that
 stopped before its screens, or planned them otherwise) is killed (`let_go`).
 
+The parallel screen's first files are started beside discovery the same way (`hold_file`,
+from `gpuci.run.sched.beside`), each taken by the slot that starts its file (`take_file`).
 The same hold serves the files a slot starts ahead (`start_held`, from
 `gpuci.run.proc.interpreter.Interpreters.start_ahead`): each waits on a file of its own.
 """
@@ -44,6 +46,7 @@ from gpuci.run.proc.supervisor import signal_group
 OWN_KEYS = ("GPUCI_JOURNAL", "GPUCI_ONLY", "GPUCI_SLOT", COOKIE_ENV, HOLD_ENV)
 PIPE_BYTES = 1 << 20  # what it may print before it is taken, unread (Linux's default: 64 KiB)
 OUTPUT_BYTES = 1 << 20  # what is kept of what it printed before its collection ended
+JOURNAL_WAIT_S = 60.0  # a file's interpreter still importing its conftest.py after that: restarted
 
 
 @dataclass(slots=True)
@@ -91,11 +94,13 @@ class Held:
 
 
 class _Holding:
-    """The one held interpreter of this process, and the folder of the last one started."""
+    """The held suite interpreter of this process, the files' started beside discovery (by
+    the paths they collected), and their folders."""
 
     def __init__(self) -> None:
         self.held: Held | None = None
-        self.folder: Path | None = None  # removed at the end: a taken one reads its ids there
+        self.files: dict[tuple[str, ...], Held] = {}
+        self.folders: list[Path] = []  # removed at the end: a taken one reads its ids there
 
     def take(self) -> Held | None:
         held, self.held = self.held, None
@@ -114,15 +119,71 @@ def hold_suite(
 ) -> None:
     """Start the suite interpreter that `launch` (on the check's PATHS) and a mode's
     `python`, `pytest_args` and `environ` describe, held; its journal and ids in `folder`."""
-    let_go()
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    _HOLDING.folder = folder
+    earlier = _HOLDING.take()
+    if earlier is not None:
+        end_held(earlier)
+    held_folder(folder)
     command = pytest_command(python, pytest_args, launch)
     env = launch_environ(
         environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
     )
     _HOLDING.held = start_held(command, launch.targets, env)
+
+
+def held_folder(folder: Path) -> Path:
+    """`folder`, emptied, for held interpreters' journals and files of ids; removed by
+    `let_go`."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    _HOLDING.folders.append(folder)
+    return folder
+
+
+def hold_file(
+    command: list[str], targets: Sequence[str], env: dict[str, str], *, nice: int
+) -> None:
+    """Start a file's interpreter beside discovery (`gpuci.run.sched.beside`), held until
+    a screen's slot takes it (`take_file`), at `nice` more niceness (as its screen's)."""
+    held = start_held(command, targets, env)
+    with contextlib.suppress(OSError):  # ended already: nothing to yield
+        os.setpriority(os.PRIO_PROCESS, held.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    earlier = _HOLDING.files.pop(tuple(targets), None)
+    if earlier is not None:
+        end_held(earlier)
+    _HOLDING.files[tuple(targets)] = held
+
+
+def holds_file(targets: Sequence[str]) -> bool:
+    """Whether an interpreter started beside discovery waits for `targets`."""
+    return tuple(targets) in _HOLDING.files
+
+
+def take_file(
+    command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]
+) -> Held | None:
+    """The interpreter started beside discovery for `targets`, where it still runs, was
+    started with `command` and `env` but for each interpreter's own keys, and opened its
+    journal; else None (and one held for them is killed: the file starts as `command` says)."""
+    held = _HOLDING.files.pop(tuple(targets), None)
+    if held is None or not held.matches(command, targets, env):
+        return None
+    if _opened_journal(held):
+        return held
+    end_held(held)
+    return None
+
+
+def _opened_journal(held: Held) -> bool:
+    """Whether `held` opened its journal (its pytest_configure), waiting for it up to
+    JOURNAL_WAIT_S: only an open journal can be moved to where its screen reads it (the
+    interpreter writes on into the file it opened)."""
+    journal = Path(held.env["GPUCI_JOURNAL"])
+    deadline = time.monotonic() + JOURNAL_WAIT_S
+    while not journal.exists():
+        if held.proc.poll() is not None or time.monotonic() > deadline:
+            return False  # a fresh start of the file says what keeps it from starting
+        time.sleep(POLL_S)
+    return True
 
 
 def start_held(command: list[str], targets: Sequence[str], env: dict[str, str]) -> Held:
@@ -176,14 +237,15 @@ def take_held(
 
 
 def let_go() -> None:
-    """Kill the held suite interpreter, where one was not taken; remove the folder of the
-    one started (at the end of the check: a taken one reads its file of ids)."""
+    """Kill the held interpreters no screen took; remove their folders (at the end of the
+    check: a taken one reads its file of ids there)."""
     held = _HOLDING.take()
     if held is not None:
         end_held(held)
-    if _HOLDING.folder is not None:
-        shutil.rmtree(_HOLDING.folder, ignore_errors=True)
-        _HOLDING.folder = None
+    while _HOLDING.files:
+        end_held(_HOLDING.files.popitem()[1])
+    while _HOLDING.folders:
+        shutil.rmtree(_HOLDING.folders.pop(), ignore_errors=True)
 
 
 def _same(held: Mapping[str, str], asked: Mapping[str, str]) -> bool:

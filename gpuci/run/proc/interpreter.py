@@ -30,7 +30,7 @@ from gpuci.processes import Leftover
 from gpuci.run.proc.attempts import read_attempt
 from gpuci.run.proc.deadline import Deadline, HangLimit
 from gpuci.run.proc.gpumem import MemoryGate, sampler
-from gpuci.run.proc.held import Held, end_held, start_held, take_held
+from gpuci.run.proc.held import Held, end_held, holds_file, start_held, take_file, take_held
 from gpuci.run.proc.holders import StrangerCheck, gpu_watch
 from gpuci.run.proc.journal import JournalReader, startup_of
 from gpuci.run.proc.launch import Attempt, Launch, launch_environ, pytest_command
@@ -102,8 +102,8 @@ class Interpreters:
         """Start `launch`'s interpreter now, fresh, held after its collection until `run`
         takes it with the same command and environment (`gpuci.run.proc.held`): the start-up
         of a slot's next unit costs cores that are idle while the current one runs."""
-        if self.supervisor.stopping.is_set():
-            return
+        if self.supervisor.stopping.is_set() or holds_file(launch.targets):
+            return  # (one started beside discovery waits for it already)
         # its own file of ids, which it waits for: ids written when taken (one file shared
         # by two interpreters held at once would release both)
         only = self.tmp / f"ahead-{next(self._ahead_numbers)}.json"
@@ -259,6 +259,14 @@ class Interpreters:
             proc = ahead.release(journal, launch.ids)
             reader = JournalReader(journal, offset)
             return proc, ahead.command, ahead.cookie, self.now(), time.time(), b"", reader
+        # started beside discovery (`gpuci.run.sched.beside`): its wall from its start, as
+        # the suite interpreter's
+        early = take_file(cmd, launch.targets, env) if launch.attempt == 1 else None
+        if early is not None:
+            reader = JournalReader(journal)
+            proc = early.release(journal, launch.ids)
+            start = early.started - self.zero
+            return proc, early.command, early.cookie, start, early.started_at, b"", reader
         reader = JournalReader(journal)  # from its end: an earlier attempt's are read
         only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
         start, started_at = self.now(), time.time()

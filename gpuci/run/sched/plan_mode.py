@@ -12,18 +12,16 @@ import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from gpuci.model import SUITE_UNIT, GpuciError, Mode, ModeRun, printable
-from gpuci.run.disk.outdir import STATE_DIR, prepare_out
+from gpuci.model import GpuciError, Mode, ModeRun, printable
+from gpuci.run.disk.outdir import prepare_out
 from gpuci.run.disk.resume import given_paths, was_interrupted
 from gpuci.run.proc.discover import Discovery, discover_tests, discovered
 from gpuci.run.proc.gpumem import earlier_peaks
 from gpuci.run.proc.gpus import detect_gpus
-from gpuci.run.proc.held import held_collection, hold_suite, let_go
-from gpuci.run.proc.launch import SUITE_STEM, Launch, junit_part
+from gpuci.run.proc.held import held_collection
 from gpuci.run.sched.modes import mode_settings
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import (
@@ -40,8 +38,7 @@ from gpuci.run.sched.plan import (
 )
 from gpuci.run.sched.screens import Screen
 from gpuci.run.sched.session import RunOptions, run_mode
-from gpuci.run.sched.unit import mode_environ, mode_pytest_args
-from gpuci.run.sched.views import describe_views, plain_gpus
+from gpuci.run.sched.views import describe_views
 
 
 def threads_of(options: ModeOptions, mode: Mode) -> int | None:
@@ -60,7 +57,7 @@ def mode_dir_of(options: ModeOptions, mode: Mode) -> Path:
     return mode_dir / f"shard-{shard[0]}-of-{shard[1]}" if shard else mode_dir
 
 
-def _history(options: ModeOptions) -> Path:
+def history_of(options: ModeOptions) -> Path:
     """Where an earlier run's results are: what a fresh check moved aside, else OUT."""
     return options.history if options.history is not None else options.out
 
@@ -84,7 +81,7 @@ def _durations(
         # parallel's; a lazy isolated pass ran only a few files: most of them, or none
         own = (mode,) if mode is Mode.THREADS else ()
         for earlier in (*own, Mode.PARALLEL, Mode.ISOLATED):
-            directory = _history(options) / earlier.value
+            directory = history_of(options) / earlier.value
             if (directory / "run.json").exists() or any(directory.glob("shard-*/run.json")):
                 with contextlib.suppress(GpuciError):  # unreadable: order by the proxy
                     durations = read_durations(directory)
@@ -195,16 +192,16 @@ def plan_mode(
         f"{mode.value}: {where}{len(files)} files{lazy}, {tests} tests{resuming}, workers {why},"
         f" {gpu_text} -> {mode_dir}"
     )
-    run_options = _run_options(
+    planned = run_options(
         options, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
     )
     # seconds only where some were measured (else numbers of tests): the progress's estimates
     seconds = {f: estimates[f] for f in files if f in estimates} if durations else {}
-    screen = Screen(discovery=discovery, schedule=schedule, options=run_options, estimates=seconds)
+    screen = Screen(discovery=discovery, schedule=schedule, options=planned, estimates=seconds)
     return screen, with_startup
 
 
-def _run_options(
+def run_options(
     options: ModeOptions,
     mode: Mode,
     *,
@@ -232,44 +229,8 @@ def _run_options(
         resume=resume,
         run_id=options.run_id,
         settings=mode_settings(options.settings, options.mode_plan, mode),
-        peaks=earlier_peaks(options.durations, _history(options)),
+        peaks=earlier_peaks(options.durations, history_of(options)),
     )
-
-
-@contextlib.contextmanager
-def suite_held(options: ModeOptions, *, when: bool) -> Iterator[None]:
-    """Where `when` and unsharded, the suite interpreter imports and collects beside
-    discovery, as in plain pytest (`hold_suite_interpreter`); killed at the block's end
-    where its screen did not take it (a check that stopped before, or planned otherwise)."""
-    if when and shard_of(options) is None:
-        hold_suite_interpreter(options)
-    try:
-        yield
-    finally:
-        let_go()
-
-
-def hold_suite_interpreter(options: ModeOptions) -> None:
-    """Start the check's suite interpreter now, beside discovery, on PATHS, held after its
-    collection until the suite screen takes it (`gpuci.run.proc.held`)."""
-    gpus = detect_gpus(options.gpus, os.environ)
-    per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
-    mode_dir = mode_dir_of(options, Mode.SUITE)
-    run = _run_options(
-        options, Mode.SUITE, out=mode_dir, shard=None, gpus=gpus, per_slot=per_slot, resume=None
-    )
-    launch = Launch(
-        key=SUITE_UNIT,
-        ids=(),
-        targets=options.paths,  # what discovery collects, and plain pytest would
-        slot=0,  # the suite's in the screens, and every serial interpreter's
-        gpu=plain_gpus(gpus),
-        attempt=1,
-        junit=junit_part(mode_dir, SUITE_STEM, 1),
-        label="",
-    )
-    folder = options.out / STATE_DIR / "held-suite"
-    hold_suite(run.python, mode_pytest_args(run), mode_environ(run), launch, folder)
 
 
 def pool_workers(

@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
 from gpuci.run.proc.deadline import hang_limit_of
-from gpuci.run.proc.discover import Discovery
+from gpuci.run.proc.discover import Discovery, pytest_target
+from gpuci.run.proc.held import holds_file
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
 from gpuci.run.sched.plan import Schedule, cpu_count
@@ -125,8 +127,19 @@ def learned_orders(
             # a test the suite interpreter passed quickly is not waited on for the timeout
             sessions[mode].interpreters.hang_limit = hang_limit_of(clock.took, os.environ)
             counts = {f: len(screen.discovery.tests.get(f, ())) for f in screen.schedule.files}
-            orders[mode] = LearnedOrder(screen.schedule.pool, screen.estimates, counts, clock)
+            orders[mode] = LearnedOrder(
+                screen.schedule.pool,
+                screen.estimates,
+                counts,
+                clock,
+                ready=functools.partial(_started_beside_discovery, screen.discovery.rootdir),
+            )
     return orders
+
+
+def _started_beside_discovery(rootdir: Path, file: str) -> bool:
+    """Whether `file`'s interpreter was started beside discovery (`gpuci.run.sched.beside`)."""
+    return holds_file((pytest_target(rootdir, file),))
 
 
 def choosing(orders: Mapping[Mode, LearnedOrder]) -> Callable[[Sequence[Job]], Job]:

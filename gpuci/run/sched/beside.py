@@ -1,0 +1,180 @@
+"""Beside discovery: the interpreters a check starts before it knows its tests.
+
+Plain pytest imports and collects once; a check collects first (discovery, which is the
+suite interpreter's own collection) and only then plans its screens. Every interpreter
+started after that pays its start-up on top (CuPy: 3-5 s, PyTorch's testing utilities:
+10-20 s), so a check starts them at once, fresh, held after their collection until a
+screen takes them (`gpuci.run.proc.held`):
+- the suite interpreter, on the check's PATHS, exactly as plain pytest would start;
+- the parallel screen's first files, one per file slot: the files an earlier run timed
+  longest (`--durations`, or the results in OUT), else the files in the order pytest
+  will collect them (PATHS that are files, then the test files under PATHS that are
+  directories). A guess that is not what the screen starts (another file first, another
+  rootdir, another slot's GPUs) is killed when the screen starts the file itself: a guess
+  costs idle cores, never a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpuci.formats import read_mode_run
+from gpuci.model import SUITE_UNIT, GpuciError, Mode
+from gpuci.run.disk.outdir import STATE_DIR
+from gpuci.run.disk.side_outputs import selects_by_cache
+from gpuci.run.proc.discover import pytest_target
+from gpuci.run.proc.gpus import detect_gpus
+from gpuci.run.proc.held import held_folder, hold_file, hold_suite, let_go
+from gpuci.run.proc.launch import SUITE_STEM, Launch, junit_part, launch_environ, pytest_command
+from gpuci.run.sched.options import ModeOptions
+from gpuci.run.sched.plan import parse_gpus_per_slot, parse_workers, read_durations
+from gpuci.run.sched.plan_mode import history_of, mode_dir_of, pool_workers, run_options, shard_of
+from gpuci.run.sched.session import RunOptions
+from gpuci.run.sched.unit import SCREEN_NICE, mode_environ, mode_pytest_args
+from gpuci.run.sched.views import plain_gpus, screen_gpus, window_env
+
+# where pytest's rootdir is decided (the first of these up from the paths), and the
+# folders it does not look in for tests (its default norecursedirs)
+INI_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+SKIPPED_DIRS = ("*.egg", ".*", "_darcs", "build", "CVS", "dist", "node_modules", "venv", "{arch}")
+TEST_FILES = ("test_*.py", "*_test.py")  # pytest's default python_files
+
+
+@contextlib.contextmanager
+def held_beside_discovery(options: ModeOptions, *, suite: bool, files: bool) -> Iterator[None]:
+    """Where unsharded, start the suite interpreter (`suite`) and the parallel screen's first
+    files (`files`) now, beside discovery; those no screen took are killed at the end."""
+    if shard_of(options) is None:
+        if suite:
+            _hold_suite(options)
+        if files:
+            _hold_first_files(options)
+    try:
+        yield
+    finally:
+        let_go()
+
+
+def _hold_suite(options: ModeOptions) -> None:
+    """The check's suite interpreter, on PATHS, as the suite screen will start it."""
+    gpus = detect_gpus(options.gpus, os.environ)
+    per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
+    mode_dir = mode_dir_of(options, Mode.SUITE)
+    run = run_options(
+        options, Mode.SUITE, out=mode_dir, shard=None, gpus=gpus, per_slot=per_slot, resume=None
+    )
+    launch = Launch(
+        key=SUITE_UNIT,
+        ids=(),
+        targets=options.paths,  # what discovery collects, and plain pytest would
+        slot=0,  # the suite's in the screens, and every serial interpreter's
+        gpu=plain_gpus(gpus),
+        attempt=1,
+        junit=junit_part(mode_dir, SUITE_STEM, 1),
+        label="",
+    )
+    folder = options.out / STATE_DIR / "held-suite"
+    hold_suite(run.python, mode_pytest_args(run), mode_environ(run), launch, folder)
+
+
+def _hold_first_files(options: ModeOptions) -> None:
+    """One interpreter per file slot of the parallel screen, for the files it starts first."""
+    if not options.paths or selects_by_cache(options.pytest_args):  # --lf: ids, not files
+        return
+    gpus = detect_gpus(options.gpus, os.environ)
+    per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
+    mode_dir = mode_dir_of(options, Mode.PARALLEL)
+    run = run_options(
+        options, Mode.PARALLEL, out=mode_dir, shard=None, gpus=gpus, per_slot=per_slot, resume=None
+    )
+    rootdir, first = _first_files(options, run)
+    if not first:
+        return
+    # the screens' slots as `gpuci.check` will count them: the suite's and the files'
+    slots, _ = pool_workers(parse_workers(options.workers), gpus, per_slot, len(first) + 1)
+    views = screen_gpus(gpus, slots + 1, per_slot, suite=True)
+    environ = mode_environ(run)
+    folder = held_folder(options.out / STATE_DIR / "held-files")
+    for slot, file in enumerate(first[:slots], start=1):
+        launch = Launch(
+            key=file,
+            ids=None,
+            targets=(pytest_target(rootdir, file),),
+            slot=slot,
+            gpu=views[slot],
+            env=window_env(views[slot], gpus, environ),
+            attempt=1,
+            junit=junit_part(mode_dir, file, 1),
+            label="interpreter 1",
+        )
+        command = pytest_command(run.python, mode_pytest_args(run), launch)
+        journal = folder / f"{slot}.jsonl"
+        env = launch_environ(environ, launch, journal=journal, only=folder / f"{slot}.json")
+        hold_file(command, launch.targets, env, nice=SCREEN_NICE)
+
+
+def _first_files(options: ModeOptions, run: RunOptions) -> tuple[Path, list[str]]:
+    """The rootdir, and the files (relative to it) the parallel screen starts first: by an
+    earlier run's times, longest first, else in pytest's collection order; none where a
+    file an earlier run peaked in device memory with might not fit beside the others."""
+    history = history_of(options) / Mode.PARALLEL.value
+    durations: dict[str, float] = {}
+    with contextlib.suppress(GpuciError):  # unreadable: the check says so when it plans
+        durations = read_durations(options.durations or history, Mode.PARALLEL)
+    rootdir = _earlier_rootdir(history) or _rootdir_of(options.paths)
+    if durations:
+        files = sorted(durations, key=lambda f: -durations[f])
+    else:
+        files = [_relative(p, rootdir) for p in _collection_order(options.paths)]
+    # a file known to hold device memory waits for the memory gate, which sees the others
+    return rootdir, [f for f in files if f and f not in run.peaks]
+
+
+def _earlier_rootdir(history: Path) -> Path | None:
+    with contextlib.suppress(GpuciError, OSError):
+        return Path(read_mode_run(history / "run.json").rootdir)
+    return None
+
+
+def _rootdir_of(paths: tuple[str, ...]) -> Path:
+    """pytest's rootdir as it will likely decide it: the first folder up from the paths'
+    common ancestor holding an ini file, else that ancestor."""
+    absolute = [Path(p).resolve() for p in paths]
+    ancestor = Path(os.path.commonpath([p if p.is_dir() else p.parent for p in absolute]))
+    for folder in (ancestor, *ancestor.parents):
+        if any((folder / name).is_file() for name in INI_FILES):
+            return folder
+    return ancestor
+
+
+def _collection_order(paths: tuple[str, ...]) -> Iterator[Path]:
+    """The test files under `paths` in the order pytest collects them: each path as given,
+    a folder's entries by name (files and folders alike), its default patterns."""
+    for given in paths:
+        path = Path(given.split("::", 1)[0]).resolve()
+        if path.is_file():
+            yield path
+        elif path.is_dir():
+            yield from _walk(path)
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    with contextlib.suppress(OSError):
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if entry.is_dir():
+                if not any(fnmatch.fnmatch(entry.name, p) for p in SKIPPED_DIRS):
+                    yield from _walk(entry)
+            elif any(fnmatch.fnmatch(entry.name, p) for p in TEST_FILES):
+                yield entry
+
+
+def _relative(path: Path, rootdir: Path) -> str:
+    """`path` as pytest names it in ids: relative to the rootdir ('' where outside it)."""
+    try:
+        return path.relative_to(rootdir).as_posix()
+    except ValueError:
+        return ""
