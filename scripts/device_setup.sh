@@ -1,6 +1,6 @@
 # What every device script does first, sourced after it sets WORK (its scratch folder): strict
 # shell, OUT made absolute, WORK emptied, the carried wheels (.whl/) installed on PYTHONPATH,
-# the GPUs listed, CuPy's subset (SUBSET, MARK), and `timed`.
+# gpuci's bytecode, the GPUs listed, CuPy's subset (SUBSET, MARK), and `timed`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-out/device}"
@@ -11,6 +11,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH="/tmp/site:$PWD"
+python3 -m compileall -q gpuci >/dev/null  # as an installed gpuci is: its start-up compiles nothing
 ROOT=$PWD
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$WORK/gpu.txt"
 . "$(dirname "$0")/cupy_subset.sh"  # SUBSET and MARK
