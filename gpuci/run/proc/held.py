@@ -68,12 +68,16 @@ class Held:
         """Whether it still runs and is what `command` would start but for its targets (the
         suite's were the check's PATHS), with `env` but for each interpreter's own keys;
         killed where not."""
-        ours = self.command[: len(self.command) - len(self.targets)]
-        asked = list(command[: len(command) - len(targets)])
-        if self.proc.poll() is None and ours == asked and _same(self.env, env):
+        if self.fits(command, targets, env):
             return True
         end_held(self)
         return False
+
+    def fits(self, command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]) -> bool:
+        """`matches`, without killing it where not."""
+        ours = self.command[: len(self.command) - len(self.targets)]
+        asked = list(command[: len(command) - len(targets)])
+        return self.proc.poll() is None and ours == asked and _same(self.env, env)
 
     @property
     def cookie(self) -> str:
@@ -153,9 +157,11 @@ def hold_file(
     _HOLDING.files[tuple(targets)] = held
 
 
-def holds_file(targets: Sequence[str]) -> bool:
-    """Whether an interpreter started beside discovery waits for `targets`."""
-    return tuple(targets) in _HOLDING.files
+def held_file_slot(targets: Sequence[str]) -> int | None:
+    """The slot the interpreter started beside discovery for `targets` was started for
+    (the GPUs it sees are that slot's); None where none waits for them."""
+    held = _HOLDING.files.get(tuple(targets))
+    return int(held.env["GPUCI_SLOT"]) if held is not None else None
 
 
 def take_file(
@@ -163,10 +169,12 @@ def take_file(
 ) -> Held | None:
     """The interpreter started beside discovery for `targets`, where it still runs, was
     started with `command` and `env` but for each interpreter's own keys, and opened its
-    journal; else None (and one held for them is killed: the file starts as `command` says)."""
-    held = _HOLDING.files.pop(tuple(targets), None)
-    if held is None or not held.matches(command, targets, env):
-        return None
+    journal; else None (one that never opened it is killed; one started otherwise waits
+    on, for its own slot, or is killed by `let_go`)."""
+    held = _HOLDING.files.get(tuple(targets))
+    if held is None or not held.fits(command, targets, env):
+        return None  # another mode's interpreter of the file (threads), or another slot's
+    del _HOLDING.files[tuple(targets)]
     if _opened_journal(held):
         return held
     end_held(held)

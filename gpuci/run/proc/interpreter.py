@@ -30,7 +30,7 @@ from gpuci.processes import Leftover
 from gpuci.run.proc.attempts import read_attempt
 from gpuci.run.proc.deadline import Deadline, HangLimit
 from gpuci.run.proc.gpumem import MemoryGate, sampler
-from gpuci.run.proc.held import Held, end_held, holds_file, start_held, take_file, take_held
+from gpuci.run.proc.held import Held, end_held, start_held, take_file, take_held
 from gpuci.run.proc.holders import StrangerCheck, gpu_watch
 from gpuci.run.proc.journal import JournalReader, startup_of
 from gpuci.run.proc.launch import Attempt, Launch, launch_environ, pytest_command
@@ -102,8 +102,8 @@ class Interpreters:
         """Start `launch`'s interpreter now, fresh, held after its collection until `run`
         takes it with the same command and environment (`gpuci.run.proc.held`): the start-up
         of a slot's next unit costs cores that are idle while the current one runs."""
-        if self.supervisor.stopping.is_set() or holds_file(launch.targets):
-            return  # (one started beside discovery waits for it already)
+        if self.supervisor.stopping.is_set():
+            return
         # its own file of ids, which it waits for: ids written when taken (one file shared
         # by two interpreters held at once would release both)
         only = self.tmp / f"ahead-{next(self._ahead_numbers)}.json"

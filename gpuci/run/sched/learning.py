@@ -85,9 +85,7 @@ class LearnedOrder:
         durations: Mapping[str, float],
         counts: Mapping[str, int],
         suite: SuiteClock,
-        ready: Callable[[str], bool] = lambda _file: False,
     ) -> None:
-        self._ready = ready  # whether a file's interpreter started beside discovery waits
         self._position = {f: i for i, f in enumerate(planned)}
         self._known = dict(durations)  # seconds, interpreter start-up included
         self._counts = counts
@@ -103,12 +101,8 @@ class LearnedOrder:
         """The file of `remaining` to start now."""
         with self._lock:
             known = dict(self._known)
-        if not known:  # numbers of tests order the files, but are not seconds to compare:
-            # a file whose interpreter started beside discovery first, it has no start-up left
-            return min(
-                remaining,
-                key=lambda f: (not self._ready(f), self._position.get(f, len(self._position))),
-            )
+        if not known:  # numbers of tests order the files, but are not seconds to compare
+            return min(remaining, key=lambda f: self._position.get(f, len(self._position)))
         estimates = estimate_durations(list(self._position), known, self._counts)
         startup, _ = fit_startup_and_rate(
             [(self._counts[f], s) for f, s in known.items() if f in self._counts]

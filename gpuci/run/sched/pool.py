@@ -42,6 +42,7 @@ def run_slots(
     ahead: Callable[[Unit, int], None] | None = None,
     depth: int = 1,
     alike: Callable[[int, int], bool] = lambda a, b: True,
+    early: Sequence[tuple[Unit, int]] = (),
 ) -> None:
     """Run files in up to `workers` slots (numbered from `first_slot`); a slot takes the
     next file as soon as it is free: the first not started, or the one `choose` picks from
@@ -58,12 +59,14 @@ def run_slots(
     started where files are shorter than a start-up). Only where the slot that started it
     is `alike` (sees the same GPUs, in the same order): elsewhere its interpreter would be
     started again, cold; a slot with no file of its kind started ahead takes one of the
-    rest, and only at the end another kind's.
+    rest, and only at the end another kind's. The `early` files (unit, slot) were started
+    before the pool began (beside discovery): they count as started ahead by their slots.
     """
-    remaining = list(files)
+    first = [(unit, slot) for unit, slot in early if unit in files]
+    remaining = [unit for unit in files if unit not in {unit for unit, _ in first}]
     lock = threading.Lock()
-    used = min(workers, len(remaining))
-    started: list[tuple[Unit, int]] = []  # started ahead, by which slot, oldest first
+    used = min(workers, len(files))
+    started: list[tuple[Unit, int]] = first  # started ahead, by which slot, oldest first
 
     def take(slot: int, *, spare: bool = False) -> list[Unit]:
         """The next file, as a list of one: the oldest started ahead by an alike slot, else

@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
 from gpuci.model import SUITE_UNIT, Mode, ModeRun
 from gpuci.run.proc.deadline import hang_limit_of
 from gpuci.run.proc.discover import Discovery, pytest_target
-from gpuci.run.proc.held import holds_file
+from gpuci.run.proc.held import held_file_slot
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
 from gpuci.run.sched.plan import Schedule, cpu_count
@@ -71,10 +70,11 @@ def run_by_mode(
     ahead: Callable[[Job, int], None] | None = None,
     depth: int = 1,
     alike: Callable[[int, int], bool] = lambda a, b: True,
+    early: Sequence[tuple[Job, int]] = (),
 ) -> None:
     """Each mode's files in an equal share of the slots, the modes beside each other: the
     parallel files run W at a time whether or not the threads files run beside them; each
-    keeps its share of `depth` files started ahead."""
+    keeps its share of `depth` files started ahead (and its `early` ones)."""
     modes = list(dict.fromkeys(mode for mode, _ in jobs))
     if len(modes) <= 1:
         run_slots(
@@ -87,6 +87,7 @@ def run_by_mode(
             ahead=ahead,
             depth=depth,
             alike=alike,
+            early=early,
         )
         return
     share = max(1, slots // len(modes))
@@ -104,6 +105,7 @@ def run_by_mode(
                     ahead=ahead,
                     depth=max(1, depth // len(modes)),  # the cores left idle, shared too
                     alike=alike,
+                    early=[(j, slot) for j, slot in early if j[0] is mode],
                 )
                 for k, mode in enumerate(modes)
             ]
@@ -127,19 +129,24 @@ def learned_orders(
             # a test the suite interpreter passed quickly is not waited on for the timeout
             sessions[mode].interpreters.hang_limit = hang_limit_of(clock.took, os.environ)
             counts = {f: len(screen.discovery.tests.get(f, ())) for f in screen.schedule.files}
-            orders[mode] = LearnedOrder(
-                screen.schedule.pool,
-                screen.estimates,
-                counts,
-                clock,
-                ready=functools.partial(_started_beside_discovery, screen.discovery.rootdir),
-            )
+            orders[mode] = LearnedOrder(screen.schedule.pool, screen.estimates, counts, clock)
     return orders
 
 
-def _started_beside_discovery(rootdir: Path, file: str) -> bool:
-    """Whether `file`'s interpreter was started beside discovery (`gpuci.run.sched.beside`)."""
-    return holds_file((pytest_target(rootdir, file),))
+def started_beside_discovery(
+    sessions: Mapping[Mode, ModeSession], jobs: Sequence[Job]
+) -> list[tuple[Job, int]]:
+    """The parallel files whose interpreters started beside discovery
+    (`gpuci.run.sched.beside`), each with the slot it was started for: the pool's slots
+    take them as files started ahead."""
+    found = []
+    for job in jobs:
+        mode, key = job
+        if mode is Mode.PARALLEL:
+            slot = held_file_slot((pytest_target(sessions[mode].discovery.rootdir, key),))
+            if slot is not None:
+                found.append((job, slot))
+    return found
 
 
 def choosing(orders: Mapping[Mode, LearnedOrder]) -> Callable[[Sequence[Job]], Job]:
@@ -181,9 +188,11 @@ def _run_jobs(
     choose: Callable[[Sequence[Job]], Job],
     start_ahead: Callable[[Job, int], None],
     slot_gpus: Sequence[str | None],
+    early: Sequence[tuple[Job, int]] = (),
 ) -> None:
     """The suite interpreter in slot 0 from start to end, the other screens' files in the
-    rest, started ahead where a slot sees the same GPUs; then the files that run alone."""
+    rest, started ahead where a slot sees the same GPUs (the `early` ones beside discovery,
+    each by the slot it names); then the files that run alone."""
 
     by_mode = functools.partial(
         run_by_mode,
@@ -192,6 +201,7 @@ def _run_jobs(
         ahead=start_ahead,
         depth=ahead_count(workers, cpu_count()),
         alike=same_gpus(slot_gpus),
+        early=early,
     )
     suite = next((j for j in pool if j[0] is Mode.SUITE), None)
     rest = [j for j in pool if j is not suite]
@@ -252,6 +262,7 @@ def run_screens(
                     job[1], slot, slot_gpus[slot]
                 ),
                 slot_gpus=slot_gpus,
+                early=started_beside_discovery(sessions, pool),
             )
         modes = tuple(sessions)
         runs = {
