@@ -262,15 +262,29 @@ PY
         timed gs-warm 200 python3 -m pytest -q -p no:cacheprovider -n 16 "${sect[@]}" -m "$MARK"
         timed gs-pytest-all 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
         tail -1 "$WORK/gs-pytest-all.log"
-        for how in all one; do
-            extra=(); [ "$how" = one ] && extra=(--gpus 0)
-            timed gs-check-$how 300 python3 -m gpuci check "${sect[@]}" --out "$WORK/gs-$how" \
-                --timeout 120 "${extra[@]}" -- -m "$MARK"
-            grep "^gpuci: suite\|^gpuci: parallel\|^evidence\|^verdict" "$WORK/gs-check-$how.log"
-            findings "$WORK/gs-$how/verdict.json" | head -30
+        # all, one, all, one... (GS_ROUNDS rounds): the two walls compared side by side
+        for round in $(seq "${GS_ROUNDS:-1}"); do
+            for how in all one; do
+                extra=(); [ "$how" = one ] && extra=(--gpus 0)
+                timed gs-check-$how-$round 300 python3 -m gpuci check "${sect[@]}" \
+                    --out "$WORK/gs-$how-$round" --timeout 120 "${extra[@]}" -- -m "$MARK"
+                grep "^gpuci: suite\|^gpuci: parallel\|^evidence\|^verdict" \
+                    "$WORK/gs-check-$how-$round.log"
+                findings "$WORK/gs-$how-$round/verdict.json" | grep -v "^  failed" | head -12
+            done
         done
         CUDA_VISIBLE_DEVICES=0 timed gs-pytest-one 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
         tail -1 "$WORK/gs-pytest-one.log"
+        cd "$ROOT" ;;
+    gs-plain)  # issue 40: the section's plain pytest on every GPU and on GPU 0, alternating
+        cd "$ROOT/cupy-tests" || exit 3
+        sect=(${SECTION:-tests/cupyx_tests/test_cusparse.py tests/cupy_tests/test_init.py tests/cupy_tests/cuda_tests/test_nccl.py})
+        timed gp-warm 200 python3 -m pytest -q -p no:cacheprovider -n 16 "${sect[@]}" -m "$MARK"
+        for round in 1 2 3; do
+            timed gp-all-$round 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
+            CUDA_VISIBLE_DEVICES=0 timed gp-one-$round 200 python3 -m pytest -q -p no:cacheprovider \
+                "${sect[@]}" -m "$MARK"
+        done
         cd "$ROOT" ;;
     section)
         cd "$ROOT/cupy-tests" || exit 3

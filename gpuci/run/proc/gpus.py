@@ -7,12 +7,14 @@ set, so that what differs between modes is only what the mode is about.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import os
 import platform
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,6 +32,18 @@ def detect_gpus(requested: str | None, environ: Mapping[str, str]) -> tuple[str,
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return tuple(g.strip() for g in visible.split(",") if g.strip())
+    with _ASKING:
+        return _present_gpus()
+
+
+# nvidia-smi takes tenths of a second on a GPU host, and a check asks for the same facts
+# many times (each mode, each slot's view): each is asked once per process
+_ASKING = threading.Lock()
+
+
+@functools.cache
+def _present_gpus() -> tuple[str, ...]:
+    """The GPUs this host has: NVML's count, or nvidia-smi's indices."""
     with contextlib.suppress(Exception):  # no NVML library or no driver: ask nvidia-smi
         import pynvml  # type: ignore[import-not-found,unused-ignore]
 
@@ -71,6 +85,48 @@ def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, s
     for name in ("pytest", "cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             env["cupy" if name.startswith("cupy") else name] = importlib.metadata.version(name)
+    env.update(machine_facts())
+    for key, var in (
+        ("commit", "CI_COMMIT_SHA"),
+        ("branch", "CI_COMMIT_REF_NAME"),
+        ("pipeline_url", "CI_PIPELINE_URL"),
+        ("job_url", "CI_JOB_URL"),
+        ("merge_request", "CI_MERGE_REQUEST_IID"),
+    ):
+        if environ.get(var):
+            env[key] = environ[var]
+    if not _python_on_path(python, environ):
+        # reproduce commands name it: a bare `python` would run another interpreter
+        env["interpreter"] = python
+    if "commit" not in env:
+        with _ASKING:
+            sha = _git_commit()
+        if sha:
+            env["commit"] = sha
+    return env
+
+
+def machine_facts() -> dict[str, str]:
+    """The GPUs' names, driver, memory and CUDA version (nvidia-smi's), asked once."""
+    with _ASKING:
+        return dict(_machine_facts())
+
+
+def ask_machine_ahead() -> None:
+    """Ask the GPUs and the commit now, in a thread of their own, so that each run written
+    later finds them asked (a check starts this beside discovery)."""
+
+    def ask() -> None:
+        machine_facts()
+        with _ASKING:
+            _git_commit()
+
+    threading.Thread(target=ask, name="gpuci-facts", daemon=True).start()
+
+
+@functools.cache
+def _machine_facts() -> tuple[tuple[str, str], ...]:
+    env: dict[str, str] = {}
     gpu = _nvidia_smi(["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     if gpu:
         names = [line.split(",")[0].strip() for line in gpu]
@@ -88,31 +144,22 @@ def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, s
         match = re.search(r"CUDA Version:\s*([\d.]+)", header)
         if match:
             env["cuda"] = match.group(1)
-    for key, var in (
-        ("commit", "CI_COMMIT_SHA"),
-        ("branch", "CI_COMMIT_REF_NAME"),
-        ("pipeline_url", "CI_PIPELINE_URL"),
-        ("job_url", "CI_JOB_URL"),
-        ("merge_request", "CI_MERGE_REQUEST_IID"),
-    ):
-        if environ.get(var):
-            env[key] = environ[var]
-    if not _python_on_path(python, environ):
-        # reproduce commands name it: a bare `python` would run another interpreter
-        env["interpreter"] = python
-    if "commit" not in env:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            sha = subprocess.run(
-                ["git", "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            ).stdout.strip()
-            if sha:
-                env["commit"] = sha
-    return env
+    return tuple(env.items())
+
+
+@functools.cache
+def _git_commit() -> str:
+    """The commit checked out where gpuci runs ('' outside git)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        ).stdout.strip()
+    return ""
 
 
 def _python_on_path(python: str, environ: Mapping[str, str]) -> bool:

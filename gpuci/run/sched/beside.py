@@ -27,7 +27,7 @@ from gpuci.model import SUITE_UNIT, GpuciError, Mode
 from gpuci.run.disk.outdir import STATE_DIR
 from gpuci.run.disk.side_outputs import selects_by_cache
 from gpuci.run.proc.discover import pytest_target
-from gpuci.run.proc.gpus import detect_gpus
+from gpuci.run.proc.gpus import ask_machine_ahead, detect_gpus
 from gpuci.run.proc.held import held_folder, hold_file, hold_suite, let_go
 from gpuci.run.proc.launch import SUITE_STEM, Launch, junit_part, launch_environ, pytest_command
 from gpuci.run.sched.options import ModeOptions
@@ -53,6 +53,7 @@ def held_beside_discovery(options: ModeOptions, *, suite: bool, files: bool) -> 
             _hold_suite(options)
         if files:
             _hold_first_files(options)
+    ask_machine_ahead()  # what each run.json records of the machine, asked meanwhile
     try:
         yield
     finally:
