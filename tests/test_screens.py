@@ -152,24 +152,33 @@ def test_serial_modes_is_refused_by_gpuci_run(tmp_path: Path) -> None:
 
 # Where nothing is known, the parallel files start by their number of tests: test_a_slow.py
 # (3 tests of 1 s) would start last. The suite interpreter reaches it first, and the
-# parallel screen learns from it that the file is long.
+# parallel screen learns from it that the file is long. No clock decides whether it learns
+# in time: the quick tests wait, in the parallel screen, until the suite interpreter has
+# been in test_a_slow.py for a whole test (its first test leaves a mark).
 SLOW_FEW = {
     "pytest.ini": "[pytest]\n",
     "test_a_slow.py": """
-        import time
+        import os, pathlib, time
         import pytest
 
         @pytest.mark.parametrize("n", range(3))
         def test_slow(n):
             time.sleep(1.0)
+            if n == 0 and os.environ.get("GPUCI_MODE") == "suite":
+                pathlib.Path(os.environ["SLOW_MARK"]).touch()
     """,
     **{
         f"test_{name}_quick.py": """
+        import os, pathlib, time
         import pytest
 
         @pytest.mark.parametrize("n", range(12))
         def test_quick(n):
-            pass
+            mark = pathlib.Path(os.environ["SLOW_MARK"])
+            deadline = time.monotonic() + 60
+            while os.environ.get("GPUCI_MODE") == "parallel" and not mark.exists():
+                assert time.monotonic() < deadline, "the suite interpreter never ran test_slow"
+                time.sleep(0.02)
         """
         for name in "bcdefg"
     },
@@ -179,11 +188,12 @@ SLOW_FEW = {
 def test_a_file_the_suite_found_long_starts_early_in_parallel(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", SLOW_FEW)
     modes = ("--modes", "suite,parallel", "--workers", "2")
-    proc = gpuci("check", ".", "--out", "out", *modes, cwd=root)
+    env = dict(os.environ, SLOW_MARK=str(tmp_path / "suite-in-slow"))
+    proc = gpuci("check", ".", "--out", "out", *modes, cwd=root, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parallel = json.loads((root / "out" / "parallel" / "run.json").read_text(encoding="utf-8"))
     started = [f["file"] for f in sorted(parallel["files"], key=lambda f: f["start"])]
     assert started[0].endswith("_quick.py")  # nothing known yet: the most tests first
-    # by number of tests it would start last; the quick files started ahead run through
-    # while the suite interpreter reaches it, so it starts once that is learned, not last
+    # by number of tests it would start last; the quick files started first wait until the
+    # suite interpreter is a test into it, so it starts once that is learned, not last
     assert started.index("test_a_slow.py") < len(started) - 1, started
