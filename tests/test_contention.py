@@ -71,7 +71,8 @@ INFER_ALIKE = "test_b_infer.py::test_infer"
 @pytest.mark.slow
 def test_a_pair_that_fails_alike_in_every_screen_is_concurrency(tmp_path: Path) -> None:
     suite = write_files(tmp_path / "suite", PAIR)
-    env = dict(os.environ, HOG_DIR=str(tmp_path / "hogs"))
+    # the hogs' least hold decides nothing here (no durations order the files): short
+    env = dict(os.environ, HOG_DIR=str(tmp_path / "hogs"), HOG_HOLD_S="0.2")
     args = ("--modes", "suite,parallel,isolated", "--workers", "2")
     proc = gpuci("check", ".", "--out", "out", *args, cwd=suite, env=env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
