@@ -20,11 +20,13 @@ class FileTimes:
         self.file = ""
         self.count = 0
 
-    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        # Flushed when a test of the next file starts, not when it finishes, so the next
+        # file's first test and its module fixtures count for that file, not this one.
         file = nodeid.split("::", 1)[0]
         if file != self.file:
             self.flush()
-            self.file, self.count = file, 0
+            self.file, self.count, self.since = file, 0, time.monotonic()
         self.count += 1
 
     def pytest_sessionfinish(self) -> None:

@@ -13,6 +13,8 @@ from cli_runner import gpuci
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "examples" / "polluted_suite"
+TRAIN = "test_07_hog_train.py::test_train_steps"
+INFER = "test_08_hog_infer.py::test_batched_inference"
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,12 @@ def test_every_test_gets_its_expected_category(
         if (found := t.get("culprits") or t.get("providers"))
     }
     assert named == {i: e["culprits"] for i, e in expected.items() if "culprits" in e}
+    # contention is symmetric: one pair command shows it for both hogs, the one the
+    # evidence ran
+    tests = {t["id"]: t for t in verdict["tests"]}
+    train, infer = tests[TRAIN], tests[INFER]
+    assert train["reproduce"] == infer["reproduce"], (train, infer)
+    assert " & " in train["reproduce"], train
     assert verdict["verdict"] == "fail"
     every = {
         "passed",

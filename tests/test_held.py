@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -161,17 +162,21 @@ def test_a_check_that_fails_before_its_screens_leaves_no_held_interpreter(tmp_pa
 def test_ctrl_c_during_collection_ends_the_held_interpreter(tmp_path: Path) -> None:
     files = dict(SUITE)
     files["conftest.py"] = """
-        import time
+        import os, pathlib, time
 
         def pytest_configure(config):
-            time.sleep(5)  # collection takes its time: the check is stopped meanwhile
+            # collection takes its time: the check is stopped meanwhile (once this mark is
+            # there), and ends this interpreter long before the minute is up
+            pathlib.Path(os.environ["COLLECTING"]).touch()
+            time.sleep(60)
     """
     root = write_files(tmp_path / "suite", files)
     out = tmp_path / "out"
+    collecting = tmp_path / "collecting"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", "check", "tests", "--out", str(out)],
         cwd=root,
-        env=clean_env(),
+        env=clean_env({**os.environ, "COLLECTING": str(collecting)}),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -179,10 +184,10 @@ def test_ctrl_c_during_collection_ends_the_held_interpreter(tmp_path: Path) -> N
     )
     try:
         deadline = time.monotonic() + 60
-        while not held_processes(out):
+        # held, and inside its collection: no clock decides where the Ctrl-C lands
+        while not (held_processes(out) and collecting.exists()):
             assert time.monotonic() < deadline and proc.poll() is None, "never started"
             time.sleep(0.05)
-        time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
