@@ -17,6 +17,7 @@ from gpuci.evidence.beside import beside_suite_test
 from gpuci.evidence.results import ModeResults
 from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun, Outcome, TestResult
 from gpuci.run.proc.discover import PLUGIN, child_env
+from gpuci.run.sched.beside import admit_first
 
 SUITE = {
     "pytest.ini": "[pytest]\n",
@@ -285,22 +286,14 @@ def test_a_held_suite_interpreters_tests_ran_once_the_screens_started() -> None:
     assert beside_suite_test(results, "test_v.py::test_v") == ("test_late.py",)
 
 
-LONG_FIRST = {
+FIVE_FILES = {
     "pytest.ini": "[pytest]\n",
-    **{
-        f"tests/test_{name}.py": f"""
-            import time
-
-            def test_{name}():
-                time.sleep({seconds})
-        """
-        for name, seconds in (("a", 0), ("b", 0), ("c", 1.5), ("d", 0), ("e", 1.0))
-    },
+    **{f"tests/test_{name}.py": f"def test_{name}():\n    pass\n" for name in "abcde"},
 }
 
 
 def test_the_parallel_screens_first_files_start_beside_discovery(tmp_path: Path) -> None:
-    root = write_files(tmp_path / "suite", LONG_FIRST)
+    root = write_files(tmp_path / "suite", FIVE_FILES)
     out = tmp_path / "out"
     check = ("check", "tests", "--out", str(out), "--workers", "2", "--modes", "suite,parallel")
     first = gpuci(*check, cwd=root)
@@ -313,9 +306,13 @@ def test_the_parallel_screens_first_files_start_beside_discovery(tmp_path: Path)
 
     # nothing known: the first files in collection order, one per file slot (2)
     assert beside_discovery() == ["tests/test_a.py", "tests/test_b.py"]
-    # known: the longest of the earlier check; one of them gone, its interpreter killed
+    # known: the longest by the durations given; one of them gone, its interpreter killed
+    times = {"c": 9.0, "e": 8.0, "a": 1.0, "b": 1.0, "d": 1.0}
+    durations = tmp_path / "durations.json"
+    files = {f"tests/test_{name}.py": {"parallel": s} for name, s in times.items()}
+    durations.write_text(json.dumps({"schema": "gpuci.durations/1", "files": files}))
     (root / "tests" / "test_c.py").unlink()
-    second = gpuci(*check, cwd=root)
+    second = gpuci(*check, "--durations", str(durations), cwd=root)
     assert second.returncode == 0, second.stderr
     assert beside_discovery() == ["tests/test_e.py"]
     assert "test_c" not in second.stderr
@@ -323,3 +320,28 @@ def test_the_parallel_screens_first_files_start_beside_discovery(tmp_path: Path)
     assert not (out / ".gpuci" / "held-files").exists()
     verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
     assert verdict["verdict"] == "pass" and verdict["summary"]["passed"] == 4
+
+
+def test_the_first_files_are_admitted_by_the_memory_their_gpu_has_free() -> None:
+    gib = 1024
+    peaks = {"a.py": 50 * gib, "b.py": 40 * gib, "d.py": 10 * gib}
+    free = {"0": 80 * gib, "1": 40 * gib}
+    asked: list[str] = []
+
+    def free_mib(device: str) -> int | None:
+        asked.append(device)
+        return free[device]
+
+    files = ["a.py", "b.py", "c.py", "d.py", "e.py"]
+    # one GPU, 2 file slots: a.py (55.3 GiB with the margin) fits the 80 free; b.py (44.3)
+    # then does not fit the 24.7 left, c.py (no peak known) does
+    views = (None, "0", "0")
+    assert admit_first(files, views, 2, peaks, free_mib) == [(1, "a.py"), (2, "c.py")]
+    assert asked == ["0"]  # each GPU asked once
+    # two GPUs: slot 2 sees GPU 1 first, where b.py does not fit the 40 free; slot 3 sees
+    # GPU 0 again, where d.py (11.3 GiB) fits the 24.7 a.py left
+    asked.clear()
+    views = (None, "0,1", "1,0", "0,1")
+    assert admit_first(files, views, 3, peaks, free_mib) == [(1, "a.py"), (2, "c.py"), (3, "d.py")]
+    assert asked == ["0", "1"]
+    assert admit_first(files, views, 2, peaks, None) == [(1, "a.py"), (2, "b.py")]  # no GPU

@@ -9,9 +9,10 @@ screen takes them (`gpuci.run.proc.held`):
 - the parallel screen's first files, one per file slot: the files an earlier run timed
   longest (`--durations`, or the results in OUT), else the files in the order pytest
   will collect them (PATHS that are files, then the test files under PATHS that are
-  directories). A guess that is not what the screen starts (another file first, another
-  rootdir, another slot's GPUs) is killed when the screen starts the file itself: a guess
-  costs idle cores, never a result.
+  directories), each where its earlier peak in device memory fits its slot's first GPU
+  beside the others (`admit_first`, the memory gate's rule). A guess that is not what the
+  screen starts (another file first, another rootdir, another slot's GPUs) is killed
+  unused: a guess costs idle cores, never a result.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from gpuci.formats import read_mode_run
@@ -27,13 +28,13 @@ from gpuci.model import SUITE_UNIT, GpuciError, Mode
 from gpuci.run.disk.outdir import STATE_DIR
 from gpuci.run.disk.side_outputs import selects_by_cache
 from gpuci.run.proc.discover import pytest_target
+from gpuci.run.proc.gpumem import MemoryGate, with_margin
 from gpuci.run.proc.gpus import ask_machine_ahead, detect_gpus
 from gpuci.run.proc.held import held_folder, hold_file, hold_suite, let_go
 from gpuci.run.proc.launch import SUITE_STEM, Launch, junit_part, launch_environ, pytest_command
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import parse_gpus_per_slot, parse_workers, read_durations
 from gpuci.run.sched.plan_mode import history_of, mode_dir_of, pool_workers, run_options, shard_of
-from gpuci.run.sched.session import RunOptions
 from gpuci.run.sched.unit import SCREEN_NICE, mode_environ, mode_pytest_args
 from gpuci.run.sched.views import plain_gpus, screen_gpus, window_env
 
@@ -92,7 +93,7 @@ def _hold_first_files(options: ModeOptions) -> None:
     run = run_options(
         options, Mode.PARALLEL, out=mode_dir, shard=None, gpus=gpus, per_slot=per_slot, resume=None
     )
-    rootdir, first = _first_files(options, run)
+    rootdir, first = _first_files(options)
     if not first:
         return
     # the screens' slots as `gpuci.check` will count them: the suite's and the files'
@@ -100,7 +101,8 @@ def _hold_first_files(options: ModeOptions) -> None:
     views = screen_gpus(gpus, slots + 1, per_slot, suite=True)
     environ = mode_environ(run)
     folder = held_folder(options.out / STATE_DIR / "held-files")
-    for slot, file in enumerate(first[:slots], start=1):
+    gate = MemoryGate(run.peaks)  # asks the GPUs' free memory only where peaks are known
+    for slot, file in admit_first(first, views, slots, run.peaks, gate.free_mib):
         launch = Launch(
             key=file,
             ids=None,
@@ -118,10 +120,9 @@ def _hold_first_files(options: ModeOptions) -> None:
         hold_file(command, launch.targets, env, nice=SCREEN_NICE)
 
 
-def _first_files(options: ModeOptions, run: RunOptions) -> tuple[Path, list[str]]:
+def _first_files(options: ModeOptions) -> tuple[Path, list[str]]:
     """The rootdir, and the files (relative to it) the parallel screen starts first: by an
-    earlier run's times, longest first, else in pytest's collection order; none where a
-    file an earlier run peaked in device memory with might not fit beside the others."""
+    earlier run's times, longest first, else in pytest's collection order."""
     history = history_of(options) / Mode.PARALLEL.value
     durations: dict[str, float] = {}
     with contextlib.suppress(GpuciError):  # unreadable: the check says so when it plans
@@ -131,8 +132,37 @@ def _first_files(options: ModeOptions, run: RunOptions) -> tuple[Path, list[str]
         files = sorted(durations, key=lambda f: -durations[f])
     else:
         files = [_relative(p, rootdir) for p in _collection_order(options.paths)]
-    # a file known to hold device memory waits for the memory gate, which sees the others
-    return rootdir, [f for f in files if f and f not in run.peaks]
+    return rootdir, [f for f in files if f]
+
+
+def admit_first(
+    files: Sequence[str],
+    views: Sequence[str | None],
+    slots: int,
+    peaks: Mapping[str, int],
+    free_mib: Callable[[str], int | None] | None,
+) -> list[tuple[int, str]]:
+    """(slot, file) for each file slot 1..`slots`, in order: the next of `files` whose peak
+    in device memory (an earlier run's, with the memory gate's margin) fits what its slot's
+    first GPU has free (`free_mib`, asked once a GPU) beside the ones chosen before; a file
+    of unknown peak fits, as at the memory gate."""
+    free: dict[str, int | None] = {}
+    chosen: list[tuple[int, str]] = []
+    remaining = list(files)
+    for slot in range(1, slots + 1):
+        device = (views[slot] or "0").split(",")[0].strip()
+        if device not in free:
+            free[device] = free_mib(device) if free_mib is not None else None
+        for file in remaining:
+            need = peaks.get(file)
+            left = free[device]
+            if need is None or left is None or with_margin(need) <= left:
+                if need is not None and left is not None:
+                    free[device] = left - int(with_margin(need))
+                chosen.append((slot, file))
+                remaining.remove(file)
+                break
+    return chosen
 
 
 def _earlier_rootdir(history: Path) -> Path | None:
