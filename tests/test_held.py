@@ -193,6 +193,7 @@ def test_ctrl_c_during_collection_ends_the_held_interpreter(tmp_path: Path) -> N
         _, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        proc.communicate()
     assert proc.returncode == 130, stderr
     assert held_processes(out) == []
     assert not (out / ".gpuci" / "held-suite").exists()
@@ -345,3 +346,51 @@ def test_the_first_files_are_admitted_by_the_memory_their_gpu_has_free() -> None
     assert admit_first(files, views, 3, peaks, free_mib) == [(1, "a.py"), (2, "c.py"), (3, "d.py")]
     assert asked == ["0", "1"]
     assert admit_first(files, views, 2, peaks, None) == [(1, "a.py"), (2, "b.py")]  # no GPU
+
+
+def test_ctrl_c_while_the_first_files_start_ends_the_suite_interpreter(tmp_path: Path) -> None:
+    # the suite interpreter is started, the first files not yet: gpuci is asking the
+    # suite's Python whether pytest-cov loads there (a Python that takes its time to say)
+    root = write_files(tmp_path / "suite", SUITE)
+    out = tmp_path / "out"
+    probing = tmp_path / "probing"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        f'case "$2" in *pytest11*) touch {probing}; sleep 30;; esac\n'
+        f'exec {sys.executable} "$@"\n',
+        encoding="utf-8",
+    )
+    python.chmod(0o755)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuci",
+            "check",
+            "tests",
+            "--out",
+            str(out),
+            "--python",
+            str(python),
+        ],
+        cwd=root,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not probing.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "never probed"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert held_processes(out) == []
+    assert not (out / ".gpuci" / "held-suite").exists()

@@ -49,13 +49,13 @@ TEST_FILES = ("test_*.py", "*_test.py")  # pytest's default python_files
 def held_beside_discovery(options: ModeOptions, *, suite: bool, files: bool) -> Iterator[None]:
     """Where unsharded, start the suite interpreter (`suite`) and the parallel screen's first
     files (`files`) now, beside discovery; those no screen took are killed at the end."""
-    if shard_of(options) is None:
-        if suite:
-            _hold_suite(options)
-        if files:
-            _hold_first_files(options)
-    ask_machine_ahead()  # what each run.json records of the machine, asked meanwhile
-    try:
+    try:  # a Ctrl-C while they start ends those started
+        if shard_of(options) is None:
+            if suite:
+                _hold_suite(options)
+            if files:
+                _hold_first_files(options)
+        ask_machine_ahead()  # what each run.json records of the machine, asked meanwhile
         yield
     finally:
         let_go()
