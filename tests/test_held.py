@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cli_runner import clean_env, gpuci, write_files
@@ -43,6 +44,39 @@ def events(journal: Path) -> list[dict[str, object]]:
 def suite_command(out: Path) -> str:
     """The command line the suite interpreter's log says it ran."""
     return (out / "suite" / "logs" / "suite.log").read_text(encoding="utf-8").splitlines()[0]
+
+
+def ctrl_c_when(
+    root: Path,
+    out: Path,
+    ready: Callable[[], bool],
+    *args: str,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """`gpuci check tests --out OUT ARGS` in `root`, Ctrl-C'd once `ready()`: it ends with
+    130, leaving no held suite interpreter running and no folder of it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuci", "check", "tests", "--out", str(out), *args],
+        cwd=root,
+        env=clean_env(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready():
+            assert time.monotonic() < deadline and proc.poll() is None, "never got there"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert held_processes(out) == []
+    assert not (out / ".gpuci" / "held-suite").exists()
 
 
 def held_processes(out: Path, folder: str = "held-suite") -> list[int]:
@@ -174,29 +208,9 @@ def test_ctrl_c_during_collection_ends_the_held_interpreter(tmp_path: Path) -> N
     root = write_files(tmp_path / "suite", files)
     out = tmp_path / "out"
     collecting = tmp_path / "collecting"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuci", "check", "tests", "--out", str(out)],
-        cwd=root,
-        env=clean_env({**os.environ, "COLLECTING": str(collecting)}),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        # held, and inside its collection: no clock decides where the Ctrl-C lands
-        while not (held_processes(out) and collecting.exists()):
-            assert time.monotonic() < deadline and proc.poll() is None, "never started"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.communicate()
-    assert proc.returncode == 130, stderr
-    assert held_processes(out) == []
-    assert not (out / ".gpuci" / "held-suite").exists()
+    env = {**os.environ, "COLLECTING": str(collecting)}
+    # held, and inside its collection: no clock decides where the Ctrl-C lands
+    ctrl_c_when(root, out, lambda: bool(held_processes(out)) and collecting.exists(), env=env)
     assert not (out / "suite").exists()
 
 
@@ -362,35 +376,4 @@ def test_ctrl_c_while_the_first_files_start_ends_the_suite_interpreter(tmp_path:
         encoding="utf-8",
     )
     python.chmod(0o755)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuci",
-            "check",
-            "tests",
-            "--out",
-            str(out),
-            "--python",
-            str(python),
-        ],
-        cwd=root,
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not probing.exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "never probed"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.communicate()
-    assert proc.returncode == 130, stderr
-    assert held_processes(out) == []
-    assert not (out / ".gpuci" / "held-suite").exists()
+    ctrl_c_when(root, out, probing.exists, "--python", str(python))

@@ -149,6 +149,8 @@ def _present(folder: Path, names: Collection[str], state: str) -> set[int]:
 
 
 def _alive(pid: int) -> bool:
+    # fakegpu.py has the same check; hogs.py imports nothing of the suite's own, so that
+    # gpuci's tests can copy it alone into the suites they write (tests/test_contention.py)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -37,7 +37,7 @@ from gpuci.run.proc.journal import JournalReader
 from gpuci.run.proc.launch import Launch, launch_environ, pytest_command
 from gpuci.run.proc.ledger import note_started
 from gpuci.run.proc.reaper import COOKIE_ENV, new_cookie
-from gpuci.run.proc.spawn import start_interpreter
+from gpuci.run.proc.spawn import start_interpreter, yield_cpu
 from gpuci.run.proc.supervisor import signal_group
 
 # the keys every interpreter has its own of: not compared when the screen takes it (an
@@ -149,8 +149,7 @@ def hold_file(
     """Start a file's interpreter beside discovery (`gpuci.run.sched.beside`), held until
     a screen's slot takes it (`take_file`), at `nice` more niceness (as its screen's)."""
     held = start_held(command, targets, env)
-    with contextlib.suppress(OSError):  # ended already: nothing to yield
-        os.setpriority(os.PRIO_PROCESS, held.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    yield_cpu(held.proc.pid, nice)
     earlier = _HOLDING.files.pop(tuple(targets), None)
     if earlier is not None:
         end_held(earlier)

@@ -9,7 +9,6 @@ with the tests after it in a fresh interpreter (`Attempt.resume`).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -43,7 +42,7 @@ from gpuci.run.proc.reaper import (
     new_cookie,
     reap_orphans,
 )
-from gpuci.run.proc.spawn import start_interpreter
+from gpuci.run.proc.spawn import start_interpreter, yield_cpu
 from gpuci.run.proc.supervisor import Supervisor, signal_group
 
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
@@ -136,14 +135,8 @@ class Interpreters:
         except OSError as exc:
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         self.supervisor.add(held.proc)
-        self._yield_cpu(held.proc.pid)
+        yield_cpu(held.proc.pid, self.nice)
         return held
-
-    def _yield_cpu(self, pid: int) -> None:
-        """Add `nice` to the interpreter's niceness (its threads and children inherit it)."""
-        if self.nice:
-            with contextlib.suppress(OSError):  # ended already: nothing to yield
-                os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
 
     def command(self, launch: Launch) -> list[str]:
         """The command line of one interpreter."""
@@ -169,7 +162,7 @@ class Interpreters:
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
         self.supervisor.add(proc)
-        self._yield_cpu(proc.pid)
+        yield_cpu(proc.pid, self.nice)
         sampler().watch(proc.pid)
         left: list[Leftover] = []
         try:

@@ -8,6 +8,8 @@ outside the suite's filters, a test file's imports before its conftest.py).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -36,3 +38,11 @@ def start_interpreter(argv: Sequence[str], env: Mapping[str, str]) -> subprocess
         )
 
     return start_child(start)
+
+
+def yield_cpu(pid: int, nice: int) -> None:
+    """Give interpreter `pid` `nice` more niceness than gpuci's own (its threads and
+    children inherit it): a screen's interpreter yields the CPU to the suite interpreter."""
+    if nice:
+        with contextlib.suppress(OSError):  # ended already: nothing to yield
+            os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)

@@ -35,6 +35,7 @@ from gpuci.run.proc.launch import SUITE_STEM, Launch, junit_part, launch_environ
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import parse_gpus_per_slot, parse_workers, read_durations
 from gpuci.run.sched.plan_mode import history_of, mode_dir_of, pool_workers, run_options, shard_of
+from gpuci.run.sched.session import RunOptions
 from gpuci.run.sched.unit import SCREEN_NICE, mode_environ, mode_pytest_args
 from gpuci.run.sched.views import plain_gpus, screen_gpus, window_env
 
@@ -61,22 +62,27 @@ def held_beside_discovery(options: ModeOptions, *, suite: bool, files: bool) -> 
         let_go()
 
 
-def _hold_suite(options: ModeOptions) -> None:
-    """The check's suite interpreter, on PATHS, as the suite screen will start it."""
+def _planned(options: ModeOptions, mode: Mode) -> RunOptions:
+    """`mode`'s run as the check will plan it (its GPUs, their width per slot, its folder)."""
     gpus = detect_gpus(options.gpus, os.environ)
     per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
-    mode_dir = mode_dir_of(options, Mode.SUITE)
-    run = run_options(
-        options, Mode.SUITE, out=mode_dir, shard=None, gpus=gpus, per_slot=per_slot, resume=None
+    out = mode_dir_of(options, mode)
+    return run_options(
+        options, mode, out=out, shard=None, gpus=gpus, per_slot=per_slot, resume=None
     )
+
+
+def _hold_suite(options: ModeOptions) -> None:
+    """The check's suite interpreter, on PATHS, as the suite screen will start it."""
+    run = _planned(options, Mode.SUITE)
     launch = Launch(
         key=SUITE_UNIT,
         ids=(),
         targets=options.paths,  # what discovery collects, and plain pytest would
         slot=0,  # the suite's in the screens, and every serial interpreter's
-        gpu=plain_gpus(gpus),
+        gpu=plain_gpus(run.gpus),
         attempt=1,
-        junit=junit_part(mode_dir, SUITE_STEM, 1),
+        junit=junit_part(run.out, SUITE_STEM, 1),
         label="",
     )
     folder = options.out / STATE_DIR / "held-suite"
@@ -87,12 +93,8 @@ def _hold_first_files(options: ModeOptions) -> None:
     """One interpreter per file slot of the parallel screen, for the files it starts first."""
     if not options.paths or selects_by_cache(options.pytest_args):  # --lf: ids, not files
         return
-    gpus = detect_gpus(options.gpus, os.environ)
-    per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
-    mode_dir = mode_dir_of(options, Mode.PARALLEL)
-    run = run_options(
-        options, Mode.PARALLEL, out=mode_dir, shard=None, gpus=gpus, per_slot=per_slot, resume=None
-    )
+    run = _planned(options, Mode.PARALLEL)
+    gpus, per_slot = run.gpus, run.gpus_per_slot
     rootdir, first = _first_files(options)
     if not first:
         return
@@ -111,7 +113,7 @@ def _hold_first_files(options: ModeOptions) -> None:
             gpu=views[slot],
             env=window_env(views[slot], gpus, environ),
             attempt=1,
-            junit=junit_part(mode_dir, file, 1),
+            junit=junit_part(run.out, file, 1),
             label="interpreter 1",
         )
         command = pytest_command(run.python, mode_pytest_args(run), launch)

@@ -63,7 +63,8 @@ def run_slots(
     before the pool began (beside discovery): they count as started ahead by their slots.
     """
     first = [(unit, slot) for unit, slot in early if unit in files]
-    remaining = [unit for unit in files if unit not in {unit for unit, _ in first}]
+    taken = {unit for unit, _ in first}
+    remaining = [unit for unit in files if unit not in taken]
     lock = threading.Lock()
     used = min(workers, len(files))
     started: list[tuple[Unit, int]] = first  # started ahead, by which slot, oldest first
