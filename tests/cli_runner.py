@@ -30,6 +30,18 @@ def clean_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def as_foreground_job(*command: str) -> list[str]:
+    """`command` (a Python's argv) started as a terminal's foreground job has it, SIGINT at
+    its default: the tests that Ctrl-C gpuci also run under `nohup` or as a shell's
+    background job, where SIGINT is inherited ignored and a Python started so never raises
+    KeyboardInterrupt. (No preexec_fn: pytest may run tests in threads.)"""
+    reset = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", reset, *command]
+
+
 def write_files(root: Path, files: Mapping[str, str]) -> Path:
     """Each of `files` (a path under `root`: its dedented text) written, folders made."""
     for name, text in files.items():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuci.gitlab.publish import publish_comment
-from tests.cli_runner import clean_env, gpuci, write_files
+from tests.cli_runner import as_foreground_job, clean_env, gpuci, write_files
 from tests.gitlab_server import FakeGitLab
 
 MODES = ("--modes", "suite,parallel,isolated")  # the modes every check here runs
@@ -39,7 +39,9 @@ HOLDING_TEST = """
 def start_check(root: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     """`gpuci check . --out out` in the background."""
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuci", "check", ".", "--out", "out", *MODES, *args],
+        as_foreground_job(
+            sys.executable, "-m", "gpuci", "check", ".", "--out", "out", *MODES, *args
+        ),
         cwd=root,
         env=clean_env(env),
         stdin=subprocess.DEVNULL,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from cli_runner import clean_env, gpuci, write_files
+from cli_runner import as_foreground_job, clean_env, gpuci, write_files
 
 from gpuci.evidence.beside import beside_suite_test
 from gpuci.evidence.results import ModeResults
@@ -56,7 +56,9 @@ def ctrl_c_when(
     """`gpuci check tests --out OUT ARGS` in `root`, Ctrl-C'd once `ready()`: it ends with
     130, leaving no held suite interpreter running and no folder of it."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuci", "check", "tests", "--out", str(out), *args],
+        as_foreground_job(
+            sys.executable, "-m", "gpuci", "check", "tests", "--out", str(out), *args
+        ),
         cwd=root,
         env=clean_env(env),
         stdout=subprocess.DEVNULL,

@@ -161,3 +161,20 @@ def test_a_corrupt_check_json_is_called_corrupt(tmp_path: Path) -> None:
     assert "out/.gpuci/check.json: corrupt, not JSON" in proc.stderr
     assert "run without --resume to start afresh" in proc.stderr
     assert "holds no check" not in proc.stderr
+
+
+def test_a_sigint_ignored_by_whoever_started_gpuci_stays_ignored() -> None:
+    # under nohup, or as a shell's background job, SIGINT is ignored: plain pytest ignores
+    # it there too (Python raises no KeyboardInterrupt), so a mode does not stop on one
+    from gpuci.run.proc.supervisor import Supervisor
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Supervisor().handling_signals():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with Supervisor().handling_signals():
+            assert signal.getsignal(signal.SIGINT) != signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)

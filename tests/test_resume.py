@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import as_foreground_job
 from cli_runner import gpuci as run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def interrupt_while_blocked(root: Path, mode: str, *args: str) -> None:
     """Start gpuci; once test_c.py::test_blocks runs in `mode`, Ctrl-C (SIGINT) it."""
     (root / "block").write_text(mode, encoding="utf-8")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuci", *args],
+        as_foreground_job(sys.executable, "-m", "gpuci", *args),
         cwd=root,
         env=_env(root),
         stdin=subprocess.DEVNULL,

@@ -64,7 +64,11 @@ class Supervisor:
         def on_signal(signum: int, frame: FrameType | None) -> None:
             self.stop()
 
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        # a SIGINT ignored by whoever started gpuci (nohup, a shell's background job) stays
+        # ignored, as it does in plain pytest: Python then raises no KeyboardInterrupt either
+        stoppers = (signal.SIGINT, signal.SIGTERM)
+        signums = [s for s in stoppers if signal.getsignal(s) != signal.SIG_IGN]
+        previous = {s: signal.signal(s, on_signal) for s in signums}
         try:
             yield
         finally:
