@@ -276,6 +276,57 @@ PY
         CUDA_VISIBLE_DEVICES=0 timed gs-pytest-one 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"
         tail -1 "$WORK/gs-pytest-one.log"
         cd "$ROOT" ;;
+    gs-why)  # issue 40: where the N-GPU check's extra seconds go (nvidia-smi beside plain
+             # pytest; the suite interpreter's tests on every GPU against GPU 0, test by test)
+        cd "$ROOT/cupy-tests" || exit 3
+        sect=(${SECTION:-tests/cupyx_tests/test_cusparse.py tests/cupy_tests/test_init.py tests/cupy_tests/cuda_tests/test_nccl.py})
+        for i in 1 2 3; do /usr/bin/time -f "nvidia-smi apps: %e s" nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; done 2>&1 | grep apps
+        timed gw-warm 200 python3 -m pytest -q -p no:cacheprovider -n 16 "${sect[@]}" -m "$MARK"
+        for round in 1 2; do
+            timed gw-plain-$round 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK" \
+                --junitxml "$WORK/gw-plain-$round.xml"
+            (while :; do nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader >/dev/null; sleep 0.5; done) &
+            smi=$!
+            timed gw-smi-$round 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK" \
+                --junitxml "$WORK/gw-smi-$round.xml"
+            kill $smi; wait $smi 2>/dev/null
+        done
+        for how in all one; do
+            extra=(); [ "$how" = one ] && extra=(--gpus 0)
+            timed gw-check-$how 300 python3 -m gpuci check "${sect[@]}" \
+                --out "$WORK/gw-$how" --timeout 120 "${extra[@]}" -- -m "$MARK"
+            grep "^gpuci: suite\|^gpuci: parallel\|^verdict" "$WORK/gw-check-$how.log"
+        done
+        python3 - "$WORK" <<'PY'
+import json, sys, pathlib, xml.etree.ElementTree as ET
+work = pathlib.Path(sys.argv[1])
+def times(path):
+    return {(c.get("classname"), c.get("name")): float(c.get("time") or 0) for c in ET.parse(path).iter("testcase")}
+def by_file(t):
+    out = {}
+    for (cls, _), s in t.items():
+        f = cls.split(".")[-2] if cls.count(".") else cls
+        out[f] = out.get(f, 0) + s
+    return out
+runs = {n: times(work / f"{n}.xml") for n in ("gw-plain-1", "gw-smi-1", "gw-plain-2", "gw-smi-2")}
+runs |= {f"suite-{h}": times(work / f"gw-{h}" / "suite" / "junit.xml") for h in ("all", "one")}
+for n, t in runs.items():
+    print(f"{n}: tests' sum {sum(t.values()):.1f} s", {f: round(s, 1) for f, s in sorted(by_file(t).items())})
+a, o = runs["suite-all"], runs["suite-one"]
+diff = sorted(((a[k] - o.get(k, 0), k) for k in a), reverse=True)
+print("suite interpreter, all GPUs minus GPU 0, the 15 largest:")
+for d, k in diff[:15]:
+    print(f"  {d:+.2f} s  {k[0]}::{k[1]}  (all {a[k]:.2f}, one {o.get(k, 0):.2f})")
+for h in ("all", "one"):
+    for mode in ("suite", "parallel", "isolated"):
+        p = work / f"gw-{h}" / mode / "run.json"
+        if p.exists():
+            r = json.loads(p.read_text())
+            print(f"  {h} {mode}: wall {r['wall_s']} s, workers {r['workers']}, GPUs {r['gpus']}")
+            for f in r["files"]:
+                print(f"    {f['file']} gpu={f['gpu']} slot={f['slot']} {f['start']:.1f}-{f['end']:.1f} s ({f['duration']:.1f} s)")
+PY
+        cd "$ROOT" ;;
     gs-plain)  # issue 40: the section's plain pytest on every GPU and on GPU 0, alternating
         cd "$ROOT/cupy-tests" || exit 3
         sect=(${SECTION:-tests/cupyx_tests/test_cusparse.py tests/cupy_tests/test_init.py tests/cupy_tests/cuda_tests/test_nccl.py})
