@@ -45,6 +45,7 @@ def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
         **({"fingerprint": test.fingerprint} if test.fingerprint else {}),
         **({"inferred_from": list(test.inferred_from)} if test.inferred_from else {}),
         **({"group": list(test.group)} if test.group else {}),
+        **({"gpu": test.gpu} if test.gpu is not None else {}),
     }
 
 
@@ -79,6 +80,7 @@ def read_evidence(path: Path) -> Evidence:
                     fingerprint=str(t.get("fingerprint", "")),
                     inferred_from=tuple(str(i) for i in t.get("inferred_from", ())),
                     group=tuple(str(i) for i in t.get("group", ())),
+                    gpu=str(t["gpu"]) if t.get("gpu") is not None else None,
                 )
                 for t in data["tests"]
             ),

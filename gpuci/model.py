@@ -135,10 +135,11 @@ class Interpreter:
     end: float
     log: str  # path of its log, relative to the mode directory
     gpu_peak_mib: int | None = None  # its most device memory at once; None: not measured
+    gpus_held: int | None = None  # how many GPUs it held memory on; None: not measured
     startup_s: float | None = None  # from its start to its journal's first event (collection)
 
     def to_json(self) -> dict[str, Any]:
-        """The run.json form (gpu_peak_mib and startup_s only where measured)."""
+        """The run.json form (gpu_peak_mib, gpus_held and startup_s only where measured)."""
         return {
             "exit_code": self.exit_code,
             "signal": self.signal,
@@ -146,6 +147,7 @@ class Interpreter:
             "end": round(self.end, 3),
             "log": self.log,
             **({"gpu_peak_mib": self.gpu_peak_mib} if self.gpu_peak_mib is not None else {}),
+            **({"gpus_held": self.gpus_held} if self.gpus_held is not None else {}),
             **({"startup_s": round(self.startup_s, 3)} if self.startup_s is not None else {}),
         }
 
@@ -159,6 +161,7 @@ class Interpreter:
             end=float(data["end"]),
             log=data["log"],
             gpu_peak_mib=data.get("gpu_peak_mib"),
+            gpus_held=data.get("gpus_held"),
             startup_s=float(data["startup_s"]) if data.get("startup_s") is not None else None,
         )
 
@@ -331,13 +334,16 @@ class TestEvidence:
     fingerprint: str = ""  # its failure's group (gpuci.evidence.fingerprints), where it has one
     inferred_from: tuple[str, ...] = ()  # its group's representatives, which ran alone for it
     group: tuple[str, ...] = ()  # answered by group runs: the victims they ran, itself among them
+    # the CUDA_VISIBLE_DEVICES its strict runs saw where not the check's serial view (they
+    # kept a GPU of their own beside others' strict runs): its printed commands carry it
+    gpu: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Evidence:
     """Everything gpuci ran after a check's main passes: `OUT/evidence/evidence.json`."""
 
-    gpu: str | None  # the CUDA_VISIBLE_DEVICES of every evidence run
+    gpu: str | None  # the CUDA_VISIBLE_DEVICES of the evidence's serial runs (see TestEvidence.gpu)
     budget_s: float | None  # None: no limit
     spent_s: float = 0.0
     runs: int = 0  # interpreters started

@@ -271,6 +271,8 @@ PY
                 grep "^gpuci: suite\|^gpuci: parallel\|^evidence\|^verdict" \
                     "$WORK/gs-check-$how-$round.log"
                 findings "$WORK/gs-$how-$round/verdict.json" | grep -v "^  failed" | head -12
+                python3 -c "import json,sys; [print('   run', r['phase'], r['start'], r['end'], 'at once', r['at_once'], 'gpu', r.get('gpu')) for r in map(json.loads, open(sys.argv[1]))]" \
+                    "$WORK/gs-$how-$round/evidence/runs.jsonl"
             done
         done
         CUDA_VISIBLE_DEVICES=0 timed gs-pytest-one 200 python3 -m pytest -q -p no:cacheprovider "${sect[@]}" -m "$MARK"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuci.evidence.classify import classify_test
-from gpuci.evidence.reproduce import MAX_PRECEDING
+from gpuci.evidence.orders import MAX_PRECEDING
 from gpuci.evidence.results import load_mode_results, load_results
 from gpuci.formats import mode_run_to_json, read_json, verdict_to_json, write_json_atomic
 from gpuci.model import (

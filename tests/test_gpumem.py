@@ -43,17 +43,21 @@ def test_a_peak_is_the_most_an_interpreters_session_held_at_once() -> None:
     sampler = PeakSampler(source=None)
     sampler._peaks = {100: None, 200: None}  # two interpreters, followed
     sessions = {100: 100, 101: 100, 200: 200, 300: 300}
-    sampler.record({100: 500, 101: 250, 300: 9000}, sessions)  # 300: not gpuci's
-    sampler.record({100: 600}, sessions)
-    assert sampler.done(100) == 750  # 500 + 250 at once, more than 600 later
-    assert sampler.done(200) is None  # never seen on a GPU: not measured, not 0
-    assert sampler.done(100) is None
+    sampler.record({100: {"0": 500}, 101: {"0": 250}, 300: {"1": 9000}}, sessions)  # 300: not ours
+    sampler.record({100: {"0": 400, "1": 200}}, sessions)
+    # 500 + 250 at once, more than 600 later; memory held on GPUs 0 and 1
+    assert sampler.done(100) == (750, 2)
+    assert sampler.done(200) == (None, None)  # never seen on a GPU: not measured, not 0
+    assert sampler.done(100) == (None, None)
+    sampler._peaks = {400: None}
+    sampler.record({400: {"GPU-a": 100}, 401: {"GPU-a": 50}}, {400: 400, 401: 400})
+    assert sampler.done(400) == (150, 1)  # it and its child, both on one GPU
 
 
 def test_without_a_gpu_nothing_is_followed() -> None:
     sampler = PeakSampler(source=None)
     sampler.watch(123)
-    assert sampler.done(123) is None
+    assert sampler.done(123) == (None, None)
     assert sampler._thread is None
 
 

@@ -74,10 +74,12 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "evidence": (
         "poison",
         "results",
+        "orders",
         "reproduce",
         "fingerprints",
         "classify",
         "admission",
+        "account",
         "probe",
         "alone",
         "priorities",

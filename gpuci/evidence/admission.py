@@ -1,10 +1,14 @@
 """Admission: how many evidence interpreters run at once, and which may share the GPUs.
 
-Up to the check's slots run at once; a strict run has nothing beside it; and no more run
-together than a GPU holds by their files' peaks (the screens', or one measured alone). With
-several GPUs a run beside others starts on the GPU with the most memory not kept (its view
-rotated to start there, every GPU still visible); a strict run sees them as the serial
-interpreters do.
+Up to the check's slots run at once; a strict run has nothing beside it on its GPUs; and
+no more run together than a GPU holds by their files' peaks (the screens', or one measured
+alone). With several GPUs a run beside others starts on the GPU with the most memory not
+kept (its view rotated to start there, every GPU still visible). A strict run of files
+that held memory on one GPU only in the screens (`narrow`) keeps one GPU to itself: strict
+runs of other files run on the other GPUs meanwhile, and nothing that may reach further
+runs beside them. Every strict run of a file (its key: the victim's file) sees the view
+its first one had, which the commands that gpuci prints for it carry (`lanes`); any other
+strict run has every GPU to itself and sees them as the serial interpreters do.
 A file that ran out of device memory in a screen has no peak to go by (it stopped short of
 what it needs): it keeps the whole GPU until a run of it alone measures one.
 """
@@ -40,6 +44,8 @@ class _Flight:
     need_mib: int = 0
     beside: bool = False
     device: int = 0  # the GPU it runs on first (an index into the admission's `devices`)
+    narrow: bool = False  # its files held memory on their first GPU only (in the screens)
+    lane: bool = False  # a strict run with its GPU, not every GPU, to itself
 
 
 @dataclass(slots=True)
@@ -62,8 +68,11 @@ class Admission:
     losers: int = 0  # speculated runs whose answer the search did not need (never counted)
     killed: int = 0  # of them, those still running when it knew: killed
     unmeasured: set[str] = field(default_factory=set)  # files that keep the whole GPU
+    narrow: set[str] = field(default_factory=set)  # files that held memory on one GPU only
+    lanes: dict[str, int] = field(default_factory=dict)  # key -> the GPU its strict runs see
     _flights: list[_Flight] = field(default_factory=list)
-    _strict: int = 0  # strict runs waiting or running
+    _strict: int = 0  # strict runs with every GPU to themselves, waiting or running
+    _reserved: dict[int, int] = field(default_factory=dict)  # GPU -> strict runs waiting for it
     _changed: threading.Condition = field(default_factory=threading.Condition)
 
     def need(self, files: Sequence[str]) -> int:
@@ -71,34 +80,89 @@ class Admission:
         peak = max((self.peaks.get(f, 0) for f in files), default=0)
         return round(with_margin(peak)) if peak else 0
 
-    def _fits(self, size: int, need_mib: int) -> int | None:
+    def is_narrow(self, files: Sequence[str]) -> bool:
+        """Whether a run of `files` stays on its first GPU (each held memory on one only)."""
+        return self.devices > 1 and bool(files) and all(f in self.narrow for f in files)
+
+    def _fits(self, size: int, need_mib: int, *, narrow: bool = False) -> int | None:
         """The GPU a run of `need_mib` may start on now (the one with the most memory not
-        kept), or None: no slot, or no GPU holds it beside what runs there."""
+        kept, then the fewest runs, not kept by a strict run), or None: no slot, or no GPU
+        holds it beside what runs there. One that may reach every GPU waits while a strict
+        run keeps one."""
         if self._strict or self._running() + size > max(self.slots, size):
             return None
-        kept = [0] * max(1, self.devices)
+        laned = {f.device for f in self._flights if f.lane} | {
+            d for d, n in self._reserved.items() if n
+        }
+        if laned and not narrow:
+            return None
+        kept, runs = [0] * max(1, self.devices), [0] * max(1, self.devices)
         for flight in self._flights:
             kept[flight.device] += flight.need_mib
-        device = min(range(len(kept)), key=lambda d: (kept[d], d))
+            runs[flight.device] += 1
+        free = [d for d in range(len(kept)) if d not in laned]
+        if not free:
+            return None
+        device = min(free, key=lambda d: (kept[d], runs[d], d))
         if not self._flights or self.capacity_mib is None:
             return device
         return device if kept[device] + need_mib <= self.capacity_mib else None
 
+    def _lane_of(self, key: str) -> int:
+        """The GPU a strict run of `key` keeps: its earlier strict runs', else the one with
+        the fewest runs on it or waiting for it (then the least memory kept)."""
+        if key not in self.lanes:
+            kept = [0] * self.devices
+            busy = [self._reserved.get(d, 0) for d in range(self.devices)]
+            for flight in self._flights:
+                kept[flight.device] += flight.need_mib
+                busy[flight.device] += 1
+            self.lanes[key] = min(range(self.devices), key=lambda d: (busy[d], kept[d], d))
+        return self.lanes[key]
+
+    def _lane_free(self, device: int) -> bool:
+        """Whether a strict run may keep `device` now: nothing runs on it, nothing that may
+        reach every GPU runs anywhere, no strict run waits for every GPU."""
+        return (
+            not self._strict
+            and self._running() < max(1, self.slots)
+            and all(f.device != device and f.narrow for f in self._flights)
+        )
+
     @contextlib.contextmanager
-    def admitted(self, *, strict: bool, size: int = 1, need_mib: int = 0) -> Iterator[_Flight]:
-        """Hold one of the slots (all of them, where `strict`) for the run inside."""
-        flight = _Flight(size, need_mib)
+    def admitted(
+        self,
+        *,
+        strict: bool,
+        size: int = 1,
+        need_mib: int = 0,
+        files: Sequence[str] = (),
+        key: str = "",
+    ) -> Iterator[_Flight]:
+        """Hold one of the slots for the run inside (a `strict` one: its GPU, or all of
+        them, to itself; `key`: whose strict runs see one view, the victim's file)."""
+        narrow = size == 1 and self.is_narrow(files)
+        flight = _Flight(size, need_mib, narrow=narrow)
         with self._changed:
-            if strict:  # on the GPUs as the serial interpreters see them, nothing beside it
+            if strict and narrow and key:  # its GPU to itself, strict runs of others beside
+                flight.device, flight.lane = self._lane_of(key), True
+                self._reserved[flight.device] = self._reserved.get(flight.device, 0) + 1
+                self._changed.wait_for(lambda: self._lane_free(flight.device))
+                self._reserved[flight.device] -= 1
+            elif strict:  # every GPU to itself, from its key's GPU (the serial view's first)
+                flight.device = self.lanes.setdefault(key, 0) if key else 0
                 self._strict += 1
                 self._changed.wait_for(lambda: not self._flights)
             else:
-                self._changed.wait_for(lambda: self._fits(size, need_mib) is not None)
-                flight.device = self._fits(size, need_mib) or 0
-            if self._flights:
-                flight.beside = True
-                for other in self._flights:
-                    other.beside = True
+
+                def fits() -> int | None:
+                    return self._fits(size, need_mib, narrow=narrow)
+
+                self._changed.wait_for(lambda: fits() is not None)
+                flight.device = fits() or 0
+            for other in self._flights:  # strict runs on GPUs of their own are not beside
+                if not (flight.lane and other.lane):
+                    flight.beside = other.beside = True
             self._flights.append(flight)
             self.most = max(self.most, self._running())
         try:
@@ -106,7 +170,7 @@ class Admission:
         finally:
             with self._changed:
                 self._flights.remove(flight)
-                self._strict -= strict
+                self._strict -= strict and not flight.lane
                 self.beside += flight.size if flight.beside else 0
                 self._changed.notify_all()
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
+from gpuci.evidence.orders import first_in_interpreter, interpreter_order
 from gpuci.evidence.probe import Prober
-from gpuci.evidence.reproduce import first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Mode, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuci.evidence.reproduce import MAX_BESIDE, ran_beside
+from gpuci.evidence.orders import MAX_BESIDE, ran_beside
 from gpuci.evidence.results import ModeResults
 from gpuci.model import Mode
 

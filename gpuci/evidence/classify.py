@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuci.evidence.reproduce import Order, first_in_interpreter, interpreter_order
+from gpuci.evidence.orders import Order, first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults, keep_worse
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
 

@@ -30,6 +30,7 @@ from gpuci.evidence.classify import Classified
 from gpuci.evidence.collected import collected_first
 from gpuci.evidence.fingerprints import same_kind
 from gpuci.evidence.hinted import hint_tasks, ledger_first
+from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
     NOT_SEARCHED,
@@ -38,7 +39,6 @@ from gpuci.evidence.pairs import (
     search_pairs,
 )
 from gpuci.evidence.probe import Prober
-from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search import LOADED, Search
 from gpuci.evidence.victims import Task, plan_searches

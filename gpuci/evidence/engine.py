@@ -17,20 +17,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from gpuci.evidence.account import RUNS_FILE
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
 from gpuci.evidence.budget import start_up
 from gpuci.evidence.classify import classify_results, out_of_device_memory, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
 from gpuci.evidence.mode_reruns import say_strays
+from gpuci.evidence.orders import Order, interpreter_order
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
-from gpuci.evidence.probe import RUNS_FILE, Prober
-from gpuci.evidence.reproduce import Order, interpreter_order
+from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
 from gpuci.evidence_file import evidence_to_json
@@ -123,20 +124,30 @@ def gather_evidence(
     evidence = Evidence(
         gpu=prober.gpu,
         budget_s=budget_s,
-        spent_s=prober.spent() if prober.runs else 0.0,
-        runs=prober.runs,
-        phases=prober.phase_json(),
+        spent_s=prober.spent() if prober.account.runs else 0.0,
+        runs=prober.account.runs,
+        phases=prober.account.phase_json(),
         concurrency=prober.admission.to_json(),
-        tests=tuple(found.values()),
+        tests=with_lane_views(found.values(), prober.lane_views()),
         leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
         strangers={f: tuple(x) for f, x in prober.strangers.items()},
         notes=(*prober.notes, *unstable_note(prober.unstable)),
     )
     write_json_atomic(directory / EVIDENCE_FILE, evidence_to_json(evidence))
-    prober.write_timeline(directory / RUNS_FILE)
+    prober.account.write_timeline(directory / RUNS_FILE)
     if prober.stopping():
         raise Interrupted(f"interrupted; the evidence gathered so far is in {directory}")
     return evidence
+
+
+def with_lane_views(
+    found: Iterable[TestEvidence], views: Mapping[str, str]
+) -> tuple[TestEvidence, ...]:
+    """Each test's evidence with the view its file's strict runs saw, where not the serial."""
+    return tuple(
+        dataclasses.replace(t, gpu=views[file_of(t.id)]) if file_of(t.id) in views else t
+        for t in found
+    )
 
 
 def _gather(

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
+from gpuci.evidence.orders import Order
 from gpuci.evidence.probe import Prober
-from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import (

@@ -11,7 +11,6 @@ by side.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import tempfile
 import threading
@@ -21,13 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.attempts import UNSTABLE_ID
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
-from gpuci.run.proc.gpumem import screen_peaks
+from gpuci.run.proc.gpumem import narrow_files, screen_peaks
 from gpuci.run.proc.handshake import (
     RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
 )
@@ -36,8 +36,6 @@ from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Launch
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.views import visible_gpus
-
-RUNS_FILE = "runs.jsonl"  # the evidence's timeline: one line per interpreter, as they ended
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,7 +48,7 @@ class ProbeRun:
     results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
     beside: bool = False  # another evidence run overlapped it (its failure is not strict)
     killed: bool = False  # a speculated run ended once its answer was no longer needed
-    pending: _Ended | None = None  # a speculated run's account, until `Prober.settle`
+    pending: Ended | None = None  # a speculated run's account, until `Prober.settle`
 
     def outcome(self, test_id: str) -> Outcome:
         """The test's outcome; `not-run` where the interpreter never got to it."""
@@ -64,27 +62,6 @@ class ProbeRun:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Ended:
-    """What the account of one run holds: its label, phase, start and end (seconds since
-    the prober started) and how many ran at once as it started."""
-
-    label: str
-    phase: str
-    start: float
-    end: float
-    at_once: int
-
-
-@dataclass(slots=True)
-class Phase:
-    """The runs and interpreter-seconds one kind of evidence took, and the most at once."""
-
-    runs: int = 0
-    seconds: float = 0.0
-    at_once: int = 0
 
 
 @dataclass(slots=True)
@@ -102,13 +79,11 @@ class Prober:
     admission: Admission = field(default_factory=Admission)
     expensive: bool = False  # a start-up takes EXPENSIVE_START_S or more: worth holding ahead
     zero: float = field(default_factory=time.monotonic)
-    runs: int = 0
-    phases: dict[str, Phase] = field(default_factory=dict)
+    account: Account = field(default_factory=Account)  # runs counted, phases, the timeline
     leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
     strangers: dict[str, list[Stranger]] = field(default_factory=dict)  # by file
     notes: list[str] = field(default_factory=list)  # what the report must say of the runs
     unstable: set[str] = field(default_factory=set)  # tests whose id no run collected again
-    timeline: list[dict[str, object]] = field(default_factory=list)  # evidence/runs.jsonl
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _lanes: dict[str, set[int]] = field(default_factory=dict)  # by file: runs in flight
 
@@ -156,6 +131,8 @@ class Prober:
                 capacity_mib=int(total) if total.isdigit() else None,
                 devices=max(1, len(run.gpus)),
                 peaks=screen_peaks(out.parent),
+                # held interpreters (an expensive start-up) see the serial GPUs: no lanes
+                narrow=narrow_files(out.parent) if start_s < EXPENSIVE_START_S else set(),
             ),
             views=visible_gpus(run.gpus, max(1, len(run.gpus))),
         )
@@ -163,6 +140,15 @@ class Prober:
     def close(self) -> None:
         """Remove scratch files; collect adopted zombies."""
         self.interpreters.close()
+
+    def lane_views(self) -> dict[str, str]:
+        """By victim file: the CUDA_VISIBLE_DEVICES its strict runs saw, where they kept a
+        GPU other than the serial view's first (the commands printed for it carry it)."""
+        return {
+            key: view
+            for key, device in self.admission.lanes.items()
+            if (view := self.views[device]) is not None and view != self.gpu
+        }
 
     def spent(self) -> float:
         """Seconds since the prober started."""
@@ -205,15 +191,22 @@ class Prober:
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY); the files in
         `collect` come first, collected (imported) with none of their tests run.
         """
-        need = self.admission.need([*collect, *(file_of(i) for i in ids)])
-        with self.admission.admitted(strict=strict, need_mib=need) as flight:
+        files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+        need = self.admission.need(files)
+        # a held interpreter started seeing the serial GPUs: it keeps them all
+        admitted = self.admission.admitted(
+            strict=strict,
+            need_mib=need,
+            files=files if held is None else (),
+            key=files[-1] if held is None else "",
+        )
+        with admitted as flight:
             if cancel is not None and cancel.is_set():  # a loser before its turn: not started
                 return ProbeRun(outcomes={}, log=self.interpreters.out / "logs", log_from=0)
             ran = self._run(
                 ids,
                 phase=phase,
                 label=label,
-                # a held interpreter started seeing the serial GPUs; a strict run is device 0
                 gpu=self.gpu if held is not None else self.views[flight.device],
                 env=env,
                 wrapper=wrapper,
@@ -270,12 +263,13 @@ class Prober:
         self.unstable.update(r.id for r in attempt.results if UNSTABLE_ID in r.message)
         if len(files) == 1:  # its peak is its file's alone
             self.admission.learn(key, attempt.interpreter.gpu_peak_mib)
-        ended = _Ended(
+        ended = Ended(
             label=label,
             phase=phase,
             start=round(started - self.zero, 3),
             end=round(time.monotonic() - self.zero, 3),
             at_once=at_once,
+            gpu=gpu,
         )
         with self._lock:  # what it left behind is real, whether or not its answer is used
             if attempt.leftovers:
@@ -283,7 +277,7 @@ class Prober:
             if attempt.strangers:
                 self.strangers.setdefault(launch.key, []).extend(attempt.strangers)
         if cancel is None:
-            self._account(ended)
+            self.account.count(ended)
         return ProbeRun(
             outcomes={r.id: r.outcome for r in attempt.results},
             log=log,
@@ -317,8 +311,7 @@ class Prober:
         start = round(held.started - self.zero, 3)
         end = round(time.monotonic() - self.zero, 3)
         entry = {"label": label, "phase": phase, "start": start, "end": end, "at_once": 0}
-        with self._lock:
-            self.timeline.append({**entry, "lost": "killed"})
+        self.account.lose(entry, "killed")
 
     def settle(self, ran: ProbeRun, *, used: bool) -> None:
         """A speculated run's account: a run of its phase where its answer was `used`;
@@ -326,22 +319,10 @@ class Prober:
         if ran.pending is None:
             return
         if used:
-            self._account(ran.pending)
+            self.account.count(ran.pending)
             return
         self.admission.lost(killed=ran.killed)
-        entry = dataclasses.asdict(ran.pending)
-        with self._lock:
-            self.timeline.append({**entry, "lost": "killed" if ran.killed else "unused"})
-
-    def _account(self, ended: _Ended) -> None:
-        """One run counted: the timeline, its phase's runs and interpreter-seconds."""
-        with self._lock:
-            self.runs += 1
-            self.timeline.append(dataclasses.asdict(ended))
-            account = self.phases.setdefault(ended.phase, Phase())
-            account.runs += 1
-            account.seconds += ended.end - ended.start
-            account.at_once = max(account.at_once, ended.at_once)
+        self.account.lose(dataclasses.asdict(ran.pending), "killed" if ran.killed else "unused")
 
     def run_together(
         self,
@@ -369,18 +350,3 @@ class Prober:
                 runs = [f.result() for f in futures]
             met = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
         return runs, met
-
-    def write_timeline(self, path: Path) -> None:
-        """`runs.jsonl`: each run's label, phase, start and end (seconds since the prober
-        started), and how many ran at once as it started."""
-        lines = "".join(json.dumps(run, ensure_ascii=False) + "\n" for run in self.timeline)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(lines, encoding="utf-8")
-
-    def phase_json(self) -> dict[str, dict[str, float]]:
-        """evidence.json's `phases`: runs, interpreter-seconds and the most interpreters
-        running at once as one of its runs started, per kind of evidence."""
-        return {
-            name: {"runs": p.runs, "seconds": round(p.seconds, 3), "at_once": p.at_once}
-            for name, p in self.phases.items()
-        }

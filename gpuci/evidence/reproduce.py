@@ -1,7 +1,7 @@
-"""Reproduce: who ran before whom, and the shell command that shows a finding again.
+"""Reproduce: the shell commands that show a finding again, and its other half.
 
-Shared by the diff (a command for every finding), the evidence engine (which replays
-orders to find culprits) and the report. Commands are ready to paste: `shlex`-quoted,
+Built by the diff (a command for every finding) from the orders (`gpuci.evidence.orders`)
+and the evidence; shown by the report. Commands are ready to paste: `shlex`-quoted,
 run from the suite's rootdir.
 """
 
@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuci.evidence.orders import Order, ran_before, ran_beside
 from gpuci.evidence.results import ModeResults
 from gpuci.model import (
     NOT_PASSING,
@@ -20,7 +21,6 @@ from gpuci.model import (
     ModeRun,
     Outcome,
     TestEvidence,
-    TestResult,
 )
 from gpuci.run.disk.side_outputs import command_args
 from gpuci.run.proc.discover import PLUGIN, POISON_ENV
@@ -29,54 +29,7 @@ from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.views import plain_gpus
 
 PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
-MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
-MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
 ORDERED = Category.ORDER_DEPENDENT
-RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Order:
-    """Who ran before whom in one mode's interpreters."""
-
-    segments: list[list[TestResult]]  # one per interpreter, in the order they ran
-    blocks: list[list[tuple[str, int]]]  # per segment: (file, position of its first test)
-    mid_file: list[bool]  # per segment: it began in the middle of a file, after a crash
-    where: dict[str, tuple[int, int, int]]  # test id -> (segment, position, block)
-
-
-def interpreter_order(results: ModeResults) -> Order:
-    """Split a mode's tests into interpreters: per file (but in suite), and at crashes."""
-    order = Order(segments=[], blocks=[], mid_file=[], where={})
-    per_file = results.run.mode is not Mode.SUITE
-    for part in results.parts:
-        current: list[TestResult] = []
-        blocks: list[tuple[str, int]] = []
-        previous: TestResult | None = None
-        for test in part.tests:
-            if test.outcome is Outcome.NOT_RUN or test.inferred:
-                continue  # it did not run (or only another mode did), so it ran before nothing
-            # The runner resumes in a fresh interpreter after a crash or a timeout.
-            after_crash = previous is not None and previous.outcome in RESTARTING
-            same_file = previous is not None and previous.file == test.file
-            if previous is None or after_crash or (per_file and not same_file):
-                current, blocks = [], []
-                order.segments.append(current)
-                order.blocks.append(blocks)
-                order.mid_file.append(after_crash and same_file)
-            if not blocks or blocks[-1][0] != test.file:
-                blocks.append((test.file, len(current)))
-            order.where.setdefault(
-                test.id, (len(order.segments) - 1, len(current), len(blocks) - 1)
-            )
-            current.append(test)
-            previous = test
-    return order
-
-
-def first_in_interpreter(order: Order, test_id: str) -> bool:
-    place = order.where.get(test_id)
-    return place is not None and place[1] == 0
 
 
 def _selectable(test_id: str) -> str:
@@ -89,32 +42,6 @@ def _selectable(test_id: str) -> str:
     return test_id
 
 
-def _ran_before(order: Order, test_id: str, *, by_file: bool) -> tuple[list[str], int]:
-    """What ran before the test in its interpreter, nearest last, and how many were cut.
-
-    Test ids, or in suite mode the files before the test's own (shorter, and what a plain
-    `pytest` run does); the nearest MAX_PRECEDING are kept, the likeliest polluters.
-    """
-    place = order.where.get(test_id)
-    if place is None:
-        return [], 0
-    segment, position, block = place
-    tests = order.segments[segment]
-    if not by_file or block == 0:
-        start = max(0, position - MAX_PRECEDING)
-        return [t.id for t in tests[start:position]], start
-    blocks = order.blocks[segment]
-    start = max(0, block - MAX_PRECEDING)
-    args = [file for file, _ in blocks[start:block]]
-    if start == 0 and order.mid_file[segment]:
-        # The interpreter began in the middle of the first file (after a crash there):
-        # only that file's later tests ran in it, so name them instead of the file.
-        end = blocks[1][1]
-        head = max(0, end - MAX_PRECEDING)
-        return [t.id for t in tests[head:end]] + args[1:], head
-    return args, start
-
-
 def reproduce_command(
     test_id: str,
     category: Category,
@@ -124,12 +51,15 @@ def reproduce_command(
     results: Mapping[Mode, ModeResults],
     orders: Mapping[Mode, Order],
     alone_in_threads: Outcome | None = None,
+    gpu: str | None = None,
 ) -> str:
     """A shell command that shows the finding: the failing order, the files beside it, the
     test in several threads (thread-unsafe: alone, unless the evidence saw it pass alone in
     threads; then its file's order up to it), or the test alone.
 
-    Each carries the GPUs the interpreter it replays had (`CUDA_VISIBLE_DEVICES=...`).
+    Each carries the GPUs the interpreter it replays had (`CUDA_VISIBLE_DEVICES=...`): a
+    screen's, or where it runs as the evidence ran it, `gpu` (its strict runs' view, where
+    not the serial one).
     """
     if category in (Category.PASSED, Category.SKIPPED):
         return ""
@@ -145,25 +75,24 @@ def reproduce_command(
         run = results[Mode.THREADS].run  # in as many threads as the threads mode ran it
         earlier: list[str] = []
         if alone_in_threads is Outcome.PASSED:
-            earlier, _ = _ran_before(orders[Mode.THREADS], test_id, by_file=False)
+            earlier, _ = ran_before(orders[Mode.THREADS], test_id, by_file=False)
         extra = thread_args(run.threads)
-        return pytest_command(run, [*earlier, target], serial_gpu(run), extra=extra)
+        return pytest_command(run, [*earlier, target], gpu or serial_gpu(run), extra=extra)
     mode = Mode.ISOLATED if Mode.ISOLATED in results else next(iter(results))
     before: list[str] = []
     omitted = 0
     wanted = _shown_only_in_order(category, outcomes, reruns)
     for failing in (Mode.ISOLATED, Mode.SUITE):
         if wanted is not None and outcomes.get(failing) is wanted:
-            before, omitted = _ran_before(orders[failing], test_id, by_file=failing is Mode.SUITE)
+            before, omitted = ran_before(orders[failing], test_id, by_file=failing is Mode.SUITE)
             if before:
                 mode = failing
                 break
     run = results[mode].run
     # alone, a test sees what every serial interpreter of the check sees
-    gpu = gpu_of(results[mode], SUITE_UNIT if mode is Mode.SUITE else file) if before else None
-    if gpu is None:
-        gpu = serial_gpu(run)
-    command = pytest_command(run, [*before, target], gpu)
+    if before:
+        gpu = gpu_of(results[mode], SUITE_UNIT if mode is Mode.SUITE else file)
+    command = pytest_command(run, [*before, target], gpu or serial_gpu(run))
     if omitted:
         command += f"  # {omitted} earlier in the {mode.value} order left out, see its run.json"
     return command
@@ -175,6 +104,8 @@ def culprit_command(
     culprits: Sequence[str],
     results: Mapping[Mode, ModeResults],
     group: Sequence[str] = (),
+    *,
+    gpu: str | None = None,
 ) -> str:
     """The minimal command: the culprits, then the victim (then its `group`, the victims
     answered together, where it has one); or the victim started together with the files
@@ -190,7 +121,7 @@ def culprit_command(
         return _run_together(results[Mode.PARALLEL], [target, *culprits])
     if category is Category.ORDER_DEPENDENT:
         run = next(iter(results.values())).run
-        return pytest_command(run, [*culprits, *(group or [target])], serial_gpu(run))
+        return pytest_command(run, [*culprits, *(group or [target])], gpu or serial_gpu(run))
     return ""
 
 
@@ -200,6 +131,8 @@ def provider_command(
     culprits: Sequence[str],
     results: Mapping[Mode, ModeResults],
     group: Sequence[str] = (),
+    *,
+    gpu: str | None = None,
 ) -> str:
     """A depends-on-others finding's other half: its providers, then it (it passes), where
     its reproduce command runs it alone (it fails); then its `group`, where it has one."""
@@ -209,7 +142,8 @@ def provider_command(
     run = next(iter(results.values())).run
     # a provider file is collected (imported) with every one of its tests deselected
     deselect = [arg for c in culprits if "::" not in c for arg in ("--deselect", f"{c}::")]
-    return pytest_command(run, [*culprits, *(group or [target])], serial_gpu(run), extra=deselect)
+    targets = [*culprits, *(group or [target])]
+    return pytest_command(run, targets, gpu or serial_gpu(run), extra=deselect)
 
 
 def alone_command(
@@ -218,6 +152,8 @@ def alone_command(
     culprits: Sequence[str],
     results: Mapping[Mode, ModeResults],
     group: Sequence[str] = (),
+    *,
+    gpu: str | None = None,
 ) -> str:
     """An order-dependent finding's other half: the test alone (it passes), where its
     reproduce command runs it after its culprits (it fails); its `group` without them,
@@ -226,18 +162,21 @@ def alone_command(
     if category is not Category.ORDER_DEPENDENT or not culprits or not target:
         return ""
     run = next(iter(results.values())).run
-    return pytest_command(run, group or [target], serial_gpu(run))
+    return pytest_command(run, group or [target], gpu or serial_gpu(run))
 
 
 def group_command(
-    category: Category, group: Sequence[str], results: Mapping[Mode, ModeResults]
+    category: Category,
+    group: Sequence[str],
+    results: Mapping[Mode, ModeResults],
+    gpu: str | None = None,
 ) -> str:
     """A group-answered depends-on-others finding's command that fails: its group, without
     its providers ("" for any other)."""
     if category is not Category.DEPENDS_ON_OTHERS or not group:
         return ""
     run = next(iter(results.values())).run
-    return pytest_command(run, group, serial_gpu(run))
+    return pytest_command(run, group, gpu or serial_gpu(run))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -267,10 +206,11 @@ def finding_commands(
     culprits = evidence.culprits if evidence is not None else ()
     group = evidence.group if evidence is not None and test_id in evidence.group else ()
     diagnosed = evidence is not None and evidence.poisoned in NOT_PASSING
+    gpu = evidence.gpu if evidence is not None else None  # its strict runs' view
     reproduce = (
-        (poisoned_command(test_id, results) if diagnosed and category is ORDERED else "")
-        or culprit_command(test_id, category, culprits, results, group)
-        or group_command(category, group, results)
+        (poisoned_command(test_id, results, gpu) if diagnosed and category is ORDERED else "")
+        or culprit_command(test_id, category, culprits, results, group, gpu=gpu)
+        or group_command(category, group, results, gpu)
         or reproduce_command(
             test_id,
             category,
@@ -279,23 +219,26 @@ def finding_commands(
             results=results,
             orders=orders,
             alone_in_threads=evidence.threaded if evidence is not None else None,
+            gpu=gpu,
         )
     )
     return Commands(
         reproduce=reproduce,
-        with_provider=provider_command(test_id, searched, culprits, results, group),
-        passes_alone=alone_command(test_id, category, culprits, results, group),
+        with_provider=provider_command(test_id, searched, culprits, results, group, gpu=gpu),
+        passes_alone=alone_command(test_id, category, culprits, results, group, gpu=gpu),
     )
 
 
-def poisoned_command(test_id: str, results: Mapping[Mode, ModeResults]) -> str:
+def poisoned_command(
+    test_id: str, results: Mapping[Mode, ModeResults], gpu: str | None = None
+) -> str:
     """The test alone with every fresh device allocation poisoned, as the evidence ran it:
     the command that shows a read of uninitialized memory as the test's own failure."""
     target = _selectable(test_id)
     if not target:
         return ""
     run = next(iter(results.values())).run
-    command = _pytest(run, [target], serial_gpu(run), poison=True)
+    command = _pytest(run, [target], gpu or serial_gpu(run), poison=True)
     return f"{shlex.join(['cd', run.rootdir])} && {command}" if run.rootdir else command
 
 
@@ -340,22 +283,6 @@ def _pytest(
         extra = ["-p", PLUGIN, *extra]
     python = run.environment.get("interpreter", "python")  # named where PATH has another
     return env + shlex.join([python, *PYTEST, *command_args(run.pytest_args), *extra, *targets])
-
-
-def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:
-    """The files whose interpreters overlapped this file's in the parallel run, longest
-    overlap first."""
-    for part in results.parts:
-        mine = next((f for f in part.files if f.file == file), None)
-        if mine is not None:
-            overlaps = [
-                (min(f.end, mine.end) - max(f.start, mine.start), f.file)
-                for f in part.files
-                if f.file != file and f.start < mine.end and mine.start < f.end
-            ]
-            overlaps.sort(key=lambda o: -o[0])
-            return [f for _, f in overlaps][:limit]
-    return []
 
 
 def _run_together(results: ModeResults, targets: Sequence[str]) -> str:

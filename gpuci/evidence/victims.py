@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from gpuci.evidence.beside import beside_suite_test, co_runners
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.fingerprints import failure_kind
+from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS
-from gpuci.evidence.reproduce import Order
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 

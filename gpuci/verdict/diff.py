@@ -15,10 +15,8 @@ from typing import Any
 
 from gpuci.evidence.classify import classify_results, ran_outcomes, together_outcomes
 from gpuci.evidence.fingerprints import first_fingerprint
-from gpuci.evidence.reproduce import (
-    finding_commands,
-    interpreter_order,
-)
+from gpuci.evidence.orders import interpreter_order
+from gpuci.evidence.reproduce import finding_commands
 from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
 from gpuci.evidence.strict import confirm_strictly
 from gpuci.evidence_file import read_evidence

@@ -2,9 +2,11 @@
 
 `sampler()` is one thread per gpuci command that, while interpreters run, asks NVML
 (pynvml, where gpuci can import it) or else `nvidia-smi --query-compute-apps` which
-processes hold how much device memory, every SAMPLE_S; an interpreter's peak is the most
-its session (it and what it started) held at once. Without either, or where the driver
-lists pids this /proc does not know (a container), there is no peak: run.json says null.
+processes hold how much device memory on which GPU, every SAMPLE_S; an interpreter's peak
+is the most its session (it and what it started) held at once, and its GPUs those it held
+memory on (a file that held one only may have a strict evidence run on that GPU while
+others run on theirs). Without either, or where the driver lists pids this /proc does not
+know (a container), there is no peak: run.json says null.
 
 With peaks from an earlier run (`read_peaks`), `MemoryGate.wait` holds a slot back until
 the first GPU it sees has the file's peak free, with a margin (`may_start`); without one,
@@ -19,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuci.formats import read_mode_run
 from gpuci.model import GpuciError, Mode
@@ -33,7 +35,7 @@ MARGIN_FRACTION = 0.10  # a file may need a little more than it did last time
 MARGIN_MIB = 256  # and the CUDA context and its allocator's slack
 WAIT_S = 0.5  # between two looks at a GPU's free memory while a slot waits
 EARLIER = (Mode.ISOLATED, Mode.PARALLEL)  # the modes whose files ran one per interpreter
-Usage = dict[int, int]  # pid -> MiB of device memory it holds now
+Usage = dict[int, dict[str, int]]  # pid -> GPU -> MiB of device memory it holds there now
 
 
 def may_start(need_mib: int | None, free_mib: int | None, *, others_running: bool) -> bool:
@@ -90,6 +92,21 @@ def screen_peaks(out: Path) -> dict[str, int]:
     return peaks
 
 
+def narrow_files(out: Path) -> set[str]:
+    """The files that held memory on one GPU at most in every interpreter of OUT's isolated
+    and parallel runs that was measured (none of theirs unmeasured): a strict evidence run
+    of one of them has its GPU to itself while others run on theirs."""
+    widths: dict[str, list[int | None]] = {}
+    for mode in EARLIER:
+        with contextlib.suppress(GpuciError, OSError):  # unreadable: nothing known
+            place = out / mode.value
+            for candidate in sorted([*place.glob("run.json"), *place.glob("shard-*/run.json")]):
+                for file_run in read_mode_run(candidate).files:
+                    held = widths.setdefault(file_run.file, [])
+                    held.extend(i.gpus_held for i in file_run.interpreters)
+    return {f for f, held in widths.items() if held and all(h is not None and h <= 1 for h in held)}
+
+
 class _Nvml:
     """Device memory per process and free per GPU, from pynvml; None where not importable."""
 
@@ -106,7 +123,8 @@ class _Nvml:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 used = proc.usedGpuMemory or 0  # None where the driver will not say
-                found[proc.pid] = found.get(proc.pid, 0) + used // (1 << 20)
+                held = found.setdefault(proc.pid, {})
+                held[str(index)] = held.get(str(index), 0) + used // (1 << 20)
         return found
 
     def free_mib(self, device: str) -> int | None:
@@ -127,7 +145,8 @@ class _NvidiaSmi:
     def usage(self) -> Usage:
         found: Usage = {}
         for holder in gpu_processes():
-            found[holder.pid] = found.get(holder.pid, 0) + (holder.used_mib or 0)
+            held = found.setdefault(holder.pid, {})
+            held[holder.gpu_uuid] = held.get(holder.gpu_uuid, 0) + (holder.used_mib or 0)
         return found
 
     def free_mib(self, device: str) -> int | None:
@@ -170,6 +189,14 @@ def _source() -> _Nvml | _NvidiaSmi | None:
     return None
 
 
+class DeviceUse(NamedTuple):
+    """What an interpreter held on the GPUs: its peak, and on how many GPUs it held memory
+    (both None where it was never seen on one)."""
+
+    peak_mib: int | None
+    gpus: int | None
+
+
 class PeakSampler:
     """Samples device memory per process while interpreters run; their peaks by pid."""
 
@@ -177,6 +204,7 @@ class PeakSampler:
         self.source = source
         self._lock = threading.Lock()
         self._peaks: dict[int, int | None] = {}  # interpreter pid -> most MiB at once
+        self._gpus: dict[int, set[str]] = {}  # interpreter pid -> the GPUs it held memory on
         self._thread: threading.Thread | None = None
 
     def watch(self, pid: int) -> None:
@@ -189,18 +217,20 @@ class PeakSampler:
                 self._thread = threading.Thread(target=self._run, name="gpuci-gpumem", daemon=True)
                 self._thread.start()
 
-    def done(self, pid: int) -> int | None:
-        """Stop following it; its peak in MiB, None where it was never seen on a GPU."""
+    def done(self, pid: int) -> DeviceUse:
+        """Stop following it; its peak in MiB and its GPUs, None where never seen on one."""
         with self._lock:
-            return self._peaks.pop(pid, None)
+            peak, gpus = self._peaks.pop(pid, None), self._gpus.pop(pid, set())
+            return DeviceUse(peak, len(gpus) if peak is not None else None)
 
     def record(self, usage: Usage, sessions: Mapping[int, int | None]) -> None:
-        """Add one sample: per process MiB, and each process's session."""
+        """Add one sample: per process and GPU MiB, and each process's session."""
         with self._lock:
             for interpreter, peak in self._peaks.items():
-                held = [mib for pid, mib in usage.items() if sessions.get(pid) == interpreter]
+                held = [by_gpu for pid, by_gpu in usage.items() if sessions.get(pid) == interpreter]
                 if held:
-                    self._peaks[interpreter] = max(peak or 0, sum(held))
+                    self._peaks[interpreter] = max(peak or 0, sum(sum(h.values()) for h in held))
+                    self._gpus.setdefault(interpreter, set()).update(g for h in held for g in h)
 
     def _run(self) -> None:
         while True:

@@ -184,13 +184,15 @@ class Interpreters:
         excerpt = log.excerpt()
         log.close()
         code = proc.returncode
+        use = sampler().done(proc.pid)
         interpreter = Interpreter(
             exit_code=code if code is None or code >= 0 else None,
             signal=-code if code is not None and code < 0 else None,
             start=start,
             end=self.now(),
             log=log_rel,
-            gpu_peak_mib=sampler().done(proc.pid),
+            gpu_peak_mib=use.peak_mib,
+            gpus_held=use.gpus,
             startup_s=startup_of(events, started_at),
         )
         attempt = read_attempt(

@@ -1,0 +1,102 @@
+"""Orders: who ran before whom in a mode's interpreters, and which files ran beside a file.
+
+Read by the commands that show a finding (`gpuci.evidence.reproduce`: the tests before it,
+the files beside it) and by the evidence that replays orders (the culprit searches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuci.evidence.results import ModeResults
+from gpuci.model import Mode, Outcome, TestResult
+
+MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
+MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
+RESTARTING = frozenset({Outcome.CRASHED, Outcome.TIMED_OUT})  # the next test gets a new interpreter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Order:
+    """Who ran before whom in one mode's interpreters."""
+
+    segments: list[list[TestResult]]  # one per interpreter, in the order they ran
+    blocks: list[list[tuple[str, int]]]  # per segment: (file, position of its first test)
+    mid_file: list[bool]  # per segment: it began in the middle of a file, after a crash
+    where: dict[str, tuple[int, int, int]]  # test id -> (segment, position, block)
+
+
+def interpreter_order(results: ModeResults) -> Order:
+    """Split a mode's tests into interpreters: per file (but in suite), and at crashes."""
+    order = Order(segments=[], blocks=[], mid_file=[], where={})
+    per_file = results.run.mode is not Mode.SUITE
+    for part in results.parts:
+        current: list[TestResult] = []
+        blocks: list[tuple[str, int]] = []
+        previous: TestResult | None = None
+        for test in part.tests:
+            if test.outcome is Outcome.NOT_RUN or test.inferred:
+                continue  # it did not run (or only another mode did), so it ran before nothing
+            # The runner resumes in a fresh interpreter after a crash or a timeout.
+            after_crash = previous is not None and previous.outcome in RESTARTING
+            same_file = previous is not None and previous.file == test.file
+            if previous is None or after_crash or (per_file and not same_file):
+                current, blocks = [], []
+                order.segments.append(current)
+                order.blocks.append(blocks)
+                order.mid_file.append(after_crash and same_file)
+            if not blocks or blocks[-1][0] != test.file:
+                blocks.append((test.file, len(current)))
+            order.where.setdefault(
+                test.id, (len(order.segments) - 1, len(current), len(blocks) - 1)
+            )
+            current.append(test)
+            previous = test
+    return order
+
+
+def first_in_interpreter(order: Order, test_id: str) -> bool:
+    place = order.where.get(test_id)
+    return place is not None and place[1] == 0
+
+
+def ran_before(order: Order, test_id: str, *, by_file: bool) -> tuple[list[str], int]:
+    """What ran before the test in its interpreter, nearest last, and how many were cut.
+
+    Test ids, or in suite mode the files before the test's own (shorter, and what a plain
+    `pytest` run does); the nearest MAX_PRECEDING are kept, the likeliest polluters.
+    """
+    place = order.where.get(test_id)
+    if place is None:
+        return [], 0
+    segment, position, block = place
+    tests = order.segments[segment]
+    if not by_file or block == 0:
+        start = max(0, position - MAX_PRECEDING)
+        return [t.id for t in tests[start:position]], start
+    blocks = order.blocks[segment]
+    start = max(0, block - MAX_PRECEDING)
+    args = [file for file, _ in blocks[start:block]]
+    if start == 0 and order.mid_file[segment]:
+        # The interpreter began in the middle of the first file (after a crash there):
+        # only that file's later tests ran in it, so name them instead of the file.
+        end = blocks[1][1]
+        head = max(0, end - MAX_PRECEDING)
+        return [t.id for t in tests[head:end]] + args[1:], head
+    return args, start
+
+
+def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESIDE) -> list[str]:
+    """The files whose interpreters overlapped this file's in the parallel run, longest
+    overlap first."""
+    for part in results.parts:
+        mine = next((f for f in part.files if f.file == file), None)
+        if mine is not None:
+            overlaps = [
+                (min(f.end, mine.end) - max(f.start, mine.start), f.file)
+                for f in part.files
+                if f.file != file and f.start < mine.end and mine.start < f.end
+            ]
+            overlaps.sort(key=lambda o: -o[0])
+            return [f for _, f in overlaps][:limit]
+    return []

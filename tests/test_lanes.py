@@ -1,0 +1,168 @@
+"""Strict evidence runs on several GPUs: a file that held memory on one GPU only in the
+screens has its strict runs on a GPU of its own while other files' strict runs use theirs;
+every strict run of a file sees one view, and the commands printed for it carry that view."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from gpuci.evidence.admission import Admission
+from gpuci.evidence.engine import with_lane_views
+from gpuci.evidence.orders import interpreter_order
+from gpuci.evidence.reproduce import finding_commands
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence_file import evidence_to_json, read_evidence
+from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.model import (
+    Category,
+    Evidence,
+    FileRun,
+    FileStatus,
+    Interpreter,
+    Mode,
+    ModeRun,
+    Outcome,
+    TestEvidence,
+    TestResult,
+)
+from gpuci.run.proc.gpumem import narrow_files
+
+A, B, WIDE = "test_a.py", "test_b.py", "test_wide.py"
+
+
+def lanes(devices: int = 2) -> Admission:
+    return Admission(slots=8, capacity_mib=81920, devices=devices, narrow={A, B})
+
+
+def test_strict_runs_of_two_narrow_files_keep_a_gpu_each_at_once() -> None:
+    admission = lanes()
+    with (
+        admission.admitted(strict=True, files=[A], key=A) as a,
+        admission.admitted(strict=True, files=[B], key=B) as b,
+    ):
+        # each alone on its GPU: neither counts as beside the other
+        assert (a.device, b.device, a.lane, b.lane) == (0, 1, True, True)
+        assert not a.beside and not b.beside
+        assert admission._fits(1, 0, narrow=True) is None  # both GPUs kept
+        assert admission._fits(1, 0) is None  # a run that may reach every GPU waits
+        assert not admission._lane_free(0) and not admission._lane_free(1)
+    assert admission.lanes == {A: 0, B: 1}
+    # a later strict run of B keeps B's GPU, though GPU 0 is as free; one of files that may
+    # reach every GPU has them all, and still sees B's view
+    with admission.admitted(strict=True, files=[B], key=B) as again:
+        assert again.device == 1
+    with admission.admitted(strict=True, files=[WIDE, B], key=B) as wide:
+        assert (wide.device, wide.lane) == (1, False)
+        assert admission._fits(1, 0, narrow=True) is None and not admission._lane_free(0)
+
+
+def test_a_run_beside_others_never_shares_a_kept_gpu() -> None:
+    admission = lanes()
+    with admission.admitted(strict=True, files=[A], key=A) as a:
+        assert admission._fits(1, 0, narrow=True) == 1 - a.device  # the other GPU only
+        with admission.admitted(strict=False, files=[B]) as beside:
+            assert beside.device == 1 - a.device
+            assert beside.beside and a.beside  # it shared the machine with a strict run
+        assert admission._fits(1, 0, narrow=False) is None  # a wide one waits
+
+
+def test_a_strict_run_waits_for_its_gpu_and_takes_it_first() -> None:
+    # B's strict run waits while a run beside others holds its GPU; meanwhile nothing new
+    # starts there, and once that run ends it has the GPU to itself
+    admission = lanes()
+    admission.lanes[B] = 1
+    started = threading.Event()
+    with admission.admitted(strict=False, files=[A]) as first:  # GPU 0
+        with admission.admitted(strict=False, files=[A]) as second:  # GPU 1: least kept
+            assert (first.device, second.device) == (0, 1)
+            waiting = threading.Thread(target=lambda: _strict_b(admission, started))
+            waiting.start()
+            with admission._changed:
+                admission._changed.wait_for(lambda: admission._reserved.get(1))
+            assert not started.is_set()
+            assert admission._fits(1, 0, narrow=True) == 0  # not GPU 1: B waits for it
+        waiting.join(timeout=60)
+        assert started.is_set()
+
+
+def _strict_b(admission: Admission, started: threading.Event) -> None:
+    with admission.admitted(strict=True, files=[B], key=B) as b:
+        assert b.device == 1 and b.lane and all(f.device != 1 or f is b for f in admission._flights)
+        started.set()
+
+
+def test_one_gpu_or_files_not_known_to_stay_on_one_keep_every_gpu() -> None:
+    single = lanes(devices=1)
+    assert not single.is_narrow([A])
+    admission = lanes()
+    assert not admission.is_narrow([A, WIDE]) and not admission.is_narrow([])
+    with admission.admitted(strict=True, files=[WIDE], key=WIDE) as wide:
+        assert (wide.device, wide.lane) == (0, False)
+        assert admission._fits(1, 0, narrow=True) is None and not admission._lane_free(1)
+
+
+def _run_json(path: Path, held: dict[str, list[int | None]]) -> None:
+    files = tuple(
+        FileRun(
+            file=name,
+            status=FileStatus.PASSED,
+            slot=0,
+            gpu="0,1",
+            start=0.0,
+            end=1.0,
+            interpreters=tuple(
+                Interpreter(
+                    exit_code=0, start=0.0, end=1.0, log="l", gpu_peak_mib=h and 500, gpus_held=h
+                )
+                for h in widths
+            ),
+        )
+        for name, widths in held.items()
+    )
+    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, files=files)
+    write_json_atomic(path, mode_run_to_json(run))
+
+
+def test_narrow_files_are_those_measured_on_one_gpu_in_every_screen(tmp_path: Path) -> None:
+    (tmp_path / "parallel").mkdir()
+    (tmp_path / "isolated").mkdir()
+    _run_json(tmp_path / "parallel" / "run.json", {A: [1], B: [1], WIDE: [2], "c.py": [None]})
+    _run_json(tmp_path / "isolated" / "run.json", {B: [2], "d.py": [0]})
+    # B reached a second GPU alone; c.py was never measured; d.py held no device memory
+    assert narrow_files(tmp_path) == {A, "d.py"}
+
+
+def test_a_findings_commands_carry_the_gpus_its_strict_runs_saw(tmp_path: Path) -> None:
+    victim, provider = f"{A}::test_needs", f"{B}::test_gives"
+    tests = (
+        TestResult(id=provider, file=B, outcome=Outcome.PASSED),
+        TestResult(id=victim, file=A, outcome=Outcome.PASSED),
+    )
+    run = ModeRun(
+        mode=Mode.SUITE, command=("gpuci",), rootdir="/x", workers=1, gpus=("0", "1"), tests=tests
+    )
+    results = {Mode.SUITE: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)}
+    (found,) = with_lane_views(
+        [TestEvidence(id=victim, alone=(Outcome.FAILED,), culprits=(provider,))], {A: "1,0"}
+    )
+    assert found.gpu == "1,0"
+    commands = finding_commands(
+        victim,
+        Category.DEPENDS_ON_OTHERS,
+        searched=Category.DEPENDS_ON_OTHERS,
+        evidence=found,
+        outcomes={Mode.SUITE: Outcome.PASSED},
+        reruns=(Outcome.FAILED,),
+        results=results,
+        orders={m: interpreter_order(r) for m, r in results.items()},
+    )
+    assert "CUDA_VISIBLE_DEVICES=1,0 " in commands.reproduce
+    assert "CUDA_VISIBLE_DEVICES=1,0 " in commands.with_provider
+    # without a view of its own: the serial interpreters' (the plain run's)
+    (plain,) = with_lane_views([TestEvidence(id=victim, culprits=(provider,))], {B: "1,0"})
+    assert plain.gpu is None
+    # evidence.json keeps it
+    evidence = Evidence(gpu="0,1", budget_s=None, tests=(found, plain))
+    write_json_atomic(tmp_path / "evidence.json", evidence_to_json(evidence))
+    assert [t.gpu for t in read_evidence(tmp_path / "evidence.json").tests] == ["1,0", None]
