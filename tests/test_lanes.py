@@ -166,3 +166,53 @@ def test_a_findings_commands_carry_the_gpus_its_strict_runs_saw(tmp_path: Path) 
     evidence = Evidence(gpu="0,1", budget_s=None, tests=(found, plain))
     write_json_atomic(tmp_path / "evidence.json", evidence_to_json(evidence))
     assert [t.gpu for t in read_evidence(tmp_path / "evidence.json").tests] == ["1,0", None]
+
+
+class MeetingProber:
+    """A prober whose runs go through a real admission of 2 GPUs: the strict runs of A's and
+    B's tests fail, and wait at a barrier for each other (it breaks where they never run at
+    once); the lanes they ran in are recorded."""
+
+    def __init__(self) -> None:
+        self.admission = lanes()
+        self.meet = threading.Barrier(2, timeout=60)
+        self.strict_on: dict[str, int] = {}
+        self.expensive = False
+        self.notes: list[str] = []
+
+    def exhausted(self) -> bool:
+        return False
+
+    def stopping(self) -> bool:
+        return False
+
+    def left(self) -> float | None:
+        return None
+
+    def run(self, ids: list[str], *, strict: bool = False, **_: object) -> object:
+        from gpuci.evidence.probe import ProbeRun
+
+        (test_id,) = ids
+        file = test_id.partition("::")[0]
+        with self.admission.admitted(strict=strict, files=[file], key=file) as flight:
+            if strict:
+                self.strict_on[test_id] = flight.device
+                self.meet.wait()
+        return ProbeRun(outcomes={test_id: Outcome.FAILED}, log=Path("/nonexistent"), log_from=0)
+
+
+def test_strict_alone_runs_of_files_that_stay_on_one_gpu_run_at_once_a_gpu_each() -> None:
+    import io
+
+    from gpuci.evidence.alone import run_alone
+
+    prober = MeetingProber()
+    a, b = f"{A}::test_one", f"{B}::test_two"
+    found = run_alone(
+        prober,  # type: ignore[arg-type]
+        {a: 1, b: 1},
+        progress=io.StringIO(),
+        failed=frozenset({a, b}),  # likely failing: strict from the start
+    )
+    assert found[a].alone == found[b].alone == (Outcome.FAILED,)
+    assert sorted(prober.strict_on.values()) == [0, 1]  # met at the barrier: at once

@@ -122,23 +122,27 @@ def _alone_round(
                 beside.add(test_id)
         return done
 
+    def file_by_file(tests: list[str], *, strict: bool = False) -> dict[str, Outcome]:
+        # the tests of one file run one after the other (one slot, or one GPU, each file)
+        by_file: dict[str, list[str]] = {}
+        for test_id in tests:
+            by_file.setdefault(file_of(test_id), []).append(test_id)
+        if prober.admission.slots <= 1 or len(by_file) <= 1:
+            return one_by_one(tests, strict=strict)
+        with ThreadPoolExecutor(max_workers=min(prober.admission.slots, len(by_file))) as pool:
+            rounds = list(pool.map(lambda t: one_by_one(t, strict=strict), by_file.values()))
+        return {i: o for done in rounds for i, o in done.items()}
+
     beside: set[str] = set()  # ran with another evidence run beside it
-    # the tests of one file run one after the other (one slot each file)
     loose = [i for i in todo if i not in failing]
-    by_file: dict[str, list[str]] = {}
-    for test_id in loose:
-        by_file.setdefault(file_of(test_id), []).append(test_id)
-    workers = prober.admission.slots
-    if workers <= 1 or len(by_file) <= 1:
-        outcomes = one_by_one(loose)
-    else:
-        with ThreadPoolExecutor(max_workers=min(workers, len(by_file))) as pool:
-            rounds = list(pool.map(one_by_one, by_file.values()))
-        outcomes = {i: o for done in rounds for i, o in done.items()}
+    outcomes = file_by_file(loose)
     # a pass beside others answers the question; a failure may be the others': again,
-    # with nothing else running, and that run is the one that counts
+    # with nothing else running on its GPUs, and that run is the one that counts (with
+    # several GPUs, strict runs of files that stay on one GPU run at once, a GPU each)
     confirm = [i for i in loose if outcomes.get(i) in NOT_PASSING and i in beside]
-    strict = one_by_one([*confirm, *(i for i in todo if i in failing)], strict=True)
+    strict_ids = [*confirm, *(i for i in todo if i in failing)]
+    at_once = file_by_file if prober.admission.devices > 1 else one_by_one
+    strict = at_once(strict_ids, strict=True)
     for test_id in confirm:
         if test_id not in strict:  # its confirmation was cut: a failure beside others
             outcomes.pop(test_id, None)  # does not count
