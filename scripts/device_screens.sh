@@ -220,6 +220,7 @@ PY
     polluted)
         for how in ${POLLUTED_HOW:-default serial}; do
             extra=(); [ "$how" = serial ] && extra=(--serial-modes)  # default, default2...: default
+            [ "$how" = one ] && extra=(--gpus 0)  # issue 40: the same on GPU 0 alone
             GPU_POLLUTED_STATE="$WORK/state-$how" timed polluted-$how 450 python3 -m gpuci check \
                 examples/gpu_polluted --out "$WORK/p-$how" --timeout 120 "${extra[@]}"
             grep "^gpuci: modes\|^gpuci: evidence budget\|^evidence\|^verdict" "$WORK/polluted-$how.log"
