@@ -216,3 +216,70 @@ def test_strict_alone_runs_of_files_that_stay_on_one_gpu_run_at_once_a_gpu_each(
     )
     assert found[a].alone == found[b].alone == (Outcome.FAILED,)
     assert sorted(prober.strict_on.values()) == [0, 1]  # met at the barrier: at once
+
+
+def test_the_start_up_that_decides_an_expensive_import_is_the_quickest_uncrowded_one() -> None:
+    from gpuci.evidence.admission import EXPENSIVE_START_S
+    from gpuci.evidence.budget import fastest_start_up, start_up
+
+    def results(startups: list[float | None]) -> dict[Mode, ModeResults]:
+        files = tuple(
+            FileRun(
+                file=f"test_{n}.py",
+                status=FileStatus.PASSED,
+                slot=0,
+                gpu="0",
+                start=0.0,
+                end=6.0,
+                interpreters=(
+                    Interpreter(exit_code=0, start=0.0, end=6.0, log="l", startup_s=startup),
+                ),
+            )
+            for n, startup in enumerate(startups)
+        )
+        run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=4, files=files)
+        return {Mode.PARALLEL: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)}
+
+    # 4 GPUs, 23 interpreters started at once: 5 s each in the crowd, one got through in 3 s;
+    # one started ahead says nothing (0)
+    crowded = results([5.1, 5.3, 3.0, 0.0, 5.2])
+    assert start_up(crowded) >= EXPENSIVE_START_S > fastest_start_up(crowded) == 3.0
+    # an import that is expensive everywhere stays expensive
+    assert fastest_start_up(results([18.0, 19.5])) == 18.0
+    # none measured: the files' walls less their tests' (the median), as the budget's
+    assert fastest_start_up(results([None, None])) == start_up(results([None, None])) == 6.0
+
+
+def test_a_partner_is_never_a_test_that_fails_in_its_own_files_order() -> None:
+    # on 4 GPUs a hog and test_pool_limit.py ran on different GPUs in their pair; the pair
+    # runs test_pool_limit.py whole, where test_large_workspace fails after the test that
+    # caps the pool (its own file's order, as in the isolated screen): no contention
+    from gpuci.evidence.classify import Classified
+    from gpuci.evidence.culprits import partnerable_tests
+
+    def classified(test_id: str, category: Category, isolated: Outcome, *, inferred: bool = False):
+        file = test_id.partition("::")[0]
+        result = TestResult(id=test_id, file=file, outcome=isolated, inferred=inferred)
+        return Classified(
+            id=test_id,
+            category=category,
+            outcomes={Mode.ISOLATED: isolated},
+            reruns=(Outcome.PASSED,),
+            results={Mode.ISOLATED: result},
+        )
+
+    tests = {
+        t.id: t
+        for t in (
+            classified("p.py::test_large_workspace", Category.ORDER_DEPENDENT, Outcome.FAILED),
+            classified("o.py::test_after_another_file", Category.ORDER_DEPENDENT, Outcome.PASSED),
+            classified("h.py::test_hog", Category.CONCURRENCY, Outcome.PASSED),
+            classified("q.py::test_q", Category.ORDER_DEPENDENT, Outcome.FAILED, inferred=True),
+            classified("f.py::test_fails", Category.FAILED, Outcome.FAILED),
+        )
+    }
+    assert partnerable_tests(tests) == {
+        "o.py::test_after_another_file",
+        "h.py::test_hog",
+        "q.py::test_q",  # its file alone never ran: nothing shows its own order fails it
+    }

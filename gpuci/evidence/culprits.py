@@ -42,13 +42,29 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search import LOADED, Search
 from gpuci.evidence.victims import Task, plan_searches
-from gpuci.model import Category, Mode, TestEvidence
+from gpuci.model import NOT_PASSING, Category, Mode, TestEvidence
 from gpuci.run.proc.discover import file_of
 from gpuci.run.sched.progress import say
 from gpuci.state.left import Ledger
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
+
+
+def partnerable_tests(classified: Mapping[str, Classified]) -> frozenset[str]:
+    """The tests that may be a pair's partner: none fails on its own, nor in its own file's
+    order (a pair runs the partner's whole file: an order-dependent test that failed in the
+    isolated screen, its file alone, fails there by itself, beside anything or nothing)."""
+    return frozenset(
+        t.id
+        for t in classified.values()
+        if t.category in PARTNERABLE and not _fails_in_its_file_alone(t)
+    )
+
+
+def _fails_in_its_file_alone(test: Classified) -> bool:
+    result = test.results.get(Mode.ISOLATED)
+    return result is not None and not result.inferred and result.outcome in NOT_PASSING
 
 
 def search_culprits(
@@ -72,7 +88,7 @@ def search_culprits(
     if not tasks:
         return dict(found)
     say(progress, f"culprits: searching for {len(tasks)} victim(s)")
-    partnerable = frozenset(t.id for t in classified.values() if t.category in PARTNERABLE)
+    partnerable = partnerable_tests(classified)
 
     slots = max(1, prober.admission.slots)
 

@@ -23,7 +23,7 @@ from typing import TextIO
 
 from gpuci.evidence.account import RUNS_FILE
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
-from gpuci.evidence.budget import start_up
+from gpuci.evidence.budget import fastest_start_up
 from gpuci.evidence.classify import classify_results, out_of_device_memory, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
@@ -97,7 +97,8 @@ def gather_evidence(
         supervisor=supervisor,
         mode_name=EVIDENCE_DIR,
         slots=workers,
-        start_s=start_up(results),  # an expensive start-up widens the slots to the cores
+        # an expensive start-up (even the quickest one) widens the slots to the cores
+        start_s=fastest_start_up(results),
     )
     # a test that ran out of device memory in a screen: its file's peak there is too small
     prober.admission.ran_out(
