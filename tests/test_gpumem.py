@@ -16,6 +16,7 @@ from gpuci.run.proc.gpumem import (
     PeakSampler,
     earlier_peaks,
     may_start,
+    narrow_files,
     read_peaks,
     screen_peaks,
 )
@@ -61,8 +62,13 @@ def test_without_a_gpu_nothing_is_followed() -> None:
     assert sampler._thread is None
 
 
-def write_run(path: Path, peaks: dict[str, list[int | None]]) -> Path:
-    """A parallel run.json whose files' interpreters peaked as given (run.json's own writer)."""
+def write_run(
+    path: Path,
+    peaks: dict[str, list[int | None]],
+    held: dict[str, list[int | None]] | None = None,
+) -> Path:
+    """A parallel run.json whose files' interpreters peaked as given, on as many GPUs as
+    `held` says (run.json's own writer)."""
     files = tuple(
         FileRun(
             file=name,
@@ -72,8 +78,15 @@ def write_run(path: Path, peaks: dict[str, list[int | None]]) -> Path:
             start=0.0,
             end=1.0,
             interpreters=tuple(
-                Interpreter(exit_code=0, start=0.0, end=1.0, log="x", gpu_peak_mib=peak)
-                for peak in file_peaks
+                Interpreter(
+                    exit_code=0,
+                    start=0.0,
+                    end=1.0,
+                    log="x",
+                    gpu_peak_mib=peak,
+                    gpus_held=(held or {}).get(name, [None] * len(file_peaks))[n],
+                )
+                for n, peak in enumerate(file_peaks)
             ),
         )
         for name, file_peaks in peaks.items()
@@ -124,3 +137,14 @@ def test_the_gate_lets_a_file_start_once_nothing_else_runs() -> None:
     started = time.monotonic()
     gate.wait("big.py", "0", supervisor)
     assert time.monotonic() - started < 1
+
+
+def test_narrow_files_are_those_measured_on_one_gpu_in_every_screen(tmp_path: Path) -> None:
+    # what decides that a file's strict evidence runs may keep one GPU of several
+    held = {"a.py": [1], "b.py": [1], "wide.py": [2], "c.py": [None]}
+    write_run(tmp_path / "parallel" / "run.json", {f: [500] for f in held}, held)
+    write_run(
+        tmp_path / "isolated" / "run.json", {"b.py": [500], "d.py": [0]}, {"b.py": [2], "d.py": [0]}
+    )
+    # b.py reached a second GPU in its file alone; c.py was never measured; d.py held none
+    assert narrow_files(tmp_path) == {"a.py", "d.py"}

@@ -13,7 +13,7 @@ from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.reproduce import finding_commands
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence_file import evidence_to_json, read_evidence
-from gpuci.formats import mode_run_to_json, write_json_atomic
+from gpuci.formats import write_json_atomic
 from gpuci.model import (
     Category,
     Evidence,
@@ -26,7 +26,6 @@ from gpuci.model import (
     TestEvidence,
     TestResult,
 )
-from gpuci.run.proc.gpumem import narrow_files
 
 A, B, WIDE = "test_a.py", "test_b.py", "test_wide.py"
 
@@ -100,37 +99,6 @@ def test_one_gpu_or_files_not_known_to_stay_on_one_keep_every_gpu() -> None:
     with admission.admitted(strict=True, files=[WIDE], key=WIDE) as wide:
         assert (wide.device, wide.lane) == (0, False)
         assert admission._fits(1, 0, narrow=True) is None and not admission._lane_free(1)
-
-
-def _run_json(path: Path, held: dict[str, list[int | None]]) -> None:
-    files = tuple(
-        FileRun(
-            file=name,
-            status=FileStatus.PASSED,
-            slot=0,
-            gpu="0,1",
-            start=0.0,
-            end=1.0,
-            interpreters=tuple(
-                Interpreter(
-                    exit_code=0, start=0.0, end=1.0, log="l", gpu_peak_mib=h and 500, gpus_held=h
-                )
-                for h in widths
-            ),
-        )
-        for name, widths in held.items()
-    )
-    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, files=files)
-    write_json_atomic(path, mode_run_to_json(run))
-
-
-def test_narrow_files_are_those_measured_on_one_gpu_in_every_screen(tmp_path: Path) -> None:
-    (tmp_path / "parallel").mkdir()
-    (tmp_path / "isolated").mkdir()
-    _run_json(tmp_path / "parallel" / "run.json", {A: [1], B: [1], WIDE: [2], "c.py": [None]})
-    _run_json(tmp_path / "isolated" / "run.json", {B: [2], "d.py": [0]})
-    # B reached a second GPU alone; c.py was never measured; d.py held no device memory
-    assert narrow_files(tmp_path) == {A, "d.py"}
 
 
 def test_a_findings_commands_carry_the_gpus_its_strict_runs_saw(tmp_path: Path) -> None:
