@@ -143,11 +143,13 @@ def _suite(root: Path, kinds: list[str], *, fillers: bool = True) -> Path:
 def _check(root: Path, out: Path, **env: str) -> dict[str, Any]:
     import os
 
-    # one alone-run shows each victim passes alone; a second (the default) proves nothing
-    # these tests look at, and costs an interpreter per victim
+    # The suite screen alone: the ledger that hints is its interpreter's, where each victim
+    # fails (the parallel screen's fresh interpreters pass every test, and show nothing
+    # here). One alone-run shows each victim passes alone; a second (the default) proves
+    # nothing these tests look at. Each would cost an interpreter per file, or per victim.
     done = gpuci(
         "check", "tests", "--out", str(out), "--evidence-budget", "900", "--reruns", "1",
-        cwd=root, env={**os.environ, **env},
+        "--modes", "suite", cwd=root, env={**os.environ, **env},
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     return {
