@@ -220,9 +220,11 @@ def test_a_flood_of_huge_frames_stays_bounded() -> None:
     frame = "=========         Host Frame: kernel<" + "int, " * 200 + "float>(x) in a.so\n"
     assert _describe(error + frame).splitlines()[1] == "Host Frame: kernel<…>(x) in a.so"
     huge = frame.replace("int, " * 200, "int, " * 20000)
-    started = time.monotonic()
+    # this process's CPU time, not the wall: a loaded machine does not fail it, and a
+    # regular expression that backtracks over the huge frames still does
+    started = time.process_time()
     text = _describe(error + huge * 200)
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
     assert len(text) <= MAX_CHARS and len(text.splitlines()) <= MAX_LINES
 
 
