@@ -73,9 +73,12 @@ def test_a_check_with_another_outs_durations_runs_its_longest_file_first(tmp_pat
     carried = tmp_path / "cache" / "durations.json"
     carried.parent.mkdir()
     carried.write_bytes(durations.read_bytes())
+    # the parallel screen alone: the carried times order its files (the suite interpreter
+    # runs them in path order, and the lazy isolated pass would only time test_slow.py again)
     proc = gpuci(
-        "check", ".", "--out", "elsewhere", *CHECK, "--durations", str(carried), cwd=second
-    )
+        "check", ".", "--out", "elsewhere", "--modes", "parallel", "--workers", "1",
+        "--durations", str(carried), cwd=second,
+    )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert parallel_order(second / "elsewhere")[0] == "test_slow.py"
     assert (second / "elsewhere" / "durations.json").is_file()  # and it writes its own

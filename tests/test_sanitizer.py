@@ -220,9 +220,11 @@ def test_a_flood_of_huge_frames_stays_bounded() -> None:
     frame = "=========         Host Frame: kernel<" + "int, " * 200 + "float>(x) in a.so\n"
     assert _describe(error + frame).splitlines()[1] == "Host Frame: kernel<…>(x) in a.so"
     huge = frame.replace("int, " * 200, "int, " * 20000)
-    started = time.monotonic()
+    # this process's CPU time, not the wall: a loaded machine does not fail it, and a
+    # regular expression that backtracks over the huge frames still does
+    started = time.process_time()
     text = _describe(error + huge * 200)
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
     assert len(text) <= MAX_CHARS and len(text.splitlines()) <= MAX_LINES
 
 
@@ -404,9 +406,20 @@ sys.exit(code)
 '''
 
 
-def build(root: Path) -> Path:
+# The root alone: enough where a test asks only whether, and how, the sanitizer runs (the
+# victims' culprit searches and the plain failure's alone-runs would show nothing more)
+ROOT_ONLY = {
+    "pytest.ini": "[pytest]\n",
+    "test_cuda.py": """
+        def test_scatter_rows():
+            raise RuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
+    """,
+}
+
+
+def build(root: Path, files: dict[str, str] = SUITE) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    for name, text in SUITE.items():
+    for name, text in files.items():
         (root / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
     return root
 
@@ -500,7 +513,7 @@ def test_the_sanitizer_run_is_evidence_alone_in_the_checks_environment(
 
 
 def test_no_sanitize_skips_it(tmp_path: Path) -> None:
-    root = build(tmp_path / "suite")
+    root = build(tmp_path / "suite", ROOT_ONLY)
     env = fake_env(tmp_path)
     proc = gpuci(*CHECK, "--no-sanitize", cwd=root, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -514,7 +527,7 @@ def test_without_the_tool_auto_is_off_with_a_note(tmp_path: Path) -> None:
     env = fake_env(tmp_path, fake=False)
     if find_sanitizer(env) is not None:
         pytest.skip(f"a real compute-sanitizer is installed here: {find_sanitizer(env)}")
-    root = build(tmp_path / "suite")
+    root = build(tmp_path / "suite", ROOT_ONLY)
     proc = gpuci(*CHECK, cwd=root, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "gpuci: error" not in proc.stderr
@@ -547,7 +560,7 @@ def test_the_budget_cut_is_recorded(tmp_path: Path) -> None:
 def test_a_hanging_sanitizer_is_killed_at_its_timeout_and_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = build(tmp_path / "suite")
+    root = build(tmp_path / "suite", ROOT_ONLY)
     env = fake_env(tmp_path)
     proc = gpuci(
         "run", ".", "--mode", "isolated", "--out", "out", "--reruns", "0", cwd=root, env=env

@@ -159,7 +159,6 @@ EXPENSIVE = {  # every interpreter costs 5 s at import, and its own start: expen
     "test_a.py": "import state\n\n\n"
     + "".join(f"def test_a{i}():\n    pass\n\n\n" for i in (0, 1))
     + "def test_a2():\n    state.POLLUTED = True\n\n\ndef test_a3():\n    pass\n",
-    "test_b.py": "".join(f"def test_b{i}():\n    pass\n\n\n" for i in range(4)),
     "test_c.py": "import state\n\n\ndef test_victim():\n    assert not state.POLLUTED\n",
 }
 

@@ -117,9 +117,9 @@ IMPORTS = (
 )
 
 
-def _suite(root: Path, kinds: list[str]) -> Path:
-    """Per kind: a filler file, the culprit's file (its culprit between two harmless
-    tests), the victim's file; in that order, pytest's."""
+def _suite(root: Path, kinds: list[str], *, fillers: bool = True) -> Path:
+    """Per kind: a filler file (where `fillers`), the culprit's file (its culprit between
+    two harmless tests), the victim's file; in that order, pytest's."""
     files = {
         "pytest.ini": "[pytest]\naddopts = -p no:warnings -p no:randomly\n",
         "tests/data.txt": "x",
@@ -127,7 +127,8 @@ def _suite(root: Path, kinds: list[str]) -> Path:
     }
     for i, kind in enumerate(kinds):
         culprit, victim, _, _ = PLANTED[kind]
-        files[f"tests/test_{i:02d}_a_{kind}_filler.py"] = FILLER
+        if fillers:
+            files[f"tests/test_{i:02d}_a_{kind}_filler.py"] = FILLER
         at_import, culprit = (culprit, "pass") if kind == "import" else ("", culprit)
         files[f"tests/test_{i:02d}_b_{kind}_culprit.py"] = (
             f"{IMPORTS}{at_import}\ndef test_before(): pass\n"
@@ -142,9 +143,13 @@ def _suite(root: Path, kinds: list[str]) -> Path:
 def _check(root: Path, out: Path, **env: str) -> dict[str, Any]:
     import os
 
+    # The suite screen alone: the ledger that hints is its interpreter's, where each victim
+    # fails (the parallel screen's fresh interpreters pass every test, and show nothing
+    # here). One alone-run shows each victim passes alone; a second (the default) proves
+    # nothing these tests look at. Each would cost an interpreter per file, or per victim.
     done = gpuci(
-        "check", "tests", "--out", str(out), "--evidence-budget", "900",
-        cwd=root, env={**os.environ, **env},
+        "check", "tests", "--out", str(out), "--evidence-budget", "900", "--reruns", "1",
+        "--modes", "suite", cwd=root, env={**os.environ, **env},
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     return {
@@ -160,7 +165,10 @@ def test_each_planted_culprit_is_named_with_what_it_left_from_the_ledgers_hint(
     tmp_path: Path,
 ) -> None:
     kinds = list(PLANTED)
-    found = _check(_suite(tmp_path / "suite", kinds), tmp_path / "out")
+    # no filler files: each culprit still sits among harmless tests (its file's two, and
+    # every earlier kind's files), and a per-test hint is one test of them whatever their
+    # number; the bisection's test below keeps them
+    found = _check(_suite(tmp_path / "suite", kinds, fillers=False), tmp_path / "out")
     searches = {t["id"]: t for t in found["evidence"]["tests"] if t.get("search")}
     roots = {r["victims"][0]: r for r in found["verdict"]["roots"]}
     for i, kind in enumerate(kinds):
