@@ -27,7 +27,6 @@ TEST_DEPS = [
     "comrak==0.0.16",
     "numpy",
     "pytest-cov",  # tests/test_side_outputs.py: --cov is the plain run's
-    RUN_PARALLEL,  # the threads mode, and the plugin tests of it
     # the release's build, as the tag pipeline's release:build runs it in the tests
     "hatchling>=1.27",
     "build>=1.2",
@@ -65,10 +64,15 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """gpuci's own tests: unit, end-to-end, publisher, browser, pipeline (no GPU needed)."""
     session.install("-e", ".", *TEST_DEPS)
-    # pytest-run-parallel is installed for the threads tests' children; gpuci's own run is
-    # not threaded, so its runner and its "Collected 0 items to run in parallel" stay out.
+    # pytest-run-parallel goes into a folder of its own, on the PYTHONPATH of the children of
+    # the tests marked `threads_plugin` only (tests/conftest.py): loaded by every pytest that
+    # sees it (NumPy with it), it would cost each of the suites' thousands of interpreters
+    # 0.15 s (a quarter of test_culprits' time); gpuci's own run is not threaded
+    site = Path(session.create_tmp()) / "run-parallel"
+    session.install("--no-deps", "--upgrade", "--target", str(site), RUN_PARALLEL)
+    env = {"GPUCI_FILE_TIMES": "1", "GPUCI_RUN_PARALLEL_SITE": str(site)}
     # A line per test file with its time: the whole run takes a while (README says how long).
-    session.run("pytest", "-p", "no:run-parallel", *session.posargs, env={"GPUCI_FILE_TIMES": "1"})
+    session.run("pytest", "-p", "no:run-parallel", *session.posargs, env=env)
 
 
 def _gpu_mode(session: nox.Session, mode: str, *extra: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shlex
 import shutil
@@ -10,12 +11,31 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
 
 from gpuci.run.proc.discover import child_env
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.supervisor import Supervisor
+
+Test = TypeVar("Test", bound=Callable[..., object])
+# where `nox -s tests` installed pytest-run-parallel apart (tests/conftest.py)
+RUN_PARALLEL_SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
+
+
+def needs_run_parallel(test: Test) -> Test:
+    """A test whose suites run the threads mode: its interpreters find pytest-run-parallel
+    (marked `threads_plugin`); skipped where it is nowhere, but not under CI=true, where CI
+    installs it and a missing one is a failure."""
+    missing = importlib.util.find_spec("pytest_run_parallel") is None and not RUN_PARALLEL_SITE
+    skip = pytest.mark.skipif(
+        missing and os.environ.get("CI") != "true",
+        reason="pytest-run-parallel is not installed (pip install pytest-run-parallel)",
+    )
+    return pytest.mark.threads_plugin(skip(test))  # type: ignore[no-any-return]
 
 
 def clean_env(base: Mapping[str, str] | None = None) -> dict[str, str]:

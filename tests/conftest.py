@@ -1,14 +1,38 @@
 """gpuci's own test run: with GPUCI_FILE_TIMES=1 (`nox -s tests`), one line per test file
-as it finishes, with its time and the time so far, so a long run shows where it is."""
+as it finishes, with its time and the time so far, so a long run shows where it is; with
+GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel), that folder
+on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 
 import pytest
 
 FILE_TIMES = os.environ.get("GPUCI_FILE_TIMES") == "1"
+RUN_PARALLEL_SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A test marked `threads_plugin` (its suites run the threads mode) runs with
+    pytest-run-parallel where its interpreters find it: its fixtures, set up and torn down
+    inside, start them too. Any other test's interpreters start without it, as most
+    users' do (where it is installed beside pytest, every test has it anyway)."""
+    if not RUN_PARALLEL_SITE or item.get_closest_marker("threads_plugin") is None:
+        yield
+        return
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [RUN_PARALLEL_SITE, before]))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 class FileTimes:

@@ -8,23 +8,16 @@ threads mode runs, and every output says so.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci
+from cli_runner import gpuci, needs_run_parallel
 
 from gpuci.config import find_pyproject, load_config, parse_config
 from gpuci.model import Mode, UsageError
-
-needs_run_parallel = pytest.mark.skipif(
-    importlib.util.find_spec("pytest_run_parallel") is None and os.environ.get("CI") != "true",
-    reason="pytest-run-parallel is not installed (pip install pytest-run-parallel)",
-)
 
 SUITE = {
     "pytest.ini": "[pytest]\n",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import needs_run_parallel
 
 from gpuci.run.proc.discover import child_env
 
@@ -397,12 +397,6 @@ def test_a_library_that_cannot_be_poisoned_is_journaled_not_failed(tmp_path: Pat
     assert set(outcomes(events).values()) == {"passed"}
 
 
-RUN_PARALLEL = pytest.mark.skipif(
-    importlib.util.find_spec("pytest_run_parallel") is None and os.environ.get("CI") != "true",
-    reason="pytest-run-parallel is not installed (pip install pytest-run-parallel); "
-    "under CI=true these tests run regardless",
-)
-
 # Each test passes alone; the first fails when several threads share `scratch`.
 RACE = """
 import threading
@@ -434,7 +428,7 @@ def test_fails_in_one_thread(thread_index):
 """
 
 
-@RUN_PARALLEL
+@needs_run_parallel
 def test_a_failure_in_one_thread_is_the_tests_failure(tmp_path: Path) -> None:
     events = run_child(tmp_path, {"test_race.py": RACE}, "--parallel-threads=4", ".")
     collected = events[0]
@@ -452,7 +446,7 @@ def test_a_failure_in_one_thread_is_the_tests_failure(tmp_path: Path) -> None:
     assert events[-1] == {"e": "end", "exitstatus": 1}
 
 
-@RUN_PARALLEL
+@needs_run_parallel
 @pytest.mark.parametrize("threads", [[], ["--parallel-threads=1"]])
 def test_one_thread_journals_as_before(tmp_path: Path, threads: list[str]) -> None:
     events = run_child(tmp_path, {"test_race.py": RACE}, *threads, ".")

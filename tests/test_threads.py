@@ -8,7 +8,6 @@ marked `thread_unsafe` runs in one thread and passes; nothing else changes categ
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,13 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci, python_word
-
-# the threads mode runs tests with it; CI installs it (missing there is a failure, not a skip)
-needs_run_parallel = pytest.mark.skipif(
-    importlib.util.find_spec("pytest_run_parallel") is None and os.environ.get("CI") != "true",
-    reason="pytest-run-parallel is not installed (pip install pytest-run-parallel)",
-)
+from cli_runner import gpuci, needs_run_parallel, python_word
 
 SUITE = {
     "pytest.ini": """
