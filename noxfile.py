@@ -68,7 +68,9 @@ def tests(session: nox.Session) -> None:
     # the tests marked `threads_plugin` only (tests/conftest.py): loaded by every pytest that
     # sees it (NumPy with it), it would cost each of the suites' thousands of interpreters
     # 0.15 s (a quarter of test_culprits' time); gpuci's own run is not threaded
-    site = Path(session.create_tmp()) / "run-parallel"
+    # (absolute: the children run elsewhere; not create_tmp(), whose TMPDIR would put the
+    # tests' suites under this repository, inside its pytest configuration)
+    site = Path(session.virtualenv.location).absolute() / "run-parallel"
     session.install("--no-deps", "--upgrade", "--target", str(site), RUN_PARALLEL)
     env = {"GPUCI_FILE_TIMES": "1", "GPUCI_RUN_PARALLEL_SITE": str(site)}
     # A line per test file with its time: the whole run takes a while (README says how long).

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 FILE_TIMES = os.environ.get("GPUCI_FILE_TIMES") == "1"
-RUN_PARALLEL_SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
+_SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
+RUN_PARALLEL_SITE = str(Path(_SITE).resolve()) if _SITE else ""  # children run elsewhere
 
 
 @pytest.hookimpl(hookwrapper=True)
