@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import pytest
 from cli_runner import as_foreground_job, clean_env, gpuci, write_files
 
 from gpuci.evidence.beside import beside_suite_test
@@ -379,3 +380,33 @@ def test_ctrl_c_while_the_first_files_start_ends_the_suite_interpreter(tmp_path:
     )
     python.chmod(0o755)
     ctrl_c_when(root, out, probing.exists, "--python", str(python))
+
+
+def test_a_collection_the_held_interpreter_finished_before_gpuci_asks_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on a loaded machine gpuci may reach discovery after the held suite interpreter has
+    # written its whole journal: it read from the journal's end then, never saw `held`,
+    # and waited out the timeout (10 minutes) before collecting on its own
+    from gpuci.run.proc.held import held_collection, hold_suite, let_go
+    from gpuci.run.proc.launch import Launch
+
+    root = write_files(tmp_path / "suite", SUITE)
+    monkeypatch.chdir(root)
+    folder = tmp_path / "held-suite"
+    launch = Launch(
+        key="(suite)", ids=(), targets=("tests",), slot=0, gpu=None, attempt=1, junit=None, label=""
+    )
+    hold_suite(sys.executable, (), child_env(clean_env()), launch, folder)
+    try:
+        journal = folder / "journal.jsonl"
+        deadline = time.monotonic() + 60
+        while not (journal.exists() and '"e": "held"' in journal.read_text(encoding="utf-8")):
+            assert time.monotonic() < deadline, "never held"
+            time.sleep(0.05)
+        collected = held_collection(timeout=30)
+        assert collected is not None, "the held collection was not read"
+        (held,) = [e for e in collected if e.get("e") == "held"]
+        assert len(held["ids"]) == 3
+    finally:
+        let_go()

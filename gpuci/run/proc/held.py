@@ -213,7 +213,9 @@ def held_collection(timeout: float) -> list[dict[str, Any]] | None:
     held = _HOLDING.held
     if held is None or held.proc.stdout is None:
         return None
-    reader = JournalReader(Path(held.env["GPUCI_JOURNAL"]))
+    # from its start: its own journal, fresh, which it may have written to the end already
+    # (a check that reaches discovery late, on a loaded machine, waited out the timeout)
+    reader = JournalReader(Path(held.env["GPUCI_JOURNAL"]), offset=0)
     fd = held.proc.stdout.fileno()
     events: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout

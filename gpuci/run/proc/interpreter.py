@@ -236,16 +236,9 @@ class Interpreters:
             end_held(given)
         elif given is not None and given.matches(cmd, launch.targets, env):  # held for it
             own = Path(given.env["GPUCI_JOURNAL"])
+            reader = JournalReader(own)  # before the release: its tests' events come after
             proc = given.release(own, launch.ids)
-            return (
-                proc,
-                given.command,
-                given.cookie,
-                self.now(),
-                time.time(),
-                b"",
-                JournalReader(own),
-            )
+            return proc, given.command, given.cookie, self.now(), time.time(), b"", reader
         # started ahead while its slot's previous unit ran, journaling into `journal` from
         # its start: its wall from now, when its tests may start, and its start-up only
         # what was not hidden (from now to its collection, 0 where it had collected)
