@@ -126,15 +126,12 @@ def test_the_storm_is_one_group_everywhere(stormed: tuple[Path, str, float]) -> 
     assert '<details class="members"><summary>300 tests</summary>' in html
 
 
-def test_the_evidence_takes_at_most_twice_the_main_passes(stormed: tuple[Path, str, float]) -> None:
-    # the evidence, not the whole check's wall: the lazy isolated pass no longer re-runs the
-    # storm's files (their failures were alike in every screen), so the main passes shrank
-    # to about half, while discovery and the report cost what they did (wall 20-22 s before,
-    # 16-17 s after, on a shared 2-core machine)
-    out, _, wall = stormed
-    modes = read(out / "verdict.json")["modes"]
-    main = sum(m["wall_s"] for m in modes.values())
-    spent = read(out / "evidence" / "evidence.json")["spent_s"]
-    assert spent <= 2 * main, (spent, main, wall)
+def test_the_evidence_costs_the_storm_one_run(stormed: tuple[Path, str, float]) -> None:
+    # counted in runs, not seconds (timings go in benchmarks): the storm's 300 failures cost
+    # one alone-run; the rest is the two victims' own (alone-runs and a search each, 9 here);
+    # the lazy isolated pass does not re-run the storm's files (alike in every screen)
+    out, _, _ = stormed
+    evidence = read(out / "evidence" / "evidence.json")
+    assert evidence["runs"] <= 12, evidence["phases"]
     isolated = read(out / "isolated" / "run.json")["files"]
     assert {f["file"] for f in isolated if not f.get("inferred")} == {"test_b_cold.py"}
