@@ -336,7 +336,9 @@ def test_a_stranger_on_a_used_gpu_is_recorded_once(tmp_path: Path, pids: Path) -
             def test_until_a_stranger_holds_gpu_memory():
                 Path({str(tmp_path / "started")!r}).touch()
                 deadline = time.monotonic() + 60
-                while "GPU-fake0" not in Path({str(holders)!r}).read_text():
+                # until the strangers are listed (GPU-fake1 comes with them; GPU-fake0 alone
+                # is the holder that was there before the check)
+                while "GPU-fake1" not in Path({str(holders)!r}).read_text():
                     assert time.monotonic() < deadline
                     time.sleep(0.05)
             """
