@@ -96,10 +96,7 @@ class Admission:
         }
         if laned and not narrow:
             return None
-        kept, runs = [0] * max(1, self.devices), [0] * max(1, self.devices)
-        for flight in self._flights:
-            kept[flight.device] += flight.need_mib
-            runs[flight.device] += 1
+        kept, runs = self._per_device()
         free = [d for d in range(len(kept)) if d not in laned]
         if not free:
             return None
@@ -112,13 +109,18 @@ class Admission:
         """The GPU a strict run of `key` keeps: its earlier strict runs', else the one with
         the fewest runs on it or waiting for it (then the least memory kept)."""
         if key not in self.lanes:
-            kept = [0] * self.devices
-            busy = [self._reserved.get(d, 0) for d in range(self.devices)]
-            for flight in self._flights:
-                kept[flight.device] += flight.need_mib
-                busy[flight.device] += 1
-            self.lanes[key] = min(range(self.devices), key=lambda d: (busy[d], kept[d], d))
+            kept, runs = self._per_device()
+            busy = [runs[d] + self._reserved.get(d, 0) for d in range(len(runs))]
+            self.lanes[key] = min(range(len(runs)), key=lambda d: (busy[d], kept[d], d))
         return self.lanes[key]
+
+    def _per_device(self) -> tuple[list[int], list[int]]:
+        """Per GPU: the device memory kept for the runs on it, and how many run there."""
+        kept, runs = [0] * max(1, self.devices), [0] * max(1, self.devices)
+        for flight in self._flights:
+            kept[flight.device] += flight.need_mib
+            runs[flight.device] += 1
+        return kept, runs
 
     def _lane_free(self, device: int) -> bool:
         """Whether a strict run may keep `device` now: nothing runs on it, nothing that may
