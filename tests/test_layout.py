@@ -80,6 +80,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "classify",
         "admission",
         "account",
+        "ahead",
         "probe",
         "alone",
         "priorities",

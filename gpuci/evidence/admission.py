@@ -131,6 +131,27 @@ class Admission:
             and all(f.device != device and f.narrow for f in self._flights)
         )
 
+    def ahead_device(self, *, strict: bool, files: Sequence[str], key: str) -> int | None:
+        """The GPU a run of `files` will start on, where that is known before its admission
+        (an interpreter started ahead for it sees that GPU's view): a strict run's, or the
+        only GPU; None where the memory kept at its admission decides."""
+        with self._changed:
+            if strict and key and self.is_narrow(files):
+                return self._lane_of(key)
+            if strict:
+                return self.lanes.get(key, 0) if key else 0
+            return 0 if self.devices == 1 else None
+
+    def would_wait(self, *, strict: bool, need_mib: int, files: Sequence[str], key: str) -> bool:
+        """Whether a run asking now waits for its turn (what `admitted` would do)."""
+        with self._changed:
+            narrow = self.is_narrow(files)
+            if strict and narrow and key:
+                return not self._lane_free(self._lane_of(key))
+            if strict:
+                return bool(self._flights)
+            return self._fits(1, need_mib, narrow=narrow) is None
+
     @contextlib.contextmanager
     def admitted(
         self,

@@ -110,12 +110,14 @@ def _alone_round(
 
     def one_by_one(tests: list[str], *, strict: bool = False) -> dict[str, Outcome]:
         done: dict[str, Outcome] = {}
-        for test_id in tests:
+        for index, test_id in enumerate(tests):
             if prober.stopping():
                 break
             if prober.exhausted():
                 cut.add(test_id)
                 continue
+            if index + 1 < len(tests):  # the next one's start-up while this one runs
+                prober.prepare(tests[index + 1 : index + 2], strict=strict)
             ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}", strict=strict)
             done[test_id] = ran.outcome(test_id)
             if ran.beside:

@@ -128,7 +128,7 @@ def gather_evidence(
         spent_s=prober.spent() if prober.account.runs else 0.0,
         runs=prober.account.runs,
         phases=prober.account.phase_json(),
-        concurrency=prober.admission.to_json(),
+        concurrency=prober.concurrency(),
         tests=with_lane_views(found.values(), prober.lane_views()),
         leftovers={f: tuple(x) for f, x in prober.leftovers.items()},
         strangers={f: tuple(x) for f, x in prober.strangers.items()},
@@ -280,9 +280,11 @@ def run_threaded(
     merged = dict(found)
     addopts = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *threads]))
     say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
-    for test_id in tests:
+    for index, test_id in enumerate(tests):
         if prober.exhausted() or prober.stopping():
             break
+        if index + 1 < len(tests):  # the next one's start-up while this one runs
+            prober.prepare(tests[index + 1 : index + 2], env={ADDOPTS: addopts}, strict=True)
         ran = prober.run(
             [test_id],
             phase="threads",

@@ -112,7 +112,9 @@ def run_representatives(
     a group that split."""
     merged = dict(found)
     split: list[str] = []
-    for group in groups:
+    for index, group in enumerate(groups):
+        if index + 1 < len(groups):  # the next group's first start-up while this one runs
+            prober.prepare(groups[index + 1].representatives[:1], strict=True)
         say(
             progress,
             f"evidence: {len(group.members)} tests failed the same way everywhere;"

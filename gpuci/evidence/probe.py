@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
+from gpuci.evidence.ahead import AHEAD_START_S, Ahead, evidence_launch
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
@@ -78,6 +79,7 @@ class Prober:
     views: tuple[str | None, ...] = (None,)
     admission: Admission = field(default_factory=Admission)
     expensive: bool = False  # a start-up takes EXPENSIVE_START_S or more: worth holding ahead
+    ahead: Ahead | None = None  # interpreters started before their turn (`gpuci.evidence.ahead`)
     zero: float = field(default_factory=time.monotonic)
     account: Account = field(default_factory=Account)  # runs counted, phases, the timeline
     leftovers: dict[str, list[Leftover]] = field(default_factory=dict)  # by file
@@ -119,26 +121,40 @@ class Prober:
             supervisor=supervisor,
         )
         total = str(run.environment.get("gpu_memory_mib", ""))
+        admission = Admission(
+            slots=evidence_slots(slots, start_s, os.cpu_count()),
+            capacity_mib=int(total) if total.isdigit() else None,
+            devices=max(1, len(run.gpus)),
+            peaks=screen_peaks(out.parent),
+            # held interpreters (an expensive start-up) see the serial GPUs: no lanes
+            narrow=narrow_files(out.parent) if start_s < EXPENSIVE_START_S else set(),
+        )
+        views = visible_gpus(run.gpus, max(1, len(run.gpus)))
+        rootdir = Path(run.rootdir)
         return cls(
             interpreters,
-            Path(run.rootdir),
+            rootdir,
             serial_gpu(run),
             budget_s,
             run.poison,
+            views=views,
+            admission=admission,
             expensive=start_s >= EXPENSIVE_START_S,
-            admission=Admission(
-                slots=evidence_slots(slots, start_s, os.cpu_count()),
-                capacity_mib=int(total) if total.isdigit() else None,
-                devices=max(1, len(run.gpus)),
-                peaks=screen_peaks(out.parent),
-                # held interpreters (an expensive start-up) see the serial GPUs: no lanes
-                narrow=narrow_files(out.parent) if start_s < EXPENSIVE_START_S else set(),
+            ahead=Ahead(
+                interpreters,
+                admission,
+                views,
+                rootdir,
+                limit=admission.slots,
+                on=start_s >= AHEAD_START_S,
             ),
-            views=visible_gpus(run.gpus, max(1, len(run.gpus))),
         )
 
     def close(self) -> None:
-        """Remove scratch files; collect adopted zombies."""
+        """End the interpreters started ahead and never taken; remove scratch files; collect
+        adopted zombies."""
+        if self.ahead is not None:
+            self.ahead.close()
         self.interpreters.close()
 
     def lane_views(self) -> dict[str, str]:
@@ -149,6 +165,11 @@ class Prober:
             for key, device in self.admission.lanes.items()
             if (view := self.views[device]) is not None and view != self.gpu
         }
+
+    def concurrency(self) -> dict[str, int]:
+        """evidence.json's `concurrency`: the slots, the runs beside others, started ahead."""
+        ahead = self.ahead.to_json() if self.ahead is not None else {}
+        return {**self.admission.to_json(), **ahead}
 
     def spent(self) -> float:
         """Seconds since the prober started."""
@@ -193,6 +214,10 @@ class Prober:
         """
         files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
         need = self.admission.need(files)
+        # its start-up hidden where it waits for its turn (or its caller offered it one)
+        ahead = None
+        if self.ahead is not None and held is None and not wrapper:
+            ahead = self.ahead.for_run(ids, files, strict=strict, env=env)
         # a held interpreter started seeing the serial GPUs: it keeps them all
         admitted = self.admission.admitted(
             strict=strict,
@@ -201,13 +226,18 @@ class Prober:
             key=files[-1] if held is None else "",
         )
         with admitted as flight:
+            gpu = self.gpu if held is not None else self.views[flight.device]
+            if self.ahead is not None and ahead is not None:  # unless a loser, or memory
+                used = ahead[1] == gpu and not (cancel is not None and cancel.is_set())
+                self.ahead.released(ahead[0], used=used)  # chose another GPU than its view
+                held = ahead[0] if used else None
             if cancel is not None and cancel.is_set():  # a loser before its turn: not started
                 return ProbeRun(outcomes={}, log=self.interpreters.out / "logs", log_from=0)
             ran = self._run(
                 ids,
                 phase=phase,
                 label=label,
-                gpu=self.gpu if held is not None else self.views[flight.device],
+                gpu=gpu,
                 env=env,
                 wrapper=wrapper,
                 timeout=timeout,
@@ -291,17 +321,23 @@ class Prober:
         """The interpreter `run(ids, collect=collect)` would start, started now and held
         after its collection (`run(..., held=)` takes it, `let_go` ends it)."""
         files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
-        launch = Launch(
-            key=files[-1],
-            ids=tuple(ids),
-            targets=tuple(pytest_target(self.rootdir, f) for f in files),
-            slot=0,
-            gpu=self.gpu,
-            attempt=0,
-            junit=None,
-            label=label,
-        )
+        launch = evidence_launch(self.rootdir, ids, files, gpu=self.gpu, label=label)
         return self.interpreters.hold(launch)
+
+    def prepare(
+        self,
+        ids: Sequence[str],
+        *,
+        strict: bool = False,
+        collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start ahead the interpreter of a later `run` with these arguments (the next of a
+        caller's runs one after another): its start-up is paid while the runs before it go
+        on (`gpuci.evidence.ahead`)."""
+        if self.ahead is not None and not self.stopping() and not self.exhausted():
+            files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+            self.ahead.offer(ids, files, strict=strict, env=env)
 
     def let_go(self, held: Held, *, phase: str, label: str) -> None:
         """End an interpreter held ahead and not taken: a loser, killed, never counted."""

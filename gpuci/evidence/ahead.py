@@ -1,0 +1,181 @@
+"""Ahead: evidence interpreters started before their turn, so that their start-up is hidden.
+
+A strict run has nothing beside it on its GPUs, so strict runs go one after another, and
+each fresh interpreter pays its start-up (Python, the suite's imports, CuPy's, collection:
+2-3 s on an H100 machine, most of a short test's run) while the GPU idles. As the screens
+do (DESIGN, "Fresh interpreters, started ahead"), the next interpreter starts while the
+current run goes on and is held after its collection until its turn: a run that must wait
+for its admission starts its own ahead (`for_run`), and a caller that knows its next run
+(alone-runs one after another) offers that one (`offer`). An interpreter collects its
+files with its run's environment and GPUs and learns its tests only when released, so any
+later run of the same files, environment and view takes it; it runs fresh, as if started
+then.
+
+Only where a start-up is worth hiding (`AHEAD_START_S`: a CPU suite's 0.3 s is not, and
+on a small machine the extra start-ups would take the cores its runs need), only where
+the run's GPUs are known before its admission (a strict run's, or the only GPU), and no
+more started ahead at once than the check's slots. One never taken is killed at the end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuci.evidence.admission import Admission
+from gpuci.run.proc.discover import pytest_target
+from gpuci.run.proc.held import Held, end_held
+from gpuci.run.proc.interpreter import Interpreters
+from gpuci.run.proc.launch import Launch
+
+# a start-up this long (the quickest of the screens' interpreters) is worth hiding
+AHEAD_START_S = 1.0
+
+_Key = tuple[tuple[str, ...], str | None, tuple[tuple[str, str], ...]]
+
+
+def evidence_launch(
+    rootdir: Path,
+    ids: Sequence[str],
+    files: Sequence[str],
+    *,
+    gpu: str | None,
+    label: str,
+    env: Mapping[str, str] | None = None,
+) -> Launch:
+    """The launch of an evidence interpreter started ahead: `files` collected, `ids` run
+    once it is released (the victim's file, the last, names its journal)."""
+    return Launch(
+        key=files[-1],
+        ids=tuple(ids),
+        targets=tuple(pytest_target(rootdir, f) for f in files),
+        slot=0,
+        gpu=gpu,
+        attempt=0,
+        junit=None,
+        label=label,
+        env=dict(env or {}),
+    )
+
+
+def _key(launch: Launch) -> _Key:
+    """What an interpreter started ahead must share with the run that takes it."""
+    return launch.targets, launch.gpu, tuple(sorted(launch.env.items()))
+
+
+@dataclass(slots=True)
+class Ahead:
+    """The interpreters started ahead: offered ones wait in a pool for a run to take them;
+    a waiting run's own is reserved for it. Never more out at once than `limit`."""
+
+    interpreters: Interpreters
+    admission: Admission
+    views: tuple[str | None, ...]  # what a run sees, by the GPU it starts on first
+    rootdir: Path
+    limit: int  # the check's slots
+    on: bool  # a start-up takes AHEAD_START_S or more
+    started: int = 0  # interpreters started ahead
+    taken: int = 0  # of them, those a run took
+    _pool: list[tuple[_Key, Held]] = field(default_factory=list)
+    _out: int = 0  # started and not yet released or ended (pooled or reserved)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def offer(
+        self,
+        ids: Sequence[str],
+        files: Sequence[str],
+        *,
+        strict: bool,
+        env: Mapping[str, str] | None,
+    ) -> None:
+        """Start now the interpreter of a later run of `ids` from `files`, for it to take
+        (nothing where its GPUs are not known yet, one for it waits already, or none may
+        start)."""
+        launch = self._launch(ids, files, strict=strict, env=env)
+        if launch is None:
+            return
+        with self._lock:
+            if not self._may_start() or any(key == _key(launch) for key, _ in self._pool):
+                return
+            self._out += 1
+            self.started += 1
+        held = self.interpreters.hold(launch)
+        with self._lock:
+            self._pool.append((_key(launch), held))
+
+    def for_run(
+        self,
+        ids: Sequence[str],
+        files: Sequence[str],
+        *,
+        strict: bool,
+        env: Mapping[str, str] | None,
+    ) -> tuple[Held, str | None] | None:
+        """A run's interpreter started before its turn, and the view it sees: one offered for
+        it, else one started now where the run must wait for its admission."""
+        launch = self._launch(ids, files, strict=strict, env=env)
+        if launch is None:
+            return None
+        with self._lock:
+            for index, (key, held) in enumerate(self._pool):
+                if key == _key(launch) and held.proc.poll() is None:
+                    del self._pool[index]
+                    return held, launch.gpu
+            if not self._may_start():
+                return None
+        need = self.admission.need(files)
+        if not self.admission.would_wait(strict=strict, need_mib=need, files=files, key=files[-1]):
+            return None
+        with self._lock:
+            if not self._may_start():
+                return None
+            self._out += 1
+            self.started += 1
+        return self.interpreters.hold(launch), launch.gpu
+
+    def released(self, held: Held, *, used: bool) -> None:
+        """`held` leaves the account: taken by its run (`used`), or ended unused."""
+        if not used:
+            self.interpreters.supervisor.discard(held.proc)
+            end_held(held)
+        with self._lock:
+            self._out -= 1
+            self.taken += used
+
+    def close(self) -> int:
+        """End every interpreter offered and never taken; how many."""
+        with self._lock:
+            pool, self._pool = self._pool, []
+        for _, held in pool:
+            self.released(held, used=False)
+        return len(pool)
+
+    def to_json(self) -> dict[str, int]:
+        """evidence.json's `concurrency`, where any interpreter was started ahead: how many,
+        and how many a run took."""
+        with self._lock:
+            return {"ahead": self.started, "ahead_taken": self.taken} if self.started else {}
+
+    def _may_start(self) -> bool:
+        return self.on and self._out < self.limit
+
+    def _launch(
+        self,
+        ids: Sequence[str],
+        files: Sequence[str],
+        *,
+        strict: bool,
+        env: Mapping[str, str] | None,
+    ) -> Launch | None:
+        """The launch of a run of `ids`, with the view its admission will give it; None
+        where that is not known before (memory decides) or nothing starts ahead."""
+        if not self.on:
+            return None
+        device = self.admission.ahead_device(strict=strict, files=files, key=files[-1])
+        if device is None:
+            return None
+        return evidence_launch(
+            self.rootdir, ids, files, gpu=self.views[device], label="ahead", env=env
+        )

@@ -1,0 +1,155 @@
+"""Evidence runs started ahead (`gpuci.evidence.ahead`): the next strict run's interpreter
+starts and collects while the current one runs, then runs its tests fresh when its turn
+comes; one never taken is killed before any test.
+
+Each interpreter of the suite below records when its conftest.py was imported (its
+start-up) and when its test ran, by pid, so the tests see which interpreter ran what."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_runner import write_files
+
+from gpuci.evidence.admission import Admission
+from gpuci.evidence.ahead import Ahead
+from gpuci.evidence.probe import Prober
+from gpuci.model import Outcome
+from gpuci.run.proc.discover import child_env
+from gpuci.run.proc.interpreter import Interpreters
+from gpuci.run.proc.supervisor import Supervisor
+
+CONFTEST = """
+import os, time
+
+MARKS = os.path.join(os.path.dirname(__file__), "marks")
+os.makedirs(MARKS, exist_ok=True)
+with open(os.path.join(MARKS, f"imported-{os.getpid()}"), "w") as f:
+    f.write(repr(time.time()))
+"""
+TEST = """
+import os, time
+
+from conftest import MARKS
+
+
+def test_{name}():
+    with open(os.path.join(MARKS, f"ran-{name}-{{os.getpid()}}"), "w") as f:
+        f.write(repr(time.time()))
+    time.sleep(0.3)
+    with open(os.path.join(MARKS, f"done-{name}-{{os.getpid()}}"), "w") as f:
+        f.write(repr(time.time()))
+"""
+
+
+@pytest.fixture
+def prober(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Prober]:
+    files = {"conftest.py": CONFTEST, "pytest.ini": "[pytest]\n"}
+    files |= {f"test_{n}.py": TEST.format(name=n) for n in "abc"}
+    root = write_files(tmp_path / "suite", files)
+    monkeypatch.chdir(root)
+    interpreters = Interpreters(
+        out=tmp_path / "out",
+        python=sys.executable,
+        pytest_args=(),
+        timeout=120,
+        environ=child_env(os.environ),
+        clock_zero=time.monotonic(),
+        supervisor=Supervisor(),
+    )
+    admission = Admission(slots=2)
+    ahead = Ahead(interpreters, admission, (None,), root, limit=2, on=True)
+    made = Prober(interpreters, root, None, None, ahead=ahead, admission=admission)
+    yield made
+    made.close()
+
+
+def marks(prober: Prober, kind: str, name: str = "") -> dict[int, float]:
+    """By pid: when its conftest was imported (`imported`), or its test ran or ended."""
+    folder = prober.rootdir / "marks"
+    prefix = f"{kind}-{name}-" if name else f"{kind}-"
+    found = {}
+    for path in folder.glob(f"{prefix}*"):
+        pid = path.name.removeprefix(prefix)
+        if pid.isdigit():
+            found[int(pid)] = float(path.read_text())
+    return found
+
+
+def ahead_json(prober: Prober) -> dict[str, int]:
+    assert prober.ahead is not None
+    return prober.ahead.to_json()
+
+
+def ran_by(prober: Prober, name: str) -> int:
+    """The pid of the one interpreter that ran test_NAME."""
+    pids = list(marks(prober, "ran", name))
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def test_the_next_strict_run_offered_ahead_collects_before_its_turn(prober: Prober) -> None:
+    prober.prepare(["test_b.py::test_b"], strict=True)
+    first = prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
+    asked = time.time()  # the run of b is asked for only now
+    second = prober.run(["test_b.py::test_b"], phase="alone", label="b", strict=True)
+    assert first.outcome("test_a.py::test_a") is Outcome.PASSED
+    assert second.outcome("test_b.py::test_b") is Outcome.PASSED
+    assert ahead_json(prober) == {"ahead": 1, "ahead_taken": 1}
+    b = ran_by(prober, "b")
+    assert marks(prober, "imported")[b] < asked  # its start-up was paid during a's run
+    assert marks(prober, "ran", "b")[b] >= asked  # its test ran only in its own turn
+    assert b != ran_by(prober, "a")  # a fresh interpreter of its own
+
+
+def test_a_strict_run_waiting_for_its_turn_starts_ahead_and_never_overlaps(
+    prober: Prober,
+) -> None:
+    outcomes: dict[str, Outcome] = {}
+
+    def one(name: str) -> None:
+        test_id = f"test_{name}.py::test_{name}"
+        ran = prober.run([test_id], phase="alone", label=name, strict=True)
+        outcomes[name] = ran.outcome(test_id)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in "ab"]
+    threads[0].start()
+    deadline = time.monotonic() + 120
+    while not marks(prober, "ran", "a"):  # a runs: b, asked now, must wait for its turn
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    threads[1].start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == {"a": Outcome.PASSED, "b": Outcome.PASSED}
+    assert ahead_json(prober) == {"ahead": 1, "ahead_taken": 1}
+    runs = sorted(
+        (marks(prober, "ran", n)[ran_by(prober, n)], marks(prober, "done", n)[ran_by(prober, n)])
+        for n in "ab"
+    )
+    assert runs[0][1] <= runs[1][0]  # strict: the second test began after the first ended
+
+
+def test_an_interpreter_offered_and_never_taken_runs_no_test(prober: Prober) -> None:
+    prober.prepare(["test_c.py::test_c"], strict=True)
+    prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
+    assert prober.ahead is not None
+    assert prober.ahead.close() == 1
+    assert not marks(prober, "ran", "c")
+    assert ahead_json(prober) == {"ahead": 1, "ahead_taken": 0}
+
+
+def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
+    assert prober.ahead is not None
+    prober.ahead.on = False
+    prober.prepare(["test_b.py::test_b"], strict=True)
+    prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
+    prober.run(["test_b.py::test_b"], phase="alone", label="b", strict=True)
+    assert ahead_json(prober) == {}
+    assert len(marks(prober, "imported")) == 2
