@@ -137,6 +137,7 @@ class Interpreter:
     gpu_peak_mib: int | None = None  # its most device memory at once; None: not measured
     gpus_held: int | None = None  # how many GPUs it held memory on; None: not measured
     startup_s: float | None = None  # from its start to its journal's first event (collection)
+    ahead: bool = False  # started before its turn: startup_s is only what was not hidden
 
     def to_json(self) -> dict[str, Any]:
         """The run.json form (gpu_peak_mib, gpus_held and startup_s only where measured)."""
@@ -149,6 +150,7 @@ class Interpreter:
             **({"gpu_peak_mib": self.gpu_peak_mib} if self.gpu_peak_mib is not None else {}),
             **({"gpus_held": self.gpus_held} if self.gpus_held is not None else {}),
             **({"startup_s": round(self.startup_s, 3)} if self.startup_s is not None else {}),
+            **({"ahead": True} if self.ahead else {}),
         }
 
     @classmethod
@@ -163,6 +165,7 @@ class Interpreter:
             gpu_peak_mib=data.get("gpu_peak_mib"),
             gpus_held=data.get("gpus_held"),
             startup_s=float(data["startup_s"]) if data.get("startup_s") is not None else None,
+            ahead=bool(data.get("ahead", False)),
         )
 
 

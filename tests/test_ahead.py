@@ -57,6 +57,8 @@ def test_two_interpreters_started_ahead_wait_each_to_be_taken(
         attempt = interpreters.run(launch("b", slot=2))
         assert [r.outcome.value for r in attempt.results] == ["passed"]
         assert attempt.interpreter.startup_s == 0.0  # collected before it was taken
+        assert attempt.interpreter.ahead
+        assert attempt.interpreter.to_json()["ahead"] is True
         time.sleep(0.5)
         assert "start" not in events(out, "c"), events(out, "c")
         attempt = interpreters.run(launch("c", slot=1))

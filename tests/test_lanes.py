@@ -190,7 +190,9 @@ def test_the_start_up_that_decides_an_expensive_import_is_the_quickest_uncrowded
     from gpuci.evidence.admission import EXPENSIVE_START_S
     from gpuci.evidence.budget import fastest_start_up, start_up
 
-    def results(startups: list[float | None]) -> dict[Mode, ModeResults]:
+    def results(
+        startups: list[float | None], ahead: frozenset[int] = frozenset()
+    ) -> dict[Mode, ModeResults]:
         files = tuple(
             FileRun(
                 file=f"test_{n}.py",
@@ -200,7 +202,14 @@ def test_the_start_up_that_decides_an_expensive_import_is_the_quickest_uncrowded
                 start=0.0,
                 end=6.0,
                 interpreters=(
-                    Interpreter(exit_code=0, start=0.0, end=6.0, log="l", startup_s=startup),
+                    Interpreter(
+                        exit_code=0,
+                        start=0.0,
+                        end=6.0,
+                        log="l",
+                        startup_s=startup,
+                        ahead=n in ahead,
+                    ),
                 ),
             )
             for n, startup in enumerate(startups)
@@ -212,6 +221,9 @@ def test_the_start_up_that_decides_an_expensive_import_is_the_quickest_uncrowded
     # one started ahead says nothing (0)
     crowded = results([5.1, 5.3, 3.0, 0.0, 5.2])
     assert start_up(crowded) >= EXPENSIVE_START_S > fastest_start_up(crowded) == 3.0
+    # one started ahead and taken before it had collected shows only the rest: not its own
+    partly = results([2.2, 0.28, 1.9], ahead=frozenset({1}))
+    assert fastest_start_up(partly) == 1.9
     # an import that is expensive everywhere stays expensive
     assert fastest_start_up(results([18.0, 19.5])) == 18.0
     # none measured: the files' walls less their tests' (the median), as the budget's

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuci.model import GpuciError, Interpreter
 from gpuci.processes import Leftover
@@ -46,6 +46,19 @@ from gpuci.run.proc.spawn import start_interpreter, yield_cpu
 from gpuci.run.proc.supervisor import Supervisor, signal_group
 
 GRACE_S = 2.0  # between SIGTERM and SIGKILL of a process group
+
+
+class _Started(NamedTuple):
+    """An interpreter as `Interpreters._start` hands it over."""
+
+    proc: subprocess.Popen[bytes]
+    command: list[str]
+    cookie: str
+    start: float  # on the mode's clock
+    started_at: float  # on the wall clock that the plugin stamps its first events with
+    output: bytes  # what it printed before it was taken, unlogged
+    reader: JournalReader
+    ahead: bool = False  # started before its turn: its start-up (partly) hidden
 
 
 class Interpreters:
@@ -157,7 +170,9 @@ class Interpreters:
         journal.parent.mkdir(parents=True, exist_ok=True)
         if self.gate is not None:
             self.gate.wait(launch.key, launch.gpu, self.supervisor)
-        proc, cmd, cookie, start, started_at, output, reader = self._start(launch, journal, held)
+        proc, cmd, cookie, start, started_at, output, reader, ahead = self._start(
+            launch, journal, held
+        )
         log_rel = f"logs/{stem}.log"
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
@@ -194,6 +209,7 @@ class Interpreters:
             gpu_peak_mib=use.peak_mib,
             gpus_held=use.gpus,
             startup_s=startup_of(events, started_at),
+            ahead=ahead,
         )
         attempt = read_attempt(
             launch,
@@ -212,9 +228,7 @@ class Interpreters:
         )
         return attempt
 
-    def _start(
-        self, launch: Launch, journal: Path, given: Held | None = None
-    ) -> tuple[subprocess.Popen[bytes], list[str], str, float, float, bytes, JournalReader]:
+    def _start(self, launch: Launch, journal: Path, given: Held | None = None) -> _Started:
         """Start the interpreter (or take the held suite interpreter, `gpuci.run.proc.held`, or
         one started ahead); the process, its command and cookie, when it started (on the
         mode's clock, and on the wall clock that the plugin stamps its first events with),
@@ -231,14 +245,15 @@ class Interpreters:
             proc = held.release(journal, launch.ids)
             start = held.started - self.zero
             output = bytes(held.output)
-            return proc, held.command, held.cookie, start, held.started_at, output, reader
+            return _Started(proc, held.command, held.cookie, start, held.started_at, output, reader)
         if given is not None and given.targets != launch.targets:  # it collected others
             end_held(given)
         elif given is not None and given.matches(cmd, launch.targets, env):  # held for it
             own = Path(given.env["GPUCI_JOURNAL"])
             reader = JournalReader(own)  # before the release: its tests' events come after
             proc = given.release(own, launch.ids)
-            return proc, given.command, given.cookie, self.now(), time.time(), b"", reader
+            now, now_at = self.now(), time.time()
+            return _Started(proc, given.command, given.cookie, now, now_at, b"", reader, True)
         # started ahead while its slot's previous unit ran, journaling into `journal` from
         # its start: its wall from now, when its tests may start, and its start-up only
         # what was not hidden (from now to its collection, 0 where it had collected)
@@ -246,7 +261,8 @@ class Interpreters:
         if ahead is not None and ahead.matches(cmd, launch.targets, env):
             proc = ahead.release(journal, launch.ids)
             reader = JournalReader(journal, offset)
-            return proc, ahead.command, ahead.cookie, self.now(), time.time(), b"", reader
+            now, now_at = self.now(), time.time()
+            return _Started(proc, ahead.command, ahead.cookie, now, now_at, b"", reader, True)
         # started beside discovery (`gpuci.run.sched.beside`): its wall from its start, as
         # the suite interpreter's
         early = take_file(cmd, launch.targets, env) if launch.attempt == 1 else None
@@ -254,7 +270,7 @@ class Interpreters:
             reader = JournalReader(journal)
             proc = early.release(journal, launch.ids)
             start = early.started - self.zero
-            return proc, early.command, early.cookie, start, early.started_at, b"", reader
+            return _Started(proc, early.command, early.cookie, start, early.started_at, b"", reader)
         reader = JournalReader(journal)  # from its end: an earlier attempt's are read
         only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
         start, started_at = self.now(), time.time()
@@ -263,7 +279,7 @@ class Interpreters:
         except OSError as exc:
             raise GpuciError(f"could not start {self.python}: {exc}") from None
         note_started(proc.pid, cookie=cookie)  # a killed gpuci's next command ends it
-        return proc, cmd, cookie, start, started_at, b"", reader
+        return _Started(proc, cmd, cookie, start, started_at, b"", reader)
 
     def _watch(
         self,
