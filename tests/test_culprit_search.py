@@ -335,3 +335,20 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
     assert found[hog_b].culprits == (hog_a,)
     assert found[hog_b].search.startswith("pair: the partner of")
     assert len(prober.runs) == 2  # hog_a's pair and its confirmation; none of hog_b's own
+
+
+def test_an_out_of_memory_victim_is_paired_with_the_file_that_held_most_first() -> None:
+    from gpuci.evidence.pairs import pair_order
+
+    # the parallel screen's overlap put the small files first; the hog beside it held 52 GiB
+    overlap = ["test_flaky.py", "test_cache.py", "test_blas.py", "test_hog_b.py"]
+    peaks = {"test_hog_b.py": 53222, "test_blas.py": 600, "test_cache.py": 520}
+    oom = "AssertionError: workspace allocation failed: Out of memory allocating N bytes"
+    assert pair_order(overlap, oom, peaks) == [
+        "test_hog_b.py",
+        "test_blas.py",
+        "test_cache.py",
+        "test_flaky.py",
+    ]
+    # any other failure keeps the longest overlap first
+    assert pair_order(overlap, "AssertionError: assert N == N", peaks) == overlap

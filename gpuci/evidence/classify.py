@@ -16,10 +16,11 @@ from gpuci.evidence.results import ModeResults, keep_worse
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
 
 # The device ran out of memory: CuPy's and PyTorch's OutOfMemoryError (and the CPU
-# example's fake one), the CUDA runtime's and driver's error names, PyTorch's message.
+# example's fake one), the CUDA runtime's and driver's error names, PyTorch's message, and
+# CuPy's (a test that catches the error and asserts with its text keeps it).
 OUT_OF_MEMORY = re.compile(
     r"\bOutOfMemoryError\b|\bcudaErrorMemoryAllocation\b|\bCUDA_ERROR_OUT_OF_MEMORY\b"
-    r"|\bCUDA out of memory\b"
+    r"|\bCUDA out of memory\b|\bOut of memory allocating\b"
 )
 # ... but a pool limit the process set itself (CuPy: "limit set to: N bytes") is process
 # state that every thread shares, which is what the threads mode is there to catch.

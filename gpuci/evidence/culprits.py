@@ -35,6 +35,7 @@ from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
     NOT_SEARCHED,
     SAME_RUN_BOTH_WAYS,
+    pair_order,
     partner_note,
     search_pairs,
 )
@@ -306,7 +307,7 @@ def _pairs(
         prober,
         parallel,
         victim=task.victim,
-        candidates=task.candidates,
+        candidates=pair_order(task.candidates, task.kind, prober.admission.peaks),
         kind=task.kind,
         partnerable=partnerable - {task.victim},
     )

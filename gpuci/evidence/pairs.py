@@ -16,9 +16,10 @@ partner file's tests it was contending with.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuci.evidence.classify import out_of_device_memory
 from gpuci.evidence.fingerprints import failure_kind, same_kind
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
@@ -34,6 +35,15 @@ PAIRED = "pair: "  # how a search that found a co-running file begins
 PARTNER_OF = "the partner of "  # a partner's search: `pair: the partner of <victim>: ...`
 SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"  # identical runs, both outcomes
 PARTNER_TRIES = 2  # more runs of a confirmed pair, to see which partner test failed
+
+
+def pair_order(candidates: Sequence[str], kind: str, peaks: Mapping[str, int]) -> list[str]:
+    """The order to pair the victim with `candidates` (longest overlap in the screens
+    first): where it ran the device out of memory, the file that held the most there first
+    (its likeliest contender; a hog beside it is what a short overlap hides)."""
+    if not out_of_device_memory(kind):
+        return list(candidates)
+    return sorted(candidates, key=lambda f: -peaks.get(f, 0))
 
 
 @dataclass(slots=True)
