@@ -7,6 +7,7 @@ start-up) and when its test ran, by pid, so the tests see which interpreter ran 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -153,3 +154,69 @@ def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     prober.run(["test_b.py::test_b"], phase="alone", label="b", strict=True)
     assert ahead_json(prober) == {}
     assert len(marks(prober, "imported")) == 2
+
+
+SLOW_START = "import time\n\ntime.sleep(1.2)  # every interpreter's start-up: worth hiding\n"
+CHECKED = {
+    "conftest.py": SLOW_START,
+    "pytest.ini": "[pytest]\n",
+    "state.py": "FLAG = False\n",
+    "test_a.py": """
+        import state
+
+
+        def test_a_sets_flag():
+            state.FLAG = True  # never cleared
+        """,
+    "test_b.py": """
+        import state
+
+
+        def test_b_needs_clear_flag():
+            assert not state.FLAG
+        """,
+    "test_c.py": """
+        def test_c_broken():
+            raise RuntimeError("backend not configured")
+
+
+        def test_c_other_broken():
+            raise KeyError("missing")
+        """,
+}
+
+
+@pytest.mark.slow
+def test_a_check_whose_start_ups_are_slow_starts_evidence_ahead_and_concludes_the_same(
+    tmp_path: Path,
+) -> None:
+    from cli_runner import clean_env, gpuci
+
+    suite = write_files(tmp_path / "suite", CHECKED)
+    out = tmp_path / "out"
+    args = ("check", ".", "--out", str(out), "--workers", "2", "--modes", "suite,parallel")
+    proc = gpuci(*args, cwd=suite, env=clean_env())
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    tests = {t["id"]: t for t in verdict["tests"]}
+    assert tests["test_b.py::test_b_needs_clear_flag"]["category"] == "order-dependent"
+    victim = tests["test_b.py::test_b_needs_clear_flag"]
+    assert victim["culprits"] == ["test_a.py::test_a_sets_flag"]
+    assert tests["test_c.py::test_c_broken"]["category"] == "failed"
+    assert tests["test_c.py::test_c_other_broken"]["category"] == "failed"
+    concurrency = evidence["concurrency"]
+    assert concurrency["ahead"] >= 1 and concurrency["ahead_taken"] >= 1, concurrency
+    assert not _running_in(suite)  # those never taken were killed with the check
+
+
+def _running_in(folder: Path) -> list[int]:
+    """The processes whose working directory is `folder`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cwd").resolve() == folder.resolve():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

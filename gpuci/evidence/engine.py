@@ -189,6 +189,9 @@ def _gather(
     classified = classify_results(
         results, {i: t.alone for i, t in found.items()}, orders, together=together_outcomes(found)
     )
+    rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
+    for test_id in rest:  # their start-ups while the sanitizer and threads runs go on
+        prober.prepare([test_id], strict=True)
     if sanitize is not False:  # the kernel of a root before the rest
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
     unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
@@ -202,7 +205,6 @@ def _gather(
             progress=progress,
             order=orders.get(Mode.THREADS),
         )
-    rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
     return describe_cuts(more_alone(prober, rest, found, progress), wanted)
 
 
@@ -223,6 +225,11 @@ def _suspects(
     The evidence, the runs each had of those it wanted, and the alone-runs a group's
     members want now (none where inferred from its representative)."""
     plan = prioritize(results, wanted)
+    # the runs known now start ahead where start-ups are worth hiding (one per file waits,
+    # for its file's first run; those not taken are killed at the end)
+    firsts = [*plan.isolation, *plan.consistent, *(g.representatives[0] for g in plan.groups)]
+    for test_id in firsts:
+        prober.prepare([test_id], strict=True)
     found, had = first_alone(
         prober, plan.isolation, found, progress, likely_failing=plan.likely_failing
     )
