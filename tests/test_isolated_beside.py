@@ -1,0 +1,179 @@
+"""End-to-end: the check's lazy isolated pass runs its files side by side; a file that did
+not pass there runs again alone, and that strict run is the file's isolated result.
+
+One check (suite, parallel, isolated; 2 slots) of six files, each failing in the screens
+with words that differ between them (so isolated runs it; the evidence's alone-runs,
+GPUCI_MODE=evidence, pass):
+- test_a_lock_1.py and test_a_lock_2.py fail only at the same time as each other: the
+  first time isolated runs them, each writes its marker and waits for the other's, and
+  fails where it came (gpuci runs them in its two slots, in collection order, so they
+  meet; they would fail too if the other never came, after the wait); the second time
+  (alone) nothing waits, and they pass;
+- test_b_meet_1.py and test_b_meet_2.py pass only side by side: each waits for the
+  other's marker (120 s at most) and passes once it came. Run one at a time they fail,
+  not pass slowly, and their second isolated start fails at once: no wait hangs;
+- test_c_broken.py fails in every interpreter;
+- test_d_clean.py passes everywhere: isolated infers it from parallel.
+Each file counts its isolated starts in a file of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import gpuci, write_files
+
+HELPER = """
+    import os, time
+    from pathlib import Path
+
+    STATE = Path(__file__).parent / "state"
+    MODE = os.environ.get("GPUCI_MODE", "")
+    WAIT_S = 120  # a bound, never the expected case: the partner comes at once
+
+
+    def start(name):
+        # this file's isolated starts so far, this one included
+        STATE.mkdir(exist_ok=True)
+        with (STATE / f"{name}.starts").open("a") as counter:
+            counter.write("start\\n")
+        return len((STATE / f"{name}.starts").read_text().splitlines())
+
+
+    def meet(name, partner):
+        # write my marker, wait for the partner's: whether it came
+        (STATE / f"{name}.here").touch()
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            if (STATE / f"{partner}.here").exists():
+                return True
+            time.sleep(0.05)
+        return False
+"""
+
+
+def lock_file(name: str, partner: str) -> str:
+    return f"""
+        from helper import MODE, meet, start
+
+        def test_exclusive():
+            assert MODE in ("isolated", "evidence"), f"{name} fails in {{MODE}}"
+            if MODE == "isolated" and start("{name}") == 1:
+                met = meet("{name}", "{partner}")
+                assert not met, "{partner} held the device at the same time"
+                assert False, "{partner} never came"
+    """
+
+
+def meet_file(name: str, partner: str) -> str:
+    return f"""
+        from helper import MODE, meet, start
+
+        def test_together():
+            assert MODE in ("isolated", "evidence"), f"{name} fails in {{MODE}}"
+            if MODE == "isolated":
+                assert start("{name}") == 1, "run again: alone, {partner} cannot come"
+                assert meet("{name}", "{partner}"), "{partner} never ran beside it"
+    """
+
+
+SUITE = {
+    "pytest.ini": "[pytest]\n",
+    "helper.py": HELPER,
+    "test_a_lock_1.py": lock_file("lock1", "lock2"),
+    "test_a_lock_2.py": lock_file("lock2", "lock1"),
+    "test_b_meet_1.py": meet_file("meet1", "meet2"),
+    "test_b_meet_2.py": meet_file("meet2", "meet1"),
+    "test_c_broken.py": """
+        from helper import MODE, start
+
+        def test_broken():
+            if MODE == "isolated":
+                start("broken")
+            assert False, f"broken in {MODE}"
+    """,
+    "test_d_clean.py": """
+        from helper import MODE, start
+
+        def test_clean():
+            if MODE == "isolated":
+                start("clean")
+    """,
+}
+LOCKS = ("test_a_lock_1.py::test_exclusive", "test_a_lock_2.py::test_exclusive")
+MEETS = ("test_b_meet_1.py::test_together", "test_b_meet_2.py::test_together")
+BROKEN = "test_c_broken.py::test_broken"
+
+
+def read(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def starts(root: Path, name: str) -> int:
+    counter = root / "state" / f"{name}.starts"
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = write_files(tmp_path_factory.mktemp("beside") / "suite", SUITE)
+    modes = ("--modes", "suite,parallel,isolated", "--workers", "2")
+    proc = gpuci("check", ".", "--out", "out", *modes, cwd=root)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root, proc.stdout + proc.stderr
+
+
+def test_isolated_files_run_side_by_side(checked: tuple[Path, str]) -> None:
+    root, output = checked
+    tests = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}
+    # each passed only because the other ran beside it, and ran once: not again alone
+    assert [tests[i]["outcomes"]["isolated"] for i in MEETS] == ["passed", "passed"]
+    assert (starts(root, "meet1"), starts(root, "meet2")) == (1, 1)
+    assert "isolated: 5 files (the rest inferred from parallel)" in output
+    assert "workers 2 side by side (2 requested), admitted by device memory" in output
+
+
+def test_a_failure_beside_others_is_replaced_by_its_run_alone(
+    checked: tuple[Path, str],
+) -> None:
+    root, output = checked
+    out = root / "out"
+    assert (starts(root, "lock1"), starts(root, "lock2")) == (2, 2)  # beside, then alone
+    said = "isolated: 3 file(s) did not pass beside others: again alone, one at a time"
+    assert said in output
+    tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
+    for test_id in LOCKS:
+        assert tests[test_id]["outcomes"] == {
+            "isolated": "passed",
+            "parallel": "failed",
+            "suite": "failed",
+        }
+        assert tests[test_id]["category"] not in ("failed", "flaky"), tests[test_id]
+    # run.json, the JUnit and the journal hold the strict run only, each test once
+    isolated = read(out / "isolated" / "run.json")
+    files = {f["file"]: f for f in isolated["files"]}
+    ids = [t["id"] for t in isolated["tests"]]
+    assert sorted(ids) == sorted([*LOCKS, *MEETS, BROKEN, "test_d_clean.py::test_clean"])
+    for file in ("test_a_lock_1.py", "test_a_lock_2.py"):
+        assert files[file]["status"] == "passed"
+        assert len(files[file]["interpreters"]) == 1
+        journal = (out / "isolated" / "journal" / f"{file}.jsonl").read_text()
+        events = [json.loads(line) for line in journal.splitlines()]
+        assert [e.get("outcome") for e in events if e.get("outcome")] == ["passed"]
+        beside = (out / "isolated" / "logs" / f"{file}.beside.log").read_text()
+        assert "at the same time" in beside  # the side-by-side run's log, kept aside
+    junit = (out / "isolated" / "junit.xml").read_text(encoding="utf-8")
+    assert junit.count('name="test_exclusive"') == 2
+    assert 'tests="5"' in junit and 'failures="1"' in junit  # the clean file: inferred
+
+
+def test_a_real_failure_is_confirmed_alone(checked: tuple[Path, str]) -> None:
+    root, _ = checked
+    tests = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}
+    assert tests[BROKEN]["outcomes"]["isolated"] == "failed"
+    assert tests[BROKEN]["category"] == "failed"
+    assert starts(root, "broken") == 2  # side by side, then alone
+    assert starts(root, "clean") == 0  # passed in parallel: inferred, never run
