@@ -8,7 +8,7 @@ GPUCI_MODE=evidence, pass):
   first time isolated runs them, each writes its marker and waits for the other's, and
   fails where it came (gpuci runs them in its two slots, in collection order, so they
   meet; they would fail too if the other never came, after the wait); the second time
-  (alone) nothing waits, and they pass;
+  (alone) nothing waits, and they pass where no other isolated test runs meanwhile;
 - test_b_meet_1.py and test_b_meet_2.py pass only side by side: each waits for the
   other's marker (120 s at most) and passes once it came. Run one at a time they fail,
   not pass slowly, and their second isolated start fails at once: no wait hangs;
@@ -43,6 +43,12 @@ HELPER = """
         return len((STATE / f"{name}.starts").read_text().splitlines())
 
 
+    def others_running():
+        # the isolated tests running now in other interpreters (conftest.py marks them)
+        mine = f".{os.getpid()}"
+        return sorted(p.name for p in (STATE / "running").iterdir() if not p.name.endswith(mine))
+
+
     def meet(name, partner):
         # write my marker, wait for the partner's: whether it came
         (STATE / f"{name}.here").touch()
@@ -55,9 +61,30 @@ HELPER = """
 """
 
 
+CONFTEST = """
+    import os
+
+    import pytest
+    from helper import MODE, STATE
+
+
+    @pytest.fixture(autouse=True)
+    def running(request):
+        # each isolated test marks itself running while it runs
+        mine = STATE / "running" / f"{request.node.name}.{os.getpid()}"
+        if MODE == "isolated":
+            mine.parent.mkdir(parents=True, exist_ok=True)
+            mine.touch()
+        yield
+        mine.unlink(missing_ok=True)
+"""
+
+
 def lock_file(name: str, partner: str) -> str:
     return f"""
-        from helper import MODE, meet, start
+        import time
+
+        from helper import MODE, meet, others_running, start
 
         def test_exclusive():
             assert MODE in ("isolated", "evidence"), f"{name} fails in {{MODE}}"
@@ -65,6 +92,9 @@ def lock_file(name: str, partner: str) -> str:
                 met = meet("{name}", "{partner}")
                 assert not met, "{partner} held the device at the same time"
                 assert False, "{partner} never came"
+            if MODE == "isolated":  # again, alone: nothing else may run meanwhile
+                time.sleep(0.5)  # long enough for another test to show, were one started
+                assert not others_running(), "ran beside others, not alone"
     """
 
 
@@ -83,6 +113,7 @@ def meet_file(name: str, partner: str) -> str:
 SUITE = {
     "pytest.ini": "[pytest]\n",
     "helper.py": HELPER,
+    "conftest.py": CONFTEST,
     "test_a_lock_1.py": lock_file("lock1", "lock2"),
     "test_a_lock_2.py": lock_file("lock2", "lock1"),
     "test_b_meet_1.py": meet_file("meet1", "meet2"),
