@@ -1,7 +1,8 @@
 """End-to-end: the check's lazy isolated pass runs its files side by side; a file that did
 not pass there runs again alone, and that strict run is the file's isolated result.
 
-One check (suite, parallel, isolated; 2 slots) of six files, each failing in the screens
+One check (suite, parallel, isolated; 2 slots; its screens at once, or one mode after
+another with --serial-modes) of six files, each failing in the screens
 with words that differ between them (so isolated runs it; the evidence's alone-runs,
 GPUCI_MODE=evidence, pass):
 - test_a_lock_1.py and test_a_lock_2.py fail only at the same time as each other: the
@@ -148,10 +149,12 @@ def starts(root: Path, name: str) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
-@pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+@pytest.fixture(scope="module", params=[(), ("--serial-modes",)], ids=["screens", "serial"])
+def checked(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[Path, str]:
     root = write_files(tmp_path_factory.mktemp("beside") / "suite", SUITE)
-    modes = ("--modes", "suite,parallel,isolated", "--workers", "2")
+    modes = ("--modes", "suite,parallel,isolated", "--workers", "2", *request.param)
     proc = gpuci("check", ".", "--out", "out", *modes, cwd=root)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return root, proc.stdout + proc.stderr
