@@ -2,7 +2,7 @@
 not pass there runs again alone, and that strict run is the file's isolated result.
 
 One check (suite, parallel, isolated; 2 slots; its screens at once, or one mode after
-another with --serial-modes) of six files, each failing in the screens
+another with --serial-modes) of seven files, each failing in the screens
 with words that differ between them (so isolated runs it; the evidence's alone-runs,
 GPUCI_MODE=evidence, pass):
 - test_a_lock_1.py and test_a_lock_2.py fail only at the same time as each other: the
@@ -14,6 +14,8 @@ GPUCI_MODE=evidence, pass):
   other's marker (120 s at most) and passes once it came. Run one at a time they fail,
   not pass slowly, and their second isolated start fails at once: no wait hangs;
 - test_c_broken.py fails in every interpreter;
+- test_c_serial.py (gpu_serial) fails in every interpreter: isolated runs it alone, after
+  the others, once;
 - test_d_clean.py passes everywhere: isolated infers it from parallel.
 Each file counts its isolated starts in a file of its own.
 """
@@ -127,6 +129,20 @@ SUITE = {
                 start("broken")
             assert False, f"broken in {MODE}"
     """,
+    "test_c_serial.py": """
+        import time
+
+        import pytest
+        from helper import MODE, others_running, start
+
+        @pytest.mark.gpu_serial
+        def test_serial():
+            if MODE == "isolated":
+                start("serial")
+                time.sleep(0.5)  # long enough for another test to show, were one started
+                assert not others_running(), "ran beside others"
+            assert False, f"serial, broken in {MODE}"
+    """,
     "test_d_clean.py": """
         from helper import MODE, start
 
@@ -138,6 +154,7 @@ SUITE = {
 LOCKS = ("test_a_lock_1.py::test_exclusive", "test_a_lock_2.py::test_exclusive")
 MEETS = ("test_b_meet_1.py::test_together", "test_b_meet_2.py::test_together")
 BROKEN = "test_c_broken.py::test_broken"
+SERIAL = "test_c_serial.py::test_serial"
 
 
 def read(path: Path) -> Any:
@@ -166,7 +183,7 @@ def test_isolated_files_run_side_by_side(checked: tuple[Path, str]) -> None:
     # each passed only because the other ran beside it, and ran once: not again alone
     assert [tests[i]["outcomes"]["isolated"] for i in MEETS] == ["passed", "passed"]
     assert (starts(root, "meet1"), starts(root, "meet2")) == (1, 1)
-    assert "isolated: 5 files (the rest inferred from parallel)" in output
+    assert "isolated: 6 files (the rest inferred from parallel)" in output
     assert "workers 2 side by side (2 requested), admitted by device memory" in output
 
 
@@ -190,7 +207,8 @@ def test_a_failure_beside_others_is_replaced_by_its_run_alone(
     isolated = read(out / "isolated" / "run.json")
     files = {f["file"]: f for f in isolated["files"]}
     ids = [t["id"] for t in isolated["tests"]]
-    assert sorted(ids) == sorted([*LOCKS, *MEETS, BROKEN, "test_d_clean.py::test_clean"])
+    clean = "test_d_clean.py::test_clean"
+    assert sorted(ids) == sorted([*LOCKS, *MEETS, BROKEN, SERIAL, clean])
     for file in ("test_a_lock_1.py", "test_a_lock_2.py"):
         assert files[file]["status"] == "passed"
         assert len(files[file]["interpreters"]) == 1
@@ -201,7 +219,7 @@ def test_a_failure_beside_others_is_replaced_by_its_run_alone(
         assert "at the same time" in beside  # the side-by-side run's log, kept aside
     junit = (out / "isolated" / "junit.xml").read_text(encoding="utf-8")
     assert junit.count('name="test_exclusive"') == 2
-    assert 'tests="5"' in junit and 'failures="1"' in junit  # the clean file: inferred
+    assert 'tests="6"' in junit and 'failures="2"' in junit  # the clean file: inferred
 
 
 def test_a_real_failure_is_confirmed_alone(checked: tuple[Path, str]) -> None:
@@ -211,3 +229,14 @@ def test_a_real_failure_is_confirmed_alone(checked: tuple[Path, str]) -> None:
     assert tests[BROKEN]["category"] == "failed"
     assert starts(root, "broken") == 2  # side by side, then alone
     assert starts(root, "clean") == 0  # passed in parallel: inferred, never run
+
+
+def test_a_gpu_serial_file_runs_alone_once(checked: tuple[Path, str]) -> None:
+    root, _ = checked
+    test = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}[SERIAL]
+    assert test["outcomes"]["isolated"] == "failed"
+    assert test["category"] == "failed"
+    assert starts(root, "serial") == 1  # alone, after the others: not again
+    isolated = read(root / "out" / "isolated" / "run.json")
+    message = next(t["message"] for t in isolated["tests"] if t["id"] == SERIAL)
+    assert "serial, broken in isolated" in message

@@ -181,8 +181,15 @@ def plan_mode(
         gpus=gpus,
         gpus_per_slot=per_slot,
     )
-    if beside:  # every slot sees every GPU, as plain pytest and the strict runs do
-        schedule = replace(schedule, workers=workers, slot_gpus=schedule.slot_gpus * workers)
+    if beside:  # every slot sees every GPU, as plain pytest and the strict runs do; a
+        # gpu_serial file runs one at a time after the others, as in parallel
+        schedule = replace(
+            schedule,
+            pool=tuple(f for f in schedule.pool if f not in discovery.serial),
+            serial=tuple(f for f in schedule.pool if f in discovery.serial),
+            workers=workers,
+            slot_gpus=schedule.slot_gpus * workers,
+        )
     if pool is not None:  # every screen's units take the pool's slots and their GPUs
         views, workers = (pool[:1], 1) if mode is Mode.SUITE else (pool, len(pool))
         schedule = replace(schedule, workers=workers, slot_gpus=views)

@@ -100,12 +100,13 @@ class ModeSession:
         self.results[key] = tests
         return file_run, tests
 
-    def not_passed(self) -> list[str]:
-        """The units run so far whose interpreters ran and left a test (or the file itself,
-        by pytest's exit status) not passing."""
+    def not_passed_beside(self) -> list[str]:
+        """The units run beside others (the schedule's pool, not its serial files) whose
+        interpreters ran and left a test (or the file itself, by pytest's exit status) not
+        passing."""
         return [
             key
-            for key in self.keys
+            for key in self.schedule.pool
             if key in self.file_runs
             and self.file_runs[key].interpreters
             and (
@@ -250,11 +251,11 @@ def run_mode(
 def _again_alone(
     session: ModeSession, reporter: Progress, run_one: Callable[[str, int], None]
 ) -> None:
-    """The files that did not pass beside others, again: one at a time, fresh, with nothing
-    beside them (none started ahead either); each one's strict run replaces its
-    side-by-side run (a pass under combined load answers "passes"; a failure only counts
-    once confirmed alone)."""
-    again = session.not_passed()
+    """The files that did not pass beside others, again: one at a time, fresh, each with no
+    other test running (the next one started ahead and held after its collection, as a
+    one-at-a-time isolated run does); each one's strict run replaces its side-by-side run
+    (a pass under combined load answers "passes"; a failure counts once confirmed alone)."""
+    again = session.not_passed_beside()
     if not again:
         return
     say(
@@ -265,7 +266,9 @@ def _again_alone(
     for key in again:
         session.forget(key)
     reporter.add(len(again))
-    run_slots(again, 1, run_one, session.supervisor)
+    ahead = functools.partial(_start_ahead, session, session.schedule)
+    depth = ahead_count(1, cpu_count())
+    run_slots(again, 1, run_one, session.supervisor, ahead=ahead, depth=depth)
 
 
 def _start_ahead(session: ModeSession, schedule: Schedule, key: str, slot: int) -> None:
