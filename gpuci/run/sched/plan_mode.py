@@ -25,6 +25,7 @@ from gpuci.run.proc.held import held_collection
 from gpuci.run.sched.modes import mode_settings
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import (
+    Schedule,
     choose_workers,
     cpu_count,
     estimate_durations,
@@ -165,9 +166,6 @@ def plan_mode(
     workers, why = (1, "one at a time")
     if mode is Mode.PARALLEL:
         workers, why = pool_workers(requested_workers, gpus, per_slot, len(files))
-    if beside:  # as many at once as the parallel screen, admitted by device memory
-        workers, why = pool_workers(requested_workers, gpus, per_slot, len(files))
-        why = f"{workers} side by side ({why}), admitted by device memory"
     if pool is not None:
         workers, why = len(pool), f"the screens' {len(pool)} slots, shared"
     threads = threads_of(options, mode)
@@ -181,15 +179,8 @@ def plan_mode(
         gpus=gpus,
         gpus_per_slot=per_slot,
     )
-    if beside:  # every slot sees every GPU, as plain pytest and the strict runs do; a
-        # gpu_serial file runs one at a time after the others, as in parallel
-        schedule = replace(
-            schedule,
-            pool=tuple(f for f in schedule.pool if f not in discovery.serial),
-            serial=tuple(f for f in schedule.pool if f in discovery.serial),
-            workers=workers,
-            slot_gpus=schedule.slot_gpus * workers,
-        )
+    if beside:
+        schedule, why = _side_by_side(schedule, discovery.serial, requested_workers, gpus, per_slot)
     if pool is not None:  # every screen's units take the pool's slots and their GPUs
         views, workers = (pool[:1], 1) if mode is Mode.SUITE else (pool, len(pool))
         schedule = replace(schedule, workers=workers, slot_gpus=views)
@@ -218,6 +209,27 @@ def plan_mode(
     seconds = {f: estimates[f] for f in files if f in estimates} if durations else {}
     screen = Screen(discovery=discovery, schedule=schedule, options=planned, estimates=seconds)
     return screen, with_startup
+
+
+def _side_by_side(
+    schedule: Schedule,
+    serial: frozenset[str],
+    requested: int | None,
+    gpus: tuple[str, ...],
+    per_slot: int | None,
+) -> tuple[Schedule, str]:
+    """Isolated's files side by side, as many at once as the parallel screen (admitted by
+    device memory), every slot seeing every GPU as plain pytest and the strict runs do; a
+    gpu_serial file one at a time after the others, as in parallel. The schedule, and why."""
+    workers, why = pool_workers(requested, gpus, per_slot, len(schedule.pool))
+    planned = replace(
+        schedule,
+        pool=tuple(f for f in schedule.pool if f not in serial),
+        serial=tuple(f for f in schedule.pool if f in serial),
+        workers=workers,
+        slot_gpus=schedule.slot_gpus * workers,
+    )
+    return planned, f"{workers} side by side ({why}), admitted by device memory"
 
 
 def run_options(
