@@ -3,9 +3,10 @@
 It runs its screens at once, in one pool of slots on the same GPUs: the suite
 interpreter first, then the parallel files (longest first by an earlier run's times) and
 the threads files (where the suite asks for threads: `gpuci.run.sched.modes`). Then isolated,
-strict (one at a time), only for the files that did not pass in parallel (the rest
-inferred from it; after threads without parallel, every file: a threads pass stands in
-for nothing) and whose failures were not alike in every screen, then the evidence once
+only for the files that did not pass in parallel (the rest inferred from it; after threads
+without parallel, every file: a threads pass stands in for nothing) and whose failures were
+not alike in every screen: side by side in the check's slots, admitted by device memory,
+each file that did not pass then again alone (its strict run counts), then the evidence once
 for the whole check, within a budget that defaults to what its suspects need
 (`gpuci.evidence.budget`). `--serial-modes` runs the modes one after another instead, as
 gpuci did before the screens.
@@ -232,8 +233,9 @@ def _lazy_isolated(
     lazy: list[Mode],
     prior: ModeRun | None,
 ) -> ModeRun:
-    """Isolated, strict, for the files that did not pass in `lazy`, but those whose failures
-    were alike in every screen (their alone-runs decide); the rest inferred."""
+    """Isolated for the files that did not pass in `lazy`, but those whose failures were
+    alike in every screen (their alone-runs decide); the rest inferred. Side by side, a
+    file that does not pass there confirmed alone (`gpuci.run.sched.session`)."""
     screens = [runs[m] for m in SCREENS if m in runs]
     unconfirmed = files_to_confirm(*(runs[m] for m in lazy))
     alike = files_failing_alike(screens) & unconfirmed
@@ -250,6 +252,7 @@ def _lazy_isolated(
         only=unconfirmed - alike,
         inferred_from=runs[INFERRED_FROM],
         resume=prior,
+        beside=True,
     )
 
 

@@ -132,6 +132,34 @@ def test_the_gate_waits_for_room_while_others_run() -> None:
     gate.wait("small.py", "0", supervisor)  # no history: at once
 
 
+def test_the_gate_keeps_memory_for_a_file_from_its_admission_to_its_end() -> None:
+    # two big files starting at the same moment: neither holds anything yet, so the free
+    # memory alone would let both in; what the first may still take keeps the second out
+    free, held = [10000], {41: 0}
+    supervisor = Supervisor()
+    supervisor._live.add(object())  # type: ignore[arg-type]  # one interpreter runs
+    gate = MemoryGate(
+        {"a.py": 5000, "b.py": 5000, "c.py": 1000},
+        free_mib=lambda device: free[0],
+        held_mib=lambda pid: held[pid],
+    )
+    first = gate.wait("a.py", "0", supervisor)
+    gate.started(first, 41)
+    assert gate.wait("c.py", "0", supervisor) is not None  # a small one fits beside it
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (gate.wait("b.py", "0", supervisor), done.set()))
+    waiter.start()
+    time.sleep(0.3)
+    assert not done.is_set()  # nothing held yet, but a.py may take 5000 and more
+    free[0], held[41] = 5000, 5000  # a.py holds its peak: still no room
+    time.sleep(0.3)
+    assert not done.is_set()
+    gate.done(first)
+    free[0] = 10000  # a.py ended
+    assert done.wait(60)
+    waiter.join()
+
+
 def test_the_gate_lets_a_file_start_once_nothing_else_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

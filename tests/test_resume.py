@@ -216,6 +216,40 @@ def test_check_resume_keeps_finished_modes_and_resumes_the_interrupted_one(
     assert (root / "out" / "report.html").exists()
 
 
+def test_check_resume_continues_its_lazy_isolated_pass(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "suite")
+    # every test errs in parallel, so the lazy isolated pass runs every file, side by side
+    fail = "import os, pytest\n\n@pytest.fixture(autouse=True)\ndef parallel_breaks():\n"
+    fail += '    assert os.environ.get("GPUCI_MODE") != "parallel", "breaks in parallel"\n'
+    (root / "conftest.py").write_text(fail, encoding="utf-8")
+    args = ("check", ".", "--out", "out", "--workers", "2", "--modes", "suite,parallel,isolated")
+    interrupt_while_blocked(root, "isolated", *args)
+    first = _read(root / "out" / "isolated" / "run.json")
+    assert first["interrupted"] is True
+    assert first["workers"] == 2  # side by side
+    running = {t["id"] for t in first["tests"] if "interrupted while this test ran" in t["message"]}
+    assert "test_c.py::test_blocks" in running
+    finished_before = {t["id"] for t in first["tests"] if t["outcome"] == "passed"}
+
+    resumed = gpuci(*args, "--resume", cwd=root)
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    assert "suite: finished earlier, kept" in resumed.stderr
+    assert "parallel: finished earlier, kept" in resumed.stderr
+    assert f"resuming: {len(finished_before)} finished earlier" in resumed.stderr
+    isolated = root / "out" / "isolated" / "run.json"
+    assert outcomes(isolated) == dict.fromkeys(ALL_IDS, "passed")
+    assert _read(isolated)["resumed"] is True
+    started, finished = counts(root, "isolated")
+    # no finished test ran again; those running at the Ctrl-C once or twice (see above)
+    assert {i: n for i, n in finished.items() if i not in running} == dict.fromkeys(
+        ALL_IDS - running, 1
+    )
+    assert started["test_c.py::test_blocks"] == 2
+    assert all(started[i] in (1, 2) for i in running)
+    junit = (root / "out" / "isolated" / "junit.xml").read_text(encoding="utf-8")
+    assert junit.count("<testcase") == len(ALL_IDS)
+
+
 def test_a_finished_check_is_kept_by_resume(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite")
     args = ("check", ".", "--out", "out", "--modes", "parallel,suite", "--workers", "2")

@@ -9,17 +9,20 @@ others run on theirs). Without either, or where the driver lists pids this /proc
 know (a container), there is no peak: run.json says null.
 
 With peaks from an earlier run (`read_peaks`), `MemoryGate.wait` holds a slot back until
-the first GPU it sees has the file's peak free, with a margin (`may_start`); without one,
-or with nothing else of gpuci's running, it starts at once.
+the first GPU it sees has the file's peak free, with a margin (`may_start`), beside what
+the files it admitted before may still take; without one, or with nothing else of
+gpuci's running, it starts at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,7 +41,7 @@ EARLIER = (Mode.ISOLATED, Mode.PARALLEL)  # the modes whose files ran one per in
 Usage = dict[int, dict[str, int]]  # pid -> GPU -> MiB of device memory it holds there now
 
 
-def may_start(need_mib: int | None, free_mib: int | None, *, others_running: bool) -> bool:
+def may_start(need_mib: int | None, free_mib: float | None, *, others_running: bool) -> bool:
     """Whether a slot may start a file whose interpreter peaked at `need_mib` last time.
 
     Unknown need or free memory: yes (an out-of-memory failure is then a suspect like any
@@ -223,6 +226,11 @@ class PeakSampler:
             peak, gpus = self._peaks.pop(pid, None), self._gpus.pop(pid, set())
             return DeviceUse(peak, len(gpus) if peak is not None else None)
 
+    def seen(self, pid: int) -> int:
+        """The most MiB the interpreter `pid` held at once so far (0: none seen)."""
+        with self._lock:
+            return self._peaks.get(pid) or 0
+
     def record(self, usage: Usage, sessions: Mapping[int, int | None]) -> None:
         """Add one sample: per process and GPU MiB, and each process's session."""
         with self._lock:
@@ -258,26 +266,71 @@ def sampler() -> PeakSampler:
         return _sampler
 
 
+@dataclass(slots=True, kw_only=True)
+class _Kept:
+    """Device memory kept for one admitted file: on which GPU, how much, by which pid."""
+
+    device: str
+    mib: float
+    pid: int | None = None  # None until its interpreter started
+
+
 class MemoryGate:
-    """Holds a slot back until its GPU has room for the file it is about to start."""
+    """Holds a slot back until its GPU has room for the file it is about to start.
+
+    Memory is kept for a file from its admission to its interpreter's end, less what the
+    sampler saw it hold so far (a free-memory reading alone would let two big files that
+    start at the same moment both in: neither holds anything yet)."""
 
     def __init__(
         self,
         peaks: Mapping[str, int],
         free_mib: Callable[[str], int | None] | None = None,
+        held_mib: Callable[[int], int] | None = None,
     ) -> None:
         self.peaks = dict(peaks)
         source = _source() if peaks and free_mib is None else None
         self.free_mib = free_mib or (source.free_mib if source is not None else None)
+        self.held_mib = held_mib or (lambda pid: sampler().seen(pid))
+        self._lock = threading.Lock()
+        self._kept: dict[int, _Kept] = {}  # by ticket: the files admitted, until they end
+        self._tickets = itertools.count(1)
 
-    def wait(self, key: str, gpus: str | None, supervisor: Supervisor) -> None:
-        """Return once the first GPU of `gpus` has the file's peak free (or waiting is moot)."""
+    def wait(self, key: str, gpus: str | None, supervisor: Supervisor) -> int | None:
+        """Return once the first GPU of `gpus` has the file's peak free beside what the
+        files admitted before it may still take (or waiting is moot); a ticket for
+        `started` and `done` where memory is kept for it, else None."""
         need = self.peaks.get(key)
         if need is None or self.free_mib is None:
-            return
+            return None
         device = (gpus or "0").split(",")[0].strip()  # the device a test uses by default
         while not supervisor.stopping.is_set():
-            free = self.free_mib(device)
-            if may_start(need, free, others_running=supervisor.running() > 0):
-                return
+            with self._lock:
+                free = self.free_mib(device)
+                room = None if free is None else free - self._still_to_take(device)
+                if may_start(need, room, others_running=supervisor.running() > 0):
+                    ticket = next(self._tickets)
+                    self._kept[ticket] = _Kept(device=device, mib=with_margin(need))
+                    return ticket
             time.sleep(WAIT_S)
+        return None
+
+    def started(self, ticket: int | None, pid: int) -> None:
+        """The admitted file's interpreter is `pid`: what it holds is counted as it grows."""
+        with self._lock:
+            kept = self._kept.get(ticket or 0)
+            if kept is not None:
+                kept.pid = pid
+
+    def done(self, ticket: int | None) -> None:
+        """The admitted file's interpreter ended: nothing kept for it any more."""
+        with self._lock:
+            self._kept.pop(ticket or 0, None)
+
+    def _still_to_take(self, device: str) -> float:
+        """What the files admitted on `device` may still take beyond what they hold now."""
+        return sum(
+            max(0.0, k.mib - (self.held_mib(k.pid) if k.pid is not None else 0))
+            for k in self._kept.values()
+            if k.device == device
+        )

@@ -168,11 +168,18 @@ class Interpreters:
         stem = launch.stem
         journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
-        if self.gate is not None:
-            self.gate.wait(launch.key, launch.gpu, self.supervisor)
-        proc, cmd, cookie, start, started_at, output, reader, ahead = self._start(
-            launch, journal, held
-        )
+        gate = self.gate
+        ticket = gate.wait(launch.key, launch.gpu, self.supervisor) if gate is not None else None
+        try:
+            proc, cmd, cookie, start, started_at, output, reader, ahead = self._start(
+                launch, journal, held
+            )
+        except BaseException:
+            if gate is not None:
+                gate.done(ticket)
+            raise
+        if gate is not None:
+            gate.started(ticket, proc.pid)
         log_rel = f"logs/{stem}.log"
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
@@ -196,6 +203,8 @@ class Interpreters:
             self.supervisor.discard(proc)
             forget_child(proc.pid)
             reap_orphans()
+            if gate is not None:
+                gate.done(ticket)  # its memory is free again
         excerpt = log.excerpt()
         log.close()
         code = proc.returncode

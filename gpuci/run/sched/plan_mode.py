@@ -19,12 +19,13 @@ from gpuci.model import GpuciError, Mode, ModeRun, printable
 from gpuci.run.disk.outdir import prepare_out
 from gpuci.run.disk.resume import given_paths, was_interrupted
 from gpuci.run.proc.discover import Discovery, discover_tests, discovered
-from gpuci.run.proc.gpumem import earlier_peaks
+from gpuci.run.proc.gpumem import earlier_peaks, screen_peaks
 from gpuci.run.proc.gpus import detect_gpus
 from gpuci.run.proc.held import held_collection
 from gpuci.run.sched.modes import mode_settings
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import (
+    Schedule,
     choose_workers,
     cpu_count,
     estimate_durations,
@@ -107,8 +108,10 @@ def run_one_mode(
     inferred_from: ModeRun | None = None,
     timed_by: ModeRun | None = None,
     resume: ModeRun | None = None,
+    beside: bool = False,
 ) -> ModeRun:
-    """Discover, plan and run one mode; the shared body of `run` and `check`."""
+    """Discover, plan and run one mode; the shared body of `run` and `check`. `beside`
+    (the check's lazy isolated pass): its files side by side, a failure confirmed alone."""
     screen, with_startup = plan_mode(
         options,
         mode,
@@ -117,6 +120,7 @@ def run_one_mode(
         inferred_from=inferred_from,
         timed_by=timed_by,
         resume=resume,
+        beside=beside,
     )
     return run_mode(
         screen.discovery,
@@ -125,6 +129,7 @@ def run_one_mode(
         estimates=screen.estimates,
         with_startup=with_startup,
         inferred_from=inferred_from,
+        confirm_alone=beside,
     )
 
 
@@ -138,6 +143,7 @@ def plan_mode(
     timed_by: ModeRun | None = None,
     resume: ModeRun | None = None,
     pool: tuple[str | None, ...] | None = None,  # the screens' slots: each one's GPUs
+    beside: bool = False,  # isolated side by side: the check's slots, the serial view
 ) -> tuple[Screen, bool]:
     """Plan one mode (a screen in a pool of `pool` slots), and prepare its directory."""
     requested_workers = parse_workers(options.workers)
@@ -173,6 +179,8 @@ def plan_mode(
         gpus=gpus,
         gpus_per_slot=per_slot,
     )
+    if beside:
+        schedule, why = _side_by_side(schedule, discovery.serial, requested_workers, gpus, per_slot)
     if pool is not None:  # every screen's units take the pool's slots and their GPUs
         views, workers = (pool[:1], 1) if mode is Mode.SUITE else (pool, len(pool))
         schedule = replace(schedule, workers=workers, slot_gpus=views)
@@ -195,10 +203,33 @@ def plan_mode(
     planned = run_options(
         options, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
     )
+    if beside:  # the gate goes by this check's screens' peaks first, an earlier run's after
+        planned = replace(planned, peaks={**planned.peaks, **screen_peaks(options.out)})
     # seconds only where some were measured (else numbers of tests): the progress's estimates
     seconds = {f: estimates[f] for f in files if f in estimates} if durations else {}
     screen = Screen(discovery=discovery, schedule=schedule, options=planned, estimates=seconds)
     return screen, with_startup
+
+
+def _side_by_side(
+    schedule: Schedule,
+    serial: frozenset[str],
+    requested: int | None,
+    gpus: tuple[str, ...],
+    per_slot: int | None,
+) -> tuple[Schedule, str]:
+    """Isolated's files side by side, as many at once as the parallel screen (admitted by
+    device memory), every slot seeing every GPU as plain pytest and the strict runs do; a
+    gpu_serial file one at a time after the others, as in parallel. The schedule, and why."""
+    workers, why = pool_workers(requested, gpus, per_slot, len(schedule.pool))
+    planned = replace(
+        schedule,
+        pool=tuple(f for f in schedule.pool if f not in serial),
+        serial=tuple(f for f in schedule.pool if f in serial),
+        workers=workers,
+        slot_gpus=schedule.slot_gpus * workers,
+    )
+    return planned, f"{workers} side by side ({why}), admitted by device memory"
 
 
 def run_options(

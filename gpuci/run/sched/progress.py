@@ -114,6 +114,11 @@ class Progress:
             return left_s / min(self.workers, left)
         return elapsed / self.done * left if self.done else 0.0
 
+    def add(self, units: int) -> None:
+        """`units` more to run than planned (files run again)."""
+        with self.lock:
+            self.total += units
+
     def file_done(
         self, file_run: FileRun, tests: list[TestResult], *, unit: str = "", label: str = ""
     ) -> None:

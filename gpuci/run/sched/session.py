@@ -13,12 +13,13 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TextIO
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import (
     INTERRUPTED,
+    NOT_PASSING,
     SUITE_UNIT,
     FileRun,
     FileStatus,
@@ -35,10 +36,12 @@ from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import write_mode_junit
 from gpuci.run.sched.plan import Schedule, cpu_count
 from gpuci.run.sched.pool import ahead_count, run_slots, same_gpus
-from gpuci.run.sched.progress import Progress
+from gpuci.run.sched.progress import Progress, say
 from gpuci.run.sched.unit import RunOptions, UnitRunner, discovery_ids, start_interpreters
 
 __all__ = ["Interrupted", "RunOptions", "run_mode"]
+
+BESIDE_LOG = "beside"  # a file's log from its side-by-side run, kept aside: FILE.beside.log
 
 
 class Interrupted(GpuciError):
@@ -96,6 +99,37 @@ class ModeSession:
         self.file_runs[key] = file_run
         self.results[key] = tests
         return file_run, tests
+
+    def not_passed_beside(self) -> list[str]:
+        """The units run beside others (the schedule's pool, not its serial files) whose
+        interpreters ran and left a test (or the file itself, by pytest's exit status) not
+        passing."""
+        return [
+            key
+            for key in self.schedule.pool
+            if key in self.file_runs
+            and self.file_runs[key].interpreters
+            and (
+                self.file_runs[key].status is not FileStatus.PASSED
+                or any(t.outcome in NOT_PASSING | {Outcome.NOT_RUN} for t in self.results[key])
+            )
+        ]
+
+    def forget(self, key: str) -> None:
+        """Forget how `key` ran, before it runs again afresh: its results, what an
+        interrupted run left of it (--resume), its journal and JUnit; its log is kept aside
+        (`logs/FILE.beside.log`), out of the way of the next run's."""
+        self.file_runs.pop(key, None)
+        self.results.pop(key, None)
+        if self.runner.earlier is not None:
+            self.runner.earlier.files.pop(key, None)
+            self.runner.earlier.tests.pop(key, None)
+        out = self.options.out
+        for part in (f"journal/{key}.jsonl", f"junit/{key}.xml"):
+            (out / part).unlink(missing_ok=True)
+        log = out / "logs" / f"{key}.log"
+        if log.exists():
+            log.replace(log.with_name(f"{log.stem}.{BESIDE_LOG}.log"))
 
     def start_ahead(self, key: str, slot: int, gpu: str | None) -> None:
         """Start `key`'s first interpreter now, for `run_unit` in `slot` to take."""
@@ -163,11 +197,13 @@ def run_mode(
     with_startup: bool = True,
     progress: TextIO = sys.stderr,
     inferred_from: ModeRun | None = None,
+    confirm_alone: bool = False,
 ) -> ModeRun:
     """Run one mode of the schedule and write its directory; with `inferred_from` (a lazy
     isolated pass), the files the schedule leaves out take that run's outcomes, inferred.
     `with_startup`: whether `estimates` include interpreter start-up (an earlier run's file
-    times do; tests' own times do not)."""
+    times do; tests' own times do not). With `confirm_alone` (files run side by side), a
+    file that did not pass runs again alone, and that run is the file's."""
     supervisor = Supervisor()
     session = ModeSession(
         discovery,
@@ -201,6 +237,8 @@ def run_mode(
                 alike=same_gpus(schedule.slot_gpus),
             )
             run_slots(serial, 1, run_one, supervisor, ahead=ahead)
+            if confirm_alone and not supervisor.stopping.is_set():
+                _again_alone(session, reporter, run_one)
         run = session.finish()
     finally:
         session.close()
@@ -208,6 +246,29 @@ def run_mode(
     if run.interrupted:
         raise Interrupted(f"interrupted; what finished is in {options.out}")
     return run
+
+
+def _again_alone(
+    session: ModeSession, reporter: Progress, run_one: Callable[[str, int], None]
+) -> None:
+    """The files that did not pass beside others, again: one at a time, fresh, each with no
+    other test running (the next one started ahead and held after its collection, as a
+    one-at-a-time isolated run does); each one's strict run replaces its side-by-side run
+    (a pass under combined load answers "passes"; a failure counts once confirmed alone)."""
+    again = session.not_passed_beside()
+    if not again:
+        return
+    say(
+        reporter.out,
+        f"{session.mode.value}: {len(again)} file(s) did not pass beside others:"
+        " again alone, one at a time",
+    )
+    for key in again:
+        session.forget(key)
+    reporter.add(len(again))
+    ahead = functools.partial(_start_ahead, session, session.schedule)
+    depth = ahead_count(1, cpu_count())
+    run_slots(again, 1, run_one, session.supervisor, ahead=ahead, depth=depth)
 
 
 def _start_ahead(session: ModeSession, schedule: Schedule, key: str, slot: int) -> None:
