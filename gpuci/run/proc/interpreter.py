@@ -168,18 +168,8 @@ class Interpreters:
         stem = launch.stem
         journal = self.out / "journal" / f"{stem}.jsonl"
         journal.parent.mkdir(parents=True, exist_ok=True)
-        gate = self.gate
-        ticket = gate.wait(launch.key, launch.gpu, self.supervisor) if gate is not None else None
-        try:
-            proc, cmd, cookie, start, started_at, output, reader, ahead = self._start(
-                launch, journal, held
-            )
-        except BaseException:
-            if gate is not None:
-                gate.done(ticket)
-            raise
-        if gate is not None:
-            gate.started(ticket, proc.pid)
+        started, ticket = self._start_gated(launch, journal, held)
+        proc, cmd, cookie, start, started_at, output, reader, ahead = started
         log_rel = f"logs/{stem}.log"
         log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
@@ -203,8 +193,8 @@ class Interpreters:
             self.supervisor.discard(proc)
             forget_child(proc.pid)
             reap_orphans()
-            if gate is not None:
-                gate.done(ticket)  # its memory is free again
+            if self.gate is not None:
+                self.gate.done(ticket)  # its memory is free again
         excerpt = log.excerpt()
         log.close()
         code = proc.returncode
@@ -236,6 +226,23 @@ class Interpreters:
             ended=[proc.pid, *(leftover.pid for leftover in left)],
         )
         return attempt
+
+    def _start_gated(
+        self, launch: Launch, journal: Path, held: Held | None
+    ) -> tuple[_Started, int | None]:
+        """`_start`, once the memory gate admits it; and the gate's ticket (its memory is
+        kept until `done`)."""
+        gate = self.gate
+        ticket = gate.wait(launch.key, launch.gpu, self.supervisor) if gate is not None else None
+        try:
+            started = self._start(launch, journal, held)
+        except BaseException:
+            if gate is not None:
+                gate.done(ticket)
+            raise
+        if gate is not None:
+            gate.started(ticket, started.proc.pid)
+        return started, ticket
 
     def _start(self, launch: Launch, journal: Path, given: Held | None = None) -> _Started:
         """Start the interpreter (or take the held suite interpreter, `gpuci.run.proc.held`, or
