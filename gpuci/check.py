@@ -6,7 +6,8 @@ the threads files (where the suite asks for threads: `gpuci.run.sched.modes`). T
 only for the files that did not pass in parallel (the rest inferred from it; after threads
 without parallel, every file: a threads pass stands in for nothing) and whose failures were
 not alike in every screen: side by side in the check's slots, admitted by device memory,
-each file that did not pass then again alone (its strict run counts), then the evidence once
+each file that did not pass then again alone (its strict run counts; one that failed fresh
+in parallel alone from the start: `gpuci.lazy_isolated`), then the evidence once
 for the whole check, within a budget that defaults to what its suspects need
 (`gpuci.evidence.budget`). `--serial-modes` runs the modes one after another instead, as
 gpuci did before the screens.
@@ -21,11 +22,11 @@ from pathlib import Path
 
 from gpuci.evidence.budget import default_budget
 from gpuci.evidence.engine import gather_evidence
-from gpuci.evidence.fingerprints import files_failing_alike
 from gpuci.evidence.mode_reruns import rerun_mode_suspects
 from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.judge import write_verdict
+from gpuci.lazy_isolated import CONFIRMED_BY, INFERRED_FROM, lazy_isolated
 from gpuci.model import InputError, Mode, ModeRun, UsageError
 from gpuci.options import EvidenceOptions, Options
 from gpuci.run.disk.durations import write_durations
@@ -45,7 +46,6 @@ from gpuci.run.sched.modes import (
 )
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import (
-    files_to_confirm,
     parse_gpus_per_slot,
     parse_workers,
     read_durations,
@@ -62,15 +62,6 @@ from gpuci.run.sched.plan_mode import (
 )
 from gpuci.run.sched.screens import run_screens
 from gpuci.run.sched.views import screen_gpus
-
-# a lazy isolated pass after these runs only the files that did not pass in them
-CONFIRMED_BY = (Mode.PARALLEL, Mode.THREADS)
-# ... but only a parallel pass stands in for isolated: a pass in threads does not (fresh
-# worker threads see no earlier test's thread-local state; pytest-run-parallel 0.10 passes
-# a test that fails by a warning), so threads alone never makes isolated lazy
-INFERRED_FROM = Mode.PARALLEL
-# a file whose failures were alike in each of these is not re-run in isolated at all
-SCREENS = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS)
 
 
 def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
@@ -181,7 +172,7 @@ def _run_serially(
             continue
         prior = earlier.get(mode)
         if mode is Mode.ISOLATED and lazy:
-            runs[mode] = _lazy_isolated(opts, discovery, runs, lazy, prior)
+            runs[mode] = lazy_isolated(opts, discovery, runs, lazy, prior)
         else:
             timed_by = runs.get(Mode.SUITE) if mode is Mode.PARALLEL else None
             runs[mode] = run_one_mode(opts, mode, discovery, timed_by=timed_by, resume=prior)
@@ -220,40 +211,8 @@ def _run_screened(
     if screens:
         runs.update(run_screens(screens, workers=workers, slot_gpus=slot_gpus))
     if Mode.ISOLATED in modes and lazy and Mode.ISOLATED not in runs:
-        runs[Mode.ISOLATED] = _lazy_isolated(
-            opts, discovery, runs, lazy, earlier.get(Mode.ISOLATED)
-        )
+        runs[Mode.ISOLATED] = lazy_isolated(opts, discovery, runs, lazy, earlier.get(Mode.ISOLATED))
     return {m: runs[m] for m in modes}, workers
-
-
-def _lazy_isolated(
-    opts: ModeOptions,
-    discovery: Discovery,
-    runs: dict[Mode, ModeRun],
-    lazy: list[Mode],
-    prior: ModeRun | None,
-) -> ModeRun:
-    """Isolated for the files that did not pass in `lazy`, but those whose failures were
-    alike in every screen (their alone-runs decide); the rest inferred. Side by side, a
-    file that does not pass there confirmed alone (`gpuci.run.sched.session`)."""
-    screens = [runs[m] for m in SCREENS if m in runs]
-    unconfirmed = files_to_confirm(*(runs[m] for m in lazy))
-    alike = files_failing_alike(screens) & unconfirmed
-    if alike:
-        where = ", ".join(r.mode.value for r in screens)
-        say(
-            f"isolated: {len(alike)} file(s) failed alike in every screen ({where}):"
-            " not re-run, their tests' alone-runs decide"
-        )
-    return run_one_mode(
-        opts,
-        Mode.ISOLATED,
-        discovery,
-        only=unconfirmed - alike,
-        inferred_from=runs[INFERRED_FROM],
-        resume=prior,
-        beside=True,
-    )
 
 
 def explain_results(options: Options) -> None:

@@ -5,6 +5,8 @@ One check (suite, parallel, isolated; 2 slots; its screens at once, or one mode 
 another with --serial-modes) of seven files, each failing in the screens
 with words that differ between them (so isolated runs it; the evidence's alone-runs,
 GPUCI_MODE=evidence, pass):
+The four files that isolated runs side by side fail in the screens as tests that ran the
+device out of memory beside others fail (a fake OutOfMemoryError):
 - test_a_lock_1.py and test_a_lock_2.py fail only at the same time as each other: the
   first time isolated runs them, each writes its marker and waits for the other's, and
   fails where it came (gpuci runs them in its two slots, in collection order, so they
@@ -13,7 +15,10 @@ GPUCI_MODE=evidence, pass):
 - test_b_meet_1.py and test_b_meet_2.py pass only side by side: each waits for the
   other's marker (120 s at most) and passes once it came. Run one at a time they fail,
   not pass slowly, and their second isolated start fails at once: no wait hangs;
-- test_c_broken.py fails in every interpreter;
+- test_c_broken.py fails in every interpreter (an AssertionError): isolated runs it alone
+  at once, once (a failure fresh in its own order in parallel will likely come again);
+- test_c_short.py fails in every interpreter by running the device out of memory: side by
+  side, then again alone;
 - test_c_serial.py (gpu_serial) fails in every interpreter: isolated runs it alone, after
   the others, once;
 - test_d_clean.py passes everywhere: isolated infers it from parallel.
@@ -52,6 +57,15 @@ HELPER = """
         return sorted(p.name for p in (STATE / "running").iterdir() if not p.name.endswith(mine))
 
 
+    class OutOfMemoryError(Exception):  # CuPy's name for a device that ran out of memory
+        pass
+
+
+    def contended():
+        # in the screens: failed as a test that ran the device out of memory beside others
+        raise OutOfMemoryError(f"out of device memory in {MODE}")
+
+
     def meet(name, partner):
         # write my marker, wait for the partner's: whether it came
         (STATE / f"{name}.here").touch()
@@ -87,10 +101,11 @@ def lock_file(name: str, partner: str) -> str:
     return f"""
         import time
 
-        from helper import MODE, meet, others_running, start
+        from helper import MODE, contended, meet, others_running, start
 
         def test_exclusive():
-            assert MODE in ("isolated", "evidence"), f"{name} fails in {{MODE}}"
+            if MODE not in ("isolated", "evidence"):
+                contended()
             if MODE == "isolated" and start("{name}") == 1:
                 met = meet("{name}", "{partner}")
                 assert not met, "{partner} held the device at the same time"
@@ -103,10 +118,11 @@ def lock_file(name: str, partner: str) -> str:
 
 def meet_file(name: str, partner: str) -> str:
     return f"""
-        from helper import MODE, meet, start
+        from helper import MODE, contended, meet, start
 
         def test_together():
-            assert MODE in ("isolated", "evidence"), f"{name} fails in {{MODE}}"
+            if MODE not in ("isolated", "evidence"):
+                contended()
             if MODE == "isolated":
                 assert start("{name}") == 1, "run again: alone, {partner} cannot come"
                 assert meet("{name}", "{partner}"), "{partner} never ran beside it"
@@ -122,12 +138,24 @@ SUITE = {
     "test_b_meet_1.py": meet_file("meet1", "meet2"),
     "test_b_meet_2.py": meet_file("meet2", "meet1"),
     "test_c_broken.py": """
-        from helper import MODE, start
+        import time
+
+        from helper import MODE, others_running, start
 
         def test_broken():
             if MODE == "isolated":
                 start("broken")
+                time.sleep(0.5)  # long enough for another test to show, were one started
+                assert not others_running(), "ran beside others"
             assert False, f"broken in {MODE}"
+    """,
+    "test_c_short.py": """
+        from helper import MODE, OutOfMemoryError, start
+
+        def test_short_of_memory():
+            if MODE == "isolated":
+                start("short")
+            raise OutOfMemoryError(f"out of device memory in {MODE}, even alone")
     """,
     "test_c_serial.py": """
         import time
@@ -154,6 +182,7 @@ SUITE = {
 LOCKS = ("test_a_lock_1.py::test_exclusive", "test_a_lock_2.py::test_exclusive")
 MEETS = ("test_b_meet_1.py::test_together", "test_b_meet_2.py::test_together")
 BROKEN = "test_c_broken.py::test_broken"
+SHORT = "test_c_short.py::test_short_of_memory"
 SERIAL = "test_c_serial.py::test_serial"
 
 
@@ -183,7 +212,7 @@ def test_isolated_files_run_side_by_side(checked: tuple[Path, str]) -> None:
     # each passed only because the other ran beside it, and ran once: not again alone
     assert [tests[i]["outcomes"]["isolated"] for i in MEETS] == ["passed", "passed"]
     assert (starts(root, "meet1"), starts(root, "meet2")) == (1, 1)
-    assert "isolated: 6 files (the rest inferred from parallel)" in output
+    assert "isolated: 7 files (the rest inferred from parallel)" in output
     assert "workers 2 side by side (2 requested), admitted by device memory" in output
 
 
@@ -208,7 +237,7 @@ def test_a_failure_beside_others_is_replaced_by_its_run_alone(
     files = {f["file"]: f for f in isolated["files"]}
     ids = [t["id"] for t in isolated["tests"]]
     clean = "test_d_clean.py::test_clean"
-    assert sorted(ids) == sorted([*LOCKS, *MEETS, BROKEN, SERIAL, clean])
+    assert sorted(ids) == sorted([*LOCKS, *MEETS, BROKEN, SHORT, SERIAL, clean])
     for file in ("test_a_lock_1.py", "test_a_lock_2.py"):
         assert files[file]["status"] == "passed"
         assert len(files[file]["interpreters"]) == 1
@@ -219,16 +248,27 @@ def test_a_failure_beside_others_is_replaced_by_its_run_alone(
         assert "at the same time" in beside  # the side-by-side run's log, kept aside
     junit = (out / "isolated" / "junit.xml").read_text(encoding="utf-8")
     assert junit.count('name="test_exclusive"') == 2
-    assert 'tests="6"' in junit and 'failures="2"' in junit  # the clean file: inferred
+    assert 'tests="7"' in junit and 'failures="3"' in junit  # the clean file: inferred
 
 
 def test_a_real_failure_is_confirmed_alone(checked: tuple[Path, str]) -> None:
     root, _ = checked
     tests = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}
+    assert tests[SHORT]["outcomes"]["isolated"] == "failed"
+    assert tests[SHORT]["category"] == "failed"
+    assert starts(root, "short") == 2  # side by side, then alone
+    assert starts(root, "clean") == 0  # passed in parallel: inferred, never run
+
+
+def test_a_file_that_failed_fresh_in_parallel_runs_alone_at_once(
+    checked: tuple[Path, str],
+) -> None:
+    root, _ = checked
+    tests = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}
     assert tests[BROKEN]["outcomes"]["isolated"] == "failed"
     assert tests[BROKEN]["category"] == "failed"
-    assert starts(root, "broken") == 2  # side by side, then alone
-    assert starts(root, "clean") == 0  # passed in parallel: inferred, never run
+    # not by running the device short: it fails alone too, so it runs alone, once
+    assert starts(root, "broken") == 1
 
 
 def test_a_gpu_serial_file_runs_alone_once(checked: tuple[Path, str]) -> None:

@@ -126,7 +126,16 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "gitlab": ("notes", "publish"),
 }
 # After the packages: these may import any of them, and the ones before them here.
-ON_TOP = ("config", "options", "pytest_plugin", "judge", "check", "cli", "__main__")
+ON_TOP = (
+    "config",
+    "options",
+    "pytest_plugin",
+    "judge",
+    "lazy_isolated",
+    "check",
+    "cli",
+    "__main__",
+)
 # Loaded into every test interpreter (the plugin and its poisoning): each must stay cheap
 # and self-contained.
 CHILD_SIDE = (

@@ -14,26 +14,12 @@ from dataclasses import dataclass
 from gpuci.evidence.orders import Order, first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults, keep_worse
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
+from gpuci.run.proc.reports import out_of_device_memory
 
-# The device ran out of memory: CuPy's and PyTorch's OutOfMemoryError (and the CPU
-# example's fake one), the CUDA runtime's and driver's error names, PyTorch's message, and
-# CuPy's (a test that catches the error and asserts with its text keeps it).
-OUT_OF_MEMORY = re.compile(
-    r"\bOutOfMemoryError\b|\bcudaErrorMemoryAllocation\b|\bCUDA_ERROR_OUT_OF_MEMORY\b"
-    r"|\bCUDA out of memory\b|\bOut of memory allocating\b"
-)
-# ... but a pool limit the process set itself (CuPy: "limit set to: N bytes") is process
-# state that every thread shares, which is what the threads mode is there to catch.
-POOL_LIMIT = re.compile(r"limit set to", re.IGNORECASE)
 WARNING = re.compile(r"\b\w*Warning\b")
 # a victim answered by group runs (`gpuci.evidence.groups`): its two probes' kinds
 GROUP_WITH = "group after its culprits"
 GROUP_WITHOUT = "group without its culprits"
-
-
-def out_of_device_memory(message: str) -> bool:
-    """Whether a failure's message says the device ran out of memory (not a pool limit)."""
-    return bool(OUT_OF_MEMORY.search(message)) and not POOL_LIMIT.search(message)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

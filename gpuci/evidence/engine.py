@@ -24,7 +24,7 @@ from typing import TextIO
 from gpuci.evidence.account import RUNS_FILE
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
 from gpuci.evidence.budget import fastest_start_up
-from gpuci.evidence.classify import classify_results, out_of_device_memory, together_outcomes
+from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
 from gpuci.evidence.mode_reruns import say_strays
@@ -52,6 +52,7 @@ from gpuci.model import (
 )
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.progress import say

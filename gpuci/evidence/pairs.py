@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuci.evidence.classify import out_of_device_memory
 from gpuci.evidence.fingerprints import failure_kind, same_kind
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe
 from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.sched.views import first_gpus_note
 
 PHASE = "culprits"

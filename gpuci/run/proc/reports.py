@@ -13,6 +13,16 @@ import pytest
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
 SITE_DIRS = ("site-packages", "dist-packages")  # whose frames are not the suite's own
+# The device ran out of memory: CuPy's and PyTorch's OutOfMemoryError (and the CPU
+# example's fake one), the CUDA runtime's and driver's error names, PyTorch's message, and
+# CuPy's (a test that catches the error and asserts with its text keeps it).
+OUT_OF_MEMORY = re.compile(
+    r"\bOutOfMemoryError\b|\bcudaErrorMemoryAllocation\b|\bCUDA_ERROR_OUT_OF_MEMORY\b"
+    r"|\bCUDA out of memory\b|\bOut of memory allocating\b"
+)
+# ... but a pool limit the process set itself (CuPy: "limit set to: N bytes") is process
+# state that every thread shares, which is what the threads mode is there to catch.
+POOL_LIMIT = re.compile(r"limit set to", re.IGNORECASE)
 
 
 def report_outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
@@ -80,3 +90,8 @@ def first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
         text = lines[-1].removeprefix("E").strip()
         return (f"{text} ({where})" if where else text)[:MESSAGE_LIMIT]
     return lines[0][:MESSAGE_LIMIT] if lines else ""
+
+
+def out_of_device_memory(message: str) -> bool:
+    """Whether a failure's message says the device ran out of memory (not a pool limit)."""
+    return bool(OUT_OF_MEMORY.search(message)) and not POOL_LIMIT.search(message)

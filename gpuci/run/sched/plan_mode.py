@@ -109,9 +109,11 @@ def run_one_mode(
     timed_by: ModeRun | None = None,
     resume: ModeRun | None = None,
     beside: bool = False,
+    alone_first: frozenset[str] = frozenset(),
 ) -> ModeRun:
     """Discover, plan and run one mode; the shared body of `run` and `check`. `beside`
-    (the check's lazy isolated pass): its files side by side, a failure confirmed alone."""
+    (the check's lazy isolated pass): its files side by side, a failure confirmed alone,
+    but `alone_first`, which run alone from the start (they will likely fail)."""
     screen, with_startup = plan_mode(
         options,
         mode,
@@ -121,6 +123,7 @@ def run_one_mode(
         timed_by=timed_by,
         resume=resume,
         beside=beside,
+        alone_first=alone_first,
     )
     return run_mode(
         screen.discovery,
@@ -144,6 +147,7 @@ def plan_mode(
     resume: ModeRun | None = None,
     pool: tuple[str | None, ...] | None = None,  # the screens' slots: each one's GPUs
     beside: bool = False,  # isolated side by side: the check's slots, the serial view
+    alone_first: frozenset[str] = frozenset(),  # ... but these one at a time, from the start
 ) -> tuple[Screen, bool]:
     """Plan one mode (a screen in a pool of `pool` slots), and prepare its directory."""
     requested_workers = parse_workers(options.workers)
@@ -180,7 +184,8 @@ def plan_mode(
         gpus_per_slot=per_slot,
     )
     if beside:
-        schedule, why = _side_by_side(schedule, discovery.serial, requested_workers, gpus, per_slot)
+        alone = discovery.serial | alone_first
+        schedule, why = _side_by_side(schedule, alone, requested_workers, gpus, per_slot)
     if pool is not None:  # every screen's units take the pool's slots and their GPUs
         views, workers = (pool[:1], 1) if mode is Mode.SUITE else (pool, len(pool))
         schedule = replace(schedule, workers=workers, slot_gpus=views)
@@ -220,7 +225,8 @@ def _side_by_side(
 ) -> tuple[Schedule, str]:
     """Isolated's files side by side, as many at once as the parallel screen (admitted by
     device memory), every slot seeing every GPU as plain pytest and the strict runs do; a
-    gpu_serial file one at a time after the others, as in parallel. The schedule, and why."""
+    file of `serial` (gpu_serial, as in parallel, or likely to fail) one at a time after the
+    others, once. The schedule, and why."""
     workers, why = pool_workers(requested, gpus, per_slot, len(schedule.pool))
     planned = replace(
         schedule,
