@@ -1,12 +1,12 @@
 """End-to-end: the check's lazy isolated pass runs its files side by side; a file that did
 not pass there runs again alone, and that strict run is the file's isolated result.
 
-One check (suite, parallel, isolated; 2 slots; its screens at once, or one mode after
-another with --serial-modes) of seven files, each failing in the screens
-with words that differ between them (so isolated runs it; the evidence's alone-runs,
+One check (suite, parallel, threads, isolated; 2 slots; its screens at once, or one mode
+after another with --serial-modes) of eight files. Isolated runs the files that did not
+pass in parallel or threads, but a file that failed fresh in parallel runs alone from the
+start (it would fail again), so the files that isolated runs side by side pass in the suite
+and in parallel and fail in threads (a fake OutOfMemoryError; the evidence's alone-runs,
 GPUCI_MODE=evidence, pass):
-The four files that isolated runs side by side fail in the screens as tests that ran the
-device out of memory beside others fail (a fake OutOfMemoryError):
 - test_a_lock_1.py and test_a_lock_2.py fail only at the same time as each other: the
   first time isolated runs them, each writes its marker and waits for the other's, and
   fails where it came (gpuci runs them in its two slots, in collection order, so they
@@ -17,8 +17,8 @@ device out of memory beside others fail (a fake OutOfMemoryError):
   not pass slowly, and their second isolated start fails at once: no wait hangs;
 - test_c_broken.py fails in every interpreter (an AssertionError): isolated runs it alone
   at once, once (a failure fresh in its own order in parallel will likely come again);
-- test_c_short.py fails in every interpreter by running the device out of memory: side by
-  side, then again alone;
+- test_c_short.py fails in threads and in isolated by running the device out of memory:
+  side by side, then again alone;
 - test_c_serial.py (gpu_serial) fails in every interpreter: isolated runs it alone, after
   the others, once;
 - test_d_clean.py passes everywhere: isolated infers it from parallel.
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci, write_files
+from cli_runner import gpuci, needs_run_parallel, write_files
 
 HELPER = """
     import os, time
@@ -104,7 +104,7 @@ def lock_file(name: str, partner: str) -> str:
         from helper import MODE, contended, meet, others_running, start
 
         def test_exclusive():
-            if MODE not in ("isolated", "evidence"):
+            if MODE == "threads":
                 contended()
             if MODE == "isolated" and start("{name}") == 1:
                 met = meet("{name}", "{partner}")
@@ -121,7 +121,7 @@ def meet_file(name: str, partner: str) -> str:
         from helper import MODE, contended, meet, start
 
         def test_together():
-            if MODE not in ("isolated", "evidence"):
+            if MODE == "threads":
                 contended()
             if MODE == "isolated":
                 assert start("{name}") == 1, "run again: alone, {partner} cannot come"
@@ -155,7 +155,8 @@ SUITE = {
         def test_short_of_memory():
             if MODE == "isolated":
                 start("short")
-            raise OutOfMemoryError(f"out of device memory in {MODE}, even alone")
+            if MODE in ("threads", "isolated"):
+                raise OutOfMemoryError(f"out of device memory in {MODE}, even alone")
     """,
     "test_c_serial.py": """
         import time
@@ -200,12 +201,13 @@ def checked(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> tuple[Path, str]:
     root = write_files(tmp_path_factory.mktemp("beside") / "suite", SUITE)
-    modes = ("--modes", "suite,parallel,isolated", "--workers", "2", *request.param)
+    modes = ("--modes", "suite,parallel,threads,isolated", "--workers", "2", *request.param)
     proc = gpuci("check", ".", "--out", "out", *modes, cwd=root)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return root, proc.stdout + proc.stderr
 
 
+@needs_run_parallel
 def test_isolated_files_run_side_by_side(checked: tuple[Path, str]) -> None:
     root, output = checked
     tests = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}
@@ -216,6 +218,7 @@ def test_isolated_files_run_side_by_side(checked: tuple[Path, str]) -> None:
     assert "workers 2 side by side (2 requested), admitted by device memory" in output
 
 
+@needs_run_parallel
 def test_a_failure_beside_others_is_replaced_by_its_run_alone(
     checked: tuple[Path, str],
 ) -> None:
@@ -228,8 +231,9 @@ def test_a_failure_beside_others_is_replaced_by_its_run_alone(
     for test_id in LOCKS:
         assert tests[test_id]["outcomes"] == {
             "isolated": "passed",
-            "parallel": "failed",
-            "suite": "failed",
+            "parallel": "passed",
+            "suite": "passed",
+            "threads": "failed",
         }
         assert tests[test_id]["category"] not in ("failed", "flaky"), tests[test_id]
     # run.json, the JUnit and the journal hold the strict run only, each test once
@@ -251,15 +255,16 @@ def test_a_failure_beside_others_is_replaced_by_its_run_alone(
     assert 'tests="7"' in junit and 'failures="3"' in junit  # the clean file: inferred
 
 
+@needs_run_parallel
 def test_a_real_failure_is_confirmed_alone(checked: tuple[Path, str]) -> None:
     root, _ = checked
     tests = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}
     assert tests[SHORT]["outcomes"]["isolated"] == "failed"
-    assert tests[SHORT]["category"] == "failed"
     assert starts(root, "short") == 2  # side by side, then alone
     assert starts(root, "clean") == 0  # passed in parallel: inferred, never run
 
 
+@needs_run_parallel
 def test_a_file_that_failed_fresh_in_parallel_runs_alone_at_once(
     checked: tuple[Path, str],
 ) -> None:
@@ -271,6 +276,7 @@ def test_a_file_that_failed_fresh_in_parallel_runs_alone_at_once(
     assert starts(root, "broken") == 1
 
 
+@needs_run_parallel
 def test_a_gpu_serial_file_runs_alone_once(checked: tuple[Path, str]) -> None:
     root, _ = checked
     test = {t["id"]: t for t in read(root / "out" / "verdict.json")["tests"]}[SERIAL]

@@ -15,7 +15,6 @@ from pathlib import Path
 from gpuci.formats import read_mode_run
 from gpuci.model import InputError, Mode, ModeRun, Outcome, UsageError
 from gpuci.run.disk.durations import is_durations_file, read_durations_file
-from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.sched.views import plain_gpus, visible_gpus
 
 # A GPU kernel suite is rarely CPU-bound: a few interpreters per GPU keep it busy
@@ -236,17 +235,13 @@ def files_to_confirm(*runs: ModeRun) -> set[str]:
 
 
 def likely_failing_files(parallel: ModeRun) -> set[str]:
-    """Files with a test that did not pass in the parallel screen other than by running
-    the device out of memory: each ran there fresh, in its own order, and will likely fail
-    in isolated too, so a lazy isolated pass runs it alone at once (side by side its
-    failure would need that run anyway). Memory contention is what side by side, admitted
-    by device memory, takes away."""
+    """Files with a test that did not pass in the parallel screen: each ran there fresh,
+    in its own order, and will likely fail in isolated too, so a lazy isolated pass runs it
+    alone at once (side by side its failure would need that run anyway). One that ran the
+    device out of memory there would need the whole GPU beside others: alone as well (its
+    peak in the screens stopped short of what it needs, so memory cannot admit it)."""
     ok = (Outcome.PASSED, Outcome.SKIPPED)
-    return {
-        t.file
-        for t in parallel.tests
-        if t.outcome not in ok and not out_of_device_memory(t.message)
-    }
+    return {t.file for t in parallel.tests if t.outcome not in ok}
 
 
 def thread_args(threads: int | None) -> tuple[str, ...]:

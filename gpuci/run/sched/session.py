@@ -236,7 +236,10 @@ def run_mode(
                 depth=depth,
                 alike=same_gpus(schedule.slot_gpus),
             )
-            run_slots(serial, 1, run_one, supervisor, ahead=ahead)
+            # one at a time: the next files collect meanwhile (a short file hides no start-up)
+            run_slots(
+                serial, 1, run_one, supervisor, ahead=ahead, depth=ahead_count(1, cpu_count())
+            )
             if confirm_alone and not supervisor.stopping.is_set():
                 _again_alone(session, reporter, run_one)
         run = session.finish()
