@@ -146,6 +146,20 @@ def test_an_interpreter_offered_and_never_taken_runs_no_test(prober: Prober) -> 
     assert ahead_json(prober) == {"ahead": 1, "ahead_taken": 0}
 
 
+def test_copies_offered_for_as_many_runs_of_one_file_serve_each(prober: Prober) -> None:
+    prober.prepare(["test_b.py::test_b"], strict=True, copies=2)
+    prober.prepare(["test_b.py::test_b"], strict=True, copies=2)  # two wait already: none
+    prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
+    asked = time.time()
+    for _ in range(2):
+        ran = prober.run(["test_b.py::test_b"], phase="alone", label="b", strict=True)
+        assert ran.outcome("test_b.py::test_b") is Outcome.PASSED
+    assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 2}
+    b_pids = marks(prober, "ran", "b")
+    assert len(b_pids) == 2  # each run its own fresh interpreter, both started ahead
+    assert all(marks(prober, "imported")[pid] < asked for pid in b_pids)
+
+
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     assert prober.ahead is not None
     prober.ahead.on = False

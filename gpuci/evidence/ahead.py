@@ -89,15 +89,17 @@ class Ahead:
         *,
         strict: bool,
         env: Mapping[str, str] | None,
+        copies: int = 1,
     ) -> None:
         """Start now the interpreter of a later run of `ids` from `files`, for it to take
-        (nothing where its GPUs are not known yet, one for it waits already, or none may
-        start)."""
+        (nothing where its GPUs are not known yet, `copies` for it wait already, or none
+        may start)."""
         launch = self._launch(ids, files, strict=strict, env=env)
         if launch is None:
             return
         with self._lock:
-            if not self._may_start() or any(key == _key(launch) for key, _ in self._pool):
+            waiting = sum(1 for key, _ in self._pool if key == _key(launch))
+            if not self._may_start() or waiting >= copies:
                 return
             self._out += 1
             self.started += 1

@@ -50,7 +50,7 @@ from gpuci.model import (
     Probe,
     TestEvidence,
 )
-from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.discover import POISON_ENV, file_of
 from gpuci.run.proc.endings import EXIT_ID
 from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.proc.supervisor import Supervisor
@@ -231,6 +231,11 @@ def _suspects(
     firsts = [*plan.isolation, *plan.consistent, *(g.representatives[0] for g in plan.groups)]
     for test_id in firsts:
         prober.prepare([test_id], strict=True)
+    if prober.expensive:  # each later step would pay seconds: a suspect's likely runs too
+        for test_id in plan.isolation:
+            if not prober.poisoned:  # its poisoned run, where it turns out order-dependent
+                prober.prepare([test_id], strict=True, env={POISON_ENV: "1"})
+            prober.prepare([test_id], strict=True, copies=min(2, wanted.get(test_id, 1)))
     found, had = first_alone(
         prober, plan.isolation, found, progress, likely_failing=plan.likely_failing
     )

@@ -331,13 +331,14 @@ class Prober:
         strict: bool = False,
         collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        copies: int = 1,
     ) -> None:
         """Start ahead the interpreter of a later `run` with these arguments (the next of a
-        caller's runs one after another): its start-up is paid while the runs before it go
-        on (`gpuci.evidence.ahead`)."""
+        caller's runs one after another; `copies`: as many, for as many runs): its start-up
+        is paid while the runs before it go on (`gpuci.evidence.ahead`)."""
         if self.ahead is not None and not self.stopping() and not self.exhausted():
             files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
-            self.ahead.offer(ids, files, strict=strict, env=env)
+            self.ahead.offer(ids, files, strict=strict, env=env, copies=copies)
 
     def let_go(self, held: Held, *, phase: str, label: str) -> None:
         """End an interpreter held ahead and not taken: a loser, killed, never counted."""
