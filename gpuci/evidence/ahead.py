@@ -45,8 +45,8 @@ def evidence_launch(
     label: str,
     env: Mapping[str, str] | None = None,
 ) -> Launch:
-    """The launch of an evidence interpreter started ahead: `files` collected, `ids` run
-    once it is released (the victim's file, the last, names its journal)."""
+    """The launch of an evidence interpreter: `files` collected, `ids` run (where started
+    ahead, once it is released); the victim's file, the last, names its journal."""
     return Launch(
         key=files[-1],
         ids=tuple(ids),

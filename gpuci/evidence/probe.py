@@ -27,14 +27,13 @@ from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.attempts import UNSTABLE_ID
-from gpuci.run.proc.discover import POISON_ENV, child_env, file_of, pytest_target
+from gpuci.run.proc.discover import POISON_ENV, child_env, file_of
 from gpuci.run.proc.gpumem import narrow_files, screen_peaks
 from gpuci.run.proc.handshake import (
     RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
 )
 from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
-from gpuci.run.proc.launch import Launch
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.views import visible_gpus
 
@@ -269,16 +268,8 @@ class Prober:
             lanes.add(lane)
             at_once = self.admission.running()
         try:
-            launch = Launch(
-                key=key,
-                ids=tuple(ids),
-                targets=tuple(pytest_target(self.rootdir, f) for f in files),
-                slot=0,
-                gpu=gpu,
-                attempt=0,
-                junit=None,
-                label=label,
-                env=dict(env or {}),
+            launch = dataclasses.replace(
+                evidence_launch(self.rootdir, ids, files, gpu=gpu, label=label, env=env),
                 wrapper=wrapper,
                 timeout=timeout,
                 lane=lane,
