@@ -17,7 +17,7 @@ from gpuci.evidence.fingerprints import files_failing_alike
 from gpuci.model import Mode, ModeRun
 from gpuci.run.proc.discover import Discovery
 from gpuci.run.sched.options import ModeOptions
-from gpuci.run.sched.plan import files_to_confirm, likely_failing_files
+from gpuci.run.sched.plan import files_to_confirm
 from gpuci.run.sched.plan_mode import run_one_mode, say
 
 # a lazy isolated pass after these runs only the files that did not pass in them
@@ -57,8 +57,9 @@ def lazy_isolated(
         inferred_from=runs[INFERRED_FROM],
         resume=prior,
         beside=True,
-        # a file that failed fresh in its own order in parallel will likely fail again
-        alone_first=frozenset(likely_failing_files(runs[Mode.PARALLEL]))
+        # a file that failed fresh in its own order in parallel will likely fail again (one
+        # that ran the device out of memory would need the whole GPU beside others)
+        alone_first=frozenset(files_to_confirm(runs[Mode.PARALLEL]))
         if Mode.PARALLEL in lazy
         else frozenset(),
     )

@@ -234,16 +234,6 @@ def files_to_confirm(*runs: ModeRun) -> set[str]:
     return {t.file for run in runs for t in run.tests if t.outcome not in ok}
 
 
-def likely_failing_files(parallel: ModeRun) -> set[str]:
-    """Files with a test that did not pass in the parallel screen: each ran there fresh,
-    in its own order, and will likely fail in isolated too, so a lazy isolated pass runs it
-    alone at once (side by side its failure would need that run anyway). One that ran the
-    device out of memory there would need the whole GPU beside others: alone as well (its
-    peak in the screens stopped short of what it needs, so memory cannot admit it)."""
-    ok = (Outcome.PASSED, Outcome.SKIPPED)
-    return {t.file for t in parallel.tests if t.outcome not in ok}
-
-
 def thread_args(threads: int | None) -> tuple[str, ...]:
     """The pytest arguments that run each test in `threads` threads; () for one thread.
 
