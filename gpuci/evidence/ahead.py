@@ -97,15 +97,16 @@ class Ahead:
         launch = self._launch(ids, files, strict=strict, env=env)
         if launch is None:
             return
+        key = _key(launch)
         with self._lock:
-            waiting = sum(1 for key, _ in self._pool if key == _key(launch))
+            waiting = sum(1 for pooled, _ in self._pool if pooled == key)
             if not self._may_start() or waiting >= copies:
                 return
             self._out += 1
             self.started += 1
         held = self.interpreters.hold(launch)
         with self._lock:
-            self._pool.append((_key(launch), held))
+            self._pool.append((key, held))
 
     def for_run(
         self,
@@ -114,21 +115,26 @@ class Ahead:
         *,
         strict: bool,
         env: Mapping[str, str] | None,
+        need_mib: int,
     ) -> tuple[Held, str | None] | None:
         """A run's interpreter started before its turn, and the view it sees: one offered for
-        it, else one started now where the run must wait for its admission."""
+        it, else one started now where the run (of `need_mib` device memory) must wait for
+        its admission."""
         launch = self._launch(ids, files, strict=strict, env=env)
         if launch is None:
             return None
+        key = _key(launch)
         with self._lock:
-            for index, (key, held) in enumerate(self._pool):
-                if key == _key(launch) and held.proc.poll() is None:
+            for index, (pooled, held) in enumerate(self._pool):
+                if pooled == key and held.proc.poll() is None:
                     del self._pool[index]
                     return held, launch.gpu
             if not self._may_start():
                 return None
-        need = self.admission.need(files)
-        if not self.admission.would_wait(strict=strict, need_mib=need, files=files, key=files[-1]):
+        waits = self.admission.would_wait(
+            strict=strict, need_mib=need_mib, files=files, key=files[-1]
+        )
+        if not waits:
             return None
         with self._lock:
             if not self._may_start():

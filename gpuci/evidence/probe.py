@@ -211,12 +211,12 @@ class Prober:
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY); the files in
         `collect` come first, collected (imported) with none of their tests run.
         """
-        files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+        files = _files(ids, collect)
         need = self.admission.need(files)
         # its start-up hidden where it waits for its turn (or its caller offered it one)
         ahead = None
         if self.ahead is not None and held is None and not wrapper:
-            ahead = self.ahead.for_run(ids, files, strict=strict, env=env)
+            ahead = self.ahead.for_run(ids, files, strict=strict, env=env, need_mib=need)
         # a held interpreter started seeing the serial GPUs: it keeps them all
         admitted = self.admission.admitted(
             strict=strict,
@@ -260,7 +260,7 @@ class Prober:
         cancel: threading.Event | None = None,
         held: Held | None = None,
     ) -> ProbeRun:
-        files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+        files = _files(ids, collect)
         key = files[-1]  # the victim's file: its journal and log
         with self._lock:  # runs of one file at once each get a journal and log of their own
             lanes = self._lanes.setdefault(key, set())
@@ -311,7 +311,7 @@ class Prober:
     def hold(self, ids: Sequence[str], *, label: str, collect: Sequence[str] = ()) -> Held:
         """The interpreter `run(ids, collect=collect)` would start, started now and held
         after its collection (`run(..., held=)` takes it, `let_go` ends it)."""
-        files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+        files = _files(ids, collect)
         launch = evidence_launch(self.rootdir, ids, files, gpu=self.gpu, label=label)
         return self.interpreters.hold(launch)
 
@@ -328,7 +328,7 @@ class Prober:
         caller's runs one after another; `copies`: as many, for as many runs): its start-up
         is paid while the runs before it go on (`gpuci.evidence.ahead`)."""
         if self.ahead is not None and not self.stopping() and not self.exhausted():
-            files = list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+            files = _files(ids, collect)
             self.ahead.offer(ids, files, strict=strict, env=env, copies=copies)
 
     def let_go(self, held: Held, *, phase: str, label: str) -> None:
@@ -378,3 +378,9 @@ class Prober:
                 runs = [f.result() for f in futures]
             met = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
         return runs, met
+
+
+def _files(ids: Sequence[str], collect: Sequence[str]) -> list[str]:
+    """A run's files, in the order pytest is handed them: `collect` first, then the files
+    of `ids` as they first appear (the last is the victim's: its journal and log)."""
+    return list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
