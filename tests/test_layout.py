@@ -81,6 +81,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "admission",
         "account",
         "ahead",
+        "probe_run",
         "probe",
         "alone",
         "priorities",

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
-from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe_run import ProbeRun
 from gpuci.model import NOT_PASSING, Outcome, TestEvidence
 from gpuci.run.proc.discover import POISON_ENV
 from gpuci.run.sched.progress import say

@@ -23,8 +23,9 @@ from pathlib import Path
 from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
 from gpuci.evidence.ahead import AHEAD_START_S, Ahead, evidence_launch
+from gpuci.evidence.probe_run import ProbeRun
 from gpuci.evidence.reproduce import serial_gpu
-from gpuci.model import ModeRun, Outcome, TestResult
+from gpuci.model import ModeRun
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.attempts import UNSTABLE_ID
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of
@@ -36,32 +37,6 @@ from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.views import visible_gpus
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProbeRun:
-    """What one evidence interpreter did: each test's outcome, and where its output is."""
-
-    outcomes: dict[str, Outcome]
-    log: Path  # the interpreter's capped log (shared by the runs of one file)
-    log_from: int  # where this run's output begins in it
-    results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
-    beside: bool = False  # another evidence run overlapped it (its failure is not strict)
-    killed: bool = False  # a speculated run ended once its answer was no longer needed
-    pending: Ended | None = None  # a speculated run's account, until `Prober.settle`
-
-    def outcome(self, test_id: str) -> Outcome:
-        """The test's outcome; `not-run` where the interpreter never got to it."""
-        return self.outcomes.get(test_id, Outcome.NOT_RUN)
-
-    def output(self) -> str:
-        """This run's output (the capped log from where it began)."""
-        try:
-            with self.log.open("rb") as f:
-                f.seek(self.log_from)
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
 
 
 @dataclass(slots=True)
