@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuci.evidence.hinted import LEDGER, ledger_first
+from gpuci.evidence.hinted import LEDGER, hinted_first
 from gpuci.model import Category, Outcome
 from tests.test_culprit_search import CANDIDATES, FakeProber, task
 
@@ -17,14 +17,16 @@ def fails_after(culprit: str) -> FakeProber:
 
 def test_no_hint_leaves_the_search_to_the_rest() -> None:
     prober = fails_after(CANDIDATES[5])
-    assert ledger_first(prober, task(Category.ORDER_DEPENDENT)) is None
+    assert hinted_first(prober, task(Category.ORDER_DEPENDENT)) is None
     assert prober.runs == []
 
 
 def test_a_right_hint_names_the_culprit_in_two_runs() -> None:
     prober = fails_after(CANDIDATES[11])
-    hinted = dataclasses.replace(task(Category.ORDER_DEPENDENT), hinted=(CANDIDATES[11],))
-    search = ledger_first(prober, hinted)
+    hinted = dataclasses.replace(
+        task(Category.ORDER_DEPENDENT), hinted=(CANDIDATES[11],), hint=LEDGER
+    )
+    search = hinted_first(prober, hinted)
     assert search is not None and search.culprits == (CANDIDATES[11],)
     assert prober.runs == [[CANDIDATES[11], hinted.victim]] * 2  # the hint, its confirmation
     assert search.probes[0].kind == LEDGER
@@ -33,8 +35,10 @@ def test_a_right_hint_names_the_culprit_in_two_runs() -> None:
 
 def test_a_hint_of_a_files_tests_is_narrowed_among_them() -> None:
     prober = fails_after(CANDIDATES[6])
-    hinted = dataclasses.replace(task(Category.ORDER_DEPENDENT), hinted=CANDIDATES[4:8])
-    search = ledger_first(prober, hinted)
+    hinted = dataclasses.replace(
+        task(Category.ORDER_DEPENDENT), hinted=CANDIDATES[4:8], hint=LEDGER
+    )
+    search = hinted_first(prober, hinted)
     assert search is not None and search.culprits == (CANDIDATES[6],)
     assert prober.runs[0] == [*CANDIDATES[4:8], hinted.victim]
     assert all(set(run) <= {*CANDIDATES[4:8], hinted.victim} for run in prober.runs)
@@ -43,8 +47,10 @@ def test_a_hint_of_a_files_tests_is_narrowed_among_them() -> None:
 
 def test_a_wrong_hint_costs_one_run_then_the_bisection_is_the_proof() -> None:
     prober = fails_after(CANDIDATES[2])
-    hinted = dataclasses.replace(task(Category.ORDER_DEPENDENT), hinted=(CANDIDATES[9],))
-    search = ledger_first(prober, hinted, roots=[(CANDIDATES[3],)])
+    hinted = dataclasses.replace(
+        task(Category.ORDER_DEPENDENT), hinted=(CANDIDATES[9],), hint=LEDGER
+    )
+    search = hinted_first(prober, hinted, roots=[(CANDIDATES[3],)])
     assert search is not None and search.culprits == (CANDIDATES[2],)
     assert prober.runs[0] == [CANDIDATES[9], hinted.victim]
     assert prober.runs[1] == [CANDIDATES[3], hinted.victim]  # an earlier victim's culprit next

@@ -93,6 +93,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "waves",
         "checked",
         "bisect",
+        "source_hints",
         "hinted",
         "collected",
         "culprits",

@@ -197,10 +197,16 @@ def test_without_the_ledger_the_same_culprit_takes_a_bisection(tmp_path: Path) -
     root = _suite(tmp_path / "suite", kinds)
     off = _check(root, tmp_path / "off", GPUCI_STATE="off")
     on = _check(root, tmp_path / "on")
-    for found, how in ((off, "bisection:"), (on, "ledger:")):
-        searches = [t for t in found["evidence"]["tests"] if t.get("search")]
+    # without it, the env victim's failure (`assert 'debug' == 'prod'`) still quotes the
+    # value its culprit's source writes (the source's hint); the folder left current names
+    # nothing any source wrote: a bisection
+    off_how = {"cwd": "bisection:", "env": "source:"}
+    for found, how in ((off, off_how), (on, dict.fromkeys(kinds, "ledger:"))):
+        searches = {t["id"]: t for t in found["evidence"]["tests"] if t.get("search")}
         assert len(searches) == 2
-        assert all(t["search"].startswith(how) for t in searches), searches
+        for i, kind in enumerate(kinds):
+            search = searches[f"tests/test_{i:02d}_c_{kind}_victim.py::test_reads"]
+            assert search["search"].startswith(how[kind]), search
     # the bisection replays more than the hint: at least its halving over 9+ tests
     bisected = sum(len(t["probes"]) for t in off["evidence"]["tests"] if t.get("probes"))
     hinted = sum(len(t["probes"]) for t in on["evidence"]["tests"] if t.get("probes"))

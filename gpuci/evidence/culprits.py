@@ -29,7 +29,7 @@ from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.collected import collected_first
 from gpuci.evidence.fingerprints import same_kind
-from gpuci.evidence.hinted import hint_tasks, ledger_first
+from gpuci.evidence.hinted import hint_tasks, hinted_first
 from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
@@ -80,8 +80,8 @@ def search_culprits(
     only: Collection[str] | None = None,
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression (of those `only`, where given), added to
-    the evidence by test id; the tests the state `ledger` points at tried first
-    (`gpuci.evidence.hinted`)."""
+    the evidence by test id; the tests the victim's failure points at (in the state
+    `ledger`, or in the suite's source) tried first (`gpuci.evidence.hinted`)."""
     planned = plan_searches(results, classified, found, orders)
     tasks = hint_tasks(
         [t for t in planned if only is None or t.victim in only], results, ledger or Ledger()
@@ -267,10 +267,10 @@ def _replay(
 ) -> Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
     showed it, the files that ran beside it in the parallel screen."""
-    # what the ledger points at first: it names this victim's own culprit, where a cascade
-    # guesses an earlier victim's
+    # what its failure points at first: it names this victim's own culprit, where a
+    # cascade guesses an earlier victim's
     search = (
-        ledger_first(prober, task, roots) or cascade(prober, task, roots) or bisect(prober, task)
+        hinted_first(prober, task, roots) or cascade(prober, task, roots) or bisect(prober, task)
     )
     # a replay that went both ways made it flaky: no pair can say otherwise
     if (

@@ -32,7 +32,8 @@ class Task:
     # interpreters beside it (two of it at once, too) may fail it, so its search splits
     # in halves, whose failing beside each other sends them to strict runs
     loadable: bool = False
-    hinted: tuple[str, ...] = ()  # of the candidates, those the state ledger points at
+    hinted: tuple[str, ...] = ()  # of the candidates, those its failure points at
+    hint: str = ""  # what pointed at them: the state ledger, or the suite's source
 
 
 def plan_searches(

@@ -17,6 +17,12 @@ from gpuci.verdict.roots import Blame, Headline, reproduce_of, root_commands, un
 SANITIZER_CHARS = 6_000  # of compute-sanitizer's first error block, in the HTML
 OUTCOME_VALUES = frozenset(o.value for o in Outcome)
 FINDING_ROW = frozenset(Category) - {Category.PASSED, Category.SKIPPED}
+# a search run's kind as the report's table says it (`Probe.kind`, `gpuci.evidence.hinted`)
+PROBE_KINDS = {
+    "cascade": "an earlier victim's culprits",
+    "ledger": "what the state ledger points at",
+    "source": "the tests whose source names what its failure quotes",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,7 +164,7 @@ def _probes(probes: Sequence[Probe]) -> tuple[ProbeRow, ...]:
             shown=p.shown,
             outcome=p.outcome.value,
             css=p.outcome.value if p.outcome.value in OUTCOME_VALUES else "unknown",
-            kind="an earlier victim's culprits" if p.kind == "cascade" else p.kind,
+            kind=PROBE_KINDS.get(p.kind, p.kind),
         )
         for i, p in enumerate(probes, start=1)
     )

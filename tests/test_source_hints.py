@@ -1,0 +1,147 @@
+"""The source's hint: the tests before a victim whose source names what its failure quotes,
+tried first, then narrowed and confirmed (a wrong one costs a run, a common value none)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuci.evidence.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.source_hints import MAX_WRITERS, quoted_values, writers
+from gpuci.evidence.victims import Task
+from gpuci.model import Category, Mode, ModeRun, Outcome, TestResult
+from gpuci.state.left import Ledger
+from tests.test_culprit_search import FakeProber
+
+REGISTERS = """\
+import pytest
+
+
+def test_unrelated():
+    assert 1 + 1 == 2
+
+
+class TestSchemas:
+    @pytest.mark.parametrize("city", ["Oslo", "Bergen"])
+    def test_registers(self, city):
+        class PlantAddressSchema:  # defining it registers it by name
+            pass
+
+
+def test_rewords():
+    MESSAGES["required"] = "This field is required."
+"""
+
+
+def suite(tmp_path: Path) -> Path:
+    (tmp_path / "test_a.py").write_text(REGISTERS)
+    common = "\n\n".join(f"def test_dtype_{i}():\n    x = 'float32'\n" for i in range(12))
+    (tmp_path / "test_b.py").write_text(common)
+    return tmp_path
+
+
+CANDIDATES = (
+    "test_a.py::test_unrelated",
+    "test_a.py::TestSchemas::test_registers[Oslo]",
+    "test_a.py::TestSchemas::test_registers[Bergen]",
+    "test_a.py::test_rewords",
+    *(f"test_b.py::test_dtype_{i}" for i in range(12)),
+)
+
+
+def test_quoted_values_are_whole_and_long_enough() -> None:
+    message = (
+        "AssertionError: assert ['This field is required.'] == ['Missing dat...uired field.']"
+        " and 'ab' and \"PlantAddressSchema\" and '   '"
+    )
+    assert quoted_values(message) == ["This field is required.", "PlantAddressSchema"]
+
+
+def test_the_tests_whose_source_names_the_quoted_value(tmp_path: Path) -> None:
+    root = suite(tmp_path)
+    message = "RegistryError: Class with name 'PlantAddressSchema' was not found."
+    # every parametrized case of the method that names it, nothing else
+    assert writers(CANDIDATES, message, root) == CANDIDATES[1:3]
+    reworded = "AssertionError: assert ['This field is required.'] == ['Missing data']"
+    assert writers(CANDIDATES, reworded, root) == (CANDIDATES[3],)
+
+
+def test_a_value_many_tests_write_points_at_none(tmp_path: Path) -> None:
+    root = suite(tmp_path)
+    assert len(CANDIDATES[4:]) > MAX_WRITERS
+    assert writers(CANDIDATES, "TypeError: dtype 'float32' not understood", root) == ()
+    # a rarer value beside it still points
+    both = "KeyError: 'float32' in 'PlantAddressSchema'"
+    assert writers(CANDIDATES, both, root) == CANDIDATES[1:3]
+
+
+def test_a_missing_or_broken_file_points_at_nothing(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text("def test_x(:\n    'PlantAddressSchema'\n")
+    ids = ("test_a.py::test_x", "test_gone.py::test_y")
+    assert writers(ids, "'PlantAddressSchema' was not found", tmp_path) == ()
+
+
+def results_with(victim: str, message: str, root: Path) -> dict[Mode, ModeResults]:
+    tests = (
+        TestResult(
+            id=victim,
+            file=victim.partition("::")[0],
+            outcome=Outcome.FAILED,
+            message=message,
+        ),
+    )
+    run = ModeRun(mode=Mode.ISOLATED, command=("gpuci",), rootdir=str(root), workers=1, tests=tests)
+    return {Mode.ISOLATED: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)}
+
+
+def test_a_provider_the_source_names_is_found_in_two_runs(tmp_path: Path) -> None:
+    root = suite(tmp_path)
+    victim = "test_c.py::test_nests_by_name"
+    message = "RegistryError: Class with name 'PlantAddressSchema' was not found."
+    planned = Task(
+        victim=victim, category=Category.DEPENDS_ON_OTHERS, candidates=CANDIDATES, rank=(0, 0)
+    )
+    (hinted,) = hint_tasks([planned], results_with(victim, message, root), Ledger())
+    assert hinted.hint == SOURCE and hinted.hinted == CANDIDATES[1:3]
+    provider = CANDIDATES[2]
+    prober = FakeProber(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
+    search = hinted_first(prober, hinted)
+    assert search is not None and search.culprits == (provider,)
+    assert prober.runs[0] == [*CANDIDATES[1:3], victim]  # the hint first
+    assert prober.runs[-1] == [provider, victim]  # narrowed and confirmed among the hinted
+    assert len(prober.runs) <= 4
+    assert search.probes[0].kind == SOURCE
+    assert search.note.endswith("the source's hint confirmed")
+
+
+def test_a_wrong_source_hint_costs_one_run(tmp_path: Path) -> None:
+    root = suite(tmp_path)
+    victim = "test_c.py::test_message"
+    message = "AssertionError: assert ['This field is required.'] == ['Missing data']"
+    planned = Task(
+        victim=victim, category=Category.ORDER_DEPENDENT, candidates=CANDIDATES, rank=(0, 0)
+    )
+    (hinted,) = hint_tasks([planned], results_with(victim, message, root), Ledger())
+    assert hinted.hinted == (CANDIDATES[3],) and hinted.hint == SOURCE
+    culprit = CANDIDATES[9]  # not the one the source names
+    prober = FakeProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
+    search = hinted_first(prober, hinted)
+    assert search is not None and search.culprits == (culprit,)
+    assert prober.runs[0] == [CANDIDATES[3], victim]
+    assert search.note.endswith("(the source's hint did not show it)")
+
+
+def test_the_ledger_is_read_first_and_concurrency_is_not_hinted(tmp_path: Path) -> None:
+    root = suite(tmp_path)
+    victim = "test_c.py::test_message"
+    message = "FileNotFoundError: 'This field is required.'"
+    ledger = Ledger(tests={CANDIDATES[0]: {"cwd": ["/old", "/elsewhere"]}})
+    order = Task(
+        victim=victim, category=Category.ORDER_DEPENDENT, candidates=CANDIDATES, rank=(0, 0)
+    )
+    pair = Task(
+        victim=victim, category=Category.CONCURRENCY, candidates=("test_a.py",), rank=(0, 0)
+    )
+    ordered, paired = hint_tasks([order, pair], results_with(victim, message, root), ledger)
+    assert ordered.hint == LEDGER and ordered.hinted == (CANDIDATES[0],)
+    assert paired.hinted == () and paired.hint == ""
