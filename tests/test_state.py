@@ -84,6 +84,16 @@ def test_device_state_is_told_as_the_card_says_it() -> None:
     ]
 
 
+def test_a_pytorch_memory_fraction_left_is_told_and_pointed_at_by_out_of_memory() -> None:
+    # the test that created the context and capped it, against a fresh process's cap
+    left = changes({"cwd": "/a"}, {"cwd": "/a", "torch.memory_fraction": 0.01})
+    assert left == {"torch.memory_fraction": [1.0, 0.01]}
+    assert describe(left) == ["left PyTorch's per-process memory fraction at 0.01 (was 1.0)"]
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert pointed_keys(oom, left) == ["torch.memory_fraction"]
+    assert pointed_keys("AssertionError: Tensor-likes are not close!", left) == []
+
+
 def test_a_failure_points_by_its_words_or_by_naming_what_was_left(tmp_path: Path) -> None:
     source = write_files(tmp_path, {"t.py": "x = 1\nassert os.environ.get('APP_MODE') is None\n"})
     text = failure_text("AssertionError: assert 'debug' is None", "t.py:2", source)

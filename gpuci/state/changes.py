@@ -27,6 +27,7 @@ ONLY_MORE = DEVICE_MEMORY | {"fds"}
 FRESH: dict[str, Value] = {
     **dict.fromkeys(DEVICE_MEMORY, 0),
     "cupy.pool_limit": 0,
+    "torch.memory_fraction": 1.0,
     "cupy.stream": "default",
     "torch.stream": "default",
     "cuda.error": "",

@@ -117,6 +117,11 @@ def _torch(torch: Any) -> Snapshot:
         return snap
     snap["torch.allocated"] = int(cuda.memory_allocated())
     snap["torch.reserved"] = int(cuda.memory_reserved())
+    # the cap `set_per_process_memory_fraction` leaves on every later allocation (older
+    # PyTorch has the setter only)
+    fraction = getattr(cuda, "get_per_process_memory_fraction", None)
+    if fraction is not None:
+        snap["torch.memory_fraction"] = float(fraction())
     snap["torch.device"] = int(cuda.current_device())
     stream = cuda.current_stream()
     snap["torch.stream"] = "default" if stream.cuda_stream in DEFAULT_STREAMS else str(stream)

@@ -45,6 +45,7 @@ POINTERS: dict[str, tuple[str, ...]] = {
     "cupy.pool": ("OutOfMemoryError", "out of memory", "memory pool", "set_limit", "limit"),
     "torch.allocated": ("OutOfMemoryError", "out of memory", "CUDA out of memory"),
     "torch.reserved": ("OutOfMemoryError", "out of memory", "CUDA out of memory"),
+    "torch.memory_fraction": ("OutOfMemoryError", "out of memory", "memory fraction"),
     "gpu.processes": ("out of memory", "OutOfMemoryError", "busy or unavailable"),
     "cupy.device": ("device", "Device"),
     "torch.device": ("device", "Device"),

@@ -161,6 +161,9 @@ TOLD: dict[str, Callable[[Any, Any], str]] = {  # key -> (before, after) in word
         f"left {int(after) - int(before or 0)} more descriptor(s) open ({after})"
     ),
     "cupy.pool_limit": _pool_limit,
+    "torch.memory_fraction": lambda before, after: (
+        f"left PyTorch's per-process memory fraction at {after} (was {before})"
+    ),
     "cupy.device": _device,
     "torch.device": _device,
     "cupy.stream": _stream,
