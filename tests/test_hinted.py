@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuci.evidence.hinted import LEDGER, hinted_first
+from gpuci.evidence.hinted import LEDGER, hinted_first, prepare_hinted
 from gpuci.model import Category, Outcome
 from tests.test_culprit_search import CANDIDATES, FakeProber, task
 
@@ -56,3 +56,41 @@ def test_a_wrong_hint_costs_one_run_then_the_bisection_is_the_proof() -> None:
     assert prober.runs[1] == [CANDIDATES[3], hinted.victim]  # an earlier victim's culprit next
     assert search.probes[0].kind == LEDGER and len(search.probes) == len(prober.runs)
     assert search.note.endswith("(the ledger's hint did not show it)")
+
+
+class Preparing:
+    """Records what `prepare_hinted` starts ahead, as a prober's `prepare` takes it."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[list[str], int]] = []
+
+    def prepare(self, ids: list[str], *, strict: bool, copies: int) -> None:
+        assert strict  # a confirmation is strict, and the narrowing's runs
+        self.started.append((list(ids), copies))
+
+
+def test_a_hint_of_one_test_starts_its_run_and_confirmation_ahead() -> None:
+    prober = Preparing()
+    hinted = dataclasses.replace(
+        task(Category.ORDER_DEPENDENT), hinted=(CANDIDATES[11],), hint=LEDGER
+    )
+    unhinted = task(Category.ORDER_DEPENDENT)
+    prepare_hinted(prober, [hinted, unhinted])  # type: ignore[arg-type]
+    # the hint's run and its confirmation are the same run: two of its interpreter
+    assert prober.started == [([CANDIDATES[11], hinted.victim], 2)] * 2
+
+
+def test_a_hint_of_two_tests_starts_each_ones_runs_ahead_too() -> None:
+    prober = Preparing()
+    two = (CANDIDATES[3], CANDIDATES[9])
+    hinted = dataclasses.replace(task(Category.ORDER_DEPENDENT), hinted=two, hint=LEDGER)
+    prepare_hinted(prober, [hinted])  # type: ignore[arg-type]
+    victim = hinted.victim
+    assert ([*two, victim], 1) in prober.started
+    for one in two:  # narrowed to it, then confirmed: two of each
+        assert prober.started.count(([one, victim], 2)) == 2
+    assert len(prober.started) == 5
+    many = dataclasses.replace(hinted, hinted=CANDIDATES[:5])
+    prober.started.clear()
+    prepare_hinted(prober, [many])  # type: ignore[arg-type]
+    assert prober.started == []  # more than a few: the slots' cores are worth more

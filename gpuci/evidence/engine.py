@@ -27,6 +27,7 @@ from gpuci.evidence.budget import fastest_start_up
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
+from gpuci.evidence.hinted import hint_tasks, prepare_hinted
 from gpuci.evidence.mode_reruns import say_strays
 from gpuci.evidence.orders import Order, interpreter_order
 from gpuci.evidence.poisoned import run_poisoned
@@ -34,6 +35,7 @@ from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, ru
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
+from gpuci.evidence.victims import plan_searches
 from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -236,6 +238,10 @@ def _suspects(
             if not prober.poisoned:  # its poisoned run, where it turns out order-dependent
                 prober.prepare([test_id], strict=True, env={POISON_ENV: "1"})
             prober.prepare([test_id], strict=True, copies=min(2, wanted.get(test_id, 1)))
+        # and its culprit search's hinted runs, where it turns out order-dependent
+        passing = dict.fromkeys(plan.isolation, (Outcome.PASSED,))
+        likely = plan_searches(results, classify_results(results, passing, orders), found, orders)
+        prepare_hinted(prober, hint_tasks(likely, results, ledger))
     found, had = first_alone(
         prober, plan.isolation, found, progress, likely_failing=plan.likely_failing
     )

@@ -25,6 +25,7 @@ from gpuci.evidence.search import Search, probe_after
 from gpuci.evidence.source_hints import writers
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, Category, Mode
+from gpuci.run.proc.discover import file_of
 from gpuci.state.hints import failure_text, hinted_candidates
 from gpuci.state.left import Ledger
 
@@ -32,6 +33,7 @@ LEDGER = "ledger"  # a probe that ran the tests the ledger pointed at
 SOURCE = "source"  # a probe that ran the tests whose source writes what the failure quotes
 # the failure read for a hint: the plain run's first, where the victim failed there
 MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)
+MOST_PREPARED = 4  # hinted tests whose runs start ahead: more would take the slots' cores
 
 
 def hint_tasks(
@@ -95,3 +97,23 @@ def hinted_first(
     if narrowed.culprits:
         narrowed.note = f"{task.hint}: {len(narrowed.probes)} run(s), {whose} hint confirmed"
     return narrowed
+
+
+def prepare_hinted(prober: Prober, tasks: Sequence[Task]) -> None:
+    """Where start-ups are expensive, each hinted search's likely runs start ahead, so that
+    a right hint costs its tests' time, not their start-ups: the hint's run, where it hints
+    at several tests each one's before the victim (the narrowing's), and the culprit's
+    again (the confirmation). A run takes any interpreter of its files; those not taken
+    are killed at the end."""
+    for task in tasks:
+        if not task.hinted or len(task.hinted) > MOST_PREPARED:
+            continue
+        likely = [[*task.hinted, task.victim]]
+        singles = [[h, task.victim] for h in task.hinted] if len(task.hinted) > 1 else likely
+        likely += singles * 2 if len(task.hinted) > 1 else singles
+        by_files: dict[frozenset[str], list[list[str]]] = {}
+        for ids in likely:
+            by_files.setdefault(frozenset(file_of(i) for i in ids), []).append(ids)
+        for same in by_files.values():
+            for ids in same:
+                prober.prepare(ids, strict=True, copies=len(same))
