@@ -17,7 +17,7 @@ from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _replay
-from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, search_pairs
+from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, search_pairs
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
@@ -352,3 +352,38 @@ def test_an_out_of_memory_victim_is_paired_with_the_file_that_held_most_first() 
     ]
     # any other failure keeps the longest overlap first
     assert pair_order(overlap, "AssertionError: assert N == N", peaks) == overlap
+
+
+def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay() -> None:
+    # gpu_polluted's hog failed out of memory in the parallel screen beside the other hog:
+    # the replay of its interpreter (4 strict 52 GiB runs on the H100) showed nothing
+    tests = (
+        TestResult(id="test_x.py::test_a", file="test_x.py", outcome=Outcome.PASSED),
+        TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED),
+    )
+    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+    parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    hog = dataclasses.replace(
+        task(Category.ORDER_DEPENDENT),
+        pairs=("test_x.py",),
+        kind="OutOfMemoryError: out of device memory allocating N GiB",
+    )
+    beside = FakePairProber(lambda _, n: Outcome.FAILED)
+    search = _replay(beside, parallel, hog, [], frozenset())  # type: ignore[arg-type]
+    assert search.culprits == ("test_x.py",)
+    # only pair runs: the pair, its confirmation, and its tries to see the partner's test
+    assert beside.runs == [[VICTIM, "test_x.py::test_a"]] * (2 + PARTNER_TRIES)
+    # where the ledger points at an earlier test (a pool limit it set), the replay first
+    hinted = dataclasses.replace(hog, hinted=(CANDIDATES[4],), hint="ledger")
+    after = FakePairProber(
+        lambda ids, _: Outcome.FAILED if CANDIDATES[4] in ids else Outcome.PASSED
+    )
+    search = _replay(after, parallel, hinted, [], frozenset())  # type: ignore[arg-type]
+    assert search.culprits == (CANDIDATES[4],) and after.runs[0] == [CANDIDATES[4], VICTIM]
+    # no pair shows it: the replay still runs, its note saying the pairs came first
+    alone_passes = FakePairProber(
+        lambda ids, _: Outcome.FAILED if CANDIDATES[2] in ids else Outcome.PASSED
+    )
+    replayed = _replay(alone_passes, parallel, hog, [], frozenset())  # type: ignore[arg-type]
+    assert replayed.culprits == (CANDIDATES[2],)
+    assert "; first not reproduced" in replayed.note

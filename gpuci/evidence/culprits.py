@@ -45,6 +45,7 @@ from gpuci.evidence.search import LOADED, Search
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import NOT_PASSING, Category, Mode, TestEvidence
 from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.sched.progress import say
 from gpuci.state.left import Ledger
 
@@ -266,7 +267,20 @@ def _replay(
     partnerable: frozenset[str],
 ) -> Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
-    showed it, the files that ran beside it in the parallel screen."""
+    showed it, the files that ran beside it in the parallel screen (those first where it
+    ran the device out of memory with nothing before it pointed at)."""
+    if parallel is not None and task.pairs and not task.hinted and out_of_device_memory(task.kind):
+        # out of device memory where no test before it left memory held or a limit set (the
+        # ledger points at none): another interpreter held it, so its pairs come first
+        paired = _pairs(
+            prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable
+        )
+        if paired.culprits or SAME_RUN_BOTH_WAYS in paired.note:
+            return paired
+        replay = cascade(prober, task, roots) or bisect(prober, task)
+        replay.probes[:0] = paired.probes
+        replay.note = f"{replay.note}; first {paired.note}"
+        return replay
     # what its failure points at first: it names this victim's own culprit, where a
     # cascade guesses an earlier victim's
     search = (
