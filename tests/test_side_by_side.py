@@ -140,6 +140,12 @@ class LoadedProber:
         if not used:
             self.losers.append(ran)
 
+    prepared: list[tuple[list[str], bool]] = field(default_factory=list)  # started ahead
+
+    def prepare(self, ids: Sequence[str], *, strict: bool = False, **_: object) -> None:
+        with self._lock:
+            self.prepared.append((list(ids), strict))
+
 
 def task(category: Category = Category.ORDER_DEPENDENT) -> Task:
     return Task(victim=VICTIM, category=category, candidates=CANDIDATES, rank=(0, 0))
@@ -262,6 +268,8 @@ def test_a_test_that_failed_alone_runs_its_next_alone_run_strictly() -> None:
     assert found[fine].alone == (Outcome.PASSED, Outcome.PASSED)
     # its first beside the other, confirmed strictly; its second strict from the start
     assert [strict for ids, strict in prober.runs if ids == [broken]] == [False, True, True]
+    # the confirmation's interpreter started as soon as the failure beside others was seen
+    assert prober.prepared == [([broken], True)]
     earlier = {broken: TestEvidence(id=broken, alone=(Outcome.FAILED,))}
     prober.runs.clear()
     more_alone(prober, {broken: 1}, earlier, io.StringIO())  # type: ignore[arg-type]

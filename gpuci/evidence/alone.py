@@ -122,6 +122,8 @@ def _alone_round(
             done[test_id] = ran.outcome(test_id)
             if ran.beside:
                 beside.add(test_id)
+                if done[test_id] in NOT_PASSING:  # its strict confirmation's start-up, now
+                    prober.prepare([test_id], strict=True)
         return done
 
     def file_by_file(tests: list[str], *, strict: bool = False) -> dict[str, Outcome]:
