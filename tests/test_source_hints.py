@@ -3,7 +3,9 @@ tried first, then narrowed and confirmed (a wrong one costs a run, a common valu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gpuci.evidence.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
 from gpuci.evidence.results import ModeResults
@@ -145,3 +147,42 @@ def test_the_ledger_is_read_first_and_concurrency_is_not_hinted(tmp_path: Path) 
     ordered, paired = hint_tasks([order, pair], results_with(victim, message, root), ledger)
     assert ordered.hint == LEDGER and ordered.hinted == (CANDIDATES[0],)
     assert paired.hinted == () and paired.hint == ""
+
+
+def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) -> None:
+    from gpuci.evidence.culprits import _search
+    from gpuci.evidence.search import COLLECTED
+
+    root = suite(tmp_path)
+    victim = "test_c.py::test_nests_by_name"
+    message = "RegistryError: Class with name 'PlantAddressSchema' was not found."
+    results = results_with(victim, message, root)
+    suite_tests = (
+        *(TestResult(id=c, file=c.partition("::")[0], outcome=Outcome.PASSED) for c in CANDIDATES),
+        TestResult(id=victim, file="test_c.py", outcome=Outcome.PASSED),
+    )
+    run = ModeRun(
+        mode=Mode.SUITE, command=("gpuci",), rootdir=str(root), workers=1, tests=suite_tests
+    )
+    results[Mode.SUITE] = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    planned = Task(
+        victim=victim, category=Category.DEPENDS_ON_OTHERS, candidates=CANDIDATES, rank=(0, 0)
+    )
+    (hinted,) = hint_tasks([planned], results, Ledger())
+    provider = CANDIDATES[1]
+    right = FakeProber(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
+    search = _search(right, results, hinted, [], frozenset())  # type: ignore[arg-type]
+    assert search.culprits == (provider,) and search.probes[0].kind == SOURCE
+    assert len(right.runs) <= 3  # no run of the suite's files collected
+    # a wrong hint: then the files collected, as without one (its import is the provider)
+    importing = Collecting(lambda ids, _: Outcome.PASSED if "test_b.py" in ids else Outcome.FAILED)
+    search = _search(importing, results, hinted, [], frozenset())  # type: ignore[arg-type]
+    assert [p.kind for p in search.probes[:2]] == [SOURCE, COLLECTED]
+    assert search.culprits == ("test_b.py",)
+
+
+class Collecting(FakeProber):
+    """Answers by the files a run collects too (`ids` then starts with them)."""
+
+    def run(self, ids: Sequence[str], *, collect: Sequence[str] = (), **rest: Any) -> Any:
+        return super().run([*collect, *ids], collect=collect, **rest)

@@ -30,6 +30,7 @@ from gpuci.evidence.groups import run_groups, waiting_victims
 from gpuci.evidence.hinted import hint_tasks, prepare_hinted
 from gpuci.evidence.mode_reruns import say_strays
 from gpuci.evidence.orders import Order, interpreter_order
+from gpuci.evidence.pairs import PAIRED
 from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import Prober
@@ -208,7 +209,11 @@ def _gather(
             progress=progress,
             order=orders.get(Mode.THREADS),
         )
-    return describe_cuts(more_alone(prober, rest, found, progress), wanted)
+    # two tests a pair showed contending fail beside each other: their runs go strictly
+    contending = frozenset(i for i, t in found.items() if t.search.startswith(PAIRED))
+    return describe_cuts(
+        more_alone(prober, rest, found, progress, likely_failing=contending), wanted
+    )
 
 
 def _suspects(

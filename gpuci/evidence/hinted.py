@@ -15,7 +15,7 @@ candidate, which stays the proof), that run kept first among its probes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpuci.evidence.bisect import bisect, cascade
@@ -73,19 +73,22 @@ def _failure(task: Task, results: Mapping[Mode, ModeResults]) -> tuple[str, str,
 
 
 def hinted_first(
-    prober: Prober, task: Task, roots: Sequence[tuple[str, ...]] = ()
+    prober: Prober,
+    task: Task,
+    roots: Sequence[tuple[str, ...]] = (),
+    rest: Callable[[], Search] | None = None,
 ) -> Search | None:
     """The hinted candidates before the victim first: where it shows its finding so (fails,
-    or passes where it depends on others), narrowed and confirmed among them; else the
-    earlier victims' culprits (`roots`, a cascade), then the whole bisection. None where
-    there is no hint."""
+    or passes where it depends on others), narrowed and confirmed among them; else `rest`,
+    or the earlier victims' culprits (`roots`, a cascade), then the whole bisection. None
+    where there is no hint."""
     hinted = list(task.hinted)
     if not hinted:
         return None
     search = Search([])
     whose = "the ledger's" if task.hint == LEDGER else "the source's"
     if not probe_after(prober, task, search, hinted, task.hint):
-        found = cascade(prober, task, roots)
+        found = rest() if rest is not None else cascade(prober, task, roots)
         if found is None:
             found = bisect(prober, task, search)
         else:
