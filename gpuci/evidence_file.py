@@ -46,6 +46,7 @@ def _test_evidence_to_json(test: TestEvidence) -> dict[str, Any]:
         **({"inferred_from": list(test.inferred_from)} if test.inferred_from else {}),
         **({"group": list(test.group)} if test.group else {}),
         **({"gpu": test.gpu} if test.gpu is not None else {}),
+        **({"pair_gpu": test.pair_gpu} if test.pair_gpu is not None else {}),
     }
 
 
@@ -81,6 +82,7 @@ def read_evidence(path: Path) -> Evidence:
                     inferred_from=tuple(str(i) for i in t.get("inferred_from", ())),
                     group=tuple(str(i) for i in t.get("group", ())),
                     gpu=str(t["gpu"]) if t.get("gpu") is not None else None,
+                    pair_gpu=str(t["pair_gpu"]) if t.get("pair_gpu") is not None else None,
                 )
                 for t in data["tests"]
             ),

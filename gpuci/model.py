@@ -340,6 +340,9 @@ class TestEvidence:
     # the CUDA_VISIBLE_DEVICES its strict runs saw where not the check's serial view (they
     # kept a GPU of their own beside others' strict runs): its printed commands carry it
     gpu: str | None = None
+    # the CUDA_VISIBLE_DEVICES every side of its pair runs saw, where they shared the
+    # victim's (it ran the device out of memory): its pair command runs every side with it
+    pair_gpu: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

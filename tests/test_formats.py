@@ -74,11 +74,17 @@ def test_evidence_with_a_culprit_search_round_trips(tmp_path: Path) -> None:
             TestEvidence(
                 id="b.py::v2", culprits=("a.py::culprit",), group=("b.py::v1", "b.py::v2")
             ),
+            # a hog's pair runs shared its view (it ran the device out of memory)
+            TestEvidence(
+                id="c.py::hog", culprits=("d.py",), search="pair: 2 run(s)", pair_gpu="1,0"
+            ),
         ),
     )
     path = tmp_path / "evidence.json"
     write_json_atomic(path, evidence_to_json(evidence))
     assert read_evidence(path) == evidence
+    # written only where set, like `gpu`
+    assert ["pair_gpu" in t for t in evidence_to_json(evidence)["tests"]] == [False] * 4 + [True]
 
 
 def test_a_probe_with_an_unknown_outcome_is_malformed(tmp_path: Path) -> None:

@@ -63,6 +63,8 @@ def test_only_a_narrower_window_sets_cupys_gpu_limit() -> None:
 
 def test_first_gpus_say_whether_a_pair_met() -> None:
     assert first_gpus_note(["0,1", "0,1"]) == "both sides on GPU 0 first"
+    # the victim beside all its candidates at once, every side on its device (out of memory)
+    assert first_gpus_note(["1,0", "1,0", "1,0"]) == "all 3 sides on GPU 1 first"
     assert "different GPUs first (1, 0)" in first_gpus_note(["1,0", "0,1"])
     assert first_gpus_note([None, None]) == ""
 

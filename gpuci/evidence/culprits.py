@@ -124,7 +124,12 @@ def search_culprits(
                     # contention is symmetric: it fails beside the victim, in its command
                     if partner not in searches:
                         note = partner_note(task.victim, len(search.probes))
-                        searches[partner] = Search([], culprits=(task.victim,), note=note)
+                        searches[partner] = Search(
+                            [],
+                            culprits=(task.victim,),
+                            note=note,
+                            pair_gpu=search.pair_gpu,  # its command is the victim's pair's
+                        )
                         say(progress, f"  {partner}: culprits: {task.victim} ({note})")
         return searches
 
@@ -162,6 +167,7 @@ def _with_searches(
             search=search.note,
             probes=tuple(search.probes),
             steps=search.steps,
+            pair_gpu=search.pair_gpu,
         )
     return merged
 
@@ -338,4 +344,5 @@ def _pairs(
         culprits=found.culprits,
         note=found.note,
         partners=found.partners,
+        pair_gpu=found.gpu,
     )

@@ -8,6 +8,13 @@ a test of the partner file fails the victim's way (`fingerprints.same_kind`) and
 not a failure of its own (it passes with nothing beside it). That test is the victim's
 partner: it fails beside the victim, and the pair's command shows it too.
 
+Which GPUs each side sees: its own parallel view (the slot it ran in), unless the victim
+ran the device out of memory. Then every side sees the victim's view: the finding is about
+two interpreters asking one device for more than it has, and with several GPUs the parallel
+slots' rotated views put each side on a different first device, where they never meet
+(gpu_polluted's hogs on 2 H100s: 8 pair runs, never reproduced). The shared view is the
+search's `gpu`, so that the printed command runs every side with it too.
+
 A pair names its partner file only where it shows the finding twice in a row; a pair
 that showed it once, then not, ends the search: flaky. Where the victim was the one that
 failed both times, the pair runs up to PARTNER_TRIES more times to see which of the
@@ -56,6 +63,7 @@ class PairSearch:
     culprits: tuple[str, ...] = ()
     partners: tuple[str, ...] = ()
     note: str = ""
+    gpu: str | None = None  # the view every side of its runs saw (None: each side its own)
 
 
 def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tells it
@@ -73,6 +81,8 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     `partnerable` the tests that may be its partners (none fails without others beside it).
     """
     search = PairSearch([])
+    # out of device memory: every side on the victim's device, where the contention was
+    shared = gpu_of(parallel, file_of(victim)) if out_of_device_memory(kind) else None
     apart = 0  # pair runs whose interpreters did not all start their tests together
     devices = ""  # the last pair run's GPUs (`first_gpus_note`)
     ids_of = _ids_by_file(parallel)
@@ -83,7 +93,11 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     def pair_shows(beside: Sequence[str]) -> tuple[bool, list[str]]:
         nonlocal apart
         runs = [([victim], gpu_of(parallel, file_of(victim)))]
-        runs += [(ids_of.get(f, []), gpu_of(parallel, f)) for f in beside]
+        runs += [
+            (ids_of.get(f, []), shared if shared is not None else gpu_of(parallel, f))
+            for f in beside
+        ]
+        search.gpu = shared  # what its runs saw, once one ran
         started = [(ids, gpu) for ids, gpu in runs if ids]
         nonlocal devices
         devices = first_gpus_note([gpu for _, gpu in started])

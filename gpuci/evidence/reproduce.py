@@ -106,19 +106,23 @@ def culprit_command(
     group: Sequence[str] = (),
     *,
     gpu: str | None = None,
+    pair_gpu: str | None = None,
 ) -> str:
     """The minimal command: the culprits, then the victim (then its `group`, the victims
     answered together, where it has one); or the victim started together with the files
-    beside which it failed. "" where culprits do not make the finding show.
+    beside which it failed, every side with `pair_gpu` where its pair runs shared that view
+    (else each with its parallel one). "" where culprits do not make the finding show.
     """
     target = _selectable(test_id)
     if not culprits or not target:
         return ""
     if category is Category.CONCURRENCY and Mode.PARALLEL in results:
+        parallel = results[Mode.PARALLEL]
         if all("::" in c for c in culprits):
             # a pair's partner: its victim alone, beside its file (the victim's command)
-            return _run_together(results[Mode.PARALLEL], [*culprits, target.partition("::")[0]])
-        return _run_together(results[Mode.PARALLEL], [target, *culprits])
+            sides = [*culprits, target.partition("::")[0]]
+            return _run_together(parallel, sides, gpu=pair_gpu)
+        return _run_together(parallel, [target, *culprits], gpu=pair_gpu)
     if category is Category.ORDER_DEPENDENT:
         run = next(iter(results.values())).run
         return pytest_command(run, [*culprits, *(group or [target])], gpu or serial_gpu(run))
@@ -209,7 +213,15 @@ def finding_commands(
     gpu = evidence.gpu if evidence is not None else None  # its strict runs' view
     reproduce = (
         (poisoned_command(test_id, results, gpu) if diagnosed and category is ORDERED else "")
-        or culprit_command(test_id, category, culprits, results, group, gpu=gpu)
+        or culprit_command(
+            test_id,
+            category,
+            culprits,
+            results,
+            group,
+            gpu=gpu,
+            pair_gpu=evidence.pair_gpu if evidence is not None else None,
+        )
         or group_command(category, group, results, gpu)
         or reproduce_command(
             test_id,
@@ -285,11 +297,14 @@ def _pytest(
     return env + shlex.join([python, *PYTEST, *command_args(run.pytest_args), *extra, *targets])
 
 
-def _run_together(results: ModeResults, targets: Sequence[str]) -> str:
-    """A command that runs each target in its own interpreter, all at once, as gpuci did."""
+def _run_together(results: ModeResults, targets: Sequence[str], *, gpu: str | None = None) -> str:
+    """A command that runs each target in its own interpreter, all at once, as gpuci did:
+    each with `gpu` where given (its pair runs' shared view), else its file's view in
+    `results`."""
     run = results.run
     each = " & ".join(
-        _pytest(run, [target], gpu_of(results, target.partition("::")[0])) for target in targets
+        _pytest(run, [t], gpu if gpu is not None else gpu_of(results, t.partition("::")[0]))
+        for t in targets
     )
     command = f"({each} & wait)"
     if run.rootdir:

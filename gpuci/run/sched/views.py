@@ -73,8 +73,9 @@ def first_gpus_note(views: Sequence[str | None]) -> str:
     firsts = list(dict.fromkeys(v.split(",")[0] for v in views if v))
     if not firsts:
         return ""
-    if len(firsts) == 1:
-        return f"both sides on GPU {firsts[0]} first"
+    if len(firsts) == 1:  # a pair beside all its candidates at once has more than two
+        sides = "both sides" if len(views) <= 2 else f"all {len(views)} sides"
+        return f"{sides} on GPU {firsts[0]} first"
     return f"the sides on different GPUs first ({', '.join(firsts)}): they shared no first device"
 
 
