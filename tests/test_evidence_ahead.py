@@ -51,6 +51,22 @@ def test_{name}():
 
 @pytest.fixture
 def prober(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Prober]:
+    made = _prober(tmp_path, monkeypatch, (None,))
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Prober]:
+    """A prober of a check on 2 GPUs (the views only name them: nothing here uses CUDA)."""
+    made = _prober(tmp_path, monkeypatch, ("0,1", "1,0"))
+    yield made
+    made.close()
+
+
+def _prober(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, views: tuple[str | None, ...]
+) -> Prober:
     files = {"conftest.py": CONFTEST, "pytest.ini": "[pytest]\n"}
     files |= {f"test_{n}.py": TEST.format(name=n) for n in "abc"}
     root = write_files(tmp_path / "suite", files)
@@ -64,11 +80,9 @@ def prober(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Prober]:
         clock_zero=time.monotonic(),
         supervisor=Supervisor(),
     )
-    admission = Admission(slots=2)
-    ahead = Ahead(interpreters, admission, (None,), root, limit=2, on=True)
-    made = Prober(interpreters, root, None, None, ahead=ahead, admission=admission)
-    yield made
-    made.close()
+    admission = Admission(slots=2, devices=len(views))
+    ahead = Ahead(interpreters, admission, views, root, limit=2, on=True)
+    return Prober(interpreters, root, views[0], None, views=views, ahead=ahead, admission=admission)
 
 
 def marks(prober: Prober, kind: str, name: str = "") -> dict[int, float]:
@@ -234,3 +248,41 @@ def _running_in(folder: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_a_run_beside_others_on_several_gpus_takes_one_started_ahead_on_its_gpu(
+    two_gpus: Prober,
+) -> None:
+    # a run beside others starts on the GPU with the least kept: which that is when its
+    # turn comes is not known when it is offered, so it takes one started on any GPU
+    two_gpus.prepare(["test_b.py::test_b"])
+    two_gpus.prepare(["test_c.py::test_c"])
+    two_gpus.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
+    asked = time.time()
+    done: dict[str, Outcome] = {}
+
+    def one(name: str) -> None:
+        test_id = f"test_{name}.py::test_{name}"
+        done[name] = two_gpus.run([test_id], phase="alone", label=name).outcome(test_id)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in "bc"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert done == {"b": Outcome.PASSED, "c": Outcome.PASSED}
+    assert ahead_json(two_gpus) == {"ahead": 2, "ahead_taken": 2}
+    for name in "bc":
+        assert marks(two_gpus, "imported")[ran_by(two_gpus, name)] < asked
+
+
+def test_admission_keeps_a_run_on_the_gpu_its_interpreter_started_on_where_it_fits() -> None:
+    admission = Admission(slots=4, devices=2, capacity_mib=80_000)
+    with admission.admitted(strict=False, need_mib=30_000) as first:
+        assert first.device == 0
+        # GPU 1 keeps less, but the run's interpreter started ahead on GPU 0, which holds it
+        with admission.admitted(strict=False, need_mib=30_000, prefer=0) as second:
+            assert second.device == 0
+        # where GPU 0 no longer holds it, the other GPU (its interpreter is not taken)
+        with admission.admitted(strict=False, need_mib=60_000, prefer=0) as third:
+            assert third.device == 1

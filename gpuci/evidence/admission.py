@@ -84,8 +84,11 @@ class Admission:
         """Whether a run of `files` stays on its first GPU (each held memory on one only)."""
         return self.devices > 1 and bool(files) and all(f in self.narrow for f in files)
 
-    def _fits(self, size: int, need_mib: int, *, narrow: bool = False) -> int | None:
-        """The GPU a run of `need_mib` may start on now (the one with the most memory not
+    def _fits(
+        self, size: int, need_mib: int, *, narrow: bool = False, prefer: int | None = None
+    ) -> int | None:
+        """The GPU a run of `need_mib` may start on now (`prefer`, where its interpreter
+        started ahead on it and it holds the run; else the one with the most memory not
         kept, then the fewest runs, not kept by a strict run), or None: no slot, or no GPU
         holds it beside what runs there. One that may reach every GPU waits while a strict
         run keeps one."""
@@ -100,10 +103,18 @@ class Admission:
         free = [d for d in range(len(kept)) if d not in laned]
         if not free:
             return None
+
+        def holds(device: int) -> bool:
+            return (
+                not self._flights
+                or self.capacity_mib is None
+                or kept[device] + need_mib <= self.capacity_mib
+            )
+
+        if prefer in free and holds(prefer):
+            return prefer
         device = min(free, key=lambda d: (kept[d], runs[d], d))
-        if not self._flights or self.capacity_mib is None:
-            return device
-        return device if kept[device] + need_mib <= self.capacity_mib else None
+        return device if holds(device) else None
 
     def _lane_of(self, key: str) -> int:
         """The GPU a strict run of `key` keeps: its earlier strict runs', else the one with
@@ -131,16 +142,19 @@ class Admission:
             and all(f.device != device and f.narrow for f in self._flights)
         )
 
-    def ahead_device(self, *, strict: bool, files: Sequence[str], key: str) -> int | None:
-        """The GPU a run of `files` will start on, where that is known before its admission
-        (an interpreter started ahead for it sees that GPU's view): a strict run's, or the
-        only GPU; None where the memory kept at its admission decides."""
+    def ahead_device(self, *, strict: bool, files: Sequence[str], key: str) -> int:
+        """The GPU a run of `files` will start on (an interpreter started ahead for it sees
+        that GPU's view): a strict run's, the only GPU, or for a run beside others on
+        several GPUs the one it would start on now, which its admission prefers
+        (`admitted`'s `prefer`) where the memory kept then still holds it."""
         with self._changed:
             if strict and key and self.is_narrow(files):
                 return self._lane_of(key)
             if strict:
                 return self.lanes.get(key, 0) if key else 0
-            return 0 if self.devices == 1 else None
+            # a run beside others: the GPU it would start on now (it may take another then)
+            kept, runs = self._per_device()
+            return min(range(len(kept)), key=lambda d: (kept[d], runs[d], d))
 
     def would_wait(self, *, strict: bool, need_mib: int, files: Sequence[str], key: str) -> bool:
         """Whether a run asking now waits for its turn (what `admitted` would do)."""
@@ -161,9 +175,11 @@ class Admission:
         need_mib: int = 0,
         files: Sequence[str] = (),
         key: str = "",
+        prefer: int | None = None,
     ) -> Iterator[_Flight]:
         """Hold one of the slots for the run inside (a `strict` one: its GPU, or all of
-        them, to itself; `key`: whose strict runs see one view, the victim's file)."""
+        them, to itself; `key`: whose strict runs see one view, the victim's file; `prefer`:
+        the GPU its interpreter started ahead on, where it fits there)."""
         narrow = size == 1 and self.is_narrow(files)
         flight = _Flight(size, need_mib, narrow=narrow)
         with self._changed:
@@ -179,7 +195,7 @@ class Admission:
             else:
 
                 def fits() -> int | None:
-                    return self._fits(size, need_mib, narrow=narrow)
+                    return self._fits(size, need_mib, narrow=narrow, prefer=prefer)
 
                 self._changed.wait_for(lambda: fits() is not None)
                 flight.device = fits() or 0

@@ -12,9 +12,11 @@ later run of the same files, environment and view takes it; it runs fresh, as if
 then.
 
 Only where a start-up is worth hiding (`AHEAD_START_S`: a CPU suite's 0.3 s is not, and
-on a small machine the extra start-ups would take the cores its runs need), only where
-the run's GPUs are known before its admission (a strict run's, or the only GPU), and no
-more started ahead at once than the check's slots. One never taken is killed at the end.
+on a small machine the extra start-ups would take the cores its runs need), and no more
+started ahead at once than the check's slots. One never taken is killed at the end. A
+strict run's GPUs are known before its admission; a run beside others on several GPUs
+starts ahead on the GPU it would start on now, and its admission keeps it there where the
+memory kept then still holds it (else the interpreter is ended and the run starts fresh).
 """
 
 from __future__ import annotations
@@ -124,11 +126,15 @@ class Ahead:
         if launch is None:
             return None
         key = _key(launch)
+        # a run beside others on several GPUs takes one started on any of them: its
+        # admission prefers that GPU (`Admission.admitted`)
+        any_view = not strict and self.admission.devices > 1
         with self._lock:
             for index, (pooled, held) in enumerate(self._pool):
-                if pooled == key and held.proc.poll() is None:
+                same = pooled == key or (any_view and pooled[0::2] == key[0::2])
+                if same and held.proc.poll() is None:
                     del self._pool[index]
-                    return held, launch.gpu
+                    return held, pooled[1]
             if not self._may_start():
                 return None
         waits = self.admission.would_wait(
@@ -177,13 +183,11 @@ class Ahead:
         strict: bool,
         env: Mapping[str, str] | None,
     ) -> Launch | None:
-        """The launch of a run of `ids`, with the view its admission will give it; None
-        where that is not known before (memory decides) or nothing starts ahead."""
+        """The launch of a run of `ids`, with the view its admission will (or, beside
+        others on several GPUs, would now) give it; None where nothing starts ahead."""
         if not self.on:
             return None
         device = self.admission.ahead_device(strict=strict, files=files, key=files[-1])
-        if device is None:
-            return None
         return evidence_launch(
             self.rootdir, ids, files, gpu=self.views[device], label="ahead", env=env
         )

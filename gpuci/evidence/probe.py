@@ -198,6 +198,7 @@ class Prober:
             need_mib=need,
             files=files if held is None else (),
             key=files[-1] if held is None else "",
+            prefer=self.views.index(ahead[1]) if ahead and ahead[1] in self.views else None,
         )
         with admitted as flight:
             gpu = self.gpu if held is not None else self.views[flight.device]
