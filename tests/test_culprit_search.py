@@ -367,6 +367,7 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
         task(Category.ORDER_DEPENDENT),
         pairs=("test_x.py",),
         kind="OutOfMemoryError: out of device memory allocating N GiB",
+        loadable=True,  # it failed in the parallel screen, after its own file's tests only
     )
     beside = FakePairProber(lambda _, n: Outcome.FAILED)
     search = _replay(beside, parallel, hog, [], frozenset())  # type: ignore[arg-type]
@@ -387,3 +388,13 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
     replayed = _replay(alone_passes, parallel, hog, [], frozenset())  # type: ignore[arg-type]
     assert replayed.culprits == (CANDIDATES[2],)
     assert "; first not reproduced" in replayed.note
+    # failed out of memory in the suite interpreter only (examples/polluted_suite's large
+    # batch after a pool limit the ledger cannot see): its replay first, as for any other
+    in_suite = dataclasses.replace(hog, loadable=False)
+    # (a pair would show it too: beside the hog it runs out of memory as well)
+    after_limit = FakePairProber(
+        lambda ids, _: Outcome.FAILED if CANDIDATES[2] in ids or not ids else Outcome.PASSED
+    )
+    search = _replay(after_limit, parallel, in_suite, [], frozenset())  # type: ignore[arg-type]
+    assert search.culprits == (CANDIDATES[2],)
+    assert after_limit.runs[0][-1] == VICTIM and "test_x.py::test_a" not in after_limit.runs[0]

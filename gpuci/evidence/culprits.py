@@ -282,10 +282,18 @@ def _replay(
 ) -> Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
     showed it, the files that ran beside it in the parallel screen (those first where it
-    ran the device out of memory with nothing before it pointed at)."""
-    if parallel is not None and task.pairs and not task.hinted and out_of_device_memory(task.kind):
-        # out of device memory where no test before it left memory held or a limit set (the
-        # ledger points at none): another interpreter held it, so its pairs come first
+    ran the device out of memory there with nothing before it pointed at)."""
+    if (
+        parallel is not None
+        and task.loadable
+        and task.pairs
+        and not task.hinted
+        and out_of_device_memory(task.kind)
+    ):
+        # out of device memory in the parallel screen, after its own file's tests only, where
+        # none of them left memory held or a limit set (the ledger points at none): another
+        # interpreter held it, so its pairs come first (a failure in the suite interpreter
+        # is its replay's to explain: a limit an earlier file left, seen or not)
         paired = _pairs(
             prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable
         )
