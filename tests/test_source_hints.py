@@ -96,14 +96,17 @@ def results_with(victim: str, message: str, root: Path) -> dict[Mode, ModeResult
     return {Mode.ISOLATED: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)}
 
 
+def hinted_task(root: Path, victim: str, message: str, category: Category) -> Task:
+    """The victim's search among CANDIDATES, hinted as the culprit search hints it."""
+    planned = Task(victim=victim, category=category, candidates=CANDIDATES, rank=(0, 0))
+    (hinted,) = hint_tasks([planned], results_with(victim, message, root), Ledger())
+    return hinted
+
+
 def test_a_provider_the_source_names_is_found_in_two_runs(tmp_path: Path) -> None:
-    root = suite(tmp_path)
     victim = "test_c.py::test_nests_by_name"
     message = "RegistryError: Class with name 'PlantAddressSchema' was not found."
-    planned = Task(
-        victim=victim, category=Category.DEPENDS_ON_OTHERS, candidates=CANDIDATES, rank=(0, 0)
-    )
-    (hinted,) = hint_tasks([planned], results_with(victim, message, root), Ledger())
+    hinted = hinted_task(suite(tmp_path), victim, message, Category.DEPENDS_ON_OTHERS)
     assert hinted.hint == SOURCE and hinted.hinted == CANDIDATES[1:3]
     provider = CANDIDATES[2]
     prober = FakeProber(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
@@ -117,13 +120,9 @@ def test_a_provider_the_source_names_is_found_in_two_runs(tmp_path: Path) -> Non
 
 
 def test_a_wrong_source_hint_costs_one_run(tmp_path: Path) -> None:
-    root = suite(tmp_path)
     victim = "test_c.py::test_message"
     message = "AssertionError: assert ['This field is required.'] == ['Missing data']"
-    planned = Task(
-        victim=victim, category=Category.ORDER_DEPENDENT, candidates=CANDIDATES, rank=(0, 0)
-    )
-    (hinted,) = hint_tasks([planned], results_with(victim, message, root), Ledger())
+    hinted = hinted_task(suite(tmp_path), victim, message, Category.ORDER_DEPENDENT)
     assert hinted.hinted == (CANDIDATES[3],) and hinted.hint == SOURCE
     culprit = CANDIDATES[9]  # not the one the source names
     prober = FakeProber(lambda ids, _: Outcome.FAILED if culprit in ids else Outcome.PASSED)
