@@ -99,6 +99,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "culprits",
         "groups",
         "strict",
+        "memcheck",
         "sanitizer",
         "budget",
         "mode_reruns",

@@ -23,18 +23,20 @@ from cli_runner import gpuci
 from gpuci.evidence import sanitizer
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.engine import gather_evidence
-from gpuci.evidence.sanitizer import (
+from gpuci.evidence.memcheck import (
     MAX_CHARS,
     MAX_LINES,
     Memcheck,
     cap_lines,
+    is_cuda_fault,
+    parse_memcheck,
+    shorten_signature,
+)
+from gpuci.evidence.sanitizer import (
     choose_sanitizer,
     describe,
     find_sanitizer,
-    is_cuda_fault,
-    parse_memcheck,
     sanitizer_roots,
-    shorten_signature,
 )
 from gpuci.model import Category, Mode, Outcome, TestEvidence, TestResult, UsageError
 from gpuci.run.proc.endings import EXIT_ID

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from gpuci.evidence.alone import alone_runs_wanted
 from gpuci.evidence.bisect import CONFIRMING
 from gpuci.evidence.fingerprints import fingerprint
+from gpuci.evidence.memcheck import is_cuda_fault
 from gpuci.evidence.orders import MAX_BESIDE, Order, interpreter_order, ran_beside
 from gpuci.evidence.priorities import prioritize
 from gpuci.evidence.results import ModeResults
-from gpuci.evidence.sanitizer import MIN_RUN_S, is_cuda_fault
+from gpuci.evidence.sanitizer import MIN_RUN_S
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestResult
 
 CAP_S = 1800.0  # at most 30 minutes of evidence, however many suspects
