@@ -136,6 +136,7 @@ ON_TOP = (
     "judge",
     "lazy_isolated",
     "check",
+    "arguments",
     "cli",
     "__main__",
 )
