@@ -122,6 +122,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "escape",
         "timeline",
         "cards",
+        "rows",
         "report_data",
         "comment_data",
         "render",

@@ -17,7 +17,7 @@ from typing import Any
 from gpuci.model import Category, TestVerdict, Verdict
 from gpuci.report.cards import root_links
 from gpuci.report.escape import Md, cut, safe_url
-from gpuci.report.report_data import (
+from gpuci.report.rows import (
     VERDICT_EMOJI,
     Row,
     Section,
