@@ -146,6 +146,14 @@ def _pool_limit(before: Any, after: Any) -> str:
     return f"left a CuPy pool limit of {_size(int(after))}"
 
 
+def _fraction(value: Any) -> str:
+    """A fraction as set (`0.01`), not as the allocator stores it (`0.009999999999529509`)."""
+    try:
+        return f"{float(value):.3g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _stream(before: Any, after: Any) -> str:
     return f"left a non-default stream current ({after})" if after != "default" else ""
 
@@ -162,7 +170,8 @@ TOLD: dict[str, Callable[[Any, Any], str]] = {  # key -> (before, after) in word
     ),
     "cupy.pool_limit": _pool_limit,
     "torch.memory_fraction": lambda before, after: (
-        f"left PyTorch's per-process memory fraction at {after} (was {before})"
+        f"left PyTorch's per-process memory fraction at {_fraction(after)}"
+        f" (was {_fraction(before)})"
     ),
     "cupy.device": _device,
     "torch.device": _device,
