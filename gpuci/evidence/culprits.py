@@ -294,9 +294,7 @@ def _replay(
         # none of them left memory held or a limit set (the ledger points at none): another
         # interpreter held it, so its pairs come first (a failure in the suite interpreter
         # is its replay's to explain: a limit an earlier file left, seen or not)
-        paired = _pairs(
-            prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable
-        )
+        paired = _paired_with_co_runners(prober, parallel, task, partnerable)
         if paired.culprits or SAME_RUN_BOTH_WAYS in paired.note:
             return paired
         replay = cascade(prober, task, roots) or bisect(prober, task)
@@ -328,11 +326,19 @@ def _paired_instead(
 ) -> Search:
     """A screen's order-dependent suspect whose replay showed nothing, paired instead with
     what ran beside it in the parallel screen: a pair that fails makes it concurrency."""
-    paired = _pairs(prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable)
+    paired = _paired_with_co_runners(prober, parallel, task, partnerable)
     if not paired.culprits:
         paired.note = f"{replay.note}; {paired.note}"
     paired.probes = replay.probes + paired.probes
     return paired
+
+
+def _paired_with_co_runners(
+    prober: Prober, parallel: ModeResults, task: Task, partnerable: frozenset[str]
+) -> Search:
+    """A screen's suspect paired with the files that ran beside it in the parallel screen
+    (its task's `pairs`), not the tests before it."""
+    return _pairs(prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable)
 
 
 def _pairs(

@@ -111,9 +111,12 @@ def prepare_hinted(prober: Prober, tasks: Sequence[Task]) -> None:
     for task in tasks:
         if not task.hinted or len(task.hinted) > MOST_PREPARED:
             continue
-        likely = [[*task.hinted, task.victim]]
-        singles = [[h, task.victim] for h in task.hinted] if len(task.hinted) > 1 else likely
-        likely += singles * 2 if len(task.hinted) > 1 else singles
+        hint_run = [*task.hinted, task.victim]
+        if len(task.hinted) == 1:  # the hint's run and its confirmation are the same run
+            likely = [hint_run, hint_run]
+        else:  # each hinted test before the victim: narrowed to, then confirmed
+            singles = [[h, task.victim] for h in task.hinted]
+            likely = [hint_run, *singles, *singles]
         by_files: dict[frozenset[str], list[list[str]]] = {}
         for ids in likely:
             by_files.setdefault(frozenset(file_of(i) for i in ids), []).append(ids)

@@ -59,20 +59,22 @@ def writers(candidates: Sequence[str], message: str, rootdir: Path) -> tuple[str
 
 class _Sources:
     """Test functions' source (decorators and all), read once per file, and only from
-    files that name one of the values at all."""
+    files that name one of the values at all; each test's once, whatever the values."""
 
     def __init__(self, rootdir: Path, values: Sequence[str]) -> None:
         self.rootdir = rootdir
         self.values = values
         self.files: dict[str, tuple[list[str], dict[tuple[str, ...], tuple[int, int]]]] = {}
+        self.tests: dict[str, str] = {}
 
     def of(self, test_id: str) -> str:
-        file, _, rest = test_id.partition("::")
-        lines, spans = self._read(file)
-        # `Class::test[param]`: the function's path in the file, without its parameters
-        names = tuple(rest.split("[", 1)[0].split("::"))
-        span = spans.get(names)
-        return "".join(lines[span[0] - 1 : span[1]]) if span else ""
+        if test_id not in self.tests:
+            file, _, rest = test_id.partition("::")
+            lines, spans = self._read(file)
+            # `Class::test[param]`: the function's path in the file, without its parameters
+            span = spans.get(tuple(rest.split("[", 1)[0].split("::")))
+            self.tests[test_id] = "".join(lines[span[0] - 1 : span[1]]) if span else ""
+        return self.tests[test_id]
 
     def _read(self, file: str) -> tuple[list[str], dict[tuple[str, ...], tuple[int, int]]]:
         if file not in self.files:
