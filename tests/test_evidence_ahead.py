@@ -26,26 +26,34 @@ from gpuci.run.proc.discover import child_env
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.supervisor import Supervisor
 
+# Each mark is written whole or not at all (renamed into place): the test polls for them
+# while the interpreters write, and under load it read one created but not yet written.
 CONFTEST = """
 import os, time
 
 MARKS = os.path.join(os.path.dirname(__file__), "marks")
 os.makedirs(MARKS, exist_ok=True)
-with open(os.path.join(MARKS, f"imported-{os.getpid()}"), "w") as f:
-    f.write(repr(time.time()))
+
+
+def mark(name):
+    path = os.path.join(MARKS, name)
+    with open(path + ".part", "w") as f:
+        f.write(repr(time.time()))
+    os.replace(path + ".part", path)
+
+
+mark(f"imported-{os.getpid()}")
 """
 TEST = """
 import os, time
 
-from conftest import MARKS
+from conftest import mark
 
 
 def test_{name}():
-    with open(os.path.join(MARKS, f"ran-{name}-{{os.getpid()}}"), "w") as f:
-        f.write(repr(time.time()))
+    mark(f"ran-{name}-{{os.getpid()}}")
     time.sleep(0.3)
-    with open(os.path.join(MARKS, f"done-{name}-{{os.getpid()}}"), "w") as f:
-        f.write(repr(time.time()))
+    mark(f"done-{name}-{{os.getpid()}}")
 """
 
 
