@@ -14,6 +14,7 @@ from gpuci.arguments import build_parser
 from gpuci.model import GpuciError, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
 from gpuci.run.disk.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
+from gpuci.run.proc.supervisor import noting_interrupts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "explain": _cmd_explain,
         }[options.command]
         # what a test printed reaches the terminal in a test id or a failure's line
-        with masked_terminal(known_secrets(os.environ, withheld)):
+        with masked_terminal(known_secrets(os.environ, withheld)), noting_interrupts():
             return handler(options)
     except GpuciError as exc:
         line = f"gpuci: {'error: ' if exc.exit_code != 130 else ''}{exc}"

@@ -178,3 +178,31 @@ def test_a_sigint_ignored_by_whoever_started_gpuci_stays_ignored() -> None:
             assert signal.getsignal(signal.SIGINT) != signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_ctrl_c_swallowed_on_its_way_is_still_raised_where_gpuci_waits() -> None:
+    # a KeyboardInterrupt raised inside an at-fork handler is printed as "Exception ignored"
+    # and lost; the flag the command's handler sets first is checked by gpuci's waits
+    from gpuci.run.proc.supervisor import INTERRUPTED, noting_interrupts, raise_if_interrupted
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with noting_interrupts():
+            assert not INTERRUPTED.is_set()
+            raise_if_interrupted()  # nothing to raise yet
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)  # the signal arrives at once; this never ends by itself
+            except KeyboardInterrupt:
+                pass  # what code that swallows it does
+            assert INTERRUPTED.is_set()
+            with pytest.raises(KeyboardInterrupt):
+                raise_if_interrupted()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with noting_interrupts():  # the next command starts with none noted
+            raise_if_interrupted()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with noting_interrupts():  # ignored by whoever started gpuci: stays ignored
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

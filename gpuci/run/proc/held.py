@@ -38,7 +38,7 @@ from gpuci.run.proc.launch import Launch, launch_environ, pytest_command
 from gpuci.run.proc.ledger import note_started
 from gpuci.run.proc.reaper import COOKIE_ENV, new_cookie
 from gpuci.run.proc.spawn import start_interpreter, yield_cpu
-from gpuci.run.proc.supervisor import signal_group
+from gpuci.run.proc.supervisor import raise_if_interrupted, signal_group
 
 # the keys every interpreter has its own of: not compared when the screen takes it (an
 # interpreter started ahead may be taken by another slot than the one that started it,
@@ -220,6 +220,7 @@ def held_collection(timeout: float) -> list[dict[str, Any]] | None:
     events: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        raise_if_interrupted()  # a Ctrl-C lost while gpuci started it: not a minute's wait
         events += reader.read()
         if any(e.get("e") == "held" for e in events):
             return events

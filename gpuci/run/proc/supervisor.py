@@ -76,6 +76,40 @@ class Supervisor:
                 signal.signal(signum, handler)
 
 
+# A Ctrl-C that Python raises as KeyboardInterrupt is lost where it lands in code that
+# swallows exceptions: the at-fork handlers a subprocess start runs in the parent
+# ("Exception ignored in: <function _releaseLock>", seen with a CPU hog beside the tests).
+# The flag outlives it: gpuci's waits outside a mode's signal handling check it.
+INTERRUPTED = threading.Event()
+
+
+@contextlib.contextmanager
+def noting_interrupts() -> Iterator[None]:
+    """For a whole command: Ctrl-C sets INTERRUPTED, then raises KeyboardInterrupt as
+    Python's own handler does (one ignored by whoever started gpuci stays ignored)."""
+    INTERRUPTED.clear()
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def raise_if_interrupted() -> None:
+    """Raise the KeyboardInterrupt of a Ctrl-C that code between swallowed."""
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
 def signal_group(proc: Child, signum: int) -> None:
     """Signal the child's whole process group: a test's own children die with it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
