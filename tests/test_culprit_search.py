@@ -50,6 +50,7 @@ class FakeProber:
     strict: list[bool] = field(default_factory=list)  # whether each run was asked strict
     admission: Admission = field(default_factory=Admission)  # one slot: one at a time
     expensive: bool = False  # its start-ups are cheap: nothing is held ahead
+    hides_start_ups: bool = False  # nor prepared
 
     def exhausted(self) -> bool:
         return len(self.runs) >= self.budget_runs

@@ -294,3 +294,56 @@ def test_admission_keeps_a_run_on_the_gpu_its_interpreter_started_on_where_it_fi
         # where GPU 0 no longer holds it, the other GPU (its interpreter is not taken)
         with admission.admitted(strict=False, need_mib=60_000, prefer=0) as third:
             assert third.device == 1
+
+
+PROVIDED = {
+    "conftest.py": SLOW_START,
+    "pytest.ini": "[pytest]\n",
+    "state.py": "PROVIDED = False\n",
+    "test_a.py": """
+        import state
+
+        state.PROVIDED = True  # at import: what test_b needs, whether or not a test runs
+
+
+        def test_a():
+            pass
+        """,
+    "test_b.py": """
+        import state
+
+
+        def test_b_needs_a_provider():
+            assert state.PROVIDED
+        """,
+    "test_c.py": """
+        def test_c():
+            pass
+        """,
+}
+
+
+@pytest.mark.slow
+def test_where_start_ups_are_worth_hiding_each_likely_run_finds_its_interpreter_started(
+    tmp_path: Path,
+) -> None:
+    """A depends-on-others victim whose start-ups take 1.2 s (worth hiding, not expensive):
+    its two alone-runs, its run with the other files collected, the halving's runs and the
+    confirmation each take an interpreter started ahead (before: only its first alone-run,
+    each later one paid its start-up while the GPU idled)."""
+    from cli_runner import clean_env, gpuci
+
+    suite = write_files(tmp_path / "suite", PROVIDED)
+    out = tmp_path / "out"
+    args = ("check", ".", "--out", str(out), "--workers", "4", "--modes", "suite,parallel")
+    proc = gpuci(*args, cwd=suite, env=clean_env())
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    victim = next(t for t in verdict["tests"] if t["id"] == "test_b.py::test_b_needs_a_provider")
+    assert victim["category"] == "depends-on-others"
+    assert victim["providers"] == ["test_a.py"]
+    # alone twice (failed both), every other file collected, the halving's wave, confirmed
+    assert evidence["runs"] == 5, evidence
+    assert evidence["concurrency"]["ahead_taken"] >= evidence["runs"], evidence["concurrency"]
+    assert not _running_in(suite)  # those never taken were killed with the check

@@ -146,6 +146,7 @@ class MeetingProber:
         self.meet = threading.Barrier(2, timeout=60)
         self.strict_on: dict[str, int] = {}
         self.expensive = False
+        self.hides_start_ups = False
         self.notes: list[str] = []
 
     def exhausted(self) -> bool:

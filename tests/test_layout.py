@@ -96,6 +96,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "source_hints",
         "hinted",
         "collected",
+        "likely",
         "culprits",
         "groups",
         "strict",

@@ -108,6 +108,7 @@ class LoadedProber:
     runs: list[tuple[list[str], bool]] = field(default_factory=list)
     losers: list[LoadedRun] = field(default_factory=list)  # speculated runs not used
     expensive: bool = False  # its start-ups are cheap: nothing is held ahead
+    hides_start_ups: bool = False  # nor prepared
     notes: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

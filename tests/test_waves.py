@@ -176,6 +176,7 @@ class Holding:
 
     victim: Callable[[Sequence[str]], Outcome]
     expensive: bool = True
+    hides_start_ups: bool = True
     admission: Admission = field(default_factory=lambda: Admission(slots=1))
     runs: list[tuple[list[str], object]] = field(default_factory=list)
     held: list[list[str]] = field(default_factory=list)

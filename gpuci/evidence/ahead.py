@@ -13,10 +13,12 @@ then.
 
 Only where a start-up is worth hiding (`AHEAD_START_S`: a CPU suite's 0.3 s is not, and
 on a small machine the extra start-ups would take the cores its runs need), and no more
-started ahead at once than the check's slots. One never taken is killed at the end. A
-strict run's GPUs are known before its admission; a run beside others on several GPUs
-starts ahead on the GPU it would start on now, and its admission keeps it there where the
-memory kept then still holds it (else the interpreter is ended and the run starts fresh).
+started ahead at once than the check's slots or half the cores (`ahead_limit`: a CuPy
+section's strict runs one after another each take one, held idle once collected). One
+never taken is killed at the end. A strict run's GPUs are known before its admission; a
+run beside others on several GPUs starts ahead on the GPU it would start on now, and its
+admission keeps it there where the memory kept then still holds it (else the interpreter
+is ended and the run starts fresh).
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ from gpuci.run.proc.launch import Launch
 
 # a start-up this long (the quickest of the screens' interpreters) is worth hiding
 AHEAD_START_S = 1.0
+
+
+def ahead_limit(slots: int, cpus: int | None) -> int:
+    """How many evidence interpreters may be out started ahead at once: the check's
+    `slots`, or half the machine's cores where more (an interpreter starting takes a
+    core; one held after its collection waits idle)."""
+    return max(1, slots, (cpus or 1) // 2)
+
 
 _Key = tuple[tuple[str, ...], str | None, tuple[tuple[str, str], ...]]
 
@@ -93,22 +103,23 @@ class Ahead:
         env: Mapping[str, str] | None,
         copies: int = 1,
     ) -> None:
-        """Start now the interpreter of a later run of `ids` from `files`, for it to take
-        (nothing where its GPUs are not known yet, `copies` for it wait already, or none
-        may start)."""
+        """Start now the interpreters of later runs of `ids` from `files`, for them to take,
+        until `copies` wait for them (fewer where the limit is reached; none where their
+        GPUs are not known yet)."""
         launch = self._launch(ids, files, strict=strict, env=env)
         if launch is None:
             return
         key = _key(launch)
-        with self._lock:
-            waiting = sum(1 for pooled, _ in self._pool if pooled == key)
-            if not self._may_start() or waiting >= copies:
-                return
-            self._out += 1
-            self.started += 1
-        held = self.interpreters.hold(launch)
-        with self._lock:
-            self._pool.append((key, held))
+        for _ in range(copies):
+            with self._lock:
+                waiting = sum(1 for pooled, _ in self._pool if pooled == key)
+                if not self._may_start() or waiting >= copies:
+                    return
+                self._out += 1
+                self.started += 1
+            held = self.interpreters.hold(launch)
+            with self._lock:
+                self._pool.append((key, held))
 
     def for_run(
         self,

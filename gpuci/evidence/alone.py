@@ -117,7 +117,9 @@ def _alone_round(
                 cut.add(test_id)
                 continue
             if index + 1 < len(tests):  # the next one's start-up while this one runs
-                prober.prepare(tests[index + 1 : index + 2], strict=strict)
+                after = tests[index + 1]  # of the same file: this one's interpreter and one more
+                twice = file_of(after) == file_of(test_id)
+                prober.prepare([after], strict=strict, copies=2 if twice else 1)
             ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}", strict=strict)
             done[test_id] = ran.outcome(test_id)
             if ran.beside:

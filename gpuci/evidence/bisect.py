@@ -5,9 +5,10 @@ the victim and keeps it where the victim shows the finding (fails; for depends-o
 passes), else the second half, inferred: ceil(log2 n) runs, in waves of speculated levels
 where slots are idle (`gpuci.evidence.waves`: a wave's runs start together, the losers are
 killed and never counted). The last single candidate is run once where it was inferred,
-then confirmed; where a start-up is expensive, the last candidates' confirmations start
-ahead, held. Where the run of an inferred candidate refutes the inference (the finding
-needs tests of both halves, or the victim is flaky) the halving starts again checked
+then confirmed; where a start-up is worth hiding, the last candidates' confirmations start
+ahead, held (a single candidate's run and its confirmation, prepared). Where the run of an
+inferred candidate refutes the inference (the finding needs tests of both halves, or the
+victim is flaky) the halving starts again checked
 (`gpuci.evidence.checked`). A culprit set found for an earlier victim of the same
 interpreter is tried first (a cascade). Each search states its runs against its bound
 (`Steps`, ceil(log2 n) + CONFIRMING) in evidence.json. Its steps are
@@ -36,6 +37,7 @@ from gpuci.evidence.search import (
     SHOWN,
     Search,
     hold_step,
+    prepare_step,
     probe_after,
     record,
     run_step,
@@ -49,7 +51,7 @@ from gpuci.steps import Steps
 
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
-# where a start-up is expensive, the last wave over this many candidates or fewer starts
+# where a start-up is worth hiding, the last wave over this many candidates or fewer starts
 # each one's confirmation ahead, held after its collection (the losers killed)
 MAX_HELD = 4
 # past the levels: the inferred last candidate's run, the confirmation, and the strict run
@@ -166,7 +168,7 @@ def _halve(
     prober: Prober, task: Task, search: Search, held: dict[str, Held], *, shown: bool
 ) -> None:
     """The inferred halving in waves, its last candidate run where inferred, confirmed; the
-    checked halving where that run refutes it. Where a start-up is expensive the last wave
+    checked halving where that run refutes it. Where a start-up is worth hiding the last wave
     starts each candidate's confirmation ahead, into `held` (it takes its own)."""
     current = list(task.candidates)
     confirmed = shown  # whether a probe ran exactly `current` and showed it
@@ -187,7 +189,7 @@ def _halve(
         def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
             return run_step(prober, task, part, cancel=cancel)
 
-        if prober.expensive and speculates and not held and len(current) <= MAX_HELD:
+        if prober.hides_start_ups and speculates and not held and len(current) <= MAX_HELD:
             label = f"culprits of {task.victim}: after 1 test(s)"
             for candidate in current:
                 held[candidate] = hold_step(prober, task, candidate, label)
@@ -206,6 +208,9 @@ def _halve(
         if prober.exhausted():
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
             return
+        if prober.hides_start_ups and len(current) == 1 and current[0] not in held:
+            # this run, then its confirmation
+            prepare_step(prober, task, current, copies=2)
         refuted = not probe_after(prober, task, search, current)
         confirmed = not refuted
     several = False

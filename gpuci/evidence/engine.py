@@ -27,7 +27,7 @@ from gpuci.evidence.budget import fastest_start_up
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
-from gpuci.evidence.hinted import hint_tasks, prepare_hinted
+from gpuci.evidence.likely import prepare_likely
 from gpuci.evidence.mode_reruns import say_strays
 from gpuci.evidence.orders import Order, interpreter_order
 from gpuci.evidence.pairs import PAIRED
@@ -36,7 +36,6 @@ from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, ru
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
-from gpuci.evidence.victims import plan_searches
 from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -53,7 +52,7 @@ from gpuci.model import (
     Probe,
     TestEvidence,
 )
-from gpuci.run.proc.discover import POISON_ENV, file_of
+from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.endings import EXIT_ID
 from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.proc.supervisor import Supervisor
@@ -233,20 +232,8 @@ def _suspects(
     The evidence, the runs each had of those it wanted, and the alone-runs a group's
     members want now (none where inferred from its representative)."""
     plan = prioritize(results, wanted)
-    # the runs known now start ahead where start-ups are worth hiding (one per file waits,
-    # for its file's first run; those not taken are killed at the end)
-    firsts = [*plan.isolation, *plan.consistent, *(g.representatives[0] for g in plan.groups)]
-    for test_id in firsts:
-        prober.prepare([test_id], strict=True)
-    if prober.expensive:  # each later step would pay seconds: a suspect's likely runs too
-        for test_id in plan.isolation:
-            if not prober.poisoned:  # its poisoned run, where it turns out order-dependent
-                prober.prepare([test_id], strict=True, env={POISON_ENV: "1"})
-            prober.prepare([test_id], strict=True, copies=min(2, wanted.get(test_id, 1)))
-        # and its culprit search's hinted runs, where it turns out order-dependent
-        passing = dict.fromkeys(plan.isolation, (Outcome.PASSED,))
-        likely = plan_searches(results, classify_results(results, passing, orders), found, orders)
-        prepare_hinted(prober, hint_tasks(likely, results, ledger))
+    # the runs known now start ahead where start-ups are worth hiding
+    prepare_likely(prober, results, plan, wanted, found, orders=orders, ledger=ledger)
     found, had = first_alone(
         prober, plan.isolation, found, progress, likely_failing=plan.likely_failing
     )

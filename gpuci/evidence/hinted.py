@@ -87,6 +87,8 @@ def hinted_first(
         return None
     search = Search([])
     whose = "the ledger's" if task.hint == LEDGER else "the source's"
+    if prober.hides_start_ups:  # a right hint's runs, started while the hint's goes on
+        prepare_hinted(prober, [task])
     if not probe_after(prober, task, search, hinted, task.hint):
         found = rest() if rest is not None else cascade(prober, task, roots)
         if found is None:
@@ -103,8 +105,9 @@ def hinted_first(
 
 
 def prepare_hinted(prober: Prober, tasks: Sequence[Task]) -> None:
-    """Where start-ups are expensive, each hinted search's likely runs start ahead, so that
-    a right hint costs its tests' time, not their start-ups: the hint's run, where it hints
+    """Each hinted search's likely runs start ahead (where start-ups are expensive, before
+    the alone-runs; else as the search begins), so that a right hint costs its tests'
+    time, not their start-ups: the hint's run, where it hints
     at several tests each one's before the victim (the narrowing's), and the culprit's
     again (the confirmation). A run takes any interpreter of its files; those not taken
     are killed at the end."""
@@ -120,6 +123,5 @@ def prepare_hinted(prober: Prober, tasks: Sequence[Task]) -> None:
         by_files: dict[frozenset[str], list[list[str]]] = {}
         for ids in likely:
             by_files.setdefault(frozenset(file_of(i) for i in ids), []).append(ids)
-        for same in by_files.values():
-            for ids in same:
-                prober.prepare(ids, strict=True, copies=len(same))
+        for same in by_files.values():  # one interpreter serves any run of its files
+            prober.prepare(same[0], strict=True, copies=len(same))

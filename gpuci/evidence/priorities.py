@@ -114,7 +114,9 @@ def run_representatives(
     split: list[str] = []
     for index, group in enumerate(groups):
         if index + 1 < len(groups):  # the next group's first start-up while this one runs
-            prober.prepare(groups[index + 1].representatives[:1], strict=True)
+            after = groups[index + 1].representatives[0]  # of this one's file: one more
+            twice = file_of(after) == file_of(group.representatives[0])
+            prober.prepare([after], strict=True, copies=2 if twice else 1)
         say(
             progress,
             f"evidence: {len(group.members)} tests failed the same way everywhere;"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
-from gpuci.evidence.ahead import AHEAD_START_S, Ahead, evidence_launch
+from gpuci.evidence.ahead import AHEAD_START_S, Ahead, ahead_limit, evidence_launch
 from gpuci.evidence.probe_run import ProbeRun
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import ModeRun
@@ -119,10 +119,15 @@ class Prober:
                 admission,
                 views,
                 rootdir,
-                limit=admission.slots,
+                limit=ahead_limit(admission.slots, os.cpu_count()),
                 on=start_s >= AHEAD_START_S,
             ),
         )
+
+    @property
+    def hides_start_ups(self) -> bool:
+        """Whether a start-up is worth hiding: likely runs start ahead (`prepare`)."""
+        return self.ahead is not None and self.ahead.on
 
     def close(self) -> None:
         """End the interpreters started ahead and never taken; remove scratch files; collect

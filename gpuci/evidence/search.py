@@ -102,6 +102,14 @@ def hold_step(prober: Prober, task: Task, candidate: str, label: str) -> Held:
     return prober.hold(ids, collect=collect, label=label)
 
 
+def prepare_step(prober: Prober, task: Task, before: Sequence[str], *, copies: int = 1) -> None:
+    """`run_step`'s interpreter of `[before..., victim]` started ahead (`copies` of it, for
+    as many runs: a run and its confirmation), where start-ups are worth hiding."""
+    collect = [b for b in before if "::" not in b]
+    ids = [*(b for b in before if "::" in b), task.victim]
+    prober.prepare(ids, collect=collect, strict=True, copies=copies)
+
+
 def record(task: Task, search: Search, probe: Probe, ran: ProbeRun) -> bool:
     """Add one run to the search; whether the victim showed the finding."""
     search.probes.append(probe)
