@@ -18,7 +18,7 @@ from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _replay
 from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, search_pairs
-from gpuci.evidence.poisoned import run_poisoned
+from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
@@ -399,3 +399,25 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
     search = _replay(after_limit, parallel, in_suite, [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == (CANDIDATES[2],)
     assert after_limit.runs[0][-1] == VICTIM and "test_x.py::test_a" not in after_limit.runs[0]
+
+
+def test_a_victim_that_only_ran_the_device_out_of_memory_is_not_poisoned() -> None:
+    # examples/gpu_polluted's hog failed in the suite beside nothing but its earlier tests'
+    # leftovers: its poisoned run needed the whole H100 for 7 s and could tell nothing
+    hog, reader, both = "test_hog.py::test_big", "test_r.py::test_reads", "test_m.py::test_mixed"
+    oom = "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 21,474,836,480 bytes"
+    tests = (
+        TestResult(id=hog, file="test_hog.py", outcome=Outcome.FAILED, message=oom),
+        TestResult(id=reader, file="test_r.py", outcome=Outcome.FAILED, message="assert 255 == 0"),
+        TestResult(id=both, file="test_m.py", outcome=Outcome.FAILED, message=oom),
+    )
+    suite = ModeRun(mode=Mode.SUITE, command=("gpuci",), rootdir="/x", workers=1, tests=tests)
+    mixed = (
+        TestResult(id=both, file="test_m.py", outcome=Outcome.CRASHED, message="KeyError: 'x'"),
+    )
+    parallel = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=mixed)
+    results = {
+        run.mode: ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+        for run in (suite, parallel)
+    }
+    assert worth_poisoning(results, [hog, reader, both]) == [reader, both]

@@ -182,6 +182,28 @@ def test_copies_offered_for_as_many_runs_of_one_file_serve_each(prober: Prober) 
     assert all(marks(prober, "imported")[pid] < asked for pid in b_pids)
 
 
+def test_offers_beyond_the_limit_start_in_order_as_others_are_taken(prober: Prober) -> None:
+    for name in "abc":
+        prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
+    assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 0}  # its limit: 2 at once
+    for name in "abc":  # a's taken: c's starts, and is taken in its turn
+        test_id = f"test_{name}.py::test_{name}"
+        ran = prober.run([test_id], phase="alone", label=name, strict=True)
+        assert ran.outcome(test_id) is Outcome.PASSED
+    assert ahead_json(prober) == {"ahead": 3, "ahead_taken": 3}
+    assert len(marks(prober, "imported")) == 3  # none started twice
+
+
+def test_a_run_asked_before_its_queued_offer_started_takes_it_back(prober: Prober) -> None:
+    for name in "abc":
+        prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
+    prober.run(["test_c.py::test_c"], phase="alone", label="c", strict=True)  # fresh, now
+    for name in "ab":
+        prober.run([f"test_{name}.py::test_{name}"], phase="alone", label=name, strict=True)
+    assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 2}
+    assert len(marks(prober, "imported")) == 3  # c's offer never started an interpreter
+
+
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     assert prober.ahead is not None
     prober.ahead.on = False

@@ -14,11 +14,12 @@ then.
 Only where a start-up is worth hiding (`AHEAD_START_S`: a CPU suite's 0.3 s is not, and
 on a small machine the extra start-ups would take the cores its runs need), and no more
 started ahead at once than the check's slots or half the cores (`ahead_limit`: a CuPy
-section's strict runs one after another each take one, held idle once collected). One
-never taken is killed at the end. A strict run's GPUs are known before its admission; a
-run beside others on several GPUs starts ahead on the GPU it would start on now, and its
-admission keeps it there where the memory kept then still holds it (else the interpreter
-is ended and the run starts fresh).
+section's strict runs one after another each take one, held idle once collected); those
+offered beyond it start in the order offered as others are taken. One never taken is
+killed at the end. A strict run's GPUs are known before its admission; a run beside
+others on several GPUs starts ahead on the GPU it would start on now, and its admission
+keeps it there where the memory kept then still holds it (else the interpreter is ended
+and the run starts fresh).
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class Ahead:
     started: int = 0  # interpreters started ahead
     taken: int = 0  # of them, those a run took
     _pool: list[tuple[_Key, Held]] = field(default_factory=list)
+    # offered beyond the limit: started in the order offered, as others leave the account
+    _queue: list[tuple[_Key, Launch]] = field(default_factory=list)
     _out: int = 0  # started and not yet released or ended (pooled or reserved)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -103,18 +106,26 @@ class Ahead:
         env: Mapping[str, str] | None,
         copies: int = 1,
     ) -> None:
-        """Start now the interpreters of later runs of `ids` from `files`, for them to take,
-        until `copies` wait for them (fewer where the limit is reached; none where their
-        GPUs are not known yet)."""
+        """Start the interpreters of later runs of `ids` from `files`, for them to take,
+        until `copies` wait for them: now, or where the limit is reached once others leave
+        (in the order offered); none where their GPUs are not known yet."""
         launch = self._launch(ids, files, strict=strict, env=env)
         if launch is None:
             return
         key = _key(launch)
-        for _ in range(copies):
+        with self._lock:
+            have = sum(1 for k, _ in self._pool if k == key)
+            have += sum(1 for k, _ in self._queue if k == key)
+            self._queue += [(key, launch)] * max(0, copies - have)
+        self._start_queued()
+
+    def _start_queued(self) -> None:
+        """Start the interpreters offered, in order, while the limit allows."""
+        while not self.interpreters.supervisor.stopping.is_set():
             with self._lock:
-                waiting = sum(1 for pooled, _ in self._pool if pooled == key)
-                if not self._may_start() or waiting >= copies:
+                if not self._queue or not self._may_start():
                     return
+                key, launch = self._queue.pop(0)
                 self._out += 1
                 self.started += 1
             held = self.interpreters.hold(launch)
@@ -146,6 +157,10 @@ class Ahead:
                 if same and held.proc.poll() is None:
                     del self._pool[index]
                     return held, pooled[1]
+            # its offer not started yet is this run's, which starts now
+            queued = next((i for i, (k, _) in enumerate(self._queue) if k == key), None)
+            if queued is not None:
+                del self._queue[queued]
             if not self._may_start():
                 return None
         waits = self.admission.would_wait(
@@ -168,11 +183,12 @@ class Ahead:
         with self._lock:
             self._out -= 1
             self.taken += used
+        self._start_queued()
 
     def close(self) -> int:
         """End every interpreter offered and never taken; how many."""
         with self._lock:
-            pool, self._pool = self._pool, []
+            pool, self._pool, self._queue = self._pool, [], []
         for _, held in pool:
             self.released(held, used=False)
         return len(pool)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from gpuci.evidence.bisect import MAX_HELD, bisect
+from gpuci.evidence.bisect import bisect
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
@@ -61,7 +61,7 @@ def collected_first(
     if task.category is not Category.DEPENDS_ON_OTHERS or not files or prober.exhausted():
         return replay()
     tried = Search([])
-    _prepare_halving(prober, task, files)
+    prepare_collected(prober, results, task.victim)  # where not started ahead already
     if probe_after(prober, task, tried, files):
         # that run is the halving's first: with one file, what is left is its confirmation
         found = bisect(prober, dataclasses.replace(task, candidates=files), tried, shown=True)
@@ -79,13 +79,13 @@ def collected_first(
     return search
 
 
-def _prepare_halving(prober: Prober, task: Task, files: tuple[str, ...]) -> None:
-    """Where start-ups are worth hiding, the halving's first wave starts while the run with
-    every file collected goes on; over a few files each one's run twice (its wave run and
-    its confirmation). A run not taken is killed at the end."""
-    if not prober.hides_start_ups or len(files) < 2:
+def prepare_collected(prober: Prober, results: Mapping[Mode, ModeResults], victim: str) -> None:
+    """Where start-ups are worth hiding, a depends-on-others search's first runs start
+    ahead: the run with the suite's other files collected, and the halving's first wave
+    (one file: that run's confirmation, the same run). A run not taken is killed at the end."""
+    files = collected_files(results, victim)
+    if not prober.hides_start_ups or not files:
         return
-    few = len(files) <= MAX_HELD
+    prober.prepare([victim], collect=files, copies=1 if len(files) > 1 else 2)
     for node in plan_wave(len(files), max(1, prober.admission.slots)):
-        part = files[node.runs[0] : node.runs[1]]
-        prober.prepare([task.victim], collect=part, copies=2 if few and len(part) == 1 else 1)
+        prober.prepare([victim], collect=files[node.runs[0] : node.runs[1]])

@@ -31,7 +31,7 @@ from gpuci.evidence.likely import prepare_likely
 from gpuci.evidence.mode_reruns import say_strays
 from gpuci.evidence.orders import Order, interpreter_order
 from gpuci.evidence.pairs import PAIRED
-from gpuci.evidence.poisoned import run_poisoned
+from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults, load_mode_results
@@ -259,7 +259,7 @@ def _suspects(
         if t.category is Category.ORDER_DEPENDENT and t.id in wanted
     ]
     if not prober.poisoned:  # a --poison check ran everything poisoned already
-        found = run_poisoned(prober, victims, found, progress=progress)
+        found = run_poisoned(prober, worth_poisoning(results, victims), found, progress=progress)
     found = search_culprits(
         prober,
         results,

@@ -9,7 +9,8 @@ after their collection (`gpuci.evidence.ahead`), in the order they will run:
   its own file its second (the first will likely fail, and the test wants two);
 - each test that failed the same way everywhere, and each group's representative;
 - a likely failing suspect that passed in the suite: its run with the suite's other files
-  collected, the first of a depends-on-others search (`gpuci.evidence.collected`);
+  collected, the first of a depends-on-others search, and the halving's first wave
+  (`gpuci.evidence.collected`);
 - where start-ups are expensive (PyTorch's 15-20 s), every suspect's runs it may need:
   its second alone-run, its poisoned run, its hinted culprits' runs.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuci.evidence.classify import classify_results
-from gpuci.evidence.collected import collected_files
+from gpuci.evidence.collected import prepare_collected
 from gpuci.evidence.hinted import hint_tasks, prepare_hinted
 from gpuci.evidence.orders import Order
 from gpuci.evidence.priorities import Priorities
@@ -63,10 +64,8 @@ def prepare_likely(
         offer(test_id, 1)
     for group in plan.groups:
         offer(group.representatives[0], 1)
-    for test_id in sorted(plan.likely_failing):
-        others = collected_files(results, test_id)  # empty where it did not pass in the suite
-        if others:
-            prober.prepare([test_id], collect=others)
+    for test_id in sorted(plan.likely_failing):  # where it passed in the suite
+        prepare_collected(prober, results, test_id)
     if not prober.expensive:
         return
     for test_id in plan.isolation:

@@ -1,6 +1,6 @@
 """Poisoned runs: each order-dependent victim alone with every fresh device allocation
 filled with 0xFF, telling a victim that reads memory it never wrote (its own bug) from one
-its culprit broke."""
+its culprit broke; not one that only ran the device out of memory (`worth_poisoning`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,27 @@ from typing import TextIO
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.probe_run import ProbeRun
-from gpuci.model import NOT_PASSING, Outcome, TestEvidence
+from gpuci.evidence.results import ModeResults
+from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import POISON_ENV
+from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.sched.progress import say
+
+
+def worth_poisoning(results: Mapping[Mode, ModeResults], victims: Sequence[str]) -> list[str]:
+    """The victims a poisoned run may tell something of: not one whose every failure in
+    the screens ran the device out of memory (filling fresh allocations changes no size,
+    and such a run needs the whole GPU: 7 s for examples/gpu_polluted's hog on an H100)."""
+    failures: dict[str, list[str]] = {}
+    for mode_results in results.values():
+        for test in mode_results.run.tests:
+            if test.id in victims and test.outcome in NOT_PASSING and not test.inferred:
+                failures.setdefault(test.id, []).append(test.message)
+    return [
+        v
+        for v in victims
+        if not failures.get(v) or not all(out_of_device_memory(m) for m in failures[v])
+    ]
 
 
 def _poisonable(prober: Prober) -> bool:
