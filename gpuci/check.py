@@ -26,7 +26,7 @@ from gpuci.evidence.mode_reruns import rerun_mode_suspects
 from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.judge import write_verdict
-from gpuci.lazy_isolated import CONFIRMED_BY, INFERRED_FROM, lazy_isolated
+from gpuci.lazy_isolated import CONFIRMED_BY, INFERRED_FROM, IsolatedAhead, lazy_isolated
 from gpuci.model import InputError, Mode, ModeRun, UsageError
 from gpuci.options import EvidenceOptions, Options
 from gpuci.run.disk.durations import write_durations
@@ -208,8 +208,11 @@ def _run_screened(
         plan_mode(opts, mode, discovery, resume=earlier.get(mode), pool=slot_gpus)[0]
         for mode in screened
     ]
+    # the isolated pass's first files start while the screens go on
+    ahead = IsolatedAhead(opts, discovery.rootdir, lazy) if Mode.ISOLATED in modes else None
     if screens:
-        runs.update(run_screens(screens, workers=workers, slot_gpus=slot_gpus))
+        done = ahead.file_done if ahead is not None and lazy else None
+        runs.update(run_screens(screens, workers=workers, slot_gpus=slot_gpus, file_done=done))
     if Mode.ISOLATED in modes and lazy and Mode.ISOLATED not in runs:
         runs[Mode.ISOLATED] = lazy_isolated(opts, discovery, runs, lazy, earlier.get(Mode.ISOLATED))
     return {m: runs[m] for m in modes}, workers

@@ -31,12 +31,12 @@ from pathlib import Path
 
 from gpuci.evidence.admission import Admission
 from gpuci.run.proc.discover import pytest_target
-from gpuci.run.proc.held import Held, end_held
+from gpuci.run.proc.held import WORTH_HIDING_S, Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Launch
 
 # a start-up this long (the quickest of the screens' interpreters) is worth hiding
-AHEAD_START_S = 1.0
+AHEAD_START_S = WORTH_HIDING_S
 
 
 def ahead_limit(slots: int, cpus: int | None) -> int:

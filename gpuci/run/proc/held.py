@@ -37,7 +37,7 @@ from gpuci.run.proc.journal import JournalReader
 from gpuci.run.proc.launch import Launch, launch_environ, pytest_command
 from gpuci.run.proc.ledger import note_started
 from gpuci.run.proc.reaper import COOKIE_ENV, new_cookie
-from gpuci.run.proc.spawn import start_interpreter, yield_cpu
+from gpuci.run.proc.spawn import start_lasting, yield_cpu
 from gpuci.run.proc.supervisor import raise_if_interrupted, signal_group
 
 # the keys every interpreter has its own of: not compared when the screen takes it (an
@@ -46,6 +46,9 @@ from gpuci.run.proc.supervisor import raise_if_interrupted, signal_group
 OWN_KEYS = ("GPUCI_JOURNAL", "GPUCI_ONLY", "GPUCI_SLOT", COOKIE_ENV, HOLD_ENV)
 PIPE_BYTES = 1 << 20  # what it may print before it is taken, unread (Linux's default: 64 KiB)
 OUTPUT_BYTES = 1 << 20  # what is kept of what it printed before its collection ended
+# a start-up this long (CuPy's 2-4 s on an H100 machine; a CPU suite's 0.3 s is not) is worth
+# hiding by an interpreter started before its turn
+WORTH_HIDING_S = 1.0
 JOURNAL_WAIT_S = 60.0  # a file's interpreter still importing its conftest.py after that: restarted
 
 
@@ -198,7 +201,7 @@ def start_held(command: list[str], targets: Sequence[str], env: dict[str, str]) 
     not yet written), held after its collection until `Held.release`."""
     env = {**env, COOKIE_ENV: new_cookie(), HOLD_ENV: "1"}
     started, started_at = time.monotonic(), time.time()
-    proc = start_interpreter(command, env)
+    proc = start_lasting(command, env)  # held: it outlives the thread that asked for it
     note_started(proc.pid, cookie=env[COOKIE_ENV])  # a killed gpuci's next command ends it
     if proc.stdout is not None:
         with contextlib.suppress(AttributeError, OSError):  # no such fcntl: 64 KiB it is

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 
 from gpuci.run.proc.ledger import dying_with_me
 from gpuci.run.proc.reaper import start_child
@@ -38,6 +41,49 @@ def start_interpreter(argv: Sequence[str], env: Mapping[str, str]) -> subprocess
         )
 
     return start_child(start)
+
+
+def start_lasting(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """`start_interpreter`, from a thread that lives as long as gpuci: an interpreter started
+    ahead and held may be taken long after the thread that asked for it ended (a screen's
+    slot, an evidence wave), and Linux sends a child SIGKILL as the thread that started it
+    ends (`dying_with_me`). Measured: an isolated interpreter started from a screen's slot
+    was dead when the isolated pass came to take it."""
+    return _STARTER.call(lambda: start_interpreter(argv, env))
+
+
+class _Starter:
+    """One daemon thread, started on first use, that runs what it is handed in order."""
+
+    def __init__(self) -> None:
+        self._asked: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]]
+        self._asked = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, make: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+        done: Future[object] = Future()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="gpuci-starter", daemon=True
+                )
+                self._thread.start()
+        self._asked.put((make, done))
+        started = done.result()
+        assert isinstance(started, subprocess.Popen)
+        return started
+
+    def _serve(self) -> None:
+        while True:
+            make, done = self._asked.get()
+            try:
+                done.set_result(make())
+            except BaseException as exc:  # the caller raises it
+                done.set_exception(exc)
+
+
+_STARTER = _Starter()
 
 
 def yield_cpu(pid: int, nice: int) -> None:

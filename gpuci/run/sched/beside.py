@@ -13,6 +13,8 @@ screen takes them (`gpuci.run.proc.held`):
   beside the others (`admit_first`, the memory gate's rule). A guess that is not what the
   screen starts (another file first, another rootdir, another slot's GPUs) is killed
   unused: a guess costs idle cores, never a result.
+The lazy isolated pass's first files are started the same way while the screens go on
+(`hold_isolated_file`, from `gpuci.lazy_isolated`).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def held_beside_discovery(options: ModeOptions, *, suite: bool, files: bool) -> 
         let_go()
 
 
-def _planned(options: ModeOptions, mode: Mode) -> RunOptions:
+def planned_run(options: ModeOptions, mode: Mode) -> RunOptions:
     """`mode`'s run as the check will plan it (its GPUs, their width per slot, its folder)."""
     gpus = detect_gpus(options.gpus, os.environ)
     per_slot = parse_gpus_per_slot(options.gpus_per_slot, gpus)
@@ -74,7 +76,7 @@ def _planned(options: ModeOptions, mode: Mode) -> RunOptions:
 
 def _hold_suite(options: ModeOptions) -> None:
     """The check's suite interpreter, on PATHS, as the suite screen will start it."""
-    run = _planned(options, Mode.SUITE)
+    run = planned_run(options, Mode.SUITE)
     launch = Launch(
         key=SUITE_UNIT,
         ids=(),
@@ -93,7 +95,7 @@ def _hold_first_files(options: ModeOptions) -> None:
     """One interpreter per file slot of the parallel screen, for the files it starts first."""
     if not options.paths or selects_by_cache(options.pytest_args):  # --lf: ids, not files
         return
-    run = _planned(options, Mode.PARALLEL)
+    run = planned_run(options, Mode.PARALLEL)
     gpus, per_slot = run.gpus, run.gpus_per_slot
     rootdir, first = _first_files(options)
     if not first:
@@ -120,6 +122,33 @@ def _hold_first_files(options: ModeOptions) -> None:
         journal = folder / f"{slot}.jsonl"
         env = launch_environ(environ, launch, journal=journal, only=folder / f"{slot}.json")
         hold_file(command, launch.targets, env, nice=SCREEN_NICE)
+
+
+def hold_isolated_file(options: ModeOptions, rootdir: Path, file: str) -> None:
+    """`file`'s interpreter as the lazy isolated pass will start it (every GPU, as plain
+    pytest sees them), started now and held until the pass takes it (`gpuci.lazy_isolated`);
+    killed with the others where it does not."""
+    run = planned_run(options, Mode.ISOLATED)
+    view = plain_gpus(run.gpus)
+    environ = mode_environ(run)
+    launch = Launch(
+        key=file,
+        ids=None,
+        targets=(pytest_target(rootdir, file),),
+        slot=0,
+        gpu=view,
+        env=window_env(view, run.gpus, environ),
+        attempt=1,
+        junit=junit_part(run.out, file, 1),
+        label="interpreter 1",
+    )
+    command = pytest_command(run.python, mode_pytest_args(run), launch)
+    name = "".join(c if c.isalnum() else "-" for c in file)
+    folder = held_folder(options.out / STATE_DIR / f"held-isolated-{name}")
+    env = launch_environ(
+        environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
+    )
+    hold_file(command, launch.targets, env, nice=SCREEN_NICE)  # the screens go on meanwhile
 
 
 def _first_files(options: ModeOptions) -> tuple[Path, list[str]]:

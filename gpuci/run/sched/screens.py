@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from gpuci.model import SUITE_UNIT, Mode, ModeRun
+from gpuci.model import SUITE_UNIT, FileRun, Mode, ModeRun
 from gpuci.run.proc.deadline import hang_limit_of
 from gpuci.run.proc.discover import Discovery, pytest_target
 from gpuci.run.proc.held import held_file_slot
@@ -220,8 +220,10 @@ def run_screens(
     workers: int,
     slot_gpus: Sequence[str | None],
     progress: TextIO = sys.stderr,
+    file_done: Callable[[Mode, FileRun], None] | None = None,
 ) -> dict[Mode, ModeRun]:
-    """Run every screen's units in one pool of `workers` slots; each mode's run, written."""
+    """Run every screen's units in one pool of `workers` slots; each mode's run, written
+    (`file_done` told of each file as it ends)."""
     supervisor = Supervisor()
     zero = time.monotonic()
     sessions: dict[Mode, ModeSession] = {}
@@ -249,6 +251,8 @@ def run_screens(
             if not supervisor.stopping.is_set():
                 unit = f"{mode.value} {key}"
                 reporter.file_done(file_run, tests, unit=unit, label=mode.value)
+                if file_done is not None:
+                    file_done(mode, file_run)
 
         with supervisor.handling_signals():
             _run_jobs(

@@ -227,6 +227,13 @@ def run_mode(
             pool, serial = session.units()
             ahead = functools.partial(_start_ahead, session, schedule)
             depth = ahead_count(schedule.workers, cpu_count())
+            one_depth = ahead_count(1, cpu_count())
+            # the first of the files that run one at a time collect while the pool runs (an
+            # isolated pass's side-by-side files, then its likely failing ones: on the H100
+            # the first of those started cold after them, 3 s)
+            early = [(key, 0) for key in serial[:one_depth]] if pool else []
+            for key, slot in early:
+                ahead(key, slot)
             run_slots(
                 pool,
                 schedule.workers,
@@ -237,9 +244,7 @@ def run_mode(
                 alike=same_gpus(schedule.slot_gpus),
             )
             # one at a time: the next files collect meanwhile (a short file hides no start-up)
-            run_slots(
-                serial, 1, run_one, supervisor, ahead=ahead, depth=ahead_count(1, cpu_count())
-            )
+            run_slots(serial, 1, run_one, supervisor, ahead=ahead, depth=one_depth, early=early)
             if confirm_alone and not supervisor.stopping.is_set():
                 _again_alone(session, reporter, run_one)
         run = session.finish()

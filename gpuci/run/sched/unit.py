@@ -28,6 +28,7 @@ from gpuci.run.disk.resume import Earlier
 from gpuci.run.disk.side_outputs import plain_junit, selects_by_cache
 from gpuci.run.proc.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.run.proc.gpumem import MemoryGate
+from gpuci.run.proc.held import held_file_slot
 from gpuci.run.proc.ids import match_ids
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.journal import collection_error, not_run
@@ -195,8 +196,12 @@ class UnitRunner:
 
     def start_ahead(self, key: str, slot: int, gpu: str | None) -> None:
         """Start the first interpreter of `key` now, held after its collection, for
-        `run_unit` to take when `slot` frees (not after --resume, nor for a broken folder)."""
-        if self.earlier is None and key not in self.discovery.broken_dirs and key != SUITE_UNIT:
+        `run_unit` to take when `slot` frees (not after --resume, nor for a broken folder,
+        nor where one waits for it already: started beside discovery, or for the isolated
+        pass during the screens)."""
+        if self.earlier is not None or key in self.discovery.broken_dirs or key == SUITE_UNIT:
+            return
+        if held_file_slot((self.target(key),)) is None:
             self.interpreters.start_ahead(self._first_launch(key, slot, gpu))
 
     def _targets(self, key: str) -> tuple[str, ...]:

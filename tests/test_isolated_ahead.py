@@ -1,0 +1,146 @@
+"""The isolated pass's first interpreters start before their turn where start-ups are worth
+hiding (each interpreter of the suites below sleeps 1.2 s in its conftest.py):
+- in a check, a file that failed in the parallel screen starts its isolated interpreter
+  while the screens go on (`gpuci.lazy_isolated.IsolatedAhead`), and the pass takes it;
+- in an isolated pass, the files that run one at a time (gpu_serial here) start while the
+  others run (`gpuci.run.sched.session.run_mode`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import gpuci, needs_run_parallel, write_files
+
+SLOW_START = "import time\n\ntime.sleep(1.2)  # every interpreter's start-up: worth hiding\n"
+PROVIDED = {
+    "conftest.py": SLOW_START,
+    "pytest.ini": "[pytest]\nmarkers =\n    gpu_serial: one at a time\n",
+    "state.py": "PROVIDED = False\n",
+    "test_a.py": """
+        import state
+
+        state.PROVIDED = True  # at import: what test_b needs
+
+
+        def test_a():
+            pass
+        """,
+    "test_b.py": """
+        import state
+
+
+        def test_b_needs_a_provider():
+            assert state.PROVIDED
+        """,
+    "test_c.py": """
+        import pytest
+
+
+        def test_c():
+            pass
+
+
+        @pytest.mark.gpu_serial
+        def test_c_serial():
+            pass
+        """,
+}
+
+
+def _interpreters(out: Path, mode: str) -> dict[str, list[dict[str, Any]]]:
+    run = json.loads((out / mode / "run.json").read_text(encoding="utf-8"))
+    return {f["file"]: f["interpreters"] for f in run["files"] if f["interpreters"]}
+
+
+@pytest.mark.slow
+def test_a_file_that_failed_in_a_screen_starts_its_isolated_run_during_the_screens(
+    tmp_path: Path,
+) -> None:
+    suite = write_files(tmp_path / "suite", PROVIDED)
+    out = tmp_path / "out"
+    args = ("check", ".", "--out", str(out), "--workers", "2")
+    proc = gpuci(*args, "--modes", "suite,parallel,isolated", cwd=suite)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    victim = next(t for t in verdict["tests"] if t["id"] == "test_b.py::test_b_needs_a_provider")
+    assert victim["category"] == "depends-on-others"  # as without it: the run is the same
+    isolated = _interpreters(out, "isolated")
+    assert list(isolated) == ["test_b.py"]  # the rest inferred from parallel
+    # started before the pass began (its clock's zero), held after its collection
+    assert isolated["test_b.py"][0]["start"] < 0, isolated
+
+
+# In the isolated pass test_a.py (it failed in threads only) runs side by side and
+# test_c.py (it failed fresh in parallel) one at a time after it; test_a.py passes there
+# only once test_c.py's isolated interpreter has imported its conftest.py: started while
+# test_a.py runs (a bound of 60 s, never the expected case: before, test_c.py's
+# interpreter started only after test_a.py ended). The screens' start-ups are quick, so
+# nothing was held for isolated during them.
+ONE_AT_A_TIME = {
+    "conftest.py": """
+        import os, sys
+        from pathlib import Path
+
+        MARKS = Path(__file__).parent / "marks"
+        if os.environ.get("GPUCI_MODE") == "isolated":
+            MARKS.mkdir(exist_ok=True)
+            for arg in sys.argv:
+                if arg.endswith(".py"):
+                    (MARKS / f"imported-{os.path.basename(arg)}").write_text("")
+        """,
+    "pytest.ini": "[pytest]\n",
+    "state.py": "PROVIDED = False\n",
+    "test_a.py": """
+        import os, threading, time
+        from pathlib import Path
+
+        MARKS = Path(__file__).parent / "marks"
+
+
+        def test_a_in_the_main_thread_sees_the_serial_file_started():
+            assert threading.current_thread() is threading.main_thread()
+            if os.environ.get("GPUCI_MODE") == "isolated":
+                deadline = time.monotonic() + 60
+                while not (MARKS / "imported-test_c.py").exists():
+                    assert time.monotonic() < deadline, "test_c.py's interpreter never started"
+                    time.sleep(0.05)
+        """,
+    "test_b.py": """
+        import state
+
+        state.PROVIDED = True
+
+
+        def test_b():
+            pass
+        """,
+    "test_c.py": """
+        import state
+
+
+        def test_c_needs_a_provider():
+            assert state.PROVIDED
+        """,
+}
+
+
+@needs_run_parallel
+@pytest.mark.slow
+def test_the_files_run_one_at_a_time_start_while_the_others_run(tmp_path: Path) -> None:
+    suite = write_files(tmp_path / "suite", ONE_AT_A_TIME)
+    out = tmp_path / "out"
+    modes = ("--modes", "suite,parallel,threads,isolated")
+    proc = gpuci("check", ".", "--out", str(out), "--workers", "2", *modes, cwd=suite)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    isolated = json.loads((out / "isolated" / "run.json").read_text(encoding="utf-8"))
+    outcomes = {t["id"]: t["outcome"] for t in isolated["tests"] if not t.get("inferred")}
+    assert outcomes == {
+        "test_a.py::test_a_in_the_main_thread_sees_the_serial_file_started": "passed",
+        "test_c.py::test_c_needs_a_provider": "failed",
+    }, proc.stderr[-3000:]
+    # test_a.py passed side by side, the first time (not again alone after test_c.py ran)
+    assert "did not pass beside others" not in proc.stderr, proc.stderr[-3000:]
