@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from cli_runner import write_files
 
+import gpuci.evidence.ahead
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.ahead import Ahead
 from gpuci.evidence.probe import Prober
@@ -202,6 +203,20 @@ def test_a_run_asked_before_its_queued_offer_started_takes_it_back(prober: Probe
         prober.run([f"test_{name}.py::test_{name}"], phase="alone", label=name, strict=True)
     assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 2}
     assert len(marks(prober, "imported")) == 3  # c's offer never started an interpreter
+
+
+def test_one_held_idle_too_long_makes_room_for_one_offered_later(
+    prober: Prober, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpuci.evidence.ahead, "STALE_S", 0.0)  # every one held is stale
+    for name in "ab":
+        prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
+    prober.prepare(["test_c.py::test_c"], strict=True)  # at the limit: a's, the oldest, goes
+    ran = prober.run(["test_c.py::test_c"], phase="alone", label="c", strict=True)
+    assert ran.outcome("test_c.py::test_c") is Outcome.PASSED
+    assert ahead_json(prober) == {"ahead": 3, "ahead_taken": 1}  # c's was started ahead
+    assert prober.ahead is not None and prober.ahead.close() == 1  # b's waits still
+    assert not marks(prober, "ran", "a") and not marks(prober, "ran", "b")
 
 
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:

@@ -25,6 +25,7 @@ and the run starts fresh).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,11 @@ from gpuci.run.proc.launch import Launch
 
 # a start-up this long (the quickest of the screens' interpreters) is worth hiding
 AHEAD_START_S = WORTH_HIDING_S
+# an interpreter held idle this long gives its place to one offered later, where the limit
+# is reached: the run it was offered for may never come (a victim whose hint answered
+# before its depends-on-others search; on the H100 nine such filled the limit of nine,
+# and every later run started cold)
+STALE_S = 20.0
 
 
 def ahead_limit(slots: int, cpus: int | None) -> int:
@@ -120,17 +126,32 @@ class Ahead:
         self._start_queued()
 
     def _start_queued(self) -> None:
-        """Start the interpreters offered, in order, while the limit allows."""
+        """Start the interpreters offered, in order, while the limit allows; where it does
+        not, one held idle STALE_S or more makes room (its run may never come)."""
         while not self.interpreters.supervisor.stopping.is_set():
+            stale: Held | None = None
             with self._lock:
-                if not self._queue or not self._may_start():
+                if not self._queue:
                     return
+                if not self._may_start():
+                    stale = self._stalest()
+                    if stale is None:
+                        return
                 key, launch = self._queue.pop(0)
-                self._out += 1
+                self._out += stale is None
                 self.started += 1
+            if stale is not None:  # its account's place goes to the one queued
+                self.interpreters.supervisor.discard(stale.proc)
+                end_held(stale)
             held = self.interpreters.hold(launch)
             with self._lock:
                 self._pool.append((key, held))
+
+    def _stalest(self) -> Held | None:
+        """The interpreter pooled longest, taken out, where it waited STALE_S or more."""
+        if not self._pool or time.monotonic() - self._pool[0][1].started < STALE_S:
+            return None
+        return self._pool.pop(0)[1]
 
     def for_run(
         self,

@@ -64,6 +64,9 @@ class Held:
     started: float  # time.monotonic() at its start
     started_at: float  # time.time() at its start: the clock of the journal's stamps
     output: bytearray = field(default_factory=bytearray)  # read before it was taken
+    # started for a later pass, ahead of its turn (isolated, during the screens): its wall
+    # counts from when it is taken, its start-up only what was not hidden
+    ahead: bool = False
 
     def matches(
         self, command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]
@@ -147,11 +150,18 @@ def held_folder(folder: Path) -> Path:
 
 
 def hold_file(
-    command: list[str], targets: Sequence[str], env: dict[str, str], *, nice: int
+    command: list[str],
+    targets: Sequence[str],
+    env: dict[str, str],
+    *,
+    nice: int,
+    ahead: bool = False,
 ) -> None:
     """Start a file's interpreter beside discovery (`gpuci.run.sched.beside`), held until
-    a screen's slot takes it (`take_file`), at `nice` more niceness (as its screen's)."""
+    a screen's slot takes it (`take_file`), at `nice` more niceness (as its screen's);
+    `ahead`: for a later pass, while the screens go on."""
     held = start_held(command, targets, env)
+    held.ahead = ahead
     yield_cpu(held.proc.pid, nice)
     earlier = _HOLDING.files.pop(tuple(targets), None)
     if earlier is not None:

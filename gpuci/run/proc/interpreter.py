@@ -285,6 +285,10 @@ class Interpreters:
         if early is not None:
             reader = JournalReader(journal)
             proc = early.release(journal, launch.ids)
+            if early.ahead:  # started for this pass during an earlier one: from now
+                return _Started(
+                    proc, early.command, early.cookie, self.now(), time.time(), b"", reader, True
+                )
             start = early.started - self.zero
             return _Started(proc, early.command, early.cookie, start, early.started_at, b"", reader)
         reader = JournalReader(journal)  # from its end: an earlier attempt's are read

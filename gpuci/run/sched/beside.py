@@ -148,7 +148,7 @@ def hold_isolated_file(options: ModeOptions, rootdir: Path, file: str) -> None:
     env = launch_environ(
         environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
     )
-    hold_file(command, launch.targets, env, nice=SCREEN_NICE)  # the screens go on meanwhile
+    hold_file(command, launch.targets, env, nice=SCREEN_NICE, ahead=True)  # beside the screens
 
 
 def _first_files(options: ModeOptions) -> tuple[Path, list[str]]:
