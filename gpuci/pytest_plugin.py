@@ -25,8 +25,8 @@ the test (`xfailed`, `xpassed`, `error`; a failure and a teardown error are two)
 `where`, on a failure only, is the innermost frame of the traceback in the suite's own
 code (not under site-packages): with the message it is the failure's fingerprint.
 
-With `GPUCI_RENDEZVOUS` naming a folder and a count (`DIR:N`, given only to the
-interpreters of a concurrency pair), each interpreter holds its first test at its setup
+With a rendezvous in `GPUCI_ONLY`'s file (`{"ids": [...], "rendezvous": "DIR:N"}`, given
+only to the interpreters of a concurrency pair), the first test waits in its setup
 until N interpreters have reached theirs (at most RENDEZVOUS_WAIT_S), so that the two
 tests run at the same time, whatever each interpreter's start-up cost.
 
@@ -41,7 +41,9 @@ test ran in that many threads at once, except those in `single_threaded` (marked
 failure, with that thread's exception as the message.
 
 With `GPUCI_ONLY` naming a file of test ids (a JSON list, so that an id keeps every
-character pytest allows in it, a newline included), only those tests run: that is how
+character pytest allows in it, a newline included; or that list and a pair's rendezvous,
+handed over when the tests start, so that an interpreter started ahead may be paired),
+only those tests run: that is how
 gpuci resumes after a crash and reruns a test alone. `null` there runs every test collected
 (a held interpreter released for a screen, which runs files, not ids).
 
@@ -76,7 +78,7 @@ from typing import IO, Any
 import pytest
 
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
-from gpuci.run.proc.handshake import RENDEZVOUS_ENV
+from gpuci.run.proc.handshake import read_asked
 from gpuci.run.proc.ids import select_ids
 from gpuci.run.proc.reports import (
     first_line,
@@ -134,7 +136,9 @@ class Journal:
             return
         held = functools.partial(self._collection, "held", config, items)
         hold_until_released(Path(only_file), held, self.write)
-        asked = json.loads(Path(only_file).read_text(encoding="utf-8"))
+        asked, rendezvous = read_asked(Path(only_file).read_text(encoding="utf-8"))
+        if rendezvous:  # a pair's side: its first test waits for the others' (`waits`)
+            config.pluginmanager.register(Rendezvous(rendezvous), "gpuci-rendezvous")
         if asked is None:
             return
         wanted = set(select_ids(asked, [item.nodeid for item in items]))
@@ -312,9 +316,6 @@ def pytest_configure(config: pytest.Config) -> None:
         if state_level() != "off":
             recorder = StateRecorder(journal.write, state_level())
             config.pluginmanager.register(recorder, "gpuci-state")
-    rendezvous = os.environ.get(RENDEZVOUS_ENV)
-    if rendezvous:
-        config.pluginmanager.register(Rendezvous(rendezvous), "gpuci-rendezvous")
     if os.environ.get("GPUCI_POISON", "") not in ("", "0"):
         for line in POISON_WARNING_FILTERS:
             config.addinivalue_line("filterwarnings", line)

@@ -171,6 +171,8 @@ def test_a_search_cut_by_the_budget_names_no_culprit() -> None:
 class FakePairProber(FakeProber):
     """Pair runs too: the victim's outcome on the n-th run, whatever runs beside it."""
 
+    prepared: list[tuple[list[str], int]] = field(default_factory=list)  # sides, copies
+
     def run_together(
         self,
         groups: Sequence[tuple[Sequence[str], str | None]],
@@ -180,6 +182,11 @@ class FakePairProber(FakeProber):
     ) -> tuple[list[FakeRun], int]:
         self.runs.append([i for ids, _ in groups for i in ids])
         return self.answer(groups), len(groups)
+
+    def prepare_together(
+        self, groups: Sequence[tuple[Sequence[str], str | None]], *, copies: int = 1
+    ) -> None:
+        self.prepared.append(([i for ids, _ in groups for i in ids], copies))
 
     def answer(self, groups: Sequence[tuple[Sequence[str], str | None]]) -> list[FakeRun]:
         """Each interpreter's run, the victim's first."""
@@ -216,6 +223,11 @@ def test_a_pair_that_went_both_ways_is_flaky_and_ends_the_search() -> None:
     alternating = FakePairProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
     search = pairs(alternating, parallel, concurrency)
     assert len(alternating.runs) == 2 and search.culprits == ()
+    # both sides started ahead: this pair's run and its confirmation, and the next pair's run
+    assert alternating.prepared == [
+        ([VICTIM, "test_x.py::test_a"], 2),
+        ([VICTIM, "test_y.py::test_a"], 1),
+    ]
     assert SAME_RUN_BOTH_WAYS in search.note and "beside test_x.py" in search.note
     evidence = TestEvidence(id=VICTIM, search=search.note, probes=tuple(search.probes))
     suspect = Classified(

@@ -219,6 +219,21 @@ def test_one_held_idle_too_long_makes_room_for_one_offered_later(
     assert not marks(prober, "ran", "a") and not marks(prober, "ran", "b")
 
 
+def test_a_pair_takes_interpreters_started_ahead_and_meets_at_its_rendezvous(
+    prober: Prober,
+) -> None:
+    sides = [(["test_a.py::test_a"], None), (["test_b.py::test_b"], None)]
+    prober.prepare_together(sides)
+    runs, met = prober.run_together(sides, phase="culprits", label="pair")
+    assert [r.outcome(ids[0]) for r, (ids, _) in zip(runs, sides, strict=True)] == [
+        Outcome.PASSED,
+        Outcome.PASSED,
+    ]
+    assert met == 2  # both got to their first test: the rendezvous, handed over at release
+    assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 2}
+    assert len(marks(prober, "imported")) == 2  # no side started again
+
+
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     assert prober.ahead is not None
     prober.ahead.on = False

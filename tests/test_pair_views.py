@@ -76,6 +76,12 @@ class TwoGpus:
     disk: bool = False
     launched: list[list[str | None]] = field(default_factory=list)  # each run's sides' views
     admission: Admission = field(default_factory=lambda: Admission(slots=4))
+    prepared: list[list[str | None]] = field(default_factory=list)  # each offer's sides' views
+
+    def prepare_together(
+        self, groups: Sequence[tuple[Sequence[str], str | None]], *, copies: int = 1
+    ) -> None:
+        self.prepared.append([gpu for _, gpu in groups])
 
     def exhausted(self) -> bool:
         return False

@@ -41,8 +41,8 @@ AHEAD_START_S = WORTH_HIDING_S
 # an interpreter held idle this long gives its place to one offered later, where the limit
 # is reached: the run it was offered for may never come (a victim whose hint answered
 # before its depends-on-others search; on the H100 nine such filled the limit of nine,
-# and every later run started cold)
-STALE_S = 20.0
+# and every later run started cold; a run that comes at all came within seconds)
+STALE_S = 10.0
 
 
 def ahead_limit(slots: int, cpus: int | None) -> int:
@@ -116,8 +116,32 @@ class Ahead:
         until `copies` wait for them: now, or where the limit is reached once others leave
         (in the order offered); none where their GPUs are not known yet."""
         launch = self._launch(ids, files, strict=strict, env=env)
-        if launch is None:
-            return
+        if launch is not None:
+            self._queue_copies(launch, copies)
+
+    def offer_seeing(
+        self, ids: Sequence[str], files: Sequence[str], gpu: str | None, *, copies: int = 1
+    ) -> None:
+        """`offer`, for a run that sees `gpu` whatever its admission (a pair's side)."""
+        if self.on:
+            launch = evidence_launch(self.rootdir, ids, files, gpu=gpu, label="ahead")
+            self._queue_copies(launch, copies)
+
+    def take(self, files: Sequence[str], gpu: str | None) -> Held | None:
+        """One interpreter offered for a run of `files` seeing `gpu` (no environment of its
+        own), taken out of the pool; None where none waits."""
+        key: _Key = (tuple(pytest_target(self.rootdir, f) for f in files), gpu, ())
+        with self._lock:
+            found = next(
+                (i for i, (k, h) in enumerate(self._pool) if k == key and h.proc.poll() is None),
+                None,
+            )
+            held = None if found is None else self._pool.pop(found)[1]
+        if held is not None:
+            self.released(held, used=True)
+        return held
+
+    def _queue_copies(self, launch: Launch, copies: int) -> None:
         key = _key(launch)
         with self._lock:
             have = sum(1 for k, _ in self._pool if k == key)

@@ -90,15 +90,18 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     if len(candidates) > 1:
         groups.append(list(candidates))
 
-    def pair_shows(beside: Sequence[str]) -> tuple[bool, list[str]]:
-        nonlocal apart
+    def sides(beside: Sequence[str]) -> list[tuple[list[str], str | None]]:
         runs = [([victim], gpu_of(parallel, file_of(victim)))]
         runs += [
             (ids_of.get(f, []), shared if shared is not None else gpu_of(parallel, f))
             for f in beside
         ]
+        return [(ids, gpu) for ids, gpu in runs if ids]
+
+    def pair_shows(beside: Sequence[str]) -> tuple[bool, list[str]]:
+        nonlocal apart
         search.gpu = shared  # what its runs saw, once one ran
-        started = [(ids, gpu) for ids, gpu in runs if ids]
+        started = sides(beside)
         nonlocal devices
         devices = first_gpus_note([gpu for _, gpu in started])
         done, met = prober.run_together(
@@ -117,10 +120,15 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     def cut() -> bool:
         return prober.exhausted() or prober.stopping()
 
-    for beside in groups:
+    for index, beside in enumerate(groups):
         if cut():
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
             return search
+        # the sides' start-ups while the runs before them go on: this pair's run and its
+        # confirmation, and the next pair's run
+        prober.prepare_together(sides(beside), copies=2)
+        if index + 1 < len(groups):
+            prober.prepare_together(sides(groups[index + 1]))
         shows, partners = pair_shows(beside)
         if not shows:
             continue

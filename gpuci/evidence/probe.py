@@ -30,9 +30,6 @@ from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.attempts import UNSTABLE_ID
 from gpuci.run.proc.discover import POISON_ENV, child_env, file_of
 from gpuci.run.proc.gpumem import narrow_files, screen_peaks
-from gpuci.run.proc.handshake import (
-    RENDEZVOUS_ENV,  # the plugin's: hold the first test until all arrive
-)
 from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.supervisor import Supervisor
@@ -240,6 +237,7 @@ class Prober:
         collect: Sequence[str] = (),
         cancel: threading.Event | None = None,
         held: Held | None = None,
+        rendezvous: str | None = None,
     ) -> ProbeRun:
         files = _files(ids, collect)
         key = files[-1]  # the victim's file: its journal and log
@@ -254,6 +252,7 @@ class Prober:
                 wrapper=wrapper,
                 timeout=timeout,
                 lane=lane,
+                rendezvous=rendezvous,
             )
             log = self.interpreters.out / "logs" / f"{launch.stem}.log"
             started = time.monotonic()
@@ -350,15 +349,35 @@ class Prober:
             self.admission.admitted(strict=True, size=len(groups)),
         ):
             folder = Path(scratch) / "met"
-            env = {RENDEZVOUS_ENV: f"{folder}:{len(groups)}"}
+            meet = f"{folder}:{len(groups)}"
+            # each side's interpreter where one waits started ahead (`prepare_together`):
+            # the rendezvous is handed over with its ids
+            held = [self._take_ahead(ids, gpu) for ids, gpu in groups]
             with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
                 futures = [
-                    pool.submit(self._run, ids, phase=phase, label=label, gpu=gpu, env=env)
-                    for ids, gpu in groups
+                    pool.submit(
+                        self._run, ids, phase=phase, label=label, gpu=gpu, rendezvous=meet, held=h
+                    )
+                    for (ids, gpu), h in zip(groups, held, strict=True)
                 ]
                 runs = [f.result() for f in futures]
             met = sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
         return runs, met
+
+    def prepare_together(
+        self, groups: Sequence[tuple[Sequence[str], str | None]], *, copies: int = 1
+    ) -> None:
+        """Start ahead the interpreters of a later `run_together` of `groups` (`copies` of
+        each side: a pair's run and its confirmation)."""
+        if self.ahead is not None and not self.stopping() and not self.exhausted():
+            for ids, gpu in groups:
+                self.ahead.offer_seeing(ids, _files(ids, ()), gpu, copies=copies)
+
+    def _take_ahead(self, ids: Sequence[str], gpu: str | None) -> Held | None:
+        """An interpreter started ahead for `ids` seeing `gpu`, taken (None where none)."""
+        if self.ahead is None:
+            return None
+        return self.ahead.take(_files(ids, ()), gpu)
 
 
 def _files(ids: Sequence[str], collect: Sequence[str]) -> list[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import select
 import shutil
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.run.proc.handshake import HOLD_ENV, POLL_S
+from gpuci.run.proc.handshake import HOLD_ENV, POLL_S, asked_json
 from gpuci.run.proc.journal import JournalReader
 from gpuci.run.proc.launch import Launch, launch_environ, pytest_command
 from gpuci.run.proc.ledger import note_started
@@ -90,15 +89,17 @@ class Held:
         """The cookie its processes carry (`gpuci.run.proc.reaper`)."""
         return self.env[COOKIE_ENV]
 
-    def release(self, journal: Path, ids: Sequence[str] | None) -> subprocess.Popen[bytes]:
-        """Let it run `ids` (None: every test it collected), journaling into `journal` from
-        now on; the process."""
+    def release(
+        self, journal: Path, ids: Sequence[str] | None, rendezvous: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Let it run `ids` (None: every test it collected; where paired, meeting the others
+        at `rendezvous`), journaling into `journal` from now on; the process."""
         started_in = Path(self.env["GPUCI_JOURNAL"])
         if started_in != journal:  # the file it has open goes along
             started_in.replace(journal)
         only = Path(self.env["GPUCI_ONLY"])
         ready = only.with_suffix(".tmp")
-        ready.write_text(json.dumps(None if ids is None else list(ids)), encoding="utf-8")
+        ready.write_text(asked_json(ids, rendezvous), encoding="utf-8")
         ready.replace(only)  # whole at once: it reads the file as soon as it appears
         return self.proc
 

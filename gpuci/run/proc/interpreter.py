@@ -10,7 +10,6 @@ with the tests after it in a fresh interpreter (`Attempt.resume`).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import select
 import shlex
@@ -29,6 +28,7 @@ from gpuci.processes import Leftover
 from gpuci.run.proc.attempts import read_attempt
 from gpuci.run.proc.deadline import Deadline, HangLimit
 from gpuci.run.proc.gpumem import MemoryGate, sampler
+from gpuci.run.proc.handshake import asked_json
 from gpuci.run.proc.held import Held, end_held, start_held, take_file, take_held
 from gpuci.run.proc.holders import StrangerCheck, gpu_watch
 from gpuci.run.proc.journal import JournalReader, startup_of
@@ -258,7 +258,7 @@ class Interpreters:
         held = take_held(cmd, launch.targets, env) if launch.held else None
         if held is not None:
             reader = JournalReader(journal)  # from its end: an earlier attempt's are read
-            proc = held.release(journal, launch.ids)
+            proc = held.release(journal, launch.ids, launch.rendezvous)
             start = held.started - self.zero
             output = bytes(held.output)
             return _Started(proc, held.command, held.cookie, start, held.started_at, output, reader)
@@ -267,7 +267,7 @@ class Interpreters:
         elif given is not None and given.matches(cmd, launch.targets, env):  # held for it
             own = Path(given.env["GPUCI_JOURNAL"])
             reader = JournalReader(own)  # before the release: its tests' events come after
-            proc = given.release(own, launch.ids)
+            proc = given.release(own, launch.ids, launch.rendezvous)
             now, now_at = self.now(), time.time()
             return _Started(proc, given.command, given.cookie, now, now_at, b"", reader, True)
         # started ahead while its slot's previous unit ran, journaling into `journal` from
@@ -275,7 +275,7 @@ class Interpreters:
         # what was not hidden (from now to its collection, 0 where it had collected)
         ahead, offset = self._ahead.pop(launch.key, (None, 0))
         if ahead is not None and ahead.matches(cmd, launch.targets, env):
-            proc = ahead.release(journal, launch.ids)
+            proc = ahead.release(journal, launch.ids, launch.rendezvous)
             reader = JournalReader(journal, offset)
             now, now_at = self.now(), time.time()
             return _Started(proc, ahead.command, ahead.cookie, now, now_at, b"", reader, True)
@@ -284,7 +284,7 @@ class Interpreters:
         early = take_file(cmd, launch.targets, env) if launch.attempt == 1 else None
         if early is not None:
             reader = JournalReader(journal)
-            proc = early.release(journal, launch.ids)
+            proc = early.release(journal, launch.ids, launch.rendezvous)
             if early.ahead:  # started for this pass during an earlier one: from now
                 return _Started(
                     proc, early.command, early.cookie, self.now(), time.time(), b"", reader, True
@@ -292,7 +292,8 @@ class Interpreters:
             start = early.started - self.zero
             return _Started(proc, early.command, early.cookie, start, early.started_at, b"", reader)
         reader = JournalReader(journal)  # from its end: an earlier attempt's are read
-        only.write_text(json.dumps(launch.ids), encoding="utf-8")  # ids exactly, any character
+        # ids exactly, any character
+        only.write_text(asked_json(launch.ids, launch.rendezvous), encoding="utf-8")
         start, started_at = self.now(), time.time()
         try:
             proc = start_interpreter(cmd, env)

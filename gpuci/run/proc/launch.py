@@ -34,6 +34,7 @@ class Launch:
     timeout: float | None = None  # instead of the interpreters' --timeout (a slow wrapper)
     lane: int = 0  # an evidence run beside another of the same file: its own journal and log
     held: bool = False  # the suite interpreter started before discovery may be taken for it
+    rendezvous: str | None = None  # a pair's: "FOLDER:N", handed over with its ids
 
     @property
     def stem(self) -> str:
