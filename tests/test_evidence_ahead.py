@@ -234,6 +234,17 @@ def test_a_pair_takes_interpreters_started_ahead_and_meets_at_its_rendezvous(
     assert len(marks(prober, "imported")) == 2  # no side started again
 
 
+def test_an_offer_withdrawn_is_dropped_or_its_latest_interpreter_ended(prober: Prober) -> None:
+    for name in "abc":  # c's offer waits for room (the limit: 2)
+        prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
+    prober.withdraw(["test_c.py::test_c"], strict=True)  # its run will not come: dropped
+    prober.withdraw(["test_b.py::test_b"], strict=True)  # started already: ended
+    prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
+    assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 1}
+    assert prober.ahead is not None and prober.ahead.close() == 0  # nothing left over
+    assert not marks(prober, "ran", "b") and not marks(prober, "ran", "c")
+
+
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     assert prober.ahead is not None
     prober.ahead.on = False

@@ -83,6 +83,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "ahead",
         "probe_run",
         "probe",
+        "prober_setup",
         "alone",
         "priorities",
         "beside",

@@ -147,6 +147,12 @@ class LoadedProber:
         with self._lock:
             self.prepared.append((list(ids), strict))
 
+    withdrawn: list[list[str]] = field(default_factory=list)  # started ahead, given back
+
+    def withdraw(self, ids: Sequence[str], **_: object) -> None:
+        with self._lock:
+            self.withdrawn.append(list(ids))
+
 
 def task(category: Category = Category.ORDER_DEPENDENT) -> Task:
     return Task(victim=VICTIM, category=category, candidates=CANDIDATES, rank=(0, 0))
@@ -457,3 +463,32 @@ def test_runs_beside_others_spread_over_the_gpus_by_memory_kept() -> None:
     single = Admission(slots=2, capacity_mib=81920)
     with single.admitted(strict=False, need_mib=100) as a, single.admitted(strict=False) as b:
         assert (a.device, b.device) == (0, 0)
+
+
+def test_a_likely_failing_suspect_that_passes_alone_gives_back_its_second_interpreter() -> None:
+    # it failed after its own file's earlier tests in every interpreter of its file, and
+    # passes alone: the interpreter started ahead for a second strict run at once goes
+    # (its second alone-run comes with the others', at the end)
+    victim, other = "test_o.py::test_order", "test_q.py::test_fine"
+
+    def mode(which: Mode, outcome: Outcome) -> ModeResults:
+        tests = (TestResult(id=victim, file="test_o.py", outcome=outcome),)
+        run = ModeRun(mode=which, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+        return ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+
+    results = {
+        Mode.SUITE: mode(Mode.SUITE, Outcome.PASSED),
+        Mode.PARALLEL: mode(Mode.PARALLEL, Outcome.FAILED),
+    }
+    plan = prioritize(results, {victim: 2, other: 2})
+    assert plan.likely_failing == {victim}
+    prober = LoadedProber(lambda ids, _: Outcome.PASSED)
+    found, had = first_alone(
+        prober,  # type: ignore[arg-type]
+        plan.isolation,
+        {},
+        io.StringIO(),
+        likely_failing=plan.likely_failing,
+    )
+    assert found[victim].alone == (Outcome.PASSED,) and had[victim] == 1
+    assert prober.withdrawn == [[victim]]  # the likely failing one's; the other had none

@@ -4,6 +4,7 @@ tried first, then narrowed and confirmed (a wrong one costs a run, a common valu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +170,13 @@ def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) 
     )
     (hinted,) = hint_tasks([planned], results, Ledger())
     provider = CANDIDATES[1]
-    right = FakeProber(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
+    right = HidingStartUps(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
     search = _search(right, results, hinted, [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == (provider,) and search.probes[0].kind == SOURCE
     assert len(right.runs) <= 3  # no run of the suite's files collected
+    # the interpreters started ahead for its runs with the files collected (all of them,
+    # then the halving's first wave: one slot, one run) go: the hint answered
+    assert right.withdrawn == [["test_a.py", "test_b.py", victim], ["test_a.py", victim]]
     # a wrong hint: then the files collected, as without one (its import is the provider)
     importing = Collecting(lambda ids, _: Outcome.PASSED if "test_b.py" in ids else Outcome.FAILED)
     search = _search(importing, results, hinted, [], frozenset())  # type: ignore[arg-type]
@@ -185,3 +189,23 @@ class Collecting(FakeProber):
 
     def run(self, ids: Sequence[str], *, collect: Sequence[str] = (), **rest: Any) -> Any:
         return super().run([*collect, *ids], collect=collect, **rest)
+
+
+@dataclass
+class HidingStartUps(FakeProber):
+    """Where start-ups are worth hiding: what it was asked to start ahead, or to give back."""
+
+    hides_start_ups: bool = True
+    withdrawn: list[list[str]] = field(default_factory=list)  # each: collected files, then ids
+
+    def prepare(self, ids: Sequence[str], **_: Any) -> None:
+        pass
+
+    def hold(self, ids: Sequence[str], **_: Any) -> object:
+        return tuple(ids)  # stands for the interpreter held ahead
+
+    def let_go(self, held: object, **_: Any) -> None:
+        pass
+
+    def withdraw(self, ids: Sequence[str], *, collect: Sequence[str] = (), **_: Any) -> None:
+        self.withdrawn.append([*collect, *ids])

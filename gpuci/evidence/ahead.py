@@ -41,8 +41,9 @@ AHEAD_START_S = WORTH_HIDING_S
 # an interpreter held idle this long gives its place to one offered later, where the limit
 # is reached: the run it was offered for may never come (a victim whose hint answered
 # before its depends-on-others search; on the H100 nine such filled the limit of nine,
-# and every later run started cold; a run that comes at all came within seconds)
-STALE_S = 10.0
+# and every later run started cold; at 10 s a strict hog's runs outlasted the offers for
+# the runs after them, which were ended before their turn)
+STALE_S = 20.0
 
 
 def ahead_limit(slots: int, cpus: int | None) -> int:
@@ -140,6 +141,30 @@ class Ahead:
         if held is not None:
             self.released(held, used=True)
         return held
+
+    def withdraw(
+        self,
+        ids: Sequence[str],
+        files: Sequence[str],
+        *,
+        strict: bool,
+        env: Mapping[str, str] | None,
+    ) -> None:
+        """One interpreter offered for a run of `ids` that will not come after all: its
+        offer dropped where not started yet, else the latest started ended."""
+        launch = self._launch(ids, files, strict=strict, env=env)
+        if launch is None:
+            return
+        key = _key(launch)
+        with self._lock:
+            queued = [i for i, (k, _) in enumerate(self._queue) if k == key]
+            if queued:
+                del self._queue[queued[-1]]
+                return
+            pooled = [i for i, (k, _) in enumerate(self._pool) if k == key]
+            held = self._pool.pop(pooled[-1])[1] if pooled else None
+        if held is not None:
+            self.released(held, used=False)
 
     def _queue_copies(self, launch: Launch, copies: int) -> None:
         key = _key(launch)

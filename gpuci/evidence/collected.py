@@ -89,3 +89,15 @@ def prepare_collected(prober: Prober, results: Mapping[Mode, ModeResults], victi
     prober.prepare([victim], collect=files, copies=1 if len(files) > 1 else 2)
     for node in plan_wave(len(files), max(1, prober.admission.slots)):
         prober.prepare([victim], collect=files[node.runs[0] : node.runs[1]])
+
+
+def withdraw_collected(prober: Prober, results: Mapping[Mode, ModeResults], victim: str) -> None:
+    """`prepare_collected`'s interpreters ended: the victim's search needed none of them (its
+    hint named the provider)."""
+    files = collected_files(results, victim)
+    if not prober.hides_start_ups or not files:
+        return
+    for _ in range(1 if len(files) > 1 else 2):
+        prober.withdraw([victim], collect=files)
+    for node in plan_wave(len(files), max(1, prober.admission.slots)):
+        prober.withdraw([victim], collect=files[node.runs[0] : node.runs[1]])

@@ -27,7 +27,7 @@ from typing import TextIO
 
 from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.collected import collected_first
+from gpuci.evidence.collected import collected_first, withdraw_collected
 from gpuci.evidence.fingerprints import same_kind
 from gpuci.evidence.hinted import hint_tasks, hinted_first
 from gpuci.evidence.orders import Order
@@ -262,6 +262,8 @@ def _search(
             prober, task, roots, rest=lambda: _search(prober, results, unhinted, roots, partnerable)
         )
         if found is not None:
+            if found.culprits:  # the hint's runs answered: none with the files collected
+                withdraw_collected(prober, results, task.victim)
             return found
     # a file's import may be what it needs: the suite's other files collected first, a
     # run that costs no test of theirs

@@ -34,6 +34,7 @@ from gpuci.evidence.pairs import PAIRED
 from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import Prober
+from gpuci.evidence.prober_setup import start_prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
 from gpuci.evidence_file import evidence_to_json
@@ -91,7 +92,7 @@ def gather_evidence(
         first = dataclasses.replace(first, pytest_args=pytest_args)
     directory = out / EVIDENCE_DIR
     supervisor = Supervisor()
-    prober = Prober.start(
+    prober = start_prober(
         directory,
         first,
         python=python,

@@ -12,6 +12,7 @@ from typing import TextIO
 from gpuci.evidence.alone import alone_runs_wanted, run_alone
 from gpuci.evidence.priorities import describe_cuts
 from gpuci.evidence.probe import Prober
+from gpuci.evidence.prober_setup import start_prober
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import SUITE_UNIT, FileRun, Mode, ModeRun, TestEvidence, TestResult
@@ -46,7 +47,7 @@ def rerun_mode_suspects(
     if not any(wanted.values()):
         return run
     supervisor = Supervisor()
-    prober = Prober.start(
+    prober = start_prober(
         out,
         run,
         python=python,

@@ -11,7 +11,6 @@ by side.
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import threading
 import time
@@ -21,19 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.evidence.account import Account, Ended
-from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
-from gpuci.evidence.ahead import AHEAD_START_S, Ahead, ahead_limit, evidence_launch
+from gpuci.evidence.admission import Admission
+from gpuci.evidence.ahead import Ahead, evidence_launch
 from gpuci.evidence.probe_run import ProbeRun
-from gpuci.evidence.reproduce import serial_gpu
-from gpuci.model import ModeRun
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.attempts import UNSTABLE_ID
-from gpuci.run.proc.discover import POISON_ENV, child_env, file_of
-from gpuci.run.proc.gpumem import narrow_files, screen_peaks
+from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
-from gpuci.run.proc.supervisor import Supervisor
-from gpuci.run.sched.views import visible_gpus
 
 
 @dataclass(slots=True)
@@ -59,67 +53,6 @@ class Prober:
     unstable: set[str] = field(default_factory=set)  # tests whose id no run collected again
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _lanes: dict[str, set[int]] = field(default_factory=dict)  # by file: runs in flight
-
-    @classmethod
-    def start(
-        cls,
-        out: Path,
-        run: ModeRun,
-        *,
-        python: str,
-        timeout: float | None,
-        budget_s: float | None,
-        supervisor: Supervisor,
-        mode_name: str,
-        slots: int = 1,
-        start_s: float = 0.0,
-    ) -> Prober:
-        """A prober writing journals and logs under `out`, with `run`'s pytest arguments,
-        running up to `slots` interpreters at once (each once its GPU has room for its
-        file's peak in the check's screens, `out`'s sibling mode directories); where one
-        interpreter's start-up takes `start_s` >= EXPENSIVE_START_S, up to the cores."""
-        environ = child_env(os.environ)
-        environ["GPUCI_MODE"] = mode_name
-        if run.poison:  # one environment: the evidence of a poisoned check is poisoned too
-            environ[POISON_ENV] = "1"
-        interpreters = Interpreters(
-            out=out,
-            python=python,
-            pytest_args=run.pytest_args,
-            timeout=timeout,
-            environ=environ,
-            clock_zero=time.monotonic(),
-            supervisor=supervisor,
-        )
-        total = str(run.environment.get("gpu_memory_mib", ""))
-        admission = Admission(
-            slots=evidence_slots(slots, start_s, os.cpu_count()),
-            capacity_mib=int(total) if total.isdigit() else None,
-            devices=max(1, len(run.gpus)),
-            peaks=screen_peaks(out.parent),
-            # held interpreters (an expensive start-up) see the serial GPUs: no lanes
-            narrow=narrow_files(out.parent) if start_s < EXPENSIVE_START_S else set(),
-        )
-        views = visible_gpus(run.gpus, max(1, len(run.gpus)))
-        rootdir = Path(run.rootdir)
-        return cls(
-            interpreters,
-            rootdir,
-            serial_gpu(run),
-            budget_s,
-            run.poison,
-            views=views,
-            admission=admission,
-            expensive=start_s >= EXPENSIVE_START_S,
-            ahead=Ahead(
-                interpreters,
-                admission,
-                views,
-                rootdir,
-                limit=ahead_limit(admission.slots, os.cpu_count()),
-                on=start_s >= AHEAD_START_S,
-            ),
-        )
 
     @property
     def hides_start_ups(self) -> bool:
@@ -310,6 +243,13 @@ class Prober:
         if self.ahead is not None and not self.stopping() and not self.exhausted():
             files = _files(ids, collect)
             self.ahead.offer(ids, files, strict=strict, env=env, copies=copies)
+
+    def withdraw(
+        self, ids: Sequence[str], *, strict: bool = False, collect: Sequence[str] = ()
+    ) -> None:
+        """One interpreter `prepare`d for a run that will not come after all, ended."""
+        if self.ahead is not None:
+            self.ahead.withdraw(ids, _files(ids, collect), strict=strict, env=None)
 
     def let_go(self, held: Held, *, phase: str, label: str) -> None:
         """End an interpreter held ahead and not taken: a loser, killed, never counted."""
