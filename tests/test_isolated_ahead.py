@@ -1,9 +1,9 @@
-"""The isolated pass's first interpreters start before their turn where start-ups are worth
-hiding (each interpreter of the suites below sleeps 1.2 s in its conftest.py):
-- in a check, a file that failed in the parallel screen starts its isolated interpreter
+"""The isolated pass's first interpreters start before their turn:
+- in a check whose interpreters' start-ups are worth hiding (each sleeps 1.2 s in its
+  conftest.py), a file that failed in the parallel screen starts its isolated interpreter
   while the screens go on (`gpuci.lazy_isolated.IsolatedAhead`), and the pass takes it;
-- in an isolated pass, the files that run one at a time (gpu_serial here) start while the
-  others run (`gpuci.run.sched.session.run_mode`).
+- in an isolated pass, the files that run one at a time (here one that failed fresh in
+  parallel) start while the side-by-side ones run (`gpuci.run.sched.session.run_mode`).
 """
 
 from __future__ import annotations
@@ -15,40 +15,9 @@ from typing import Any
 import pytest
 from cli_runner import gpuci, needs_run_parallel, write_files
 
-SLOW_START = "import time\n\ntime.sleep(1.2)  # every interpreter's start-up: worth hiding\n"
-PROVIDED = {
-    "conftest.py": SLOW_START,
-    "pytest.ini": "[pytest]\nmarkers =\n    gpu_serial: one at a time\n",
-    "state.py": "PROVIDED = False\n",
-    "test_a.py": """
-        import state
-
-        state.PROVIDED = True  # at import: what test_b needs
-
-
-        def test_a():
-            pass
-        """,
-    "test_b.py": """
-        import state
-
-
-        def test_b_needs_a_provider():
-            assert state.PROVIDED
-        """,
-    "test_c.py": """
-        import pytest
-
-
-        def test_c():
-            pass
-
-
-        @pytest.mark.gpu_serial
-        def test_c_serial():
-            pass
-        """,
-}
+# test_a.py's import provides what test_b.py needs (a depends-on-others test); each
+# interpreter's start-up takes 1.2 s
+from tests.test_evidence_ahead import PROVIDED
 
 
 def _interpreters(out: Path, mode: str) -> dict[str, list[dict[str, Any]]]:
