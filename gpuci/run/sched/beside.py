@@ -103,25 +103,10 @@ def _hold_first_files(options: ModeOptions) -> None:
     # the screens' slots as `gpuci.check` will count them: the suite's and the files'
     slots, _ = pool_workers(parse_workers(options.workers), gpus, per_slot, len(first) + 1)
     views = screen_gpus(gpus, slots + 1, per_slot, suite=True)
-    environ = mode_environ(run)
     folder = held_folder(options.out / STATE_DIR / "held-files")
     gate = MemoryGate(run.peaks)  # asks the GPUs' free memory only where peaks are known
     for slot, file in admit_first(first, views, slots, run.peaks, gate.free_mib):
-        launch = Launch(
-            key=file,
-            ids=None,
-            targets=(pytest_target(rootdir, file),),
-            slot=slot,
-            gpu=views[slot],
-            env=window_env(views[slot], gpus, environ),
-            attempt=1,
-            junit=junit_part(run.out, file, 1),
-            label="interpreter 1",
-        )
-        command = pytest_command(run.python, mode_pytest_args(run), launch)
-        journal = folder / f"{slot}.jsonl"
-        env = launch_environ(environ, launch, journal=journal, only=folder / f"{slot}.json")
-        hold_file(command, launch.targets, env, nice=SCREEN_NICE)
+        _hold_file(run, rootdir, file, slot=slot, view=views[slot], folder=folder, name=str(slot))
 
 
 def hold_isolated_file(options: ModeOptions, rootdir: Path, file: str) -> None:
@@ -129,13 +114,32 @@ def hold_isolated_file(options: ModeOptions, rootdir: Path, file: str) -> None:
     pytest sees them), started now and held until the pass takes it (`gpuci.lazy_isolated`);
     killed with the others where it does not."""
     run = planned_run(options, Mode.ISOLATED)
+    name = "".join(c if c.isalnum() else "-" for c in file)
+    folder = held_folder(options.out / STATE_DIR / f"held-isolated-{name}")
     view = plain_gpus(run.gpus)
+    _hold_file(run, rootdir, file, slot=0, view=view, folder=folder, name="0", ahead=True)
+
+
+def _hold_file(
+    run: RunOptions,
+    rootdir: Path,
+    file: str,
+    *,
+    slot: int,
+    view: str | None,
+    folder: Path,
+    name: str,
+    ahead: bool = False,
+) -> None:
+    """`file`'s first interpreter of `run`'s mode in `slot` seeing `view`, as that mode will
+    start it (`gpuci.run.sched.unit.UnitRunner`), started now at a screen's niceness, held
+    (its journal and file of ids in `folder`, by `name`); `ahead`: for a later pass."""
     environ = mode_environ(run)
     launch = Launch(
         key=file,
         ids=None,
         targets=(pytest_target(rootdir, file),),
-        slot=0,
+        slot=slot,
         gpu=view,
         env=window_env(view, run.gpus, environ),
         attempt=1,
@@ -143,12 +147,9 @@ def hold_isolated_file(options: ModeOptions, rootdir: Path, file: str) -> None:
         label="interpreter 1",
     )
     command = pytest_command(run.python, mode_pytest_args(run), launch)
-    name = "".join(c if c.isalnum() else "-" for c in file)
-    folder = held_folder(options.out / STATE_DIR / f"held-isolated-{name}")
-    env = launch_environ(
-        environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
-    )
-    hold_file(command, launch.targets, env, nice=SCREEN_NICE, ahead=True)  # beside the screens
+    journal, only = folder / f"{name}.jsonl", folder / f"{name}.json"
+    env = launch_environ(environ, launch, journal=journal, only=only)
+    hold_file(command, launch.targets, env, nice=SCREEN_NICE, ahead=ahead)
 
 
 def _first_files(options: ModeOptions) -> tuple[Path, list[str]]:
