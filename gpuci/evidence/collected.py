@@ -81,23 +81,31 @@ def collected_first(
 
 def prepare_collected(prober: Prober, results: Mapping[Mode, ModeResults], victim: str) -> None:
     """Where start-ups are worth hiding, a depends-on-others search's first runs start
-    ahead: the run with the suite's other files collected, and the halving's first wave
-    (one file: that run's confirmation, the same run). A run not taken is killed at the end."""
-    files = collected_files(results, victim)
-    if not prober.hides_start_ups or not files:
-        return
-    prober.prepare([victim], collect=files, copies=1 if len(files) > 1 else 2)
-    for node in plan_wave(len(files), max(1, prober.admission.slots)):
-        prober.prepare([victim], collect=files[node.runs[0] : node.runs[1]])
+    ahead (`_first_runs`). A run not taken is killed at the end."""
+    for collect, copies in _first_runs(prober, results, victim):
+        prober.prepare([victim], collect=collect, copies=copies)
 
 
 def withdraw_collected(prober: Prober, results: Mapping[Mode, ModeResults], victim: str) -> None:
     """`prepare_collected`'s interpreters ended: the victim's search needed none of them (its
     hint named the provider)."""
+    for collect, copies in _first_runs(prober, results, victim):
+        for _ in range(copies):
+            prober.withdraw([victim], collect=collect)
+
+
+def _first_runs(
+    prober: Prober, results: Mapping[Mode, ModeResults], victim: str
+) -> list[tuple[tuple[str, ...], int]]:
+    """The files collected in each of a depends-on-others search's first runs, and how
+    many of each: the run with the suite's other files, and the halving's first wave (one
+    file: that run's confirmation, the same run); none where start-ups are not worth
+    hiding."""
     files = collected_files(results, victim)
     if not prober.hides_start_ups or not files:
-        return
-    for _ in range(1 if len(files) > 1 else 2):
-        prober.withdraw([victim], collect=files)
-    for node in plan_wave(len(files), max(1, prober.admission.slots)):
-        prober.withdraw([victim], collect=files[node.runs[0] : node.runs[1]])
+        return []
+    wave = plan_wave(len(files), max(1, prober.admission.slots))
+    return [
+        (files, 1 if len(files) > 1 else 2),
+        *((files[node.runs[0] : node.runs[1]], 1) for node in wave),
+    ]
