@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from gpuci.evidence.orders import first_in_interpreter, interpreter_order
-from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe import Prober, prepare_next
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Mode, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of
@@ -117,9 +117,7 @@ def _alone_round(
                 cut.add(test_id)
                 continue
             if index + 1 < len(tests):  # the next one's start-up while this one runs
-                after = tests[index + 1]  # of the same file: this one's interpreter and one more
-                twice = file_of(after) == file_of(test_id)
-                prober.prepare([after], strict=strict, copies=2 if twice else 1)
+                prepare_next(prober, tests[index + 1], test_id, strict=strict)
             ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}", strict=strict)
             done[test_id] = ran.outcome(test_id)
             if ran.beside:

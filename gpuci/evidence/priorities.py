@@ -28,7 +28,7 @@ from gpuci.evidence.fingerprints import (
     fingerprint,
     group_failures,
 )
-from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe import Prober, prepare_next
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import file_of
@@ -117,9 +117,8 @@ def run_representatives(
     split: list[str] = []
     for index, group in enumerate(groups):
         if index + 1 < len(groups):  # the next group's first start-up while this one runs
-            after = groups[index + 1].representatives[0]  # of this one's file: one more
-            twice = file_of(after) == file_of(group.representatives[0])
-            prober.prepare([after], strict=True, copies=2 if twice else 1)
+            after, current = groups[index + 1].representatives[0], group.representatives[0]
+            prepare_next(prober, after, current, strict=True)
         say(
             progress,
             f"evidence: {len(group.members)} tests failed the same way everywhere;"

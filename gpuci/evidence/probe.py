@@ -320,6 +320,13 @@ class Prober:
         return self.ahead.take(_files(ids, ()), gpu)
 
 
+def prepare_next(prober: Prober, after: str, current: str, *, strict: bool) -> None:
+    """The start-up of the alone-run of `after` while `current`'s goes on: one of `after`'s
+    file's interpreters waits for `current` still where both are of one file, so one more."""
+    twice = file_of(after) == file_of(current)
+    prober.prepare([after], strict=strict, copies=2 if twice else 1)
+
+
 def _files(ids: Sequence[str], collect: Sequence[str]) -> list[str]:
     """A run's files, in the order pytest is handed them: `collect` first, then the files
     of `ids` as they first appear (the last is the victim's: its journal and log)."""
