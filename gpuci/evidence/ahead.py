@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,16 +131,13 @@ class Ahead:
     def take(self, files: Sequence[str], gpu: str | None) -> Held | None:
         """One interpreter offered for a run of `files` seeing `gpu` (no environment of its
         own), taken out of the pool; None where none waits."""
-        key: _Key = (tuple(pytest_target(self.rootdir, f) for f in files), gpu, ())
+        key = _key(evidence_launch(self.rootdir, (), files, gpu=gpu, label="ahead"))
         with self._lock:
-            found = next(
-                (i for i, (k, h) in enumerate(self._pool) if k == key and h.proc.poll() is None),
-                None,
-            )
-            held = None if found is None else self._pool.pop(found)[1]
-        if held is not None:
-            self.released(held, used=True)
-        return held
+            taken = self._pop_pooled(lambda pooled: pooled == key)
+        if taken is None:
+            return None
+        self.released(taken[1], used=True)
+        return taken[1]
 
     def withdraw(
         self,
@@ -196,6 +193,15 @@ class Ahead:
             with self._lock:
                 self._pool.append((key, held))
 
+    def _pop_pooled(self, fits: Callable[[_Key], bool]) -> tuple[_Key, Held] | None:
+        """The first pooled interpreter still running whose key `fits`, taken out (under
+        the lock)."""
+        for index, (pooled, held) in enumerate(self._pool):
+            if fits(pooled) and held.proc.poll() is None:
+                del self._pool[index]
+                return pooled, held
+        return None
+
     def _stalest(self) -> Held | None:
         """The interpreter pooled longest, taken out, where it waited STALE_S or more."""
         if not self._pool or time.monotonic() - self._pool[0][1].started < STALE_S:
@@ -222,11 +228,11 @@ class Ahead:
         # admission prefers that GPU (`Admission.admitted`)
         any_view = not strict and self.admission.devices > 1
         with self._lock:
-            for index, (pooled, held) in enumerate(self._pool):
-                same = pooled == key or (any_view and pooled[0::2] == key[0::2])
-                if same and held.proc.poll() is None:
-                    del self._pool[index]
-                    return held, pooled[1]
+            taken = self._pop_pooled(
+                lambda pooled: pooled == key or (any_view and pooled[0::2] == key[0::2])
+            )
+            if taken is not None:
+                return taken[1], taken[0][1]
             # its offer not started yet is this run's, which starts now
             queued = next((i for i, (k, _) in enumerate(self._queue) if k == key), None)
             if queued is not None:
