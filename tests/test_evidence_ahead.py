@@ -14,11 +14,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from cli_runner import write_files
+from cli_runner import gpuci, write_files
 
-import gpuci.evidence.ahead
+from gpuci.evidence import ahead as ahead_module
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.ahead import Ahead
 from gpuci.evidence.probe import Prober
@@ -208,7 +209,7 @@ def test_a_run_asked_before_its_queued_offer_started_takes_it_back(prober: Probe
 def test_one_held_idle_too_long_makes_room_for_one_offered_later(
     prober: Prober, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence.ahead, "STALE_S", 0.0)  # every one held is stale
+    monkeypatch.setattr(ahead_module, "STALE_S", 0.0)  # every one held is stale
     for name in "ab":
         prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
     prober.prepare(["test_c.py::test_c"], strict=True)  # at the limit: a's, the oldest, goes
@@ -289,15 +290,8 @@ CHECKED = {
 def test_a_check_whose_start_ups_are_slow_starts_evidence_ahead_and_concludes_the_same(
     tmp_path: Path,
 ) -> None:
-    from cli_runner import clean_env, gpuci
-
-    suite = write_files(tmp_path / "suite", CHECKED)
-    out = tmp_path / "out"
-    args = ("check", ".", "--out", str(out), "--workers", "2", "--modes", "suite,parallel")
-    proc = gpuci(*args, cwd=suite, env=clean_env())
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
-    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    suite, out, _ = checked(tmp_path, CHECKED, "--workers", "2", "--modes", "suite,parallel")
+    verdict, evidence = read_json(out / "verdict.json"), read_json(out / EVIDENCE)
     tests = {t["id"]: t for t in verdict["tests"]}
     assert tests["test_b.py::test_b_needs_clear_flag"]["category"] == "order-dependent"
     victim = tests["test_b.py::test_b_needs_clear_flag"]
@@ -307,6 +301,23 @@ def test_a_check_whose_start_ups_are_slow_starts_evidence_ahead_and_concludes_th
     concurrency = evidence["concurrency"]
     assert concurrency["ahead"] >= 1 and concurrency["ahead_taken"] >= 1, concurrency
     assert not _running_in(suite)  # those never taken were killed with the check
+
+
+EVIDENCE = Path("evidence") / "evidence.json"
+
+
+def checked(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[Path, Path, str]:
+    """`gpuci check . ARGS` of the suite `files` (written under `tmp_path`), which finds
+    something (exit 1): the suite's folder, OUT, and what gpuci printed."""
+    suite = write_files(tmp_path / "suite", files)
+    out = tmp_path / "out"
+    proc = gpuci("check", ".", "--out", str(out), *args, cwd=suite)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return suite, out, proc.stderr
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _running_in(folder: Path) -> list[int]:
@@ -394,15 +405,8 @@ def test_where_start_ups_are_worth_hiding_each_likely_run_finds_its_interpreter_
     its two alone-runs, its run with the other files collected, the halving's runs and the
     confirmation each take an interpreter started ahead (before: only its first alone-run,
     each later one paid its start-up while the GPU idled)."""
-    from cli_runner import clean_env, gpuci
-
-    suite = write_files(tmp_path / "suite", PROVIDED)
-    out = tmp_path / "out"
-    args = ("check", ".", "--out", str(out), "--workers", "4", "--modes", "suite,parallel")
-    proc = gpuci(*args, cwd=suite, env=clean_env())
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
-    evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
+    suite, out, _ = checked(tmp_path, PROVIDED, "--workers", "4", "--modes", "suite,parallel")
+    verdict, evidence = read_json(out / "verdict.json"), read_json(out / EVIDENCE)
     victim = next(t for t in verdict["tests"] if t["id"] == "test_b.py::test_b_needs_a_provider")
     assert victim["category"] == "depends-on-others"
     assert victim["providers"] == ["test_a.py"]

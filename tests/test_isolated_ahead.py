@@ -8,20 +8,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci, needs_run_parallel, write_files
+from cli_runner import needs_run_parallel
 
 # test_a.py's import provides what test_b.py needs (a depends-on-others test); each
 # interpreter's start-up takes 1.2 s
-from tests.test_evidence_ahead import PROVIDED
+from tests.test_evidence_ahead import PROVIDED, checked, read_json
 
 
 def _interpreters(out: Path, mode: str) -> dict[str, list[dict[str, Any]]]:
-    run = json.loads((out / mode / "run.json").read_text(encoding="utf-8"))
+    run = read_json(out / mode / "run.json")
     return {f["file"]: f["interpreters"] for f in run["files"] if f["interpreters"]}
 
 
@@ -29,12 +28,8 @@ def _interpreters(out: Path, mode: str) -> dict[str, list[dict[str, Any]]]:
 def test_a_file_that_failed_in_a_screen_starts_its_isolated_run_during_the_screens(
     tmp_path: Path,
 ) -> None:
-    suite = write_files(tmp_path / "suite", PROVIDED)
-    out = tmp_path / "out"
-    args = ("check", ".", "--out", str(out), "--workers", "2")
-    proc = gpuci(*args, "--modes", "suite,parallel,isolated", cwd=suite)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    _, out, _ = checked(tmp_path, PROVIDED, "--workers", "2", "--modes", "suite,parallel,isolated")
+    verdict = read_json(out / "verdict.json")
     victim = next(t for t in verdict["tests"] if t["id"] == "test_b.py::test_b_needs_a_provider")
     assert victim["category"] == "depends-on-others"  # as without it: the run is the same
     isolated = _interpreters(out, "isolated")
@@ -102,16 +97,13 @@ ONE_AT_A_TIME = {
 @needs_run_parallel
 @pytest.mark.slow
 def test_the_files_run_one_at_a_time_start_while_the_others_run(tmp_path: Path) -> None:
-    suite = write_files(tmp_path / "suite", ONE_AT_A_TIME)
-    out = tmp_path / "out"
     modes = ("--modes", "suite,parallel,threads,isolated")
-    proc = gpuci("check", ".", "--out", str(out), "--workers", "2", *modes, cwd=suite)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    isolated = json.loads((out / "isolated" / "run.json").read_text(encoding="utf-8"))
+    _, out, printed = checked(tmp_path, ONE_AT_A_TIME, "--workers", "2", *modes)
+    isolated = read_json(out / "isolated" / "run.json")
     outcomes = {t["id"]: t["outcome"] for t in isolated["tests"] if not t.get("inferred")}
     assert outcomes == {
         "test_a.py::test_a_in_the_main_thread_sees_the_serial_file_started": "passed",
         "test_c.py::test_c_needs_a_provider": "failed",
-    }, proc.stderr[-3000:]
+    }, printed[-3000:]
     # test_a.py passed side by side, the first time (not again alone after test_c.py ran)
-    assert "did not pass beside others" not in proc.stderr, proc.stderr[-3000:]
+    assert "did not pass beside others" not in printed, printed[-3000:]
