@@ -144,7 +144,7 @@ def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
 def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence.poisoned, "_poisonable", lambda prober: True)
+    monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
     reader = FakeProber(lambda _, n: Outcome.FAILED)
     found = run_poisoned(reader, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
     assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2
@@ -433,3 +433,34 @@ def test_a_victim_that_only_ran_the_device_out_of_memory_is_not_poisoned() -> No
         for run in (suite, parallel)
     }
     assert worth_poisoning(results, [hog, reader, both]) == [reader, both]
+
+
+def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -> None:
+    from gpuci.evidence.pairs import prepare_first_pairs
+
+    # gpu_polluted: the two hogs pair with each other (one search answers both), and the
+    # flaky test pairs with hog_a's file, which so needs its interpreters twice over
+    hog_a, hog_b, flaky = "test_hog_a.py::test_hold", "test_hog_b.py::test_hold", VICTIM
+    tests = (
+        _oom(hog_a),
+        _oom(hog_b),
+        TestResult(id=flaky, file="test_v.py", outcome=Outcome.FAILED),
+    )
+    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+    parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    prober = FakePairProber(lambda _, n: Outcome.PASSED)
+    prepare_first_pairs(
+        prober,  # type: ignore[arg-type]
+        parallel,
+        [
+            (hog_a, ["test_hog_b.py"], OOM),
+            (hog_b, ["test_hog_a.py"], OOM),
+            (flaky, ["test_hog_a.py", "test_hog_b.py"], ""),
+        ],
+    )
+    assert prober.prepared == [
+        ([hog_a], 2),
+        ([hog_b], 2),
+        ([flaky], 2),
+        ([hog_a], 4),  # hog_a's file: the hogs' pair's two runs and the flaky test's two
+    ]

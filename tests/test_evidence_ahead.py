@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import gpuci, write_files
+from cli_runner import gpuci, needs_run_parallel, write_files
 
 from gpuci.evidence import ahead as ahead_module
 from gpuci.evidence.admission import Admission
@@ -246,6 +246,39 @@ def test_an_offer_withdrawn_is_dropped_or_its_latest_interpreter_ended(prober: P
     assert not marks(prober, "ran", "b") and not marks(prober, "ran", "c")
 
 
+def test_a_run_asking_while_its_queued_offer_starts_waits_for_it_and_takes_it(
+    prober: Prober, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b's offer is popped from the queue (a's run took a's) and its start is slow: b's run,
+    asked meanwhile, finds neither its offer nor its interpreter pooled, and must wait for
+    the start instead of starting one of its own beside it (on the H100 the run started
+    cold, and the interpreter started for it idled to the end)."""
+    assert prober.ahead is not None
+    prober.ahead.limit = 1
+    popped = threading.Event()
+    hold = prober.interpreters.hold
+
+    def slow_hold(launch: Any) -> Any:
+        if "test_b.py" in launch.targets[-1]:
+            popped.set()
+            time.sleep(1.0)  # a start that takes a while to return
+        return hold(launch)
+
+    monkeypatch.setattr(prober.interpreters, "hold", slow_hold)
+    for name in "ab":
+        prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
+    a = threading.Thread(
+        target=prober.run, args=(["test_a.py::test_a"],), kwargs={"phase": "a", "label": "a"}
+    )
+    a.start()
+    assert popped.wait(120)
+    ran = prober.run(["test_b.py::test_b"], phase="alone", label="b")
+    a.join()
+    assert ran.outcome("test_b.py::test_b") is Outcome.PASSED
+    assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 2}
+    assert len(marks(prober, "imported")) == 2  # b's run started none of its own
+
+
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     assert prober.ahead is not None
     prober.ahead.on = False
@@ -414,3 +447,145 @@ def test_where_start_ups_are_worth_hiding_each_likely_run_finds_its_interpreter_
     assert evidence["runs"] == 5, evidence
     assert evidence["concurrency"]["ahead_taken"] >= evidence["runs"], evidence["concurrency"]
     assert not _running_in(suite)  # those never taken were killed with the check
+
+
+# A likely failure that is not: test_x.py's second test fails after its first in every
+# interpreter of its own file, yet passes in the suite (test_a.py's import, collected there
+# first, keeps the first from leaving its flag) and alone: an order-dependent victim, not
+# one that depends on others.
+UNLIKELY = {
+    "conftest.py": SLOW_START,
+    "pytest.ini": "[pytest]\n",
+    "state.py": "FLAG = False\nQUIET = False\n",
+    "test_a.py": """
+        import state
+
+        state.QUIET = True  # at import
+
+
+        def test_a():
+            pass
+        """,
+    "test_x.py": """
+        import state
+
+
+        def test_leaves_flag():
+            if not state.QUIET:
+                state.FLAG = True
+
+
+        def test_needs_no_flag():
+            assert not state.FLAG
+        """,
+}
+
+
+@pytest.mark.slow
+def test_what_was_started_for_a_likely_failure_is_ended_once_it_passes_alone(
+    tmp_path: Path,
+) -> None:
+    """Its second alone-run and its depends-on-others search's two runs (test_a.py
+    collected: the run, its confirmation) were offered; two at once, so the search's waited
+    queued, and the first started as the first alone-run took its interpreter. Once it
+    passed alone, the search's are ended or dropped before the copy is, whose place would
+    start the second (before: both started and idled in the places of the runs after
+    them; on the H100, 14 such interpreters, and the confirmations started cold)."""
+    modes = ("--modes", "suite,parallel,isolated")
+    suite, out, _ = checked(tmp_path, UNLIKELY, "--workers", "1", *modes)
+    verdict = read_json(out / "verdict.json")
+    victim = next(t for t in verdict["tests"] if t["id"] == "test_x.py::test_needs_no_flag")
+    assert victim["category"] == "order-dependent"
+    assert victim["culprits"] == ["test_x.py::test_leaves_flag"]
+    assert len(_started_collecting(out, "test_a.py::test_a")) == 1
+    assert not _running_in(suite)
+
+
+# A depends-on-others victim whose failure quotes what one earlier test's source writes.
+HINTED = {
+    "conftest.py": SLOW_START,
+    "pytest.ini": "[pytest]\n",
+    "state.py": "REGISTRY = {}\n",
+    "test_a.py": """
+        import state
+
+
+        def test_registers():
+            state.REGISTRY["scale"] = 2
+        """,
+    "test_b.py": """
+        import state
+
+
+        def test_uses_registered():
+            assert state.REGISTRY["scale"] == 2
+        """,
+    "test_c.py": """
+        def test_c():
+            pass
+        """,
+}
+
+
+@pytest.mark.slow
+def test_a_likely_provider_named_by_a_hint_gets_its_runs_started_not_the_collected_ones(
+    tmp_path: Path,
+) -> None:
+    """Its failure (KeyError: 'scale') names what test_a.py's test writes: the hint's run
+    and its confirmation start ahead, not the run with every other file collected, which
+    the hint makes unneeded."""
+    suite, out, _ = checked(tmp_path, HINTED, "--workers", "2", "--modes", "suite,parallel")
+    verdict, evidence = read_json(out / "verdict.json"), read_json(out / EVIDENCE)
+    victim = next(t for t in verdict["tests"] if t["id"] == "test_b.py::test_uses_registered")
+    assert victim["category"] == "depends-on-others"
+    assert victim["providers"] == ["test_a.py::test_registers"]
+    assert _started_collecting(out, "test_c.py::test_c") == []
+    assert evidence["concurrency"]["ahead_taken"] >= evidence["runs"], evidence["concurrency"]
+    assert not _running_in(suite)
+
+
+def _started_collecting(out: Path, test_id: str) -> list[str]:
+    """The evidence interpreters started ahead that collected `test_id` (its journal's
+    first line, written once collected, lists what it collected)."""
+    found = []
+    for journal in sorted((out / "evidence" / "journal").glob("*.held-*.jsonl")):
+        first = journal.read_text(encoding="utf-8").partition("\n")[0]
+        if first and test_id in json.loads(first).get("ids", []):
+            found.append(journal.name)
+    return found
+
+
+THREAD_UNSAFE = {
+    "conftest.py": SLOW_START,
+    "pytest.ini": "[pytest]\n",
+    "test_t.py": """
+        import time
+
+        SEEN = []
+
+
+        def test_shared_list():
+            SEEN.append(1)
+            time.sleep(0.2)  # every thread appends before any asserts
+            try:
+                assert len(SEEN) == 1
+            finally:
+                SEEN.clear()
+        """,
+}
+
+
+@pytest.mark.slow
+@needs_run_parallel
+def test_the_first_run_in_threads_starts_while_the_runs_before_it_go_on(tmp_path: Path) -> None:
+    """A thread-unsafe test's run alone in threads: its interpreter starts ahead, with the
+    threads' option, before its turn (before, only the second's did, and the first paid its
+    start-up while the GPU idled)."""
+    modes = ("--modes", "suite,parallel,threads")
+    suite, out, _ = checked(tmp_path, THREAD_UNSAFE, "--workers", "2", *modes)
+    verdict, evidence = read_json(out / "verdict.json"), read_json(out / EVIDENCE)
+    unsafe = next(t for t in verdict["tests"] if t["id"] == "test_t.py::test_shared_list")
+    assert unsafe["category"] == "thread-unsafe"
+    assert evidence["phases"]["threads"]["runs"] >= 1, evidence["phases"]
+    assert evidence["concurrency"]["ahead_taken"] >= evidence["runs"], evidence["concurrency"]
+    assert not _running_in(suite)

@@ -103,6 +103,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "strict",
         "memcheck",
         "sanitizer",
+        "threads",
         "budget",
         "mode_reruns",
         "engine",

@@ -18,6 +18,7 @@ from gpuci.evidence.alone import more_alone, run_alone
 from gpuci.evidence.bisect import REFUTED, bisect
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
+from gpuci.evidence.likely import Likely, withdraw_unlikely
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
@@ -312,7 +313,7 @@ def test_two_runs_that_do_not_fit_the_gpu_together_run_one_after_the_other() -> 
 def test_a_poisoned_failure_beside_others_is_weighed_by_strict_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence.poisoned, "_poisonable", lambda prober: True)
+    monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
     # it fails whenever another run is beside it: the load's, not a flaky test's
     loaded = LoadedProber(lambda _, strict: Outcome.PASSED if strict else Outcome.FAILED)
     found = run_poisoned(loaded, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
@@ -483,12 +484,14 @@ def test_a_likely_failing_suspect_that_passes_alone_gives_back_its_second_interp
     plan = prioritize(results, {victim: 2, other: 2})
     assert plan.likely_failing == {victim}
     prober = LoadedProber(lambda ids, _: Outcome.PASSED)
+    likely = Likely(results)  # nothing started for a search of it (none would be needed)
     found, had = first_alone(
         prober,  # type: ignore[arg-type]
         plan.isolation,
         {},
         io.StringIO(),
         likely_failing=plan.likely_failing,
+        passed_likely=lambda test_id: withdraw_unlikely(prober, likely, test_id),  # type: ignore[arg-type]
     )
     assert found[victim].alone == (Outcome.PASSED,) and had[victim] == 1
     assert prober.withdrawn == [[victim]]  # the likely failing one's; the other had none

@@ -44,6 +44,7 @@ AHEAD_START_S = WORTH_HIDING_S
 # and every later run started cold; at 10 s a strict hog's runs outlasted the offers for
 # the runs after them, which were ended before their turn)
 STALE_S = 20.0
+START_WAIT_S = 10.0  # the longest a run waits for its interpreter's start (a fork) to return
 
 
 def ahead_limit(slots: int, cpus: int | None) -> int:
@@ -102,7 +103,10 @@ class Ahead:
     # offered beyond the limit: started in the order offered, as others leave the account
     _queue: list[tuple[_Key, Launch]] = field(default_factory=list)
     _out: int = 0  # started and not yet released or ended (pooled or reserved)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # popped from the queue and being started: a run asking meanwhile waits for it, or it
+    # would find neither its offer nor its interpreter and start cold beside it
+    _starting: list[_Key] = field(default_factory=list)
+    _lock: threading.Condition = field(default_factory=threading.Condition)
 
     def offer(
         self,
@@ -133,6 +137,7 @@ class Ahead:
         own), taken out of the pool; None where none waits."""
         key = _key(evidence_launch(self.rootdir, (), files, gpu=gpu, label="ahead"))
         with self._lock:
+            self._wait_started(lambda starting: starting == key)
             taken = self._pop_pooled(lambda pooled: pooled == key)
         if taken is None:
             return None
@@ -154,6 +159,7 @@ class Ahead:
             return
         key = _key(launch)
         with self._lock:
+            self._wait_started(lambda starting: starting == key)
             queued = [i for i, (k, _) in enumerate(self._queue) if k == key]
             if queued:
                 del self._queue[queued[-1]]
@@ -186,12 +192,26 @@ class Ahead:
                 key, launch = self._queue.pop(0)
                 self._out += stale is None
                 self.started += 1
+                self._starting.append(key)
             if stale is not None:  # its account's place goes to the one queued
                 self.interpreters.supervisor.discard(stale.proc)
                 end_held(stale)
-            held = self.interpreters.hold(launch)
-            with self._lock:
-                self._pool.append((key, held))
+            held: Held | None = None
+            try:
+                held = self.interpreters.hold(launch)
+            finally:
+                with self._lock:  # pooled as it leaves `_starting`: no run misses both
+                    self._starting.remove(key)
+                    if held is not None:
+                        self._pool.append((key, held))
+                    else:  # it did not start: its place in the account is free
+                        self._out -= 1
+                    self._lock.notify_all()
+
+    def _wait_started(self, fits: Callable[[_Key], bool]) -> None:
+        """Wait (under the lock) until no interpreter whose key `fits` is being started: it
+        is pooled then (a start is a fork, not a collection)."""
+        self._lock.wait_for(lambda: not any(fits(k) for k in self._starting), timeout=START_WAIT_S)
 
     def _pop_pooled(self, fits: Callable[[_Key], bool]) -> tuple[_Key, Held] | None:
         """The first pooled interpreter still running whose key `fits`, taken out (under
@@ -227,10 +247,13 @@ class Ahead:
         # a run beside others on several GPUs takes one started on any of them: its
         # admission prefers that GPU (`Admission.admitted`)
         any_view = not strict and self.admission.devices > 1
+
+        def fits(pooled: _Key) -> bool:
+            return pooled == key or (any_view and pooled[0::2] == key[0::2])
+
         with self._lock:
-            taken = self._pop_pooled(
-                lambda pooled: pooled == key or (any_view and pooled[0::2] == key[0::2])
-            )
+            self._wait_started(fits)
+            taken = self._pop_pooled(fits)
             if taken is not None:
                 return taken[1], taken[0][1]
             # its offer not started yet is this run's, which starts now

@@ -15,9 +15,8 @@ other. What the budget cuts is recorded per test, never silently classified.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -27,7 +26,13 @@ from gpuci.evidence.budget import fastest_start_up
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.groups import run_groups, waiting_victims
-from gpuci.evidence.likely import prepare_likely
+from gpuci.evidence.likely import (
+    prepare_likely,
+    prepare_poisoned,
+    prepare_searches,
+    withdraw_diagnosed,
+    withdraw_unlikely,
+)
 from gpuci.evidence.mode_reruns import say_strays
 from gpuci.evidence.orders import Order, interpreter_order
 from gpuci.evidence.pairs import PAIRED
@@ -37,6 +42,7 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.prober_setup import start_prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
+from gpuci.evidence.threads import prepare_threaded, run_threaded
 from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -45,24 +51,17 @@ from gpuci.formats import (
 )
 from gpuci.model import (
     NOT_PASSING,
-    PROBE_SHOWN,
     Category,
     Evidence,
     Mode,
-    Outcome,
-    Probe,
     TestEvidence,
 )
 from gpuci.run.proc.discover import file_of
-from gpuci.run.proc.endings import EXIT_ID
 from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.plan import thread_args
-from gpuci.run.sched.progress import say
 from gpuci.run.sched.session import Interrupted
 from gpuci.state.left import Ledger, read_ledger
-
-ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
 
 
 def gather_evidence(
@@ -194,20 +193,19 @@ def _gather(
         results, {i: t.alone for i, t in found.items()}, orders, together=together_outcomes(found)
     )
     rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
-    for test_id in rest:  # their start-ups while the sanitizer and threads runs go on
+    unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
+    if Mode.THREADS not in results:
+        unsafe = []
+    threads = thread_args(results[Mode.THREADS].run.threads) if unsafe else ()
+    # their start-ups while the sanitizer runs (its own is compute-sanitizer's), in turn
+    prepare_threaded(prober, unsafe, threads)
+    for test_id in rest:
         prober.prepare([test_id], strict=True)
     if sanitize is not False:  # the kernel of a root before the rest
         found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
-    unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
-    if unsafe and Mode.THREADS in results:
-        threads = results[Mode.THREADS].run.threads
+    if unsafe:
         found = run_threaded(
-            prober,
-            unsafe,
-            thread_args(threads),
-            found,
-            progress=progress,
-            order=orders.get(Mode.THREADS),
+            prober, unsafe, threads, found, progress=progress, order=orders.get(Mode.THREADS)
         )
     # two tests a pair showed contending fail beside each other: their runs go strictly
     contending = frozenset(i for i, t in found.items() if t.search.startswith(PAIRED))
@@ -234,13 +232,22 @@ def _suspects(
     members want now (none where inferred from its representative)."""
     plan = prioritize(results, wanted)
     # the runs known now start ahead where start-ups are worth hiding
-    prepare_likely(prober, results, plan, wanted, found, orders=orders, ledger=ledger)
+    likely = prepare_likely(prober, results, plan, wanted, found, orders=orders, ledger=ledger)
     found, had = first_alone(
-        prober, plan.isolation, found, progress, likely_failing=plan.likely_failing
+        prober,
+        plan.isolation,
+        found,
+        progress,
+        likely_failing=plan.likely_failing,
+        passed_likely=lambda test_id: withdraw_unlikely(prober, likely, test_id),
     )
+    # the poisoned runs of those that passed, while the rest run alone (after each stage)
+    prepare_poisoned(prober, results, found, orders, only=wanted.keys())
     once = {i: min(n, 1) for i, n in plan.consistent.items()}
-    found = more_alone(prober, once, found, progress)
+    # failed the same way everywhere: likely again, so with nothing beside it from the start
+    found = more_alone(prober, once, found, progress, likely_failing=frozenset(once))
     had |= once
+    prepare_poisoned(prober, results, found, orders, only=wanted.keys())
     found, split = run_representatives(prober, plan.groups, found, progress=progress)
     revised: dict[str, int] = {}
     for group in plan.groups:
@@ -259,8 +266,13 @@ def _suspects(
         for t in classified.values()
         if t.category is Category.ORDER_DEPENDENT and t.id in wanted
     ]
+    # the searches' hinted runs start while the poisoned runs go on
+    searches = prepare_searches(
+        prober, results, classified, found, orders=orders, ledger=ledger, only=wanted.keys()
+    )
     if not prober.poisoned:  # a --poison check ran everything poisoned already
         found = run_poisoned(prober, worth_poisoning(results, victims), found, progress=progress)
+    withdraw_diagnosed(prober, searches, found)
     found = search_culprits(
         prober,
         results,
@@ -272,69 +284,3 @@ def _suspects(
         only=wanted.keys(),
     )
     return found, had, revised
-
-
-def run_threaded(
-    prober: Prober,
-    tests: Sequence[str],
-    threads: Sequence[str],
-    found: Mapping[str, TestEvidence],
-    *,
-    progress: TextIO,
-    order: Order | None = None,
-) -> dict[str, TestEvidence]:
-    """Each thread-unsafe test alone in the threads mode's threads, as its reproduce command
-    runs it: whether that command shows the race, or only its file's order in threads does.
-
-    Where it passes alone in threads, its threads interpreter's earlier tests are replayed
-    before it, in threads, strictly (nothing else running): a threads screen ran beside
-    other interpreters, and only a strict run makes its failure a finding (a Probe)."""
-    merged = dict(found)
-    addopts = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""), *threads]))
-    say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
-    for index, test_id in enumerate(tests):
-        if prober.exhausted() or prober.stopping():
-            break
-        if index + 1 < len(tests):  # the next one's start-up while this one runs
-            prober.prepare(tests[index + 1 : index + 2], env={ADDOPTS: addopts}, strict=True)
-        ran = prober.run(
-            [test_id],
-            phase="threads",
-            label=f"threads: {test_id}",
-            env={ADDOPTS: addopts},
-            strict=True,
-        )
-        before = merged.get(test_id, TestEvidence(id=test_id))
-        outcome = ran.outcome(test_id)
-        merged[test_id] = dataclasses.replace(before, threaded=outcome)
-        say(progress, f"  {test_id}: alone in threads: {outcome.value}")
-        earlier = _earlier_in(order, test_id)
-        if outcome is Outcome.PASSED and earlier and not prober.exhausted():
-            ran = prober.run(
-                [*earlier, test_id],
-                phase="threads",
-                label=f"threads: {test_id} after {len(earlier)} test(s)",
-                env={ADDOPTS: addopts},
-                strict=True,
-            )
-            replay = Probe(
-                count=len(earlier),
-                shown=tuple(earlier[-PROBE_SHOWN:]),
-                outcome=ran.outcome(test_id),
-            )
-            merged[test_id] = dataclasses.replace(merged[test_id], probes=(replay,))
-            say(
-                progress,
-                f"  {test_id}: after its file's earlier tests in threads: {replay.outcome.value}",
-            )
-    return merged
-
-
-def _earlier_in(order: Order | None, test_id: str) -> list[str]:
-    """The tests that ran before `test_id` in its interpreter (real tests only)."""
-    where = order.where.get(test_id) if order is not None else None
-    if order is None or where is None:
-        return []
-    segment, position, _ = where
-    before = [t.id for t in order.segments[segment][:position]]
-    return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]

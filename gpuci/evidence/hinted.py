@@ -112,16 +112,31 @@ def prepare_hinted(prober: Prober, tasks: Sequence[Task]) -> None:
     again (the confirmation). A run takes any interpreter of its files; those not taken
     are killed at the end."""
     for task in tasks:
-        if not task.hinted or len(task.hinted) > MOST_PREPARED:
-            continue
-        hint_run = [*task.hinted, task.victim]
-        if len(task.hinted) == 1:  # the hint's run and its confirmation are the same run
-            likely = [hint_run, hint_run]
-        else:  # each hinted test before the victim: narrowed to, then confirmed
-            singles = [[h, task.victim] for h in task.hinted]
-            likely = [hint_run, *singles, *singles]
-        by_files: dict[frozenset[str], list[list[str]]] = {}
-        for ids in likely:
-            by_files.setdefault(frozenset(file_of(i) for i in ids), []).append(ids)
-        for same in by_files.values():  # one interpreter serves any run of its files
-            prober.prepare(same[0], strict=True, copies=len(same))
+        for ids, copies in hinted_runs(task):
+            prober.prepare(ids, strict=True, copies=copies)
+
+
+def withdraw_hinted(prober: Prober, task: Task) -> None:
+    """`prepare_hinted`'s interpreters for `task` ended: its search will not come (the
+    victim passed alone: not a depends-on-others test after all)."""
+    for ids, copies in hinted_runs(task):
+        for _ in range(copies):
+            prober.withdraw(ids, strict=True)
+
+
+def hinted_runs(task: Task) -> list[tuple[list[str], int]]:
+    """The runs of `task`'s hinted search started ahead, one per set of files (one
+    interpreter serves any run of its files), and how many of each; none where it hints
+    at more than MOST_PREPARED tests."""
+    if not task.hinted or len(task.hinted) > MOST_PREPARED:
+        return []
+    hint_run = [*task.hinted, task.victim]
+    if len(task.hinted) == 1:  # the hint's run and its confirmation are the same run
+        likely = [hint_run, hint_run]
+    else:  # each hinted test before the victim: narrowed to, then confirmed
+        singles = [[h, task.victim] for h in task.hinted]
+        likely = [hint_run, *singles, *singles]
+    by_files: dict[frozenset[str], list[list[str]]] = {}
+    for ids in likely:
+        by_files.setdefault(frozenset(file_of(i) for i in ids), []).append(ids)
+    return [(same[0], len(same)) for same in by_files.values()]

@@ -8,11 +8,16 @@ after their collection (`gpuci.evidence.ahead`), in the order they will run:
 - each isolation suspect's first alone-run, and where it failed in every interpreter of
   its own file its second (the first will likely fail, and the test wants two);
 - each test that failed the same way everywhere, and each group's representative;
-- a likely failing suspect that passed in the suite: its run with the suite's other files
-  collected, the first of a depends-on-others search, and the halving's first wave
-  (`gpuci.evidence.collected`);
+- a likely failing suspect that passed in the suite: the first runs of its
+  depends-on-others search, its hint's (`gpuci.evidence.hinted`) where its failure points
+  at a few earlier tests, else its run with the suite's other files collected and the
+  halving's first wave (`gpuci.evidence.collected`);
 - where start-ups are expensive (PyTorch's 15-20 s), every suspect's runs it may need:
   its second alone-run, its poisoned run, its hinted culprits' runs.
+Once a suspect passed its first alone-run, what was started for it as a likely failure is
+ended (`withdraw_unlikely`: on the H100 fourteen such interpreters held the places of the
+confirmations after them, which started cold), and an order-dependent victim's poisoned
+run starts (`prepare_poisoned`).
 
 An interpreter serves any run of its files, so a file gets as many as its runs in a row
 (one per run, counted over its tests). Those not taken are killed at the end; a guess
@@ -21,19 +26,31 @@ costs idle cores, never a result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from gpuci.evidence.classify import classify_results
-from gpuci.evidence.collected import prepare_collected
-from gpuci.evidence.hinted import hint_tasks, prepare_hinted
+from gpuci.evidence.classify import Classified, classify_results
+from gpuci.evidence.collected import prepare_collected, withdraw_collected
+from gpuci.evidence.hinted import hint_tasks, hinted_runs, prepare_hinted, withdraw_hinted
 from gpuci.evidence.orders import Order
-from gpuci.evidence.priorities import Priorities
+from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, pair_order, prepare_first_pairs
+from gpuci.evidence.poisoned import poisonable, worth_poisoning
+from gpuci.evidence.priorities import Priorities, poisoned_after
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
-from gpuci.evidence.victims import plan_searches
-from gpuci.model import Mode, Outcome, TestEvidence
+from gpuci.evidence.victims import Task, plan_searches
+from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import POISON_ENV, file_of
 from gpuci.state.left import Ledger
+
+
+@dataclass(frozen=True, slots=True)
+class Likely:
+    """What `prepare_likely` started for the likely failing suspects: by victim, its
+    depends-on-others search (its hint's runs, else those with the files collected)."""
+
+    results: Mapping[Mode, ModeResults]
+    searches: Mapping[str, Task] = field(default_factory=dict)
 
 
 def prepare_likely(
@@ -45,11 +62,11 @@ def prepare_likely(
     *,
     orders: Mapping[Mode, Order],
     ledger: Ledger,
-) -> None:
+) -> Likely:
     """Start ahead the runs `plan` will make first (one per test where start-ups are cheap
     but worth hiding, more where they are expensive), in the order they will run."""
     if not prober.hides_start_ups:
-        return
+        return Likely(results)
     in_a_row: dict[str, int] = {}  # by file: the interpreters its runs so far need
 
     def offer(test_id: str, runs: int) -> None:
@@ -64,14 +81,125 @@ def prepare_likely(
         offer(test_id, 1)
     for group in plan.groups:
         offer(group.representatives[0], 1)
-    for test_id in sorted(plan.likely_failing):  # where it passed in the suite
-        prepare_collected(prober, results, test_id)
+        for member in poisoned_after(group, group.representatives[0]):  # likely split
+            offer(member, 1)
+    likely = Likely(results, _depends_on_others(results, plan, found, orders, ledger))
+    for task in likely.searches.values():  # where it passed in the suite
+        if task.hinted:
+            prepare_hinted(prober, [task])
+        else:
+            prepare_collected(prober, results, task.victim)
     if not prober.expensive:
-        return
+        return likely
     for test_id in plan.isolation:
         if not prober.poisoned:  # its poisoned run, where it turns out order-dependent
             prober.prepare([test_id], strict=True, env={POISON_ENV: "1"})
     # its culprit search's hinted runs, where it turns out order-dependent
     passing = dict.fromkeys(plan.isolation, (Outcome.PASSED,))
-    likely = plan_searches(results, classify_results(results, passing, orders), found, orders)
-    prepare_hinted(prober, hint_tasks(likely, results, ledger))
+    maybe = plan_searches(results, classify_results(results, passing, orders), found, orders)
+    prepare_hinted(prober, hint_tasks(maybe, results, ledger))
+    return likely
+
+
+def _depends_on_others(
+    results: Mapping[Mode, ModeResults],
+    plan: Priorities,
+    found: Mapping[str, TestEvidence],
+    orders: Mapping[Mode, Order],
+    ledger: Ledger,
+) -> dict[str, Task]:
+    """The searches of the likely failing suspects, were they to fail alone: those that
+    passed in the suite depend on others. A hint of more tests than are started ahead
+    gets neither its runs nor the collected ones (its search tries the hint first)."""
+    failing = dict.fromkeys(plan.likely_failing, (Outcome.FAILED,))
+    classified = classify_results(results, failing, orders)
+    tasks = [
+        t
+        for t in plan_searches(results, classified, found, orders)
+        if t.victim in plan.likely_failing and t.category is Category.DEPENDS_ON_OTHERS
+    ]
+    hinted = hint_tasks(tasks, results, ledger)
+    return {t.victim: t for t in hinted if hinted_runs(t) or not t.hinted}
+
+
+def withdraw_unlikely(prober: Prober, likely: Likely, test_id: str) -> None:
+    """A likely failing suspect passed its first alone-run: its second alone-run comes at
+    the end, if at all, and it depends on no other test; what was started for those, ended.
+    The search's first: ending the copy frees a place, which the next offer queued takes."""
+    task = likely.searches.get(test_id)
+    if task is not None and task.hinted:
+        withdraw_hinted(prober, task)
+    elif task is not None:
+        withdraw_collected(prober, likely.results, test_id)
+    prober.withdraw([test_id], strict=True)
+
+
+def prepare_poisoned(
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    found: Mapping[str, TestEvidence],
+    orders: Mapping[Mode, Order],
+    *,
+    only: Collection[str],
+) -> None:
+    """The poisoned runs of the suspects (`only`) that passed their first alone-run and are
+    order-dependent victims, started ahead while the other alone-runs go on (the poisoned
+    runs start at once after them, beside each other; cold, five took 3 s on the H100).
+    Again after each stage: one started already counts."""
+    if not prober.hides_start_ups or prober.poisoned:
+        return
+    alone = {i: t.alone for i, t in found.items() if t.alone}
+    classified = classify_results(results, alone, orders)
+    victims = [
+        t.id
+        for t in classified.values()
+        if t.category is Category.ORDER_DEPENDENT and t.id in only and Outcome.PASSED in t.reruns
+    ]
+    worth = worth_poisoning(results, victims)
+    if worth and poisonable(prober):
+        for test_id in worth:
+            prober.prepare([test_id], env={POISON_ENV: "1"})
+
+
+def prepare_searches(
+    prober: Prober,
+    results: Mapping[Mode, ModeResults],
+    classified: Mapping[str, Classified],
+    found: Mapping[str, TestEvidence],
+    *,
+    orders: Mapping[Mode, Order],
+    ledger: Ledger,
+    only: Collection[str],
+) -> list[Task]:
+    """The culprit searches of the victims (`only`) as classified after their alone-runs:
+    the hinted ones' runs and each contention's first pair start ahead while the poisoned
+    runs go on (as the search began, a right hint's first run paid its start-up: 2-3 s of
+    an H100's idle GPU each). The hinted searches, for `withdraw_diagnosed`."""
+    if not prober.hides_start_ups:
+        return []
+    tasks = [t for t in plan_searches(results, classified, found, orders) if t.victim in only]
+    parallel = results.get(Mode.PARALLEL)
+    if parallel is not None:  # each contention's first pair: the likeliest contender
+        peaks = prober.admission.peaks
+        pairs = [
+            (t.victim, pair_order(t.candidates, t.kind, peaks), t.kind)
+            for t in tasks
+            if t.category is Category.CONCURRENCY
+        ]
+        prepare_first_pairs(prober, parallel, pairs)
+    hinted = [t for t in hint_tasks(tasks, results, ledger) if t.hinted]
+    prepare_hinted(prober, hinted)
+    return hinted
+
+
+def withdraw_diagnosed(
+    prober: Prober, searches: Sequence[Task], found: Mapping[str, TestEvidence]
+) -> None:
+    """The runs `prepare_searches` started for a victim its poisoned runs diagnosed (it
+    reads memory it never wrote, or went both ways): it has no search, they are ended."""
+    for task in searches:
+        evidence = found.get(task.victim)
+        if evidence is not None and (
+            evidence.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in evidence.search
+        ):
+            withdraw_hinted(prober, task)

@@ -85,18 +85,12 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     shared = gpu_of(parallel, file_of(victim)) if out_of_device_memory(kind) else None
     apart = 0  # pair runs whose interpreters did not all start their tests together
     devices = ""  # the last pair run's GPUs (`first_gpus_note`)
-    ids_of = _ids_by_file(parallel)
     groups: list[Sequence[str]] = [[c] for c in candidates]
     if len(candidates) > 1:
         groups.append(list(candidates))
 
     def sides(beside: Sequence[str]) -> list[tuple[list[str], str | None]]:
-        runs = [([victim], gpu_of(parallel, file_of(victim)))]
-        runs += [
-            (ids_of.get(f, []), shared if shared is not None else gpu_of(parallel, f))
-            for f in beside
-        ]
-        return [(ids, gpu) for ids, gpu in runs if ids]
+        return pair_sides(parallel, victim, kind, beside)
 
     def pair_shows(beside: Sequence[str]) -> tuple[bool, list[str]]:
         nonlocal apart
@@ -169,6 +163,42 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
         else "no file ran beside it"
     )
     return search
+
+
+def pair_sides(
+    parallel: ModeResults, victim: str, kind: str, beside: Sequence[str]
+) -> list[tuple[list[str], str | None]]:
+    """A pair run's sides: the victim, and each file of `beside` with the tests it ran in
+    the parallel screen, each seeing the GPUs it saw there (where the victim ran the device
+    out of memory, every side the victim's: where the contention was)."""
+    shared = gpu_of(parallel, file_of(victim)) if out_of_device_memory(kind) else None
+    ids_of = _ids_by_file(parallel)
+    runs = [([victim], gpu_of(parallel, file_of(victim)))]
+    runs += [
+        (ids_of.get(f, []), shared if shared is not None else gpu_of(parallel, f)) for f in beside
+    ]
+    return [(ids, gpu) for ids, gpu in runs if ids]
+
+
+def prepare_first_pairs(
+    prober: Prober, parallel: ModeResults, searches: Sequence[tuple[str, Sequence[str], str]]
+) -> None:
+    """The sides of each pair search's (victim, candidates in pair order, failure kind)
+    first run and its confirmation, started ahead before the searches begin
+    (`search_pairs` starts the rest as it goes: on the H100 a pair's first round took
+    6.7 s cold, 3.8 s warm). Two files paired already count once (the other side's own
+    search, which its partner's answers); a file several searches pair with, once each."""
+    met: set[frozenset[str]] = set()
+    copies: dict[tuple[tuple[str, ...], str | None], int] = {}
+    for victim, candidates, kind in searches:
+        pair = frozenset({file_of(victim), *candidates[:1]})
+        if not candidates or pair in met:
+            continue
+        met.add(pair)
+        for ids, gpu in pair_sides(parallel, victim, kind, candidates[:1]):
+            key = (tuple(dict.fromkeys(file_of(i) for i in ids)), gpu)
+            copies[key] = copies.get(key, 0) + 2
+            prober.prepare_together([(ids, gpu)], copies=copies[key])
 
 
 def partner_note(victim: str, runs: int) -> str:

@@ -36,7 +36,7 @@ def worth_poisoning(results: Mapping[Mode, ModeResults], victims: Sequence[str])
     ]
 
 
-def _poisonable(prober: Prober) -> bool:
+def poisonable(prober: Prober) -> bool:
     """Whether the suite's interpreter can import a library the plugin poisons: without one
     a poisoned run is an alone-run again, and its cost is wasted."""
     probe = "import importlib.util as u; print(any(u.find_spec(m) for m in ('cupy', 'torch')))"
@@ -65,7 +65,7 @@ def run_poisoned(
     with nothing beside them went both ways under identical conditions is flaky (its
     search says so, and none is made)."""
     merged = dict(found)
-    if victims and not _poisonable(prober):
+    if victims and not poisonable(prober):
         say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")
         return merged
     if victims:

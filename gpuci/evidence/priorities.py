@@ -16,7 +16,7 @@ group splits, and every member runs alone.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -83,16 +83,17 @@ def first_alone(
     progress: TextIO,
     *,
     likely_failing: frozenset[str] = frozenset(),
+    passed_likely: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, TestEvidence], dict[str, int]]:
     """One alone-run each; a second at once for a test that failed its first (it tells a
     flaky test from a real failure before any culprit is searched for). The evidence, and
     the runs each test has had of those it wanted. The `likely_failing` run with nothing
-    beside them from the start."""
+    beside them from the start; `passed_likely` hears of each that passed."""
     first = {i: min(n, 1) for i, n in wanted.items()}
     merged = more_alone(prober, first, found, progress, likely_failing=likely_failing)
-    for test_id in likely_failing & first.keys():  # passed: its second run comes at the end
-        if test_id in merged and Outcome.PASSED in merged[test_id].alone:
-            prober.withdraw([test_id], strict=True)  # the copy `prepare_likely` started
+    for test_id in likely_failing & first.keys():  # passed: not the failure it looked
+        if passed_likely and test_id in merged and Outcome.PASSED in merged[test_id].alone:
+            passed_likely(test_id)  # what was started for it as one, ended
     again = {
         i: n - 1
         for i, n in wanted.items()

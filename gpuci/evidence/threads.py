@@ -1,0 +1,99 @@
+"""Threads: each thread-unsafe test alone in the threads mode's threads, as its reproduce
+command runs it, and where that passes, its threads interpreter's earlier tests replayed
+before it in threads, strictly: whether the command shows the race, or only its file's
+order in threads does."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import TextIO
+
+from gpuci.evidence.orders import Order
+from gpuci.evidence.probe import Prober
+from gpuci.model import PROBE_SHOWN, Outcome, Probe, TestEvidence
+from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.sched.progress import say
+
+ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
+PREPARED = 2  # the first runs in threads started while the sanitizer runs
+
+
+def prepare_threaded(prober: Prober, tests: Sequence[str], threads: Sequence[str]) -> None:
+    """The first runs in threads start ahead, while the runs before them go on (each later
+    one starts during the run before it)."""
+    for test_id in tests[:PREPARED]:
+        prober.prepare([test_id], env=threads_env(threads), strict=True)
+
+
+def run_threaded(
+    prober: Prober,
+    tests: Sequence[str],
+    threads: Sequence[str],
+    found: Mapping[str, TestEvidence],
+    *,
+    progress: TextIO,
+    order: Order | None = None,
+) -> dict[str, TestEvidence]:
+    """Each thread-unsafe test alone in the threads mode's threads, as its reproduce command
+    runs it: whether that command shows the race, or only its file's order in threads does.
+
+    Where it passes alone in threads, its threads interpreter's earlier tests are replayed
+    before it, in threads, strictly (nothing else running): a threads screen ran beside
+    other interpreters, and only a strict run makes its failure a finding (a Probe)."""
+    merged = dict(found)
+    env = threads_env(threads)
+    say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
+    for index, test_id in enumerate(tests):
+        if prober.exhausted() or prober.stopping():
+            break
+        if index + 1 < len(tests):  # the next one's start-up while this one runs
+            prober.prepare(tests[index + 1 : index + 2], env=env, strict=True)
+        ran = prober.run(
+            [test_id],
+            phase="threads",
+            label=f"threads: {test_id}",
+            env=env,
+            strict=True,
+        )
+        before = merged.get(test_id, TestEvidence(id=test_id))
+        outcome = ran.outcome(test_id)
+        merged[test_id] = dataclasses.replace(before, threaded=outcome)
+        say(progress, f"  {test_id}: alone in threads: {outcome.value}")
+        earlier = _earlier_in(order, test_id)
+        if outcome is Outcome.PASSED and earlier and not prober.exhausted():
+            ran = prober.run(
+                [*earlier, test_id],
+                phase="threads",
+                label=f"threads: {test_id} after {len(earlier)} test(s)",
+                env=env,
+                strict=True,
+            )
+            replay = Probe(
+                count=len(earlier),
+                shown=tuple(earlier[-PROBE_SHOWN:]),
+                outcome=ran.outcome(test_id),
+            )
+            merged[test_id] = dataclasses.replace(merged[test_id], probes=(replay,))
+            say(
+                progress,
+                f"  {test_id}: after its file's earlier tests in threads: {replay.outcome.value}",
+            )
+    return merged
+
+
+def threads_env(threads: Sequence[str]) -> dict[str, str]:
+    """The environment of an evidence run in the threads mode's threads: pytest-run-parallel's
+    option after the user's PYTEST_ADDOPTS."""
+    return {ADDOPTS: " ".join(filter(None, [os.environ.get(ADDOPTS, ""), *threads]))}
+
+
+def _earlier_in(order: Order | None, test_id: str) -> list[str]:
+    """The tests that ran before `test_id` in its interpreter (real tests only)."""
+    where = order.where.get(test_id) if order is not None else None
+    if order is None or where is None:
+        return []
+    segment, position, _ = where
+    before = [t.id for t in order.segments[segment][:position]]
+    return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]
