@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from gpuci.evidence.budget import default_budget
+from gpuci.evidence.early import EarlyEvidence
 from gpuci.evidence.engine import gather_evidence
 from gpuci.evidence.mode_reruns import rerun_mode_suspects
 from gpuci.evidence.results import load_mode_results
@@ -63,29 +65,37 @@ from gpuci.run.sched.plan_mode import (
 from gpuci.run.sched.screens import run_screens
 from gpuci.run.sched.views import screen_gpus
 
+Isolating = Callable[[int], None]  # told the screens' slots as they end, before isolated
+
 
 def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
     """`gpuci check`, its stages in order: the modes (the screens), the evidence, the
     verdict, the report; the verdict's exit code, and the report's and comment's paths."""
     opts, evidence = _stages(options)
     verdict_path = opts.out / "verdict.json"
+    # the evidence's first interpreters start as the screens end, while isolated runs
+    early = EarlyEvidence(opts.out, evidence.reruns, evidence.python, evidence.timeout)
     try:
-        workers = _run_modes(opts, options, asked)
+        workers = _run_modes(opts, options, asked, isolating=early.start)
     except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
         say(str(ended))
         code = write_verdict(options, verdict_path, ended=str(ended))
     else:
         _write_durations(opts.out)  # before the evidence: a failing check has it too
+        budget = _budget(opts.out, evidence)
         gather_evidence(
             opts.out,
             runs=evidence.reruns,
-            budget_s=_budget(opts.out, evidence),
+            budget_s=budget,
             timeout=evidence.timeout,
             python=evidence.python,
             sanitize=evidence.sanitize,
             workers=workers,
+            started=early.take(budget),
         )
         code = write_verdict(options, verdict_path)
+    finally:
+        early.close()  # stopped before the evidence took them: ended
     from gpuci.report.render import write_reports  # jinja2: only where a report is written
 
     html, markdown = write_reports(
@@ -94,9 +104,12 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
     return code, html, markdown
 
 
-def _run_modes(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
+def _run_modes(
+    opts: ModeOptions, options: Options, asked: AskedModes, *, isolating: Isolating
+) -> int:
     """The modes asked for (check_options) or chosen, screened at once or one after
-    another, as the check decides them; the slots they ran in."""
+    another, as the check decides them; the slots they ran in. `isolating` hears of the
+    screens' end (their slots) where a lazy isolated pass follows them."""
 
     def asked_for(mode: Mode) -> bool:
         return not options.resume and (asked.modes is None or mode in asked.modes)
@@ -104,10 +117,12 @@ def _run_modes(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
     # the parallel screen's first files too, where it runs beside the suite's
     files = asked_for(Mode.PARALLEL) and asked_for(Mode.SUITE) and not options.serial_modes
     with held_beside_discovery(opts, suite=asked_for(Mode.SUITE), files=files):
-        return _discover_and_run(opts, options, asked)
+        return _discover_and_run(opts, options, asked, isolating)
 
 
-def _discover_and_run(opts: ModeOptions, options: Options, asked: AskedModes) -> int:
+def _discover_and_run(
+    opts: ModeOptions, options: Options, asked: AskedModes, isolating: Isolating
+) -> int:
     try:
         discovery = discover(opts)  # once: every mode runs the same collected tests
     except CollectionEnded:
@@ -134,7 +149,7 @@ def _discover_and_run(opts: ModeOptions, options: Options, asked: AskedModes) ->
         _run_serially(opts, modes, lazy, earlier, discovery)
         workers = 1
     else:
-        _, workers = _run_screened(opts, modes, lazy, earlier, discovery)
+        _, workers = _run_screened(opts, modes, lazy, earlier, discovery, isolating=isolating)
     forget_replaced(opts.out)  # the check has results of its own now
     return workers
 
@@ -185,6 +200,8 @@ def _run_screened(
     lazy: list[Mode],
     earlier: dict[Mode, ModeRun],
     discovery: Discovery,
+    *,
+    isolating: Isolating,
 ) -> tuple[dict[Mode, ModeRun], int]:
     """The screens at once in one pool (isolated, strict, before them when it comes first in
     --modes, else lazily after them); the runs, and the pool's slots."""
@@ -214,6 +231,7 @@ def _run_screened(
         done = ahead.file_done if ahead is not None and lazy else None
         runs.update(run_screens(screens, workers=workers, slot_gpus=slot_gpus, file_done=done))
     if Mode.ISOLATED in modes and lazy and Mode.ISOLATED not in runs:
+        isolating(workers)
         runs[Mode.ISOLATED] = lazy_isolated(opts, discovery, runs, lazy, earlier.get(Mode.ISOLATED))
     return {m: runs[m] for m in modes}, workers
 

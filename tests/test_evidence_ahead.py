@@ -279,6 +279,26 @@ def test_a_run_asking_while_its_queued_offer_starts_waits_for_it_and_takes_it(
     assert len(marks(prober, "imported")) == 2  # b's run started none of its own
 
 
+def test_renewed_interpreters_of_the_first_runs_wait_on_and_the_others_end(
+    prober: Prober, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started while the isolated pass ran: as the evidence begins, a's (its first run's)
+    waits on, idle from now, and b's, whose run the isolated pass made unlikely, is ended."""
+    assert prober.ahead is not None
+    for name in "ab":
+        prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
+    monkeypatch.setattr(ahead_module, "STALE_S", 5.0)  # the isolated pass took longer
+    for _, held in prober.ahead._pool:
+        held.started -= 10.0
+    assert prober.ahead.renew({"test_a.py"}) == 1
+    prober.prepare(["test_c.py::test_c"], strict=True)  # room: b's place
+    prober.prepare(["test_b.py::test_b"], strict=True)  # at the limit: a's is not stale
+    ran = prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
+    assert ran.outcome("test_a.py::test_a") is Outcome.PASSED
+    assert ahead_json(prober) == {"ahead": 4, "ahead_taken": 1}  # a, b, c; b again once a's went
+    assert not marks(prober, "ran", "b")
+
+
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     assert prober.ahead is not None
     prober.ahead.on = False
@@ -487,7 +507,7 @@ def test_what_was_started_for_a_likely_failure_is_ended_once_it_passes_alone(
 ) -> None:
     """Its second alone-run and its depends-on-others search's two runs (test_a.py
     collected: the run, its confirmation) were offered; two at once, so the search's waited
-    queued, and the first started as the first alone-run took its interpreter. Once it
+    queued, and the first may start as the first alone-run takes its interpreter. Once it
     passed alone, the search's are ended or dropped before the copy is, whose place would
     start the second (before: both started and idled in the places of the runs after
     them; on the H100, 14 such interpreters, and the confirmations started cold)."""
@@ -497,7 +517,9 @@ def test_what_was_started_for_a_likely_failure_is_ended_once_it_passes_alone(
     victim = next(t for t in verdict["tests"] if t["id"] == "test_x.py::test_needs_no_flag")
     assert victim["category"] == "order-dependent"
     assert victim["culprits"] == ["test_x.py::test_leaves_flag"]
-    assert len(_started_collecting(out, "test_a.py::test_a")) == 1
+    # at most the one started as the first alone-run took its interpreter (none where that
+    # interpreter started while the isolated pass ran); before, the second as well
+    assert len(_started_collecting(out, "test_a.py::test_a")) <= 1
     assert not _running_in(suite)
 
 
@@ -588,4 +610,21 @@ def test_the_first_run_in_threads_starts_while_the_runs_before_it_go_on(tmp_path
     assert unsafe["category"] == "thread-unsafe"
     assert evidence["phases"]["threads"]["runs"] >= 1, evidence["phases"]
     assert evidence["concurrency"]["ahead_taken"] >= evidence["runs"], evidence["concurrency"]
+    assert not _running_in(suite)
+
+
+@pytest.mark.slow
+def test_the_evidences_first_runs_start_while_the_isolated_pass_runs(tmp_path: Path) -> None:
+    """The screens name the depends-on-others victim: its first runs start as they end,
+    while the lazy isolated pass runs, and the evidence takes them (before: its first
+    alone-run started cold, its start-up paid while the GPU idled)."""
+    modes = ("--modes", "suite,parallel,isolated")  # isolated after parallel: lazily
+    suite, out, _ = checked(tmp_path, PROVIDED, "--workers", "4", *modes)
+    verdict, evidence = read_json(out / "verdict.json"), read_json(out / EVIDENCE)
+    victim = next(t for t in verdict["tests"] if t["id"] == "test_b.py::test_b_needs_a_provider")
+    assert victim["category"] == "depends-on-others"
+    assert victim["providers"] == ["test_a.py"]
+    concurrency = evidence["concurrency"]
+    assert concurrency.get("ahead_early", 0) >= 1, concurrency
+    assert concurrency["ahead_taken"] >= evidence["runs"], concurrency
     assert not _running_in(suite)

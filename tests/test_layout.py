@@ -105,6 +105,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "sanitizer",
         "threads",
         "budget",
+        "early",
         "mode_reruns",
         "engine",
     ),

@@ -209,3 +209,39 @@ class HidingStartUps(FakeProber):
 
     def withdraw(self, ids: Sequence[str], *, collect: Sequence[str] = (), **_: Any) -> None:
         self.withdrawn.append([*collect, *ids])
+
+
+@dataclass
+class Preparing(HidingStartUps):
+    """What it was asked to start ahead: each run's ids and the copies to have waiting."""
+
+    prepared: list[tuple[list[str], int]] = field(default_factory=list)
+
+    def prepare(self, ids: Sequence[str], *, copies: int = 1, **_: Any) -> None:
+        self.prepared.append((list(ids), copies))
+
+
+def test_hinted_runs_of_one_file_for_two_victims_add_up() -> None:
+    """gpu_polluted: two victims of one file, each hinted at the same culprit before them:
+    each search's run and confirmation take an interpreter of that file, four in all (with
+    two, the second victim's runs started cold on the H100)."""
+    from gpuci.evidence.hinted import prepare_hinted
+
+    culprit = "test_w.py::test_scatter"
+
+    def victim(name: str) -> Task:
+        return Task(
+            victim=f"test_w.py::{name}",
+            category=Category.ORDER_DEPENDENT,
+            candidates=(culprit,),
+            rank=(0, 0),
+            hinted=(culprit,),
+            hint=LEDGER,
+        )
+
+    prober = Preparing(lambda _, n: Outcome.FAILED)
+    prepare_hinted(prober, [victim("test_sum"), victim("test_matmul")])  # type: ignore[arg-type]
+    assert prober.prepared == [
+        ([culprit, "test_w.py::test_sum"], 2),
+        ([culprit, "test_w.py::test_matmul"], 4),
+    ]

@@ -13,7 +13,7 @@ then.
 
 Only where a start-up is worth hiding (`AHEAD_START_S`: a CPU suite's 0.3 s is not, and
 on a small machine the extra start-ups would take the cores its runs need), and no more
-started ahead at once than the check's slots or half the cores (`ahead_limit`: a CuPy
+started ahead at once than the check's slots or the cores (`ahead_limit`: a CuPy
 section's strict runs one after another each take one, held idle once collected); those
 offered beyond it start in the order offered as others are taken. One never taken is
 killed at the end. A strict run's GPUs are known before its admission; a run beside
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,9 +49,11 @@ START_WAIT_S = 10.0  # the longest a run waits for its interpreter's start (a fo
 
 def ahead_limit(slots: int, cpus: int | None) -> int:
     """How many evidence interpreters may be out started ahead at once: the check's
-    `slots`, or half the machine's cores where more (an interpreter starting takes a
-    core; one held after its collection waits idle)."""
-    return max(1, slots, (cpus or 1) // 2)
+    `slots`, or the machine's cores where more (an interpreter starting takes a core, at
+    a lower priority than the runs'; one held after its collection waits idle. At half
+    the cores, on the H100's 16, the interpreters of a pair search's sides filled the
+    limit for the hinted searches' runs after them, which started cold)."""
+    return max(1, slots, cpus or 1)
 
 
 _Key = tuple[tuple[str, ...], str | None, tuple[tuple[str, str], ...]]
@@ -99,6 +101,7 @@ class Ahead:
     on: bool  # a start-up takes AHEAD_START_S or more
     started: int = 0  # interpreters started ahead
     taken: int = 0  # of them, those a run took
+    early: int = 0  # of them, those started before the evidence began (`gpuci.evidence.early`)
     _pool: list[tuple[_Key, Held]] = field(default_factory=list)
     # offered beyond the limit: started in the order offered, as others leave the account
     _queue: list[tuple[_Key, Launch]] = field(default_factory=list)
@@ -106,6 +109,8 @@ class Ahead:
     # popped from the queue and being started: a run asking meanwhile waits for it, or it
     # would find neither its offer nor its interpreter and start cold beside it
     _starting: list[_Key] = field(default_factory=list)
+    # by interpreter: since when it counts as idle, where not since its start (`renew`)
+    _since: dict[int, float] = field(default_factory=dict)
     _lock: threading.Condition = field(default_factory=threading.Condition)
 
     def offer(
@@ -224,9 +229,29 @@ class Ahead:
 
     def _stalest(self) -> Held | None:
         """The interpreter pooled longest, taken out, where it waited STALE_S or more."""
-        if not self._pool or time.monotonic() - self._pool[0][1].started < STALE_S:
+        if not self._pool:
+            return None
+        held = self._pool[0][1]
+        if time.monotonic() - self._since.get(id(held), held.started) < STALE_S:
             return None
         return self._pool.pop(0)[1]
+
+    def renew(self, files: Collection[str]) -> int:
+        """The evidence begins with the interpreters started before it, while the isolated
+        pass ran (`gpuci.evidence.early`): those of `files` (its first runs') wait on, idle
+        from now; the others, whose runs the isolated pass made unlikely, are ended, and
+        offers not started dropped. How many were ended."""
+        keep = {(pytest_target(self.rootdir, f),) for f in files}
+        now = time.monotonic()
+        with self._lock:
+            self._queue.clear()
+            gone = [held for key, held in self._pool if key[0] not in keep]
+            self._pool = [(key, held) for key, held in self._pool if key[0] in keep]
+            for _, held in self._pool:
+                self._since[id(held)] = now
+        for held in gone:
+            self.released(held, used=False)
+        return len(gone)
 
     def for_run(
         self,
@@ -284,6 +309,11 @@ class Ahead:
             self.taken += used
         self._start_queued()
 
+    def drop_queued(self) -> None:
+        """The offers not started yet, dropped."""
+        with self._lock:
+            self._queue.clear()
+
     def close(self) -> int:
         """End every interpreter offered and never taken; how many."""
         with self._lock:
@@ -294,9 +324,12 @@ class Ahead:
 
     def to_json(self) -> dict[str, int]:
         """evidence.json's `concurrency`, where any interpreter was started ahead: how many,
-        and how many a run took."""
+        how many a run took, and how many started before the evidence began."""
         with self._lock:
-            return {"ahead": self.started, "ahead_taken": self.taken} if self.started else {}
+            if not self.started:
+                return {}
+            early = {"ahead_early": self.early} if self.early else {}
+            return {"ahead": self.started, "ahead_taken": self.taken, **early}
 
     def _may_start(self) -> bool:
         return self.on and self._out < self.limit

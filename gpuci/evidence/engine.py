@@ -22,11 +22,12 @@ from typing import TextIO
 
 from gpuci.evidence.account import RUNS_FILE
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
-from gpuci.evidence.budget import fastest_start_up
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
+from gpuci.evidence.early import evidence_prober
 from gpuci.evidence.groups import run_groups, waiting_victims
 from gpuci.evidence.likely import (
+    prepare_cascade,
     prepare_likely,
     prepare_poisoned,
     prepare_searches,
@@ -39,7 +40,6 @@ from gpuci.evidence.pairs import PAIRED
 from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import Prober
-from gpuci.evidence.prober_setup import start_prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
 from gpuci.evidence.threads import prepare_threaded, run_threaded
@@ -58,7 +58,6 @@ from gpuci.model import (
 )
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.reports import out_of_device_memory
-from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.session import Interrupted
 from gpuci.state.left import Ledger, read_ledger
@@ -75,6 +74,7 @@ def gather_evidence(
     pytest_args: tuple[str, ...] | None = None,
     sanitize: bool | None = None,
     workers: int = 1,
+    started: Prober | None = None,
 ) -> Evidence:
     """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
 
@@ -82,27 +82,22 @@ def gather_evidence(
     order-dependent victims, culprit searches, then compute-sanitizer on the roots
     (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
     `workers`: how many evidence runs may go at once (the check's slots); strict ones
-    run with nothing beside them.
+    run with nothing beside them. `started`: the prober started while the isolated pass
+    ran (`gpuci.evidence.early`), taken over.
     """
     tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
-    first = next(iter(results.values())).run
-    if pytest_args is not None:
-        first = dataclasses.replace(first, pytest_args=pytest_args)
     directory = out / EVIDENCE_DIR
-    supervisor = Supervisor()
-    prober = start_prober(
-        directory,
-        first,
+    prober = started or evidence_prober(
+        out,
+        results,
         python=python,
         timeout=timeout,
         budget_s=budget_s,
-        supervisor=supervisor,
-        mode_name=EVIDENCE_DIR,
-        slots=workers,
-        # an expensive start-up (even the quickest one) widens the slots to the cores
-        start_s=fastest_start_up(results),
+        workers=workers,
+        pytest_args=pytest_args,
     )
+    supervisor = prober.interpreters.supervisor
     # a test that ran out of device memory in a screen: its file's peak there is too small
     prober.admission.ran_out(
         file_of(t.id)
@@ -255,6 +250,7 @@ def _suspects(
             # a representative's one run, or the others' none, is all a kept group needs
             revised[member] = 0 if found[member].inferred_from else min(wanted[member], 1)
             had[member] = len(found[member].alone)  # not run again among the remaining
+    prepare_cascade(prober, results, split)
     found, more = first_alone(prober, {i: wanted[i] for i in split}, found, progress)
     # a representative that passed alone counts that run among its own
     had |= more | {i: len(found[i].alone) for i in split if i in found and found[i].alone}
@@ -266,7 +262,7 @@ def _suspects(
         for t in classified.values()
         if t.category is Category.ORDER_DEPENDENT and t.id in wanted
     ]
-    # the searches' hinted runs start while the poisoned runs go on
+    # the searches' first runs start while the poisoned runs go on
     searches = prepare_searches(
         prober, results, classified, found, orders=orders, ledger=ledger, only=wanted.keys()
     )

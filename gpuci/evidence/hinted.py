@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpuci.evidence.bisect import bisect, cascade
-from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe import Prober, prepare_each, withdraw_each
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search import Search, probe_after
 from gpuci.evidence.source_hints import writers
@@ -111,17 +111,13 @@ def prepare_hinted(prober: Prober, tasks: Sequence[Task]) -> None:
     at several tests each one's before the victim (the narrowing's), and the culprit's
     again (the confirmation). A run takes any interpreter of its files; those not taken
     are killed at the end."""
-    for task in tasks:
-        for ids, copies in hinted_runs(task):
-            prober.prepare(ids, strict=True, copies=copies)
+    prepare_each(prober, [run for task in tasks for run in hinted_runs(task)])
 
 
 def withdraw_hinted(prober: Prober, task: Task) -> None:
     """`prepare_hinted`'s interpreters for `task` ended: its search will not come (the
     victim passed alone: not a depends-on-others test after all)."""
-    for ids, copies in hinted_runs(task):
-        for _ in range(copies):
-            prober.withdraw(ids, strict=True)
+    withdraw_each(prober, hinted_runs(task))
 
 
 def hinted_runs(task: Task) -> list[tuple[list[str], int]]:

@@ -26,7 +26,7 @@ costs idle cores, never a result.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from gpuci.evidence.classify import Classified, classify_results
@@ -36,7 +36,7 @@ from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, pair_order, prepare_first_pairs
 from gpuci.evidence.poisoned import poisonable, worth_poisoning
 from gpuci.evidence.priorities import Priorities, poisoned_after
-from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe import Prober, prepare_each, withdraw_each
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
@@ -155,10 +155,24 @@ def prepare_poisoned(
         for t in classified.values()
         if t.category is Category.ORDER_DEPENDENT and t.id in only and Outcome.PASSED in t.reruns
     ]
-    worth = worth_poisoning(results, victims)
+    _offer_poisoned(prober, results, victims)
+
+
+def prepare_cascade(prober: Prober, results: Mapping[Mode, ModeResults], split: list[str]) -> None:
+    """A sticky error's later victims in its file (a group split) run alone now, and
+    likely pass (the cascade's): their poisoned runs start with them."""
+    if prober.hides_start_ups and not prober.poisoned:
+        _offer_poisoned(prober, results, split)
+
+
+def _offer_poisoned(prober: Prober, results: Mapping[Mode, ModeResults], ids: list[str]) -> None:
+    worth = worth_poisoning(results, ids)
     if worth and poisonable(prober):
         for test_id in worth:
             prober.prepare([test_id], env={POISON_ENV: "1"})
+
+
+Prepared = dict[str, list[tuple[list[str], int]]]  # by victim: the runs started, and copies
 
 
 def prepare_searches(
@@ -170,13 +184,14 @@ def prepare_searches(
     orders: Mapping[Mode, Order],
     ledger: Ledger,
     only: Collection[str],
-) -> list[Task]:
+) -> Prepared:
     """The culprit searches of the victims (`only`) as classified after their alone-runs:
-    the hinted ones' runs and each contention's first pair start ahead while the poisoned
-    runs go on (as the search began, a right hint's first run paid its start-up: 2-3 s of
-    an H100's idle GPU each). The hinted searches, for `withdraw_diagnosed`."""
+    the hinted ones' runs, a bisection's within its own file, and each contention's first
+    pair start ahead while the poisoned runs go on (as the search began, a right hint's
+    first run paid its start-up: 2-3 s of an H100's idle GPU each). The runs started, for
+    `withdraw_diagnosed`."""
     if not prober.hides_start_ups:
-        return []
+        return {}
     tasks = [t for t in plan_searches(results, classified, found, orders) if t.victim in only]
     parallel = results.get(Mode.PARALLEL)
     if parallel is not None:  # each contention's first pair: the likeliest contender
@@ -187,19 +202,31 @@ def prepare_searches(
             if t.category is Category.CONCURRENCY
         ]
         prepare_first_pairs(prober, parallel, pairs)
-    hinted = [t for t in hint_tasks(tasks, results, ledger) if t.hinted]
-    prepare_hinted(prober, hinted)
-    return hinted
+    prepared: Prepared = {}
+    for task in hint_tasks(tasks, results, ledger):
+        if task.hinted:
+            prepared[task.victim] = hinted_runs(task)
+        elif task.category is Category.ORDER_DEPENDENT and _within_its_file(task):
+            # every run of its bisection is of that file; one candidate: its run, confirmed
+            prepared[task.victim] = [([task.victim], 2)]
+    prepare_each(prober, [run for runs in prepared.values() for run in runs])
+    return prepared
+
+
+def _within_its_file(task: Task) -> bool:
+    return bool(task.candidates) and all(
+        file_of(c) == file_of(task.victim) for c in task.candidates
+    )
 
 
 def withdraw_diagnosed(
-    prober: Prober, searches: Sequence[Task], found: Mapping[str, TestEvidence]
+    prober: Prober, prepared: Prepared, found: Mapping[str, TestEvidence]
 ) -> None:
     """The runs `prepare_searches` started for a victim its poisoned runs diagnosed (it
     reads memory it never wrote, or went both ways): it has no search, they are ended."""
-    for task in searches:
-        evidence = found.get(task.victim)
+    for victim, runs in prepared.items():
+        evidence = found.get(victim)
         if evidence is not None and (
             evidence.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in evidence.search
         ):
-            withdraw_hinted(prober, task)
+            withdraw_each(prober, runs)

@@ -14,7 +14,7 @@ import dataclasses
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,6 +325,24 @@ def prepare_next(prober: Prober, after: str, current: str, *, strict: bool) -> N
     file's interpreters waits for `current` still where both are of one file, so one more."""
     twice = file_of(after) == file_of(current)
     prober.prepare([after], strict=strict, copies=2 if twice else 1)
+
+
+def prepare_each(prober: Prober, runs: Iterable[tuple[Sequence[str], int]]) -> None:
+    """Start ahead the strict runs of `runs` (ids, copies): one interpreter serves any run of
+    its files, so the copies of runs of the same files add up (two searches whose runs
+    share a file each get theirs; on the H100 the second one's started cold)."""
+    need: dict[tuple[str, ...], int] = {}
+    for ids, copies in runs:
+        files = tuple(_files(ids, ()))
+        need[files] = need.get(files, 0) + copies
+        prober.prepare(ids, strict=True, copies=need[files])
+
+
+def withdraw_each(prober: Prober, runs: Iterable[tuple[Sequence[str], int]]) -> None:
+    """`prepare_each`'s interpreters of `runs` ended: those runs will not come after all."""
+    for ids, copies in runs:
+        for _ in range(copies):
+            prober.withdraw(ids, strict=True)
 
 
 def _files(ids: Sequence[str], collect: Sequence[str]) -> list[str]:

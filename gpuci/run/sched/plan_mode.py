@@ -190,7 +190,8 @@ def plan_mode(
         views, workers = (pool[:1], 1) if mode is Mode.SUITE else (pool, len(pool))
         schedule = replace(schedule, workers=workers, slot_gpus=views)
     prepare_out(mode_dir, keep=resume is not None)
-    shutil.rmtree(options.out / "evidence", ignore_errors=True)  # it was about the old runs
+    if inferred_from is None:  # about old runs (a lazy pass's check's are new: evidence.early)
+        shutil.rmtree(options.out / "evidence", ignore_errors=True)
     if mode is Mode.SUITE:
         discovery = _restrict(discovery, files)
     tests = sum(len(discovery.tests.get(f, ())) for f in files)
