@@ -464,3 +464,16 @@ def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -
         ([flaky], 2),
         ([hog_a], 4),  # hog_a's file: the hogs' pair's two runs and the flaky test's two
     ]
+
+
+def test_a_waiting_victim_another_search_answered_goes_round_no_more() -> None:
+    from gpuci.evidence.groups import next_round
+
+    # the second hog waited for the first's culprits (both failed in one interpreter), and
+    # the first's pair named it as its partner: it needs no search of its own
+    hog_a, other = "test_hog_a.py::test_hold", "test_x.py::test_later"
+    found = {
+        hog_a: TestEvidence(id=hog_a, culprits=("test_hog_b.py::test_hold",)),
+        other: TestEvidence(id=other),
+    }
+    assert next_round([hog_a, other], {hog_a: 2, other: 2}, found) == {other: 2}

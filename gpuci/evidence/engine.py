@@ -25,7 +25,7 @@ from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.early import evidence_prober
-from gpuci.evidence.groups import run_groups, waiting_victims
+from gpuci.evidence.groups import next_round, run_groups, waiting_victims
 from gpuci.evidence.likely import (
     prepare_cascade,
     prepare_likely,
@@ -183,7 +183,7 @@ def _gather(
         found, left = run_groups(prober, results, waiting, found, progress=progress)
         for answered in held - set(left):
             wanted[answered] = 0  # its group runs answered what its alone-runs would
-        pending = {i: wanted[i] for i in left}
+        pending = next_round(left, wanted, found)
     classified = classify_results(
         results, {i: t.alone for i, t in found.items()}, orders, together=together_outcomes(found)
     )
