@@ -84,11 +84,10 @@ def prepare_likely(
         for member in poisoned_after(group, group.representatives[0]):  # likely split
             offer(member, 1)
     likely = Likely(results, _depends_on_others(results, plan, found, orders, ledger))
-    for task in likely.searches.values():  # where it passed in the suite
-        if task.hinted:
-            prepare_hinted(prober, [task])
-        else:
-            prepare_collected(prober, results, task.victim)
+    searches = likely.searches.values()  # where it passed in the suite
+    prepare_hinted(prober, [t for t in searches if t.hinted])  # their copies add up
+    for task in (t for t in searches if not t.hinted):
+        prepare_collected(prober, results, task.victim)
     if not prober.expensive:
         return likely
     for test_id in plan.isolation:
