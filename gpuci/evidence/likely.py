@@ -33,13 +33,13 @@ from gpuci.evidence.classify import Classified, classify_results
 from gpuci.evidence.collected import prepare_collected, withdraw_collected
 from gpuci.evidence.hinted import hint_tasks, hinted_runs, prepare_hinted, withdraw_hinted
 from gpuci.evidence.orders import Order
-from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS, pair_order, prepare_first_pairs
+from gpuci.evidence.pairs import pair_order, prepare_first_pairs
 from gpuci.evidence.poisoned import poisonable, worth_poisoning
 from gpuci.evidence.priorities import Priorities, poisoned_after
 from gpuci.evidence.probe import Prober, prepare_each, withdraw_each
 from gpuci.evidence.results import ModeResults
-from gpuci.evidence.victims import Task, plan_searches
-from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
+from gpuci.evidence.victims import Task, diagnosed, plan_searches
+from gpuci.model import Category, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import POISON_ENV, file_of
 from gpuci.state.left import Ledger
 
@@ -224,8 +224,5 @@ def withdraw_diagnosed(
     """The runs `prepare_searches` started for a victim its poisoned runs diagnosed (it
     reads memory it never wrote, or went both ways): it has no search, they are ended."""
     for victim, runs in prepared.items():
-        evidence = found.get(victim)
-        if evidence is not None and (
-            evidence.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in evidence.search
-        ):
+        if diagnosed(found.get(victim)):
             withdraw_each(prober, runs)

@@ -49,17 +49,19 @@ def plan_searches(
     place = {t.id: i for i, t in enumerate(reference.run.tests)}
     tasks: list[Task] = []
     for test in classified.values():
-        # a victim that fails alone when poisoned reads uninitialized memory: its own bug;
-        # one whose poisoned runs went both ways is flaky: nothing to search for either
-        before = found.get(test.id)
-        diagnosed = before is not None and (
-            before.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in before.search
-        )
-        if test.category in SEARCHED and not diagnosed:
+        if test.category in SEARCHED and not diagnosed(found.get(test.id)):
             task = _plan(test, results, orders, place.get(test.id, len(place)))
             if task is not None:
                 tasks.append(task)
     return tasks
+
+
+def diagnosed(evidence: TestEvidence | None) -> bool:
+    """Whether its poisoned runs left it nothing to search for: it fails alone when
+    poisoned (it reads uninitialized memory: its own bug), or they went both ways (flaky)."""
+    return evidence is not None and (
+        evidence.poisoned in NOT_PASSING or SAME_RUN_BOTH_WAYS in evidence.search
+    )
 
 
 def _plan(
