@@ -91,7 +91,7 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
             python=evidence.python,
             sanitize=evidence.sanitize,
             workers=workers,
-            started=early.take(budget),
+            started=early,
         )
         code = write_verdict(options, verdict_path)
     finally:

@@ -96,14 +96,14 @@ class EarlyEvidence:
         if prober.ahead is not None:
             prober.ahead.drop_queued()
 
-    def take(self, budget_s: float | None) -> Prober | None:
-        """The prober, for the evidence, which begins now: its clock and its budget from
-        now, and the peaks of every mode (the isolated pass's too) admitting its runs."""
+    def take(self, results: dict[Mode, ModeResults], budget_s: float | None) -> Prober | None:
+        """The prober, for the evidence of every mode's `results`, which begins now: its
+        clock and its budget from now, and the peaks of every mode (the isolated pass's too)
+        admitting its runs."""
         prober, self.prober = self.prober, None
         if prober is not None:
             if prober.ahead is not None:  # those of the suspects' files now wait on, afresh
                 prober.ahead.early = prober.ahead.started
-                results = load_mode_results(self.out)
                 wanted = alone_runs_wanted(results, self.runs)
                 prober.ahead.renew({file_of(i) for i in prioritize(results, wanted).isolation})
             prober.budget_s = budget_s

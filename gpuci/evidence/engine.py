@@ -24,7 +24,7 @@ from gpuci.evidence.account import RUNS_FILE
 from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
-from gpuci.evidence.early import evidence_prober
+from gpuci.evidence.early import EarlyEvidence, evidence_prober
 from gpuci.evidence.groups import next_round, run_groups, waiting_victims
 from gpuci.evidence.likely import (
     prepare_cascade,
@@ -74,7 +74,7 @@ def gather_evidence(
     pytest_args: tuple[str, ...] | None = None,
     sanitize: bool | None = None,
     workers: int = 1,
-    started: Prober | None = None,
+    started: EarlyEvidence | None = None,
 ) -> Evidence:
     """The evidence of a results directory, written to `OUT/evidence/evidence.json`.
 
@@ -83,12 +83,13 @@ def gather_evidence(
     (`sanitize`: None runs it where it is found; True where it is not is a UsageError).
     `workers`: how many evidence runs may go at once (the check's slots); strict ones
     run with nothing beside them. `started`: the prober started while the isolated pass
-    ran (`gpuci.evidence.early`), taken over.
+    ran (`gpuci.evidence.early`), taken over where it holds one.
     """
     tool = choose_sanitizer(sanitize)
     results = load_mode_results(out)
     directory = out / EVIDENCE_DIR
-    prober = started or evidence_prober(
+    taken = started.take(results, budget_s) if started is not None else None
+    prober = taken or evidence_prober(
         out,
         results,
         python=python,
