@@ -17,6 +17,7 @@ from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _replay
+from gpuci.evidence.fingerprints import failure_kind
 from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, search_pairs
 from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.results import ModeResults
@@ -167,6 +168,39 @@ def test_a_search_cut_by_the_budget_names_no_culprit() -> None:
     assert search.note.startswith("search cut by budget after 3 run(s), down to")
 
 
+def test_a_screen_failure_the_whole_replay_never_shows_ends_its_halving_after_one_wave() -> None:
+    # it failed in the suite screen beside a file of the parallel screen (a scratch file
+    # both write): no replay of the tests before it fails it, and its pairs are what can
+    whole = [*CANDIDATES, VICTIM]
+    prober = FakeProber(lambda _, n: Outcome.PASSED, admission=Admission(slots=4))
+    doubted = dataclasses.replace(task(Category.ORDER_DEPENDENT), pairs=("test_x.py",))
+    search = bisect(prober, doubted)
+    assert search.culprits == () and search.note.startswith("not reproduced")
+    # one wave: the levels in three places (one of them off the path: a loser), the whole
+    # replay in the fourth (before, the halving ran every level, its inferred last
+    # candidate, then the whole replay: 6 runs)
+    assert len(prober.runs) == 4 and prober.runs.count(whole) == 1
+    assert search.steps is not None and search.steps.waves == 1
+    assert (search.steps.runs, search.steps.losers) == (3, 1)
+
+
+def test_the_whole_replay_beside_the_first_wave_costs_a_culprit_no_level() -> None:
+    for culprit in (CANDIDATES[1], CANDIDATES[14]):
+        prober = FakeProber(
+            lambda ids, _, c=culprit: Outcome.FAILED if c in ids else Outcome.PASSED,  # type: ignore[misc]
+            admission=Admission(slots=4),
+        )
+        doubted = dataclasses.replace(task(Category.ORDER_DEPENDENT), pairs=("test_x.py",))
+        search = bisect(prober, doubted)
+        assert search.culprits == (culprit,)
+        assert search.steps is not None and search.steps.runs <= search.steps.bound
+        # a level of the first wave showed it (the whole replay killed, never counted), or
+        # none did and the whole replay's failure was waited for and counted; a refuted
+        # halving would not run it again
+        counted = [p.count for p in search.probes]
+        assert counted.count(len(CANDIDATES)) == (culprit == CANDIDATES[14])
+
+
 @dataclass
 class FakePairProber(FakeProber):
     """Pair runs too: the victim's outcome on the n-th run, whatever runs beside it."""
@@ -242,6 +276,28 @@ def test_a_pair_that_went_both_ways_is_flaky_and_ends_the_search() -> None:
     # a pair that fails twice names its partner
     always = FakePairProber(lambda _, n: Outcome.FAILED)
     assert pairs(always, parallel, concurrency).culprits == ("test_x.py",)
+
+
+def test_a_pair_tries_to_see_its_partner_test_only_where_a_screen_saw_one() -> None:
+    # two hogs: each failed out of memory in the parallel screen, whichever asked second;
+    # boltons' scratch file: the victim failed, its partner file passed
+    concurrency = dataclasses.replace(task(Category.CONCURRENCY), candidates=("test_x.py",))
+    for partner_in_screen, runs in ((Outcome.FAILED, 2 + PARTNER_TRIES), (Outcome.PASSED, 2)):
+        tests = (
+            TestResult(
+                id="test_x.py::test_a",
+                file="test_x.py",
+                outcome=partner_in_screen,
+                message=OUT_OF_MEMORY if partner_in_screen is Outcome.FAILED else "",
+            ),
+            TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED, message=OUT_OF_MEMORY),
+        )
+        run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+        parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+        victim_fails = FakePairProber(lambda _, n: Outcome.FAILED)
+        search = pairs(victim_fails, parallel, concurrency, kind=failure_kind(tests[1:]))
+        assert search.culprits == ("test_x.py",) and search.partners == ()
+        assert len(victim_fails.runs) == runs
 
 
 @dataclass
@@ -385,8 +441,9 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
     beside = FakePairProber(lambda _, n: Outcome.FAILED)
     search = _replay(beside, parallel, hog, [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == ("test_x.py",)
-    # only pair runs: the pair, its confirmation, and its tries to see the partner's test
-    assert beside.runs == [[VICTIM, "test_x.py::test_a"]] * (2 + PARTNER_TRIES)
+    # only pair runs: the pair and its confirmation (test_x.py passed in the screen: no
+    # tries to see a partner test fail its way)
+    assert beside.runs == [[VICTIM, "test_x.py::test_a"]] * 2
     # where the ledger points at an earlier test (a pool limit it set), the replay first
     hinted = dataclasses.replace(hog, hinted=(CANDIDATES[4],), hint="ledger")
     after = FakePairProber(

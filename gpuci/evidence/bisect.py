@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from gpuci.evidence.checked import checked_halving
 from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
@@ -44,7 +45,7 @@ from gpuci.evidence.search import (
     shows,
 )
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import run_wave
+from gpuci.evidence.waves import Step, Wave, run_wave
 from gpuci.model import NOT_PASSING, Category, Probe
 from gpuci.run.proc.held import Held
 from gpuci.steps import Steps
@@ -153,7 +154,7 @@ def bisect(
     runs = len(search.probes) - tries
     search.steps = Steps(
         n=n,
-        bound=math.ceil(math.log2(max(n, 1))) + CONFIRMING,
+        bound=math.ceil(math.log2(max(n, 1))) + CONFIRMING + search.whole,
         runs=runs,
         waves=search.waves + runs - search.in_waves,  # every run outside a wave is one
         ahead=search.ahead,
@@ -177,6 +178,9 @@ def _halve(
     # the load, unevenly), runs one level at a time; any other speculates on the slots idle
     # as its wave starts (other searches' runs keep theirs: a loser must not delay them)
     speculates = not task.strict and not task.loadable
+    # a screen's failure that files beside it may explain (`task.pairs`): the whole replay
+    # runs in the first wave, so that where it never fails so the pairs come after one wave
+    doubted = speculates and bool(task.pairs) and not shown
     while len(current) > 1 and not refuted:
         if prober.exhausted() or prober.stopping():
             # a narrowed set is not a culprit until a run confirms it: none is named
@@ -186,23 +190,16 @@ def _halve(
             )
             return
 
-        def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
-            return run_step(prober, task, part, cancel=cancel)
-
         if prober.hides_start_ups and speculates and not held and len(current) <= MAX_HELD:
             label = f"culprits of {task.victim}: after 1 test(s)"
             for candidate in current:
                 held[candidate] = hold_step(prober, task, candidate, label)
             search.ahead += len(current)
         width = max(1, prober.admission.idle()) if speculates else 1
-        wave = run_wave(prober, current, width, step, lambda p: bool(shows(task, p.outcome)))
-        for probe, ran in wave.used:
-            record(task, search, probe, ran)
-        search.waves += 1
-        search.in_waves += len(wave.used)
-        search.ahead += len(wave.used) - 1 + wave.losers  # all but each wave's first
-        search.losers += wave.losers
-        search.killed += wave.killed
+        wave = _wave(prober, task, search, current, width, whole=doubted and width > 1)
+        doubted = False
+        if wave is None:  # the whole replay never showed it: nothing to halve
+            return
         current, confirmed, refuted = wave.current, wave.confirmed, wave.refuted
     if not confirmed and not refuted:
         if prober.exhausted():
@@ -215,7 +212,7 @@ def _halve(
         confirmed = not refuted
     several = False
     if refuted and len(task.candidates) > 1:
-        found = checked_halving(prober, task, search)
+        found = checked_halving(prober, task, search, whole_shown=shown or search.whole)
         if found is None:
             return
         current, several = found
@@ -232,3 +229,68 @@ def _halve(
         + (f"; needs all {len(current)} together" if several else "")
         + ("; " + REFUTED if refuted else "")
     )
+
+
+def _wave(
+    prober: Prober,
+    task: Task,
+    search: Search,
+    current: list[str],
+    width: int,
+    *,
+    whole: bool,
+) -> Wave | None:
+    """One wave of the halving, recorded; with the `whole` replay in one of its places: None
+    where that run did not show the finding (the note says so)."""
+
+    def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
+        return run_step(prober, task, part, cancel=cancel)
+
+    if whole:
+        wave, replayed = _beside_the_whole(prober, task, current, width, step)
+    else:
+        wave, replayed = run_wave(prober, current, width, step, _shows(task)), None
+    for probe, ran in wave.used:
+        record(task, search, probe, ran)
+    search.waves += 1
+    search.in_waves += len(wave.used)
+    search.ahead += len(wave.used) - 1 + wave.losers  # all but each wave's first
+    search.losers += wave.losers
+    search.killed += wave.killed
+    if replayed is None:
+        return wave
+    search.whole = True
+    search.in_waves += 1
+    search.ahead += 1
+    if not record(task, search, *replayed):
+        runs, what = len(search.probes), SHOWN[task.category]
+        search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
+        return None
+    return wave
+
+
+def _beside_the_whole(
+    prober: Prober, task: Task, current: list[str], width: int, step: Step
+) -> tuple[Wave, tuple[Probe, ProbeRun] | None]:
+    """A wave with every candidate's replay beside it, in one of its places. Where a run of
+    the wave showed the finding, the replay is killed (a loser of the wave, never counted);
+    otherwise the wave's answer waits for it: where it does not show the finding either,
+    the halving has nothing to find."""
+    cancel = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuci-whole") as pool:
+        replay = pool.submit(step, current, cancel)
+        wave = run_wave(prober, current, width - 1, step, _shows(task))
+        reproduced = any(shows(task, probe.outcome) for probe, _ in wave.used)
+        if reproduced:
+            cancel.set()
+        probe, ran = replay.result()
+    prober.settle(ran, used=not reproduced)
+    if not reproduced:
+        return wave, (probe, ran)
+    wave.losers += 1
+    wave.killed += ran.killed
+    return wave, None
+
+
+def _shows(task: Task) -> Callable[[Probe], bool]:
+    return lambda probe: bool(shows(task, probe.outcome))

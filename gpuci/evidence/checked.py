@@ -19,15 +19,17 @@ from gpuci.model import NOT_PASSING
 MAX_PARTS = 4  # a checked level's candidates run in at most this many parts at once
 
 
-def checked_halving(prober: Prober, task: Task, search: Search) -> tuple[list[str], bool] | None:
+def checked_halving(
+    prober: Prober, task: Task, search: Search, *, whole_shown: bool = False
+) -> tuple[list[str], bool] | None:
     """The halving with every level checked, where an inferred one was refuted: the whole
-    set first (a victim that does not show it after all of them has nothing to find),
-    then each level's parts, keeping one that shows it, or all of them where none does (the
-    finding needs tests of several); the set and whether it needed several, or None (the
-    note says why)."""
+    set first, unless a run of it showed the finding already (`whole_shown`; a victim that
+    does not show it after all of them has nothing to find), then each level's parts,
+    keeping one that shows it, or all of them where none does (the finding needs tests of
+    several); the set and whether it needed several, or None (the note says why)."""
     current = list(task.candidates)
     what = SHOWN[task.category]
-    if prober.exhausted() or not probe_after(prober, task, search, current):
+    if prober.exhausted() or not (whole_shown or probe_after(prober, task, search, current)):
         runs = len(search.probes)
         search.note = (
             "search cut by budget"

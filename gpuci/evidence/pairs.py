@@ -17,13 +17,16 @@ search's `gpu`, so that the printed command runs every side with it too.
 
 A pair names its partner file only where it shows the finding twice in a row; a pair
 that showed it once, then not, ends the search: flaky. Where the victim was the one that
-failed both times, the pair runs up to PARTNER_TRIES more times to see which of the
-partner file's tests it was contending with.
+failed both times, and a test of the partner file failed its way in the parallel screen
+(contention seen both ways, like two hogs), the pair runs up to PARTNER_TRIES more times to
+see which of the partner file's tests it was contending with. Where none did (a scratch
+file one side overwrites, read by the other), those runs would only show the victim fail
+again: on 2 cores boltons' planted contention spent 2 of its 4 pair runs so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuci.evidence.fingerprints import failure_kind, same_kind
@@ -31,7 +34,7 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.probe_run import ProbeRun
 from gpuci.evidence.reproduce import gpu_of
 from gpuci.evidence.results import ModeResults
-from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe, TestResult
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.sched.views import first_gpus_note
@@ -138,7 +141,8 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
             )
             return search
         found = dict.fromkeys([*partners, *more])
-        for _ in range(PARTNER_TRIES):
+        seen_both_ways = _failed_its_way([parallel], kind, partnerable, files=beside)
+        for _ in range(PARTNER_TRIES if seen_both_ways else 0):
             if found or cut():
                 break
             shows, more = pair_shows(beside)
@@ -206,16 +210,28 @@ def partner_note(victim: str, runs: int) -> str:
     return f"{PAIRED}{PARTNER_OF}{victim}: failed its way beside it ({runs} run(s))"
 
 
-def _failed_its_way(runs: Sequence[ProbeRun], kind: str, partnerable: Collection[str]) -> list[str]:
-    """The tests of the partner runs that failed with the victim's failure kind."""
+def _failed_its_way(
+    runs: Sequence[ProbeRun | ModeResults],
+    kind: str,
+    partnerable: Collection[str],
+    *,
+    files: Collection[str] | None = None,
+) -> list[str]:
+    """The tests of the partner runs (or of the screen's `files`) that failed with the
+    victim's failure kind."""
     return [
         result.id
         for run in runs
-        for result in run.results.values()
+        for result in _results(run)
         if result.id in partnerable
+        and (files is None or file_of(result.id) in files)
         and result.outcome is Outcome.FAILED
         and same_kind(failure_kind([result]), kind)
     ]
+
+
+def _results(run: ProbeRun | ModeResults) -> Iterable[TestResult]:
+    return run.run.tests if isinstance(run, ModeResults) else run.results.values()
 
 
 def _ids_by_file(parallel: ModeResults) -> dict[str, list[str]]:

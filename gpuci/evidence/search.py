@@ -34,6 +34,7 @@ class Search:
     partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
     pair_gpu: str | None = None  # a pair's view shared by every side (`PairSearch.gpu`)
     loaded: bool = False  # a run that showed it by failing had another run beside it
+    whole: bool = False  # every candidate's replay ran beside the halving's first wave
     contradicted: str = ""  # what a strict run did not confirm: LOADED runs
     steps: Steps | None = None  # its runs against its bound, once the halving ended
     waves: int = 0  # the halving's waves of speculated runs
