@@ -3,16 +3,22 @@
   conftest.py), a file that failed in the parallel screen starts its isolated interpreter
   while the screens go on (`gpuci.lazy_isolated.IsolatedAhead`), and the pass takes it;
 - in an isolated pass, the files that run one at a time (here one that failed fresh in
-  parallel) start while the side-by-side ones run (`gpuci.run.sched.session.run_mode`).
+  parallel) start while the side-by-side ones run (`gpuci.run.sched.session.run_mode`),
+  or go first where the screens started only theirs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_runner import needs_run_parallel
+
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.plan import Schedule
+from gpuci.run.sched.session import _run_units
 
 # test_a.py's import provides what test_b.py needs (a depends-on-others test); each
 # interpreter's start-up takes 1.2 s
@@ -107,3 +113,48 @@ def test_the_files_run_one_at_a_time_start_while_the_others_run(tmp_path: Path) 
     }, printed[-3000:]
     # test_a.py passed side by side, the first time (not again alone after test_c.py ran)
     assert "did not pass beside others" not in printed, printed[-3000:]
+
+
+@dataclass
+class Units:
+    """A mode's session as `_run_units` sees it: its units, which of them the screens
+    started for it, and the order they were started ahead and run in."""
+
+    schedule: Schedule
+    held_for_it: frozenset[str]
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    events: list[tuple[str, str]] = field(default_factory=list)
+
+    def units(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.schedule.pool, self.schedule.serial
+
+    def held(self, key: str) -> bool:
+        return key in self.held_for_it
+
+    def start_ahead(self, key: str, slot: int, gpu: str | None) -> None:
+        self.events.append(("ahead", key))
+
+    def run(self, key: str, slot: int) -> None:
+        self.events.append(("run", key))
+
+
+def test_the_files_run_one_at_a_time_go_first_where_only_theirs_was_started_for_them() -> None:
+    # gpu_polluted's isolated pass: test_race.py failed in threads only (side by side), and
+    # ended that screen late, so nothing was started for it; the screens held one of the
+    # files that failed in parallel (one at a time), not the first
+    schedule = Schedule(
+        pool=("test_race.py",), serial=("test_x.py", "test_hog.py"), workers=2, slot_gpus=("0", "0")
+    )
+    held = Units(schedule, frozenset({"test_hog.py"}))
+    _run_units(held, held.run)  # type: ignore[arg-type]
+    runs = [key for what, key in held.events if what == "run"]
+    assert runs == ["test_hog.py", "test_x.py", "test_race.py"]
+    # the side-by-side file collected while the others ran, started before any of them
+    assert held.events[0] == ("ahead", "test_race.py")
+    # otherwise the side-by-side files first, as before
+    for started in (frozenset(), frozenset({"test_hog.py", "test_race.py"})):
+        before = Units(schedule, started)
+        _run_units(before, before.run)  # type: ignore[arg-type]
+        runs = [key for what, key in before.events if what == "run"]
+        assert runs == ["test_race.py", "test_x.py", "test_hog.py"]
+        assert before.events[0] == ("ahead", "test_x.py")

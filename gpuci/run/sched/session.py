@@ -32,6 +32,7 @@ from gpuci.model import (
 from gpuci.run.disk.resume import Earlier
 from gpuci.run.proc.discover import Discovery, file_of
 from gpuci.run.proc.gpus import describe_environment
+from gpuci.run.proc.held import held_file_slot
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import write_mode_junit
 from gpuci.run.sched.plan import Schedule, cpu_count
@@ -135,6 +136,11 @@ class ModeSession:
         """Start `key`'s first interpreter now, for `run_unit` in `slot` to take."""
         self.runner.start_ahead(key, slot, gpu)
 
+    def held(self, key: str) -> bool:
+        """Whether an interpreter started before this mode began waits for `key` (the
+        screens started it for the isolated pass, `gpuci.lazy_isolated.IsolatedAhead`)."""
+        return key != SUITE_UNIT and held_file_slot((self.runner.target(key),)) is not None
+
     def finish(self, beside: tuple[Mode, ...] = ()) -> ModeRun:
         """The mode's run from its units, written to its directory (run.json, JUnit)."""
         file_runs, keys, options = dict(self.file_runs), list(self.keys), self.options
@@ -224,27 +230,7 @@ def run_mode(
 
     try:
         with supervisor.handling_signals():
-            pool, serial = session.units()
-            ahead = functools.partial(_start_ahead, session, schedule)
-            depth = ahead_count(schedule.workers, cpu_count())
-            one_depth = ahead_count(1, cpu_count())
-            # the first of the files that run one at a time collect while the pool runs (an
-            # isolated pass's side-by-side files, then its likely failing ones: on the H100
-            # the first of those started cold after them, 3 s)
-            early = [(key, 0) for key in serial[:one_depth]] if pool else []
-            for key, slot in early:
-                ahead(key, slot)
-            run_slots(
-                pool,
-                schedule.workers,
-                run_one,
-                supervisor,
-                ahead=ahead,
-                depth=depth,
-                alike=same_gpus(schedule.slot_gpus),
-            )
-            # one at a time: the next files collect meanwhile (a short file hides no start-up)
-            run_slots(serial, 1, run_one, supervisor, ahead=ahead, depth=one_depth, early=early)
+            _run_units(session, run_one)
             if confirm_alone and not supervisor.stopping.is_set():
                 _again_alone(session, reporter, run_one)
         run = session.finish()
@@ -254,6 +240,57 @@ def run_mode(
     if run.interrupted:
         raise Interrupted(f"interrupted; what finished is in {options.out}")
     return run
+
+
+def _run_units(session: ModeSession, run_one: Callable[[str, int], None]) -> None:
+    """The session's side-by-side units in its slots and its one-at-a-time units in turn.
+    Whichever kind goes second collects while the first runs (an isolated pass's side-by-side
+    files, then its likely failing ones: on the H100 the first of those started cold after
+    them, 3 s). The one-at-a-time files go first, those the screens started for the
+    isolated pass first of all, where the first side-by-side file was not started (on the
+    H100 gpu_polluted's only side-by-side file, which failed in threads alone and ended that
+    screen late, started cold: 3 s)."""
+    schedule, supervisor = session.schedule, session.supervisor
+    pool, serial = session.units()
+    ahead = functools.partial(_start_ahead, session, schedule)
+    held = [key for key in serial if session.held(key)]
+    both = bool(pool and serial)
+    serial_first = both and bool(held) and not session.held(pool[0])
+    if serial_first:  # those held first: the next ones start while they run
+        serial = (*held, *(key for key in serial if key not in held))
+
+    def side_by_side(early: list[tuple[str, int]]) -> None:
+        run_slots(
+            pool,
+            schedule.workers,
+            run_one,
+            supervisor,
+            ahead=ahead,
+            depth=ahead_count(schedule.workers, cpu_count()),
+            alike=same_gpus(schedule.slot_gpus),
+            early=early,
+        )
+
+    def one_at_a_time(early: list[tuple[str, int]]) -> None:
+        # the next files collect meanwhile (a short file hides no start-up)
+        depth = ahead_count(1, cpu_count())
+        run_slots(serial, 1, run_one, supervisor, ahead=ahead, depth=depth, early=early)
+
+    # the first units of the kind that goes second, started now (`run_slots`' early ones)
+    if not both:
+        early: list[tuple[str, int]] = []
+    elif serial_first:
+        early = [(key, slot) for slot, key in enumerate(pool[: schedule.workers])]
+    else:
+        early = [(key, 0) for key in serial[: ahead_count(1, cpu_count())]]
+    for key, slot in early:
+        ahead(key, slot)
+    if serial_first:
+        one_at_a_time([])
+        side_by_side(early)
+    else:
+        side_by_side([])
+        one_at_a_time(early)
 
 
 def _again_alone(
