@@ -480,7 +480,11 @@ def test_the_root_gets_memchecks_first_error_in_the_verdict(
     assert tests[ROOT_ID]["sanitizer"] == H100_SCATTER
     evidence = {t["id"]: t for t in read(out / "evidence" / "evidence.json")["tests"]}
     assert evidence[ROOT_ID]["sanitizer"] == H100_SCATTER
-    assert "gpuci: compute-sanitizer: running 1 root(s) alone under memcheck" in output
+    # it failed alone: a root known before the searches, memchecked beside them
+    assert (
+        "gpuci: compute-sanitizer: running 1 root(s) under memcheck (1 of them beside the"
+        " searches)" in output
+    )
     assert f"{ROOT_ID}: sanitizer: Invalid __global__ write of size 4 bytes" in output
 
 

@@ -6,10 +6,12 @@ suspects' alone-runs (`gpuci.evidence.alone`), poisoned runs and culprit searche
 interpreter's earlier tests replayed, or the pair with a co-running file), where the later
 victims of one interpreter wait for its first victim's culprits and are answered together
 by group runs (`gpuci.evidence.groups`); then the tests that failed the same way
-everywhere, one representative of each fingerprint's group; compute-sanitizer on the roots;
+everywhere, one representative of each fingerprint's group; compute-sanitizer on the roots
+(those known before the searches run beside them: `gpuci.evidence.sanitizer.Sanitizing`);
 the thread-unsafe tests alone in threads; the remaining alone-runs. These are the strict
 runs: nothing else runs on their GPUs, but passing alone-runs, which may run beside each
-other. What the budget cuts is recorded per test, never silently classified.
+other, and memcheck beside the searches. What the budget cuts is recorded per test, never
+silently classified.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, run_representatives
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults, load_mode_results
-from gpuci.evidence.sanitizer import choose_sanitizer, sanitize_roots
-from gpuci.evidence.threads import prepare_threaded, run_threaded
+from gpuci.evidence.sanitizer import Sanitizing, choose_sanitizer, sanitize_roots
+from gpuci.evidence.threads import prepare_threaded, run_threaded, thread_unsafe
 from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -58,7 +60,6 @@ from gpuci.model import (
 )
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.reports import out_of_device_memory
-from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.session import Interrupted
 from gpuci.state.left import Ledger, read_ledger
 
@@ -172,33 +173,41 @@ def _gather(
     found: dict[str, TestEvidence] = {}
     had: dict[str, int] = {}
     pending = dict(wanted)
-    while pending:
-        waiting = waiting_victims(results, orders, pending)
-        held = {m for w in waiting for m in w.members}
-        now = {i: n for i, n in pending.items() if i not in held}
-        found, more, revised = _suspects(
-            prober, results, now, found, orders=orders, progress=progress, ledger=ledger
-        )
-        had |= more
-        wanted |= revised
-        found, left = run_groups(prober, results, waiting, found, progress=progress)
-        for answered in held - set(left):
-            wanted[answered] = 0  # its group runs answered what its alone-runs would
-        pending = next_round(left, wanted, found)
+    with Sanitizing(prober, tool if sanitize is not False else None) as sanitizing:
+        while pending:
+            waiting = waiting_victims(results, orders, pending)
+            held = {m for w in waiting for m in w.members}
+            now = {i: n for i, n in pending.items() if i not in held}
+            found, more, revised = _suspects(
+                prober,
+                results,
+                now,
+                found,
+                orders=orders,
+                progress=progress,
+                ledger=ledger,
+                sanitizing=sanitizing,
+            )
+            had |= more
+            wanted |= revised
+            found, left = run_groups(prober, results, waiting, found, progress=progress)
+            for answered in held - set(left):
+                wanted[answered] = 0  # its group runs answered what its alone-runs would
+            pending = next_round(left, wanted, found)
+        sanitized = sanitizing.finish()
     classified = classify_results(
         results, {i: t.alone for i, t in found.items()}, orders, together=together_outcomes(found)
     )
     rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
-    unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
-    if Mode.THREADS not in results:
-        unsafe = []
-    threads = thread_args(results[Mode.THREADS].run.threads) if unsafe else ()
+    unsafe, threads = thread_unsafe(results, classified)
     # their start-ups while the sanitizer runs (its own is compute-sanitizer's), in turn
     prepare_threaded(prober, unsafe, threads)
     for test_id in rest:
         prober.prepare([test_id], strict=True)
     if sanitize is not False:  # the kernel of a root before the rest
-        found = sanitize_roots(prober, classified, found, tool=tool, progress=progress)
+        found = sanitize_roots(
+            prober, classified, found, tool=tool, progress=progress, done=sanitized
+        )
     if unsafe:
         found = run_threaded(
             prober, unsafe, threads, found, progress=progress, order=orders.get(Mode.THREADS)
@@ -219,6 +228,7 @@ def _suspects(
     orders: Mapping[Mode, Order],
     progress: TextIO,
     ledger: Ledger,
+    sanitizing: Sanitizing,
 ) -> tuple[dict[str, TestEvidence], dict[str, int], dict[str, int]]:
     """`wanted`'s first alone-runs (a second at once for one that fails), one alone-run of
     each test that failed the same way everywhere but a representative of each group (a
@@ -263,6 +273,11 @@ def _suspects(
         for t in classified.values()
         if t.category is Category.ORDER_DEPENDENT and t.id in wanted
     ]
+    # memcheck on the roots known now while the poisoned runs and the searches go on; the
+    # runs in threads at the end start ahead (on the H100 the first started cold after
+    # the searches, 4 s, where memcheck's 5.7 s had hidden it)
+    sanitizing.start(classified, found)
+    prepare_threaded(prober, *thread_unsafe(results, classified))
     # the searches' first runs start while the poisoned runs go on
     searches = prepare_searches(
         prober, results, classified, found, orders=orders, ledger=ledger, only=wanted.keys()

@@ -10,14 +10,29 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from gpuci.evidence.classify import Classified
 from gpuci.evidence.orders import Order
 from gpuci.evidence.probe import Prober
-from gpuci.model import PROBE_SHOWN, Outcome, Probe, TestEvidence
+from gpuci.evidence.results import ModeResults
+from gpuci.model import PROBE_SHOWN, Category, Mode, Outcome, Probe, TestEvidence
 from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.progress import say
 
 ADDOPTS = "PYTEST_ADDOPTS"  # how pytest-run-parallel's option reaches one evidence run
-PREPARED = 2  # the first runs in threads started while the sanitizer runs
+PREPARED = 2  # the first runs in threads started ahead, while the searches go on
+
+
+def thread_unsafe(
+    results: Mapping[Mode, ModeResults], classified: Mapping[str, Classified]
+) -> tuple[list[str], tuple[str, ...]]:
+    """The thread-unsafe tests to run in threads, and the threads mode's arguments (none
+    where no threads screen ran)."""
+    threads = results.get(Mode.THREADS)
+    unsafe = [t.id for t in classified.values() if t.category is Category.THREAD_UNSAFE]
+    if threads is None or not unsafe:
+        return [], ()
+    return unsafe, thread_args(threads.run.threads)
 
 
 def prepare_threaded(prober: Prober, tests: Sequence[str], threads: Sequence[str]) -> None:
