@@ -22,8 +22,10 @@ from cli_runner import gpuci, needs_run_parallel, write_files
 from gpuci.evidence import ahead as ahead_module
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.ahead import Ahead
+from gpuci.evidence.early import first_alone_runs
 from gpuci.evidence.probe import Prober
-from gpuci.model import Outcome
+from gpuci.evidence.results import ModeResults
+from gpuci.model import Mode, ModeRun, Outcome, TestResult
 from gpuci.run.proc.discover import child_env
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.supervisor import Supervisor
@@ -628,3 +630,23 @@ def test_the_evidences_first_runs_start_while_the_isolated_pass_runs(tmp_path: P
     assert concurrency.get("ahead_early", 0) >= 1, concurrency
     assert concurrency["ahead_taken"] >= evidence["runs"], concurrency
     assert not _running_in(suite)
+
+
+def test_the_evidences_first_runs_include_a_test_that_failed_in_every_screen() -> None:
+    # gpu_polluted's first hog ran out of device memory in every screen and passed in
+    # isolated: the evidence's first run, which started cold (3 s) where only the screens'
+    # isolation suspects were started early
+    hog, broken = "test_hog.py::test_hold_most_memory", "test_x.py::test_off_by_one"
+    oom = "OutOfMemoryError: out of memory allocating 55,834,574,848 bytes"
+    failing = (
+        TestResult(id=hog, file="test_hog.py", outcome=Outcome.FAILED, message=oom),
+        TestResult(id=broken, file="test_x.py", outcome=Outcome.FAILED, message="assert 3 == 4"),
+    )
+    screens = {}
+    for mode in (Mode.SUITE, Mode.PARALLEL):
+        run = ModeRun(mode=mode, command=("gpuci",), rootdir="/x", workers=2, tests=failing)
+        screens[mode] = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    assert first_alone_runs(screens, {hog: 2, broken: 2}) == [hog, broken]
+    # once the evidence begins, the consistent failures' first one waits on at most: each
+    # starts the next as it runs, and idle they would keep the room a later run needs
+    assert first_alone_runs(screens, {hog: 2, broken: 2}, then=1) == [hog]
