@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from gpuci.run.proc import reaper
 from gpuci.state.changes import changes, snapshot
-from gpuci.state.device import device_snapshot
+from gpuci.state.device import COOKIE_ENV, another_interpreter, device_snapshot
 from gpuci.state.hints import failure_text, hinted_candidates, pointed_keys
 from gpuci.state.left import Ledger, describe, read_ledger
 from tests.cli_runner import clean_env, write_files
@@ -186,6 +187,29 @@ def test_no_device_is_probed_where_this_process_has_no_cuda_context(
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     assert device_snapshot(processes=True) == {}
+
+
+def test_another_of_the_checks_interpreters_is_nothing_a_test_left() -> None:
+    # a PyTorch suite's parallel screen started interpreters that held the GPU while a file
+    # of the suite screen ran: the ledger said that file left them
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    started = {}
+    for name, cookie in (("other", "theirs"), ("own", "mine"), ("stranger", None)):
+        env = clean_env()
+        env.pop(COOKIE_ENV, None)
+        if cookie is not None:
+            env[COOKIE_ENV] = cookie
+        started[name] = subprocess.Popen(sleep, env=env)
+    try:
+        assert another_interpreter(started["other"].pid, "mine")
+        assert not another_interpreter(started["own"].pid, "mine")  # what this one started
+        assert not another_interpreter(started["stranger"].pid, "mine")
+        assert not another_interpreter(started["other"].pid, None)  # not run by gpuci
+    finally:
+        for proc in started.values():
+            proc.kill()
+            proc.wait()
+    assert COOKIE_ENV == reaper.COOKIE_ENV
 
 
 def test_the_plugin_journals_what_each_test_and_file_left(tmp_path: Path) -> None:

@@ -14,10 +14,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpuci.state.host import Snapshot
 
+# each gpuci interpreter's own value, inherited by all it starts (`gpuci.run.proc.reaper`'s
+# COOKIE_ENV: that module is the check's, not loaded in its interpreters)
+COOKIE_ENV = "GPUCI_INTERPRETER"
 NOT_READY = 600  # cudaErrorNotReady: work still queued, not an error
 DEFAULT_STREAMS = (0, 1, 2)  # the legacy null stream, cudaStreamLegacy, cudaStreamPerThread
 
@@ -156,6 +160,26 @@ def _other_processes(device: int) -> frozenset[str]:
         else nvml.nvmlDeviceGetHandleByUUID(index)
     )
     own = os.getpid()
+    cookie = os.environ.get(COOKIE_ENV)
     return frozenset(  # no sizes: they move while a process runs
-        f"pid {p.pid}" for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid != own
+        f"pid {p.pid}"
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        if p.pid != own and not another_interpreter(p.pid, cookie)
     )
+
+
+def another_interpreter(pid: int, cookie: str | None) -> bool:
+    """Whether `pid` is another interpreter of gpuci's, or one it started (its COOKIE_ENV
+    set, not to this interpreter's `cookie`): the check started it beside this one, no test
+    here left it. A PyTorch suite's interpreters hold the GPU from their import: on the
+    H100 a file of the suite screen "left" the parallel screen's, and the state ledger
+    pointed a search at 9 tests, not 3. One whose environment cannot be read counts."""
+    if cookie is None:
+        return False
+    prefix = f"{COOKIE_ENV}=".encode()
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, another user's, or not this machine's namespace
+        return False
+    found = [e[len(prefix) :] for e in environ.split(b"\0") if e.startswith(prefix)]
+    return bool(found) and found[0].decode(errors="replace") != cookie
