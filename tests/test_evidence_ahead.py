@@ -222,6 +222,21 @@ def test_one_held_idle_too_long_makes_room_for_one_offered_later(
     assert not marks(prober, "ran", "a") and not marks(prober, "ran", "b")
 
 
+def test_one_offered_for_a_certain_run_is_never_ended_to_make_room(
+    prober: Prober, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a run in threads, offered as the classification knew it, waits out the searches
+    monkeypatch.setattr(ahead_module, "STALE_S", 0.0)  # every one held is stale
+    prober.prepare(["test_a.py::test_a"], strict=True, certain=True)
+    prober.prepare(["test_b.py::test_b"], strict=True)
+    prober.prepare(["test_c.py::test_c"], strict=True)  # at the limit: b's goes, not a's
+    ran = prober.run(["test_a.py::test_a"], phase="threads", label="a", strict=True)
+    assert ran.outcome("test_a.py::test_a") is Outcome.PASSED
+    assert ahead_json(prober) == {"ahead": 3, "ahead_taken": 1}  # a's was started ahead
+    assert prober.ahead is not None and prober.ahead.close() == 1  # c's waits still
+    assert not marks(prober, "ran", "b")
+
+
 def test_a_pair_takes_interpreters_started_ahead_and_meets_at_its_rendezvous(
     prober: Prober,
 ) -> None:

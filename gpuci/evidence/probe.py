@@ -236,13 +236,15 @@ class Prober:
         collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         copies: int = 1,
+        certain: bool = False,
     ) -> None:
         """Start ahead the interpreter of a later `run` with these arguments (the next of a
         caller's runs one after another; `copies`: as many, for as many runs): its start-up
-        is paid while the runs before it go on (`gpuci.evidence.ahead`)."""
+        is paid while the runs before it go on (`gpuci.evidence.ahead`; `certain`: a run
+        that comes whatever the others find, never ended to make room)."""
         if self.ahead is not None and not self.stopping() and not self.exhausted():
             files = _files(ids, collect)
-            self.ahead.offer(ids, files, strict=strict, env=env, copies=copies)
+            self.ahead.offer(ids, files, strict=strict, env=env, copies=copies, certain=certain)
 
     def withdraw(
         self, ids: Sequence[str], *, strict: bool = False, collect: Sequence[str] = ()

@@ -38,8 +38,8 @@ def thread_unsafe(
 def prepare_threaded(prober: Prober, tests: Sequence[str], threads: Sequence[str]) -> None:
     """The first runs in threads start ahead, while the runs before them go on (each later
     one starts during the run before it)."""
-    for test_id in tests[:PREPARED]:
-        prober.prepare([test_id], env=threads_env(threads), strict=True)
+    for test_id in tests[:PREPARED]:  # they run whatever the searches find
+        prober.prepare([test_id], env=threads_env(threads), strict=True, certain=True)
 
 
 def run_threaded(
