@@ -51,7 +51,7 @@ def lazy_isolated(
 ) -> ModeRun:
     """Isolated for the files that did not pass in `lazy`, but those whose failures were
     alike in every screen (their alone-runs decide); the rest inferred. Side by side, a
-    file that does not pass there confirmed alone (`gpuci.run.sched.session`)."""
+    file that does not pass there confirmed alone (`gpuci.run.sched.one_mode`)."""
     screens = [runs[m] for m in SCREENS if m in runs]
     unconfirmed = files_to_confirm(*(runs[m] for m in lazy))
     alike = files_failing_alike(screens) & unconfirmed

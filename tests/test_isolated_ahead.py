@@ -3,7 +3,7 @@
   conftest.py), a file that failed in the parallel screen starts its isolated interpreter
   while the screens go on (`gpuci.lazy_isolated.IsolatedAhead`), and the pass takes it;
 - in an isolated pass, the files that run one at a time (here one that failed fresh in
-  parallel) start while the side-by-side ones run (`gpuci.run.sched.session.run_mode`),
+  parallel) start while the side-by-side ones run (`gpuci.run.sched.one_mode.run_mode`),
   or go first where the screens started only theirs.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from cli_runner import needs_run_parallel
 
 from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.one_mode import _run_units
 from gpuci.run.sched.plan import Schedule
-from gpuci.run.sched.session import _run_units
 
 # test_a.py's import provides what test_b.py needs (a depends-on-others test); each
 # interpreter's start-up takes 1.2 s

@@ -67,6 +67,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "pool",
         "learning",
         "session",
+        "one_mode",
         "screens",
         "plan_mode",
         "beside",

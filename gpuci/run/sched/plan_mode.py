@@ -23,6 +23,7 @@ from gpuci.run.proc.gpumem import earlier_peaks, screen_peaks
 from gpuci.run.proc.gpus import detect_gpus
 from gpuci.run.proc.held import held_collection
 from gpuci.run.sched.modes import mode_settings
+from gpuci.run.sched.one_mode import run_mode
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import (
     Schedule,
@@ -38,7 +39,7 @@ from gpuci.run.sched.plan import (
     shard_from_env,
 )
 from gpuci.run.sched.screens import Screen
-from gpuci.run.sched.session import RunOptions, run_mode
+from gpuci.run.sched.session import RunOptions
 from gpuci.run.sched.views import describe_views
 
 
