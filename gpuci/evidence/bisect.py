@@ -38,6 +38,7 @@ from gpuci.evidence.search import (
     SHOWN,
     Search,
     hold_step,
+    never_shown,
     prepare_step,
     probe_after,
     record,
@@ -217,8 +218,7 @@ def _halve(
             return
         current, several = found
     elif not confirmed:
-        runs, what = len(search.probes), SHOWN[task.category]
-        search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
+        search.note = never_shown(task, search)
         return
     ahead = held.pop(current[0], None) if len(current) == 1 else None
     if not _confirmed_again(prober, task, search, current, ahead):
@@ -263,8 +263,7 @@ def _wave(
     search.in_waves += 1
     search.ahead += 1
     if not record(task, search, *replayed):
-        runs, what = len(search.probes), SHOWN[task.category]
-        search.note = f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
+        search.note = never_shown(task, search)
         return None
     return wave
 

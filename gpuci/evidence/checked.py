@@ -10,9 +10,8 @@ import itertools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuci.evidence.pairs import NOT_REPRODUCED
 from gpuci.evidence.probe import Prober
-from gpuci.evidence.search import SHOWN, Search, probe_after, record, run_step
+from gpuci.evidence.search import Search, never_shown, probe_after, record, run_step
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING
 
@@ -28,14 +27,8 @@ def checked_halving(
     keeping one that shows it, or all of them where none does (the finding needs tests of
     several); the set and whether it needed several, or None (the note says why)."""
     current = list(task.candidates)
-    what = SHOWN[task.category]
     if prober.exhausted() or not (whole_shown or probe_after(prober, task, search, current)):
-        runs = len(search.probes)
-        search.note = (
-            "search cut by budget"
-            if prober.exhausted()
-            else f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
-        )
+        search.note = "search cut by budget" if prober.exhausted() else never_shown(task, search)
         return None
     while len(current) > 1:
         if prober.exhausted() or prober.stopping():

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuci.evidence.pairs import PHASE
+from gpuci.evidence.pairs import NOT_REPRODUCED, PHASE
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.probe_run import ProbeRun
 from gpuci.evidence.victims import Task
@@ -42,6 +42,12 @@ class Search:
     ahead: int = 0  # runs started before the level above them answered, held ones too
     losers: int = 0
     killed: int = 0
+
+
+def never_shown(task: Task, search: Search) -> str:
+    """The note of a search whose replays never showed the victim's finding."""
+    what, runs = SHOWN[task.category], len(search.probes)
+    return f"{NOT_REPRODUCED}: it never {what} after the tests before it ({runs} runs)"
 
 
 def shows(task: Task, outcome: Outcome) -> bool | None:
