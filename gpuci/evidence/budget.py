@@ -31,7 +31,7 @@ from gpuci.evidence.alone import alone_runs_wanted
 from gpuci.evidence.bisect import CONFIRMING
 from gpuci.evidence.fingerprints import fingerprint
 from gpuci.evidence.memcheck import is_cuda_fault
-from gpuci.evidence.orders import MAX_BESIDE, Order, interpreter_order, ran_beside
+from gpuci.evidence.orders import MAX_BESIDE, Order, interpreter_order, ran_beside, tests_before
 from gpuci.evidence.priorities import prioritize
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.sanitizer import MIN_RUN_S
@@ -192,12 +192,9 @@ def _before(orders: Mapping[Mode, Order], test_id: str, failed: set[Mode]) -> li
     where_failed: list[list[str]] = []
     where_passed: list[list[str]] = []
     for mode, order in orders.items():
-        where = order.where.get(test_id)
-        if where is None or where[1] == 0:
-            continue
-        segment, position, _ = where
-        earlier = [t.id for t in order.segments[segment][:position]]
-        (where_failed if mode in failed else where_passed).append(earlier)
+        earlier = tests_before(order, test_id)
+        if earlier:
+            (where_failed if mode in failed else where_passed).append(earlier)
     if not failed:
         return []
     if Mode.ISOLATED in failed and where_passed:

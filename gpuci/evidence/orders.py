@@ -55,6 +55,16 @@ def interpreter_order(results: ModeResults) -> Order:
     return order
 
 
+def tests_before(order: Order, test_id: str) -> list[str]:
+    """Every test that ran before `test_id` in its interpreter, in order ([] where it did
+    not run, or ran first)."""
+    place = order.where.get(test_id)
+    if place is None:
+        return []
+    segment, position, _ = place
+    return [t.id for t in order.segments[segment][:position]]
+
+
 def first_in_interpreter(order: Order, test_id: str) -> bool:
     place = order.where.get(test_id)
     return place is not None and place[1] == 0

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.orders import Order
+from gpuci.evidence.orders import Order, tests_before
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.model import PROBE_SHOWN, Category, Mode, Outcome, Probe, TestEvidence
@@ -106,9 +106,5 @@ def threads_env(threads: Sequence[str]) -> dict[str, str]:
 
 def _earlier_in(order: Order | None, test_id: str) -> list[str]:
     """The tests that ran before `test_id` in its interpreter (real tests only)."""
-    where = order.where.get(test_id) if order is not None else None
-    if order is None or where is None:
-        return []
-    segment, position, _ = where
-    before = [t.id for t in order.segments[segment][:position]]
+    before = tests_before(order, test_id) if order is not None else []
     return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from gpuci.evidence.beside import beside_suite_test, co_runners
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.fingerprints import failure_kind
-from gpuci.evidence.orders import Order
+from gpuci.evidence.orders import Order, tests_before
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
@@ -105,11 +105,7 @@ def _plan(
     for mode in modes:
         if mode not in orders or test.outcomes.get(mode) not in wanted:
             continue
-        where = orders[mode].where.get(test.id)
-        if where is None or where[1] == 0:
-            continue
-        segment, position, _ = where
-        before = [t.id for t in orders[mode].segments[segment][:position]]
+        before = tests_before(orders[mode], test.id)
         candidates = tuple(i for i in before if _selectable(i))
         if candidates and (best is None or len(candidates) < len(best.candidates)):
             rank = (0 if test.category is Category.ORDER_DEPENDENT else 1, place)
