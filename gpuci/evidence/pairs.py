@@ -91,9 +91,10 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     groups: list[Sequence[str]] = [[c] for c in candidates]
     if len(candidates) > 1:
         groups.append(list(candidates))
+    ids_of = _ids_by_file(parallel)  # read once: every pair run's sides come from it
 
     def sides(beside: Sequence[str]) -> list[tuple[list[str], str | None]]:
-        return pair_sides(parallel, victim, kind, beside)
+        return pair_sides(parallel, victim, kind, beside, ids_of=ids_of)
 
     def pair_shows(beside: Sequence[str]) -> tuple[bool, list[str]]:
         nonlocal apart
@@ -170,13 +171,18 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
 
 
 def pair_sides(
-    parallel: ModeResults, victim: str, kind: str, beside: Sequence[str]
+    parallel: ModeResults,
+    victim: str,
+    kind: str,
+    beside: Sequence[str],
+    *,
+    ids_of: Mapping[str, list[str]],
 ) -> list[tuple[list[str], str | None]]:
     """A pair run's sides: the victim, and each file of `beside` with the tests it ran in
-    the parallel screen, each seeing the GPUs it saw there (where the victim ran the device
-    out of memory, every side the victim's: where the contention was)."""
+    the parallel screen (`ids_of`, `_ids_by_file`'s), each seeing the GPUs it saw there
+    (where the victim ran the device out of memory, every side the victim's: where the
+    contention was)."""
     shared = gpu_of(parallel, file_of(victim)) if out_of_device_memory(kind) else None
-    ids_of = _ids_by_file(parallel)
     runs = [([victim], gpu_of(parallel, file_of(victim)))]
     runs += [
         (ids_of.get(f, []), shared if shared is not None else gpu_of(parallel, f)) for f in beside
@@ -194,12 +200,13 @@ def prepare_first_pairs(
     search, which its partner's answers); a file several searches pair with, once each."""
     met: set[frozenset[str]] = set()
     copies: dict[tuple[tuple[str, ...], str | None], int] = {}
+    ids_of = _ids_by_file(parallel)
     for victim, candidates, kind in searches:
         pair = frozenset({file_of(victim), *candidates[:1]})
         if not candidates or pair in met:
             continue
         met.add(pair)
-        for ids, gpu in pair_sides(parallel, victim, kind, candidates[:1]):
+        for ids, gpu in pair_sides(parallel, victim, kind, candidates[:1], ids_of=ids_of):
             key = (tuple(dict.fromkeys(file_of(i) for i in ids)), gpu)
             copies[key] = copies.get(key, 0) + 2
             prober.prepare_together([(ids, gpu)], copies=copies[key])
