@@ -30,7 +30,6 @@ from gpuci.model import (
 from gpuci.run.disk.resume import Earlier
 from gpuci.run.proc.discover import Discovery, file_of
 from gpuci.run.proc.gpus import describe_environment
-from gpuci.run.proc.held import held_file_slot
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import write_mode_junit
 from gpuci.run.sched.plan import Schedule
@@ -135,7 +134,7 @@ class ModeSession:
     def held(self, key: str) -> bool:
         """Whether an interpreter started before this mode began waits for `key` (the
         screens started it for the isolated pass, `gpuci.lazy_isolated.IsolatedAhead`)."""
-        return key != SUITE_UNIT and held_file_slot((self.runner.target(key),)) is not None
+        return key != SUITE_UNIT and self.runner.held(key)
 
     def finish(self, beside: tuple[Mode, ...] = ()) -> ModeRun:
         """The mode's run from its units, written to its directory (run.json, JUnit)."""

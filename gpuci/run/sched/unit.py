@@ -201,8 +201,13 @@ class UnitRunner:
         pass during the screens)."""
         if self.earlier is not None or key in self.discovery.broken_dirs or key == SUITE_UNIT:
             return
-        if held_file_slot((self.target(key),)) is None:
+        if not self.held(key):
             self.interpreters.start_ahead(self._first_launch(key, slot, gpu))
+
+    def held(self, key: str) -> bool:
+        """Whether an interpreter started before this mode began waits for the file `key`
+        (beside discovery, or for the isolated pass during the screens)."""
+        return held_file_slot((self.target(key),)) is not None
 
     def _targets(self, key: str) -> tuple[str, ...]:
         """What pytest is handed for a unit: its file, or every file of the suite."""
