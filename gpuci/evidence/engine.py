@@ -200,7 +200,8 @@ def _gather(
     )
     rest = {i: n - had.get(i, 0) for i, n in wanted.items() if n > had.get(i, 0)}
     unsafe, threads = thread_unsafe(results, classified)
-    # their start-ups while the sanitizer runs (its own is compute-sanitizer's), in turn
+    # offered already as the searches began, where known then (an offer waiting counts);
+    # these start-ups go on while the sanitizer runs on the roots the searches named
     prepare_threaded(prober, unsafe, threads)
     for test_id in rest:
         prober.prepare([test_id], strict=True)
