@@ -118,3 +118,21 @@ def test_a_file_started_ahead_runs_where_its_slot_sees_the_same_gpus() -> None:
     slot_one = [u for u, s in runs if s == 1]
     crossed = [u for u in slot_one if starter.get(u) == 0]  # slot 0's, run by slot 1
     assert slot_one[len(slot_one) - len(crossed) :] == crossed, (runs, starter)
+
+
+def test_a_file_started_for_a_slot_the_pool_lacks_runs_like_the_rest() -> None:
+    # beside discovery, a file was started for slot 2 (a file skipped at import took slot
+    # 1 on disk); discovery found one file, so the pool has slot 1 only
+    ran: list[tuple[str, int]] = []
+    slot_gpus = (None, None)  # the suite's slot 0 and the files' slot 1
+
+    run_slots(
+        ["test_b.py"],
+        1,
+        lambda unit, slot: ran.append((unit, slot)),
+        Supervisor(),
+        first_slot=1,
+        alike=lambda a, b: slot_gpus[a] == slot_gpus[b],
+        early=[("test_b.py", 2)],
+    )
+    assert ran == [("test_b.py", 1)]

@@ -62,11 +62,14 @@ def run_slots(
     rest, and only at the end another kind's. The `early` files (unit, slot) were started
     before the pool began (beside discovery): they count as started ahead by their slots.
     """
-    first = [(unit, slot) for unit, slot in early if unit in files]
+    used = min(workers, len(files))
+    # a file started beside discovery for a slot this pool does not have (discovery found
+    # fewer files than were on disk: one skipped at import) runs like the rest
+    slots = range(first_slot, first_slot + used)
+    first = [(unit, slot) for unit, slot in early if unit in files and slot in slots]
     taken = {unit for unit, _ in first}
     remaining = [unit for unit in files if unit not in taken]
     lock = threading.Lock()
-    used = min(workers, len(files))
     started: list[tuple[Unit, int]] = first  # started ahead, by which slot, oldest first
 
     def take(slot: int, *, spare: bool = False) -> list[Unit]:
@@ -102,7 +105,7 @@ def run_slots(
     if not used:
         return
     with ThreadPoolExecutor(max_workers=used, thread_name_prefix="gpuci-slot") as pool:
-        wait_for([pool.submit(in_a_slot, slot) for slot in range(first_slot, first_slot + used)])
+        wait_for([pool.submit(in_a_slot, slot) for slot in slots])
 
 
 def run_beside(
