@@ -79,7 +79,8 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
         workers = _run_modes(opts, options, asked, isolating=early.start)
     except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
         say(str(ended))
-        code = write_verdict(options, verdict_path, ended=str(ended))
+        write_verdict(options, verdict_path, ended=str(ended))
+        code = ended.exit_code  # plain pytest's
     else:
         _write_durations(opts.out)  # before the evidence: a failing check has it too
         budget = _budget(opts.out, evidence)
@@ -130,7 +131,7 @@ def _discover_and_run(
             _replace_earlier(opts)
         raise
     modes, why = choose_modes(asked, discovery)
-    opts = replace(opts, mode_plan=(tuple(modes), why))
+    opts = replace(opts, mode_plan=(tuple(modes), why), randomly_seed=discovery.randomly_seed)
     threads = threads_from_suite(opts.settings, discovery)
     if threads is not None:
         opts = replace(opts, threads=threads.value, settings={**opts.settings, "threads": threads})

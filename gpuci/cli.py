@@ -16,9 +16,15 @@ from gpuci.options import Options, build_options
 from gpuci.run.disk.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
 from gpuci.run.proc.supervisor import noting_interrupts
 
+INTERRUPTED_EXIT = 2  # pytest's, for an interrupted session
+RESUMABLE = ("check", "run")  # the commands that take --resume
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run gpuci; return its exit code (0 clean, 1 verdict failed, 2 usage, 3 infrastructure)."""
+    """Run gpuci; return its exit code: 0 the verdict passed (and the plain pytest run exited
+    0), 1 the verdict failed (or the plain run exited 1), 2 interrupted (pytest's, or Ctrl-C),
+    3 pytest's internal error or gpuci's own (an unreadable input, GitLab refused), 4 a
+    usage error (pytest's, or gpuci's), 5 no tests ran (pytest's)."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` belongs to pytest, untouched by argparse.
     pytest_args: list[str] = []
@@ -27,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_in, pytest_args = args_in[:split], args_in[split + 1 :]
     if not args_in:  # bare `gpuci`: what it can do, not one line about a missing command
         print(build_parser().format_help(), file=sys.stderr)
-        return 2
+        return UsageError.exit_code
     withheld: list[str] = []
     try:
         args = build_parser().parse_args(args_in)
@@ -50,17 +56,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         with masked_terminal(known_secrets(os.environ, withheld)), noting_interrupts():
             return handler(options)
     except GpuciError as exc:
-        line = f"gpuci: {'error: ' if exc.exit_code != 130 else ''}{exc}"
+        interrupted = _interrupted(exc)
+        line = f"gpuci: {'' if interrupted else 'error: '}{exc}"
         print(mask_secrets(line, known_secrets(os.environ, withheld)), file=sys.stderr)
+        if interrupted:
+            _say_how_to_resume(args_in, pytest_args)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpuci: interrupted", file=sys.stderr)
-        return 130
+        _say_how_to_resume(args_in, pytest_args)
+        return INTERRUPTED_EXIT
+
+
+def _interrupted(exc: GpuciError) -> bool:
+    from gpuci.run.sched.session import Interrupted
+
+    return isinstance(exc, Interrupted)
+
+
+def _say_how_to_resume(args: Sequence[str], pytest_args: Sequence[str]) -> None:
+    """After Ctrl-C: the command that goes on from where it stopped (`check`, `run`)."""
+    if not args or args[0] not in RESUMABLE:
+        return
+    again = ["gpuci", *args, *([] if "--resume" in args else ["--resume"])]
+    again += ["--", *pytest_args] if pytest_args else []
+    print(f"gpuci: to go on from there: {shlex.join(again)}", file=sys.stderr)
 
 
 @contextlib.contextmanager
 def _holding(out: Path, command: str, withheld: Sequence[str] = ()) -> Iterator[None]:
-    """OUT's lock for the whole command: a second gpuci writing there exits 2; the files
+    """OUT's lock for the whole command: a second gpuci writing there exits 4; the files
     under OUT with every secret masked after it (`withheld` and those in the environment)."""
     from gpuci.run.disk.outdir import STATE_DIR, locked
     from gpuci.run.proc.ledger import close_ledger, open_ledger

@@ -141,6 +141,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"beside": [m.value for m in run.beside]} if run.beside else {}),
         **({"threads": run.threads} if run.threads else {}),
         **({"poison": True} if run.poison else {}),
+        **({"randomly_seed": run.randomly_seed} if run.randomly_seed is not None else {}),
         **({"settings": run.settings} if run.settings else {}),
     }
 
@@ -203,6 +204,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             beside=tuple(Mode(m) for m in data.get("beside", ())),
             threads=int(data["threads"]) if data.get("threads") else None,
             poison=bool(data.get("poison", False)),
+            randomly_seed=_seed(data.get("randomly_seed")),
             settings=dict(data.get("settings", {})),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -364,3 +366,8 @@ def read_verdict(path: Path) -> Verdict:
 def strays_to_json(found: Mapping[str, Sequence[Leftover | Stranger]]) -> dict[str, Any]:
     """Leftovers or strangers by file, in their JSON form (evidence.json, verdict.json)."""
     return {file: [x.to_json() for x in entries] for file, entries in found.items()}
+
+
+def _seed(value: Any) -> int | None:
+    """run.json's `randomly_seed`: an integer, or none."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,6 +1,7 @@
 """The verdict as a command ends with it (`diff`, `check`, `explain`): OUT diffed into
 verdict.json, or pytest's cause where its collection ended the check; the summary printed,
-and the exit code that keeps pytest's contract (never green where pytest is red)."""
+and the exit code that keeps pytest's contract: at least the plain run's exit status
+(`gpuci.verdict.plain_run`), never green where pytest is red."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
     from gpuci.verdict.diff import diff_results, read_baseline
     from gpuci.verdict.diff import write_verdict as write_diffed
     from gpuci.verdict.ended import ended_verdict
+    from gpuci.verdict.plain_run import at_least_as_red, check_exit_code, read_plain_run
     from gpuci.verdict.policy import parse_policy
     from gpuci.verdict.skips import ALLOW_HINT, nothing_ran
 
@@ -34,11 +36,14 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
         if ended
         else diff_results(options.out_dir, baseline=baseline, policy=policy, secrets=secrets)
     )
+    # the plain run's exit status first, in pytest's words: the verdict is at least as red
+    plain = None if ended else read_plain_run(options.out_dir)
+    verdict = at_least_as_red(verdict, plain)
     write_diffed(verdict, path, secrets)
     print(mask_secrets(format_summary(verdict), secrets))
-    if no_test_ran(verdict):
+    code = check_exit_code(3 if no_test_ran(verdict) else int(verdict.verdict == "fail"), plain)
+    if code == 3 and plain is None:
         print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)
-        return 3
-    if verdict.verdict == "fail" and nothing_ran(t.category for t in verdict.tests):
+    elif verdict.verdict == "fail" and nothing_ran(t.category for t in verdict.tests):
         print(f"gpuci: no test ran; {ALLOW_HINT}", file=sys.stderr)
-    return 1 if verdict.verdict == "fail" else 0
+    return code

@@ -20,9 +20,9 @@ class GpuciError(Exception):
 
 
 class UsageError(GpuciError):
-    """The command line asked for something impossible (exit code 2)."""
+    """The command line asked for something impossible (exit code 4, pytest's usage error)."""
 
-    exit_code = 2
+    exit_code = 4
 
 
 class InputError(GpuciError):
@@ -216,6 +216,9 @@ class ModeRun:
     resumed: bool = False  # it continued an interrupted run of this mode (--resume)
     gpu_check: str = ""  # how GPU memory holders were checked: "nvidia-smi", or why not
     poison: bool = False  # every interpreter filled fresh device allocations (--poison)
+    # pytest-randomly's seed in the plain run, every other interpreter's (-p randomly
+    # --randomly-seed=N): every command that reproduces a run carries it
+    randomly_seed: int | None = None
     run_id: str = ""  # the check (or `gpuci run`) that made it: what --resume keeps
     # the effective settings: key -> {"value", "from"} (command line, [tool.gpuci], default);
     # "modes" adds "why": mode -> why it ran or did not

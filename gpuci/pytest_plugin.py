@@ -1,4 +1,5 @@
-"""The child side: a pytest plugin (`-p gpuci.pytest_plugin`) that journals every event.
+"""The child side: a pytest plugin (in PYTEST_PLUGINS: `gpuci.run.proc.plugin_env`) that
+journals every event.
 
 It appends one JSON line per event to the file named by `GPUCI_JOURNAL` and flushes at
 once, so whatever happened survives an interpreter that dies the next instant:
@@ -80,6 +81,7 @@ import pytest
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 from gpuci.run.proc.handshake import read_asked
 from gpuci.run.proc.ids import select_ids
+from gpuci.run.proc.plugin_env import randomly_seed, restore_user_plugins, write_junit
 from gpuci.run.proc.reports import (
     first_line,
     innermost_own,
@@ -221,6 +223,7 @@ class Journal:
             event["parallel_threads"] = asked
         if config.getoption("lf", False):  # a file given may hold no test that failed last
             event["last_failed"] = True
+        event.update(randomly_seed(config))  # every other interpreter runs with it
         return event
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -309,10 +312,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{SERIAL_MARK}: gpuci runs this test's file alone, after the parallel pool"
     )
+    restore_user_plugins()  # a pytest a test starts does not load this plugin
     path = os.environ.get("GPUCI_JOURNAL")
     journal = Journal(path, config) if path else None
     if journal is not None:
         config.pluginmanager.register(journal, "gpuci-journal")
+        write_junit(config)  # the suite interpreter's JUnit for gpuci (GPUCI_JUNIT)
         if state_level() != "off":
             recorder = StateRecorder(journal.write, state_level())
             config.pluginmanager.register(recorder, "gpuci-state")

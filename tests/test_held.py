@@ -18,7 +18,8 @@ from cli_runner import as_foreground_job, clean_env, gpuci, write_files
 from gpuci.evidence.beside import beside_suite_test
 from gpuci.evidence.results import ModeResults
 from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun, Outcome, TestResult
-from gpuci.run.proc.discover import PLUGIN, child_env
+from gpuci.run.proc.discover import child_env
+from gpuci.run.proc.plugin_env import PLUGIN
 from gpuci.run.sched.beside import admit_first
 
 SUITE = {
@@ -55,7 +56,7 @@ def ctrl_c_when(
     env: Mapping[str, str] | None = None,
 ) -> None:
     """`gpuci check tests --out OUT ARGS` in `root`, Ctrl-C'd once `ready()`: it ends with
-    130, leaving no held suite interpreter running and no folder of it."""
+    2, leaving no held suite interpreter running and no folder of it."""
     proc = subprocess.Popen(
         as_foreground_job(
             sys.executable, "-m", "gpuci", "check", "tests", "--out", str(out), *args
@@ -77,7 +78,7 @@ def ctrl_c_when(
     finally:
         proc.kill()
         proc.communicate()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 2, stderr
     assert held_processes(out) == []
     assert not (out / ".gpuci" / "held-suite").exists()
 
@@ -104,9 +105,9 @@ def test_the_suite_screen_takes_the_interpreter_started_beside_discovery(tmp_pat
     out = tmp_path / "out"
     result = gpuci("check", "tests", "--out", str(out), *MODES, cwd=root)
     assert result.returncode == 1, result.stderr
-    # it ran on PATHS, as discovery collected them (and plain pytest would), not on files
-    junit = out / "suite" / "junit" / "suite.part1.xml"
-    assert suite_command(out).endswith(f"--junitxml={junit} tests")
+    # it ran on PATHS, as the user's plain `python -m pytest tests`, nothing added (issue 53)
+    assert suite_command(out).endswith(f"{sys.executable} -m pytest tests")
+    assert (out / "suite" / "junit" / "suite.xml").exists()  # gpuci's, from GPUCI_JUNIT
     run = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
     [interpreter] = run["files"][0]["interpreters"]
     assert interpreter["start"] < 0  # it started before the mode's clock, and says so
@@ -191,7 +192,7 @@ def test_a_check_that_fails_before_its_screens_leaves_no_held_interpreter(tmp_pa
     root = write_files(tmp_path / "suite", files)
     out = tmp_path / "out"
     result = gpuci("check", "tests", "empty", "--out", str(out), cwd=root)
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 4, result.stderr
     assert "empty: no tests collected" in result.stderr
     assert held_processes(out) == []
     assert not (out / "suite").exists() and not (out / ".gpuci" / "held-suite").exists()

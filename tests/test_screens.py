@@ -148,7 +148,7 @@ def test_serial_modes_run_one_mode_after_another(tmp_path: Path) -> None:
 def test_serial_modes_is_refused_by_gpuci_run(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", LOAD_SUITE)
     proc = gpuci("run", ".", "--mode", "suite", "--out", "out", "--serial-modes", cwd=root)
-    assert proc.returncode == 2
+    assert proc.returncode == 4
     assert proc.stderr.startswith("gpuci: error: --serial-modes: only for gpuci check")
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (root / "out").exists()

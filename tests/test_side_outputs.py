@@ -206,7 +206,7 @@ def test_what_gpuci_cannot_write_as_plain_pytest_is_refused(
 ) -> None:
     suite = write_files(tmp_path, PASSING)
     proc = gpuci(*command, "--out", "out", "--", *args, cwd=suite)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     assert proc.stderr.startswith(f"gpuci: error: {named}: "), proc.stderr
     assert not (suite / "out").exists()
     assert not any(suite.glob("*.xml")) and not any(suite.glob("*.html"))
@@ -215,17 +215,10 @@ def test_what_gpuci_cannot_write_as_plain_pytest_is_refused(
 def test_other_interpreters_get_none_of_the_side_outputs() -> None:
     python = sys.executable
     user = ["--junitxml", "r.xml", "--lf", "--lfnf=none", "--basetemp=t", "-k", "x", "--cov=pkg"]
-    assert interpreter_args(python, user, plain=True) == [
-        "--lf",
-        "--lfnf=none",
-        "--basetemp=t",
-        "-k",
-        "x",
-        "--cov=pkg",
-    ]
-    other = interpreter_args(python, user, plain=False)
-    assert other[:2] == ["-p", "no:cacheprovider"]
-    assert other[2:6] == ["-k", "x", "--cov=pkg", "-o"]
+    cache = Path("/o/cache/test_a.py")
+    other = interpreter_args(python, user, cache=cache)
+    assert other[:4] == ["-k", "x", "--cov=pkg", "-o"]
+    assert other[4:6] == [f"cache_dir={cache}", "--basetemp=/o/cache/test_a.py-basetemp"]
     assert plain_junit(user) == Path.cwd() / "r.xml"
     assert plain_junit(["--junit-xml=/a/b.xml", "--junitxml=/c.xml"]) == Path("/c.xml")
     assert plain_junit(["-k", "junitxml"]) is None

@@ -278,7 +278,7 @@ def test_threads_mode_alone_in_check_and_in_run(tmp_path: Path) -> None:
     # --resume goes on only with as many threads as the run it continues
     resume = ("run", ".", "--mode", "threads", "--out", "out", "--resume")
     proc = gpuci(*resume, "--threads", "3", cwd=root)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     assert proc.stderr.startswith("gpuci: error: --resume: ") and "--threads" in proc.stderr
     proc = gpuci(*resume, "--threads", "2", cwd=root)
     assert proc.returncode == 1 and "finished earlier, nothing to resume" in proc.stderr
@@ -310,7 +310,7 @@ def test_bad_threads_are_one_line_and_exit_2(tmp_path: Path, command: str, value
     root = build(tmp_path / "suite")
     mode = ["--mode", "threads"] if command == "run" else []
     proc = gpuci(command, ".", "--out", "out", *mode, "--threads", value, cwd=root)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuci: error: "), lines
     assert "--threads" in lines[0] and value in lines[0]
@@ -365,7 +365,7 @@ def test_threads_without_pytest_run_parallel_is_one_line_and_exit_2(
     proc = gpuci(
         command, ".", "--out", "out", *rest, "--python", python_without_run_parallel, cwd=root
     )
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"gpuci: error: {asked}: "), lines
     assert "pytest-run-parallel" in lines[0] and python_without_run_parallel in lines[0]

@@ -14,6 +14,7 @@ from gpuci.evidence.ahead import AHEAD_START_S, Ahead, ahead_limit
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import ModeRun
+from gpuci.run.disk.side_outputs import seed_args
 from gpuci.run.proc.discover import POISON_ENV, child_env
 from gpuci.run.proc.gpumem import narrow_files, screen_peaks
 from gpuci.run.proc.interpreter import Interpreters
@@ -44,7 +45,8 @@ def start_prober(
     interpreters = Interpreters(
         out=out,
         python=python,
-        pytest_args=run.pytest_args,
+        # the plain run's pytest-randomly seed too, as every screen's interpreter had it
+        pytest_args=(*run.pytest_args, *seed_args(run.randomly_seed)),
         timeout=timeout,
         environ=environ,
         clock_zero=time.monotonic(),

@@ -22,13 +22,14 @@ from gpuci.model import (
     Outcome,
     TestEvidence,
 )
-from gpuci.run.disk.side_outputs import command_args
-from gpuci.run.proc.discover import PLUGIN, POISON_ENV
+from gpuci.run.disk.side_outputs import command_args, seed_args
+from gpuci.run.proc.discover import POISON_ENV
+from gpuci.run.proc.plugin_env import PLUGIN
 from gpuci.run.proc.seed import SEED_ENV
 from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.views import plain_gpus
 
-PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
+PYTEST = ("-m", "pytest")  # after the interpreter (`python`, or named)
 ORDERED = Category.ORDER_DEPENDENT
 
 
@@ -294,7 +295,9 @@ def _pytest(
         env += f"{POISON_ENV}=1 "
         extra = ["-p", PLUGIN, *extra]
     python = run.environment.get("interpreter", "python")  # named where PATH has another
-    return env + shlex.join([python, *PYTEST, *command_args(run.pytest_args), *extra, *targets])
+    # the user's arguments, and the plain run's seed where pytest-randomly drew one
+    args = [*command_args(run.pytest_args), *seed_args(run.randomly_seed)]
+    return env + shlex.join([python, *PYTEST, *args, *extra, *targets])
 
 
 def _run_together(results: ModeResults, targets: Sequence[str], *, gpu: str | None = None) -> str:

@@ -170,6 +170,7 @@ def _merge_shards(parts: Sequence[ModeRun]) -> ModeRun:
         mode=first.mode,
         command=first.command,
         pytest_args=first.pytest_args,
+        randomly_seed=first.randomly_seed,
         threads=first.threads,
         rootdir=first.rootdir,
         workers=max(p.workers for p in parts),

@@ -67,9 +67,14 @@ SELECTING = (
     "--last-failed-no-failures",
 )
 SUITE_ONLY = {"--basetemp": True, "--log-file": True}  # the suite interpreter's alone
+# options that judge the whole run: the plain run's alone (the others run every test)
+WHOLE_RUN = {"--exitfirst": False, "--maxfail": True}
+EXITFIRST = "x"  # -x, alone or among other short flags (-xvs)
+SHORT_FLAGS = frozenset("xvqsl")  # pytest's short options without a value, combinable
+SHORT_VALUED = ("-k", "-m", "-p", "-o", "-W", "-c", "-r")  # their value may be the next arg
+BASETEMP_SUFFIX = "-basetemp"  # beside an interpreter's private cache
 # every option only the plain run (the suite interpreter) gets, with whether it takes a value
 PLAIN_RUNS_ONLY = {**dict.fromkeys(JUNIT, True), **CACHE, **SUITE_ONLY}
-NO_CACHE = ("-p", "no:cacheprovider")
 NO_LOG_FILE = ("-o", "log_file=")  # an empty log_file: pytest logs to os.devnull
 NO_COV = "--no-cov"
 COV_PLUGIN = "pytest_cov"
@@ -94,17 +99,25 @@ REFUSED = {
 PROBE_TIMEOUT_S = 60
 
 
-def interpreter_args(python: str, user_args: Sequence[str], *, plain: bool) -> list[str]:
-    """The pytest arguments of one interpreter of `python`, from the user's: the suite
-    interpreter's (`plain`: the plain pytest run) or any other's (screens, evidence,
-    discovery), which write none of the user's side outputs."""
-    if plain:
-        return _without(user_args, dict.fromkeys(JUNIT, True))
-    args = [*NO_CACHE, *_without(user_args, PLAIN_RUNS_ONLY)]
+def interpreter_args(python: str, user_args: Sequence[str], *, cache: Path) -> list[str]:
+    """The pytest arguments of an interpreter of `python` other than the suite's (screens,
+    evidence, discovery), from the user's: none of the user's side outputs or whole-run
+    judgements (`shared_args`); pytest's cache in `cache`, its own; a --basetemp of its
+    own beside it (one given is emptied by each pytest that starts)."""
+    args = [*shared_args(user_args), "-o", f"cache_dir={cache}"]
+    if any(name == "--basetemp" for name, _ in _options(user_args)):
+        args.append(f"--basetemp={cache.with_name(cache.name + BASETEMP_SUFFIX)}")
     args += NO_LOG_FILE
     if _has_pytest_cov(python, user_args):
         args.append(NO_COV)  # last: pytest-cov warns of a --cov after it
     return args
+
+
+def shared_args(user_args: Sequence[str]) -> list[str]:
+    """The user's arguments an interpreter other than the suite's keeps: all but the side
+    outputs only the plain run writes (`PLAIN_RUNS_ONLY`) and the options that judge the
+    whole run (`WHOLE_RUN`: -x, --maxfail; --cov-fail-under goes with coverage)."""
+    return _without_exitfirst(_without(user_args, {**PLAIN_RUNS_ONLY, **WHOLE_RUN}))
 
 
 def selects_by_cache(user_args: Sequence[str]) -> bool:
@@ -113,12 +126,17 @@ def selects_by_cache(user_args: Sequence[str]) -> bool:
     return any(name in SELECTING for name, _ in _options(user_args))
 
 
+def seed_args(seed: int | None) -> tuple[str, ...]:
+    """The arguments that give an interpreter the plain run's pytest-randomly seed."""
+    return () if seed is None else ("-p", "randomly", f"--randomly-seed={seed}")
+
+
 def command_args(user_args: Sequence[str]) -> list[str]:
     """The user's arguments as a printed command (a reproduce command) carries them: what
-    the evidence interpreter that stands behind it ran with, of the user's; none of the
-    user's side outputs (a pasted command must not overwrite the plain run's JUnit file,
-    coverage or cache, nor let the cache choose its tests)."""
-    args = _without(user_args, PLAIN_RUNS_ONLY)
+    the evidence interpreter that stands behind it ran with, of the user's (`shared_args`);
+    none of the user's side outputs (a pasted command must not overwrite the plain run's
+    JUnit file or coverage, nor let the cache choose its tests)."""
+    args = shared_args(user_args)
     if any(name == "--cov" or name.startswith("--cov-") for name, _ in _options(args)):
         args.append(NO_COV)  # last, as every interpreter but the suite's gets it
     return args
@@ -166,7 +184,7 @@ def refuse_side_outputs(user_args: Sequence[str], *, suite: bool, asker: str) ->
 def _options(args: Sequence[str]) -> list[tuple[str, str | None]]:
     """Each long option in `args` with its value (`--x=V`, or the next argument for an
     option known to take one); pytest allows no abbreviations."""
-    valued = PLAIN_RUNS_ONLY
+    valued = {**PLAIN_RUNS_ONLY, **WHOLE_RUN}
     found: list[tuple[str, str | None]] = []
     i = 0
     while i < len(args):
@@ -198,6 +216,28 @@ def _without(args: Sequence[str], dropped: dict[str, bool]) -> list[str]:
             continue
         kept.append(arg)
         i += 1
+    return kept
+
+
+def _without_exitfirst(args: Sequence[str]) -> list[str]:
+    """`args` without -x, alone or among combined short flags (`-xvs` is `-vs`); the value
+    of a short option (`-rx`, `-k x`) is left alone."""
+    kept: list[str] = []
+    value_next = False
+    for arg in args:
+        if value_next or not arg.startswith("-") or arg.startswith("--"):
+            kept.append(arg)
+            value_next = False
+            continue
+        value_next = arg in SHORT_VALUED
+        flags = ""
+        for i, letter in enumerate(arg[1:], start=1):
+            if letter not in SHORT_FLAGS:  # a valued option: the rest is its value
+                flags += arg[i:]
+                break
+            flags += "" if letter == EXITFIRST else letter
+        if flags:
+            kept.append(f"-{flags}")
     return kept
 
 

@@ -21,16 +21,17 @@ from pathlib import Path
 
 from gpuci.model import GpuciError, UsageError
 from gpuci.run.disk.side_outputs import interpreter_args
+from gpuci.run.proc.plugin_env import with_plugin
 from gpuci.run.proc.seed import SEED_ENV, hash_seed
 from gpuci.run.proc.spawn import start_interpreter
 from gpuci.run.proc.supervisor import signal_group
 
-PLUGIN = "gpuci.pytest_plugin"
 POISON_ENV = "GPUCI_POISON"  # read by the plugin: fill every fresh device allocation
 # pytest's exit codes: a collection it ended itself (interrupted, INTERNALERROR), a usage error
 PYTEST_INTERRUPTED = 2
 PYTEST_INTERNAL_ERROR = 3
 PYTEST_USAGE_ERROR = 4
+PYTEST_NO_TESTS = 5
 INTERNAL_PREFIX = "INTERNALERROR>"  # how pytest prints an internal error's traceback
 _CONFTEST_ERROR = re.compile(r"ImportError while loading conftest '([^']+)'")
 _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
@@ -40,9 +41,19 @@ _BANNER = re.compile(r"^!{3,} (.+?) !{3,}$")
 
 class CollectionEnded(GpuciError):
     """pytest ended the session during collection, red (INTERNALERROR, an interrupt): plain
-    pytest runs no test then, so gpuci runs none either, and the check's verdict fails."""
+    pytest runs no test then, so gpuci runs none either, the check's verdict fails, and it
+    exits as plain pytest does (3, 2)."""
 
-    exit_code = 1
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class NoTestsRan(GpuciError):
+    """pytest collected nothing to run (no test, or every one deselected): plain pytest
+    exits 5, and so does gpuci."""
+
+    exit_code = PYTEST_NO_TESTS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +69,9 @@ class Discovery:
     # what the suite's pytest configuration (addopts) sets --parallel-threads to, above 1:
     # the suite asks for the threads mode
     parallel_threads: int | None = None
+    # the seed pytest-randomly drew in the interpreter that collected (the plain run's,
+    # where the held suite interpreter collected): every other interpreter's seed
+    randomly_seed: int | None = None
 
     @property
     def broken_dirs(self) -> frozenset[str]:
@@ -108,7 +122,7 @@ def discover_tests(
     _check_paths_exist(paths)
     with tempfile.TemporaryDirectory(prefix="gpuci-discover-") as tmp:
         journal = Path(tmp) / "collect.jsonl"
-        env = child_env(os.environ)
+        env = with_plugin(child_env(os.environ))
         env["GPUCI_JOURNAL"] = str(journal)
         env.pop("GPUCI_ONLY", None)
         command = [
@@ -117,10 +131,9 @@ def discover_tests(
             "pytest",
             "--collect-only",
             "-q",
-            "-p",
-            PLUGIN,
             "--continue-on-collection-errors",
-            *interpreter_args(python, pytest_args, plain=False),  # writes none of the user's
+            # writes none of the user's files; its cache is its own, removed with it
+            *interpreter_args(python, pytest_args, cache=Path(tmp) / "cache"),
             *paths,
         ]
         try:
@@ -136,7 +149,7 @@ def discover_tests(
     text = output.decode("utf-8", "replace").strip()
     ended = _session_ended(code, events, text)
     if ended:  # before anything else: the ids it left are a random part of the suite
-        raise CollectionEnded(ended)
+        raise CollectionEnded(ended, code)
     collected = [e for e in events if e.get("e") == "collected"]
     if code == PYTEST_USAGE_ERROR or not collected:
         raise (UsageError if code == PYTEST_USAGE_ERROR else GpuciError)(
@@ -152,7 +165,9 @@ def discovered(paths: Sequence[str], events: list[dict[str, object]]) -> Discove
     # it got past its collection (`held` is journaled after the user's hooks), but a hook of
     # pytest_collection_finish may still have raised by the time the journal is read
     if any(e.get("e") == "internal-error" for e in events):
-        raise CollectionEnded(_session_ended(PYTEST_INTERNAL_ERROR, events, ""))
+        raise CollectionEnded(
+            _session_ended(PYTEST_INTERNAL_ERROR, events, ""), PYTEST_INTERNAL_ERROR
+        )
     held = [e for e in events if e.get("e") == "held"]
     return _build(paths, held[-1], events)
 
@@ -233,7 +248,9 @@ def _build(
     deselected = collected.get("deselected", [])
     assert isinstance(deselected, list)
     asked = collected.get("parallel_threads")
+    seed = collected.get("randomly_seed")
     discovery = Discovery(
+        randomly_seed=seed if isinstance(seed, int) else None,
         parallel_threads=asked if isinstance(asked, int) and asked > 1 else None,
         rootdir=rootdir,
         files=tuple(order),
@@ -242,12 +259,18 @@ def _build(
         errors=errors,
         deselected=tuple(str(f) for f in deselected if f not in tests and f not in errors),
     )
+    if not discovery.files and not discovery.deselected:
+        raise NoTestsRan(
+            f"{' '.join(paths)}: no tests collected: plain pytest exits 5, no tests ran"
+            " (does it hold files that pytest's python_files setting matches? or was every"
+            " file skipped at import?)"
+        )
     if not collected.get("last_failed"):  # --lf leaves out files without a failure
         _check_every_path_has_tests(paths, discovery)
     if not discovery.files:  # a path that yields only deselected tests passed the check above
         count = collected.get("deselected_tests")
         what = f"{count} test(s)" if isinstance(count, int) and count else "tests"
-        raise UsageError(
+        raise NoTestsRan(
             f"{' '.join(paths)}: pytest collected {what} and deselected every one (-k, -m,"
             " --deselect or a conftest.py hook): plain pytest exits 5, no tests ran;"
             " nothing to check"

@@ -134,7 +134,7 @@ def hold_suite(
     if earlier is not None:
         end_held(earlier)
     held_folder(folder)
-    command = pytest_command(python, pytest_args, launch)
+    command = pytest_command(python, pytest_args, launch, out=folder)
     env = launch_environ(
         environ, launch, journal=folder / "journal.jsonl", only=folder / "only.json"
     )

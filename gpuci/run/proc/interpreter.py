@@ -153,7 +153,7 @@ class Interpreters:
 
     def command(self, launch: Launch) -> list[str]:
         """The command line of one interpreter."""
-        return pytest_command(self.python, self.pytest_args, launch)
+        return pytest_command(self.python, self.pytest_args, launch, out=self.out)
 
     def run(
         self,

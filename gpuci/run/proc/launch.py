@@ -10,7 +10,7 @@ from typing import Any
 from gpuci.model import SUITE_UNIT, FileStatus, Interpreter, TestResult
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.disk.side_outputs import interpreter_args
-from gpuci.run.proc.discover import PLUGIN
+from gpuci.run.proc.plugin_env import JUNIT_ENV, with_plugin
 
 SUITE_STEM = "suite"  # its journal, log and JUnit file names
 
@@ -57,35 +57,45 @@ class Attempt:
     strangers: list[Stranger] = field(default_factory=list)  # new GPU memory holders after it
 
 
-def pytest_command(python: str, pytest_args: Sequence[str], launch: Launch) -> list[str]:
-    """The command line of one interpreter: `python -m pytest` with gpuci's plugin."""
-    cmd = [
-        python,
-        "-m",
-        "pytest",
-        "-p",
-        PLUGIN,
-        "--continue-on-collection-errors",
-    ]
-    plain = launch.key == SUITE_UNIT  # the plain pytest run: its JUnit is the user's too
+def pytest_command(
+    python: str, pytest_args: Sequence[str], launch: Launch, *, out: Path
+) -> list[str]:
+    """The command line of one interpreter. The suite interpreter's is the user's plain
+    `python -m pytest ARGS PATHS`, nothing added (gpuci's plugin and its files come through
+    the environment: `launch_environ`). Any other gets the user's arguments too, with what
+    must not be shared redirected to its own (`interpreter_args`: its cache under `out`,
+    no JUnit of the user's), its JUnit file, and a file that cannot be collected as that
+    file's result (--continue-on-collection-errors), not an interrupt of the session."""
+    if launch.key == SUITE_UNIT:  # the plain pytest run
+        return [*launch.wrapper, python, "-m", "pytest", *pytest_args, *launch.targets]
+    cmd = [python, "-m", "pytest", "--continue-on-collection-errors"]
     if launch.junit is not None:
-        named = [] if plain else ["-o", f"junit_suite_name={launch.key}"]
-        cmd += [*named, f"--junitxml={launch.junit}"]
-    args = interpreter_args(python, pytest_args, plain=plain)
+        cmd += ["-o", f"junit_suite_name={launch.key}", f"--junitxml={launch.junit}"]
+    args = interpreter_args(python, pytest_args, cache=private_cache(out, launch.stem))
     return [*launch.wrapper, *cmd, *args, *launch.targets]
+
+
+def private_cache(out: Path, stem: str) -> Path:
+    """The pytest cache directory of a unit's interpreters (not the suite's, which reads and
+    writes the user's): `request.config.cache` works there, and writes nobody else's."""
+    return (out / "cache" / stem).absolute()
 
 
 def launch_environ(
     environ: Mapping[str, str], launch: Launch, *, journal: Path, only: Path
 ) -> dict[str, str]:
-    """The environment of one interpreter: its journal, its tests, its slot and GPUs."""
+    """The environment of one interpreter: gpuci's plugin (PYTEST_PLUGINS), its journal,
+    its tests, its slot and GPUs; the suite interpreter's JUnit file for gpuci."""
     env = dict(
-        environ,
+        with_plugin(environ),
         GPUCI_JOURNAL=str(journal),
         GPUCI_ONLY=str(only),
         GPUCI_SLOT=str(launch.slot),
         **launch.env,
     )
+    env.pop(JUNIT_ENV, None)
+    if launch.key == SUITE_UNIT and launch.junit is not None:
+        env[JUNIT_ENV] = str(launch.junit)
     if launch.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = launch.gpu
     return env

@@ -146,7 +146,7 @@ def _hold_file(
         junit=junit_part(run.out, file, 1),
         label="interpreter 1",
     )
-    command = pytest_command(run.python, mode_pytest_args(run), launch)
+    command = pytest_command(run.python, mode_pytest_args(run), launch, out=run.out)
     journal, only = folder / f"{name}.jsonl", folder / f"{name}.json"
     env = launch_environ(environ, launch, journal=journal, only=only)
     hold_file(command, launch.targets, env, nice=SCREEN_NICE, ahead=ahead)

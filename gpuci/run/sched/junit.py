@@ -36,14 +36,12 @@ def write_file_junit(
     """One JUnit file per scheduled unit: pytest's own where it wrote one, else the journal's.
 
     `kept`: the cases of tests an interrupted run finished, first (--resume). `plain`: the
-    user's --junitxml, written for the suite alone: pytest's own file where one
-    interpreter ran it all.
+    user's --junitxml, of the suite alone: where one interpreter ran it all, the plain
+    pytest run wrote it itself, and it is left as it is; else the suite's merged cases.
     """
     plain = plain if key == SUITE_UNIT else None  # no other interpreter writes it
     whole = attempts[0].junit_part if len(attempts) == 1 and not kept else None
-    copied = plain is not None and whole is not None and _read_part(whole) is not None
-    if copied and plain is not None and whole is not None:
-        write_plain_junit(plain, whole)  # before the part goes
+    by_pytest = plain is not None and whole is not None and _read_part(whole) is not None
     suite = TestSuite(key)
     written: set[str] = set()
     for case in kept:
@@ -76,7 +74,7 @@ def write_file_junit(
     xml.update_statistics()
     path.parent.mkdir(parents=True, exist_ok=True)
     xml.write(str(path))
-    if plain is not None and not copied:  # plain pytest would have written none: merged
+    if plain is not None and not by_pytest:  # plain pytest would have written none: merged
         write_plain_junit(plain, path)
 
 

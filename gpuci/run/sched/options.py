@@ -42,3 +42,4 @@ class ModeOptions:
     run_id: str = ""
     history: Path | None = None
     mode_plan: tuple[tuple[Mode, ...], Mapping[Mode, str]] | None = None
+    randomly_seed: int | None = None  # the plain run's pytest-randomly seed, once collected

@@ -210,6 +210,7 @@ def plan_mode(
     planned = run_options(
         options, mode, out=mode_dir, shard=shard, gpus=gpus, per_slot=per_slot, resume=resume
     )
+    planned = replace(planned, randomly_seed=discovery.randomly_seed)
     if beside:  # the gate goes by this check's screens' peaks first, an earlier run's after
         planned = replace(planned, peaks={**planned.peaks, **screen_peaks(options.out)})
     # seconds only where some were measured (else numbers of tests): the progress's estimates
@@ -269,6 +270,7 @@ def run_options(
         run_id=options.run_id,
         settings=mode_settings(options.settings, options.mode_plan, mode),
         peaks=earlier_peaks(options.durations, history_of(options)),
+        randomly_seed=options.randomly_seed,
     )
 
 

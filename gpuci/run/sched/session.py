@@ -41,9 +41,9 @@ BESIDE_LOG = "beside"  # a file's log from its side-by-side run, kept aside: FIL
 
 
 class Interrupted(GpuciError):
-    """Ctrl-C or SIGTERM: what finished was written; exit code 130."""
+    """Ctrl-C or SIGTERM: what finished was written; exit code 2, as pytest's interrupt."""
 
-    exit_code = 130
+    exit_code = 2
 
 
 class ModeSession:
@@ -157,6 +157,7 @@ class ModeSession:
             pytest_args=options.pytest_args,
             threads=options.threads,
             poison=options.poison,
+            randomly_seed=options.randomly_seed,
             rootdir=str(self.discovery.rootdir),
             workers=self.schedule.workers,
             gpus=options.gpus,

@@ -25,7 +25,7 @@ from gpuci.model import (
     TestResult,
 )
 from gpuci.run.disk.resume import Earlier
-from gpuci.run.disk.side_outputs import plain_junit, selects_by_cache
+from gpuci.run.disk.side_outputs import plain_junit, seed_args, selects_by_cache
 from gpuci.run.proc.discover import POISON_ENV, Discovery, child_env, file_of, pytest_target
 from gpuci.run.proc.gpumem import MemoryGate
 from gpuci.run.proc.held import held_file_slot
@@ -66,6 +66,7 @@ class RunOptions:
     run_id: str = ""  # the check's (or this run's): recorded in run.json
     settings: dict[str, Any] = field(default_factory=dict)  # run.json's effective settings
     peaks: Mapping[str, int] = field(default_factory=dict)  # MiB per file, an earlier run
+    randomly_seed: int | None = None  # the plain run's pytest-randomly seed: every other's
 
 
 def start_interpreters(
@@ -96,8 +97,10 @@ def mode_environ(options: RunOptions) -> dict[str, str]:
 
 
 def mode_pytest_args(options: RunOptions) -> tuple[str, ...]:
-    """The pytest arguments every interpreter of a mode gets."""
-    return options.pytest_args + thread_args(options.threads)
+    """The pytest arguments every interpreter of a mode gets: the user's; in every mode but
+    the suite's (the plain run, which drew it), the plain run's pytest-randomly seed."""
+    seed = () if options.mode is Mode.SUITE else seed_args(options.randomly_seed)
+    return options.pytest_args + seed + thread_args(options.threads)
 
 
 class UnitRunner:
