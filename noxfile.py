@@ -20,6 +20,9 @@ CUPY = os.environ.get("GPUCI_CUPY_PACKAGE", "cupy-cuda12x")
 # Markdown engine, to check the MR comment renders with no links, images or mentions.
 # NumPy: the GPU suite's references (collected, and skipped, even where no GPU is).
 RUN_PARALLEL = "pytest-run-parallel>=0.10"  # runs each test in threads: the threads mode
+# tests/test_plain_run.py: the plain run's seed is every interpreter's (apart, as above:
+# loaded by every pytest that sees it, it would shuffle every suite of gpuci's tests)
+RANDOMLY = "pytest-randomly==3.16.0"
 TEST_DEPS = [
     "pytest>=7.4",
     "check-jsonschema>=0.29",
@@ -72,7 +75,13 @@ def tests(session: nox.Session) -> None:
     # tests' suites under this repository, inside its pytest configuration)
     site = Path(session.virtualenv.location).absolute() / "run-parallel"
     session.install("--no-deps", "--upgrade", "--target", str(site), RUN_PARALLEL)
-    env = {"GPUCI_FILE_TIMES": "1", "GPUCI_RUN_PARALLEL_SITE": str(site)}
+    randomly = Path(session.virtualenv.location).absolute() / "randomly"
+    session.install("--no-deps", "--upgrade", "--target", str(randomly), RANDOMLY)
+    env = {
+        "GPUCI_FILE_TIMES": "1",
+        "GPUCI_RUN_PARALLEL_SITE": str(site),
+        "GPUCI_RANDOMLY_SITE": str(randomly),
+    }
     # A line per test file with its time: the whole run takes a while (README says how long).
     session.run("pytest", "-p", "no:run-parallel", *session.posargs, env=env)
 

@@ -1,6 +1,6 @@
 """The command line's grammar: `gpuci`'s subcommands, their options and how each option's
-text is read (a mistake is one `gpuci: error:` line, exit 2); `gpuci.cli` runs what it
-parsed."""
+text is read (a mistake is one `gpuci: error:` line, exit 4: pytest's usage error);
+`gpuci.cli` runs what it parsed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,13 @@ from typing import NoReturn
 from gpuci import __version__
 from gpuci.model import Mode, UsageError
 
+# at least the plain pytest run's exit status; pytest's own codes keep their meanings
+EXIT_CODES = (
+    "exit status: 0 the plain pytest run exited 0 and the verdict passes; 1 the verdict"
+    " failed, or the plain run exited 1; 2 interrupted (pytest's, or Ctrl-C: --resume goes"
+    " on); 3 an internal error (pytest's, or gpuci's own); 4 a usage error (pytest's or"
+    " gpuci's); 5 no tests ran (pytest's)"
+)
 DEFAULT_REPORT_HTML = "report.html"
 DEFAULT_COMMENT_MD = "comment.md"
 
@@ -142,7 +149,9 @@ def _sanitize_options() -> _Parser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, with one subcommand per stage."""
-    parser = _Parser(prog="gpuci", description="Catch GPU test-isolation regressions in CI.")
+    parser = _Parser(
+        prog="gpuci", description="Catch GPU test-isolation regressions in CI.", epilog=EXIT_CODES
+    )
     parser.add_argument("--version", action="version", version=f"gpuci {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run_parent, diff_parent, sanitize_parent = _run_options(), _diff_options(), _sanitize_options()

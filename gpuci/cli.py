@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuci.arguments import build_parser
-from gpuci.model import GpuciError, Outcome, UsageError, printable
+from gpuci.model import GpuciError, Mode, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
 from gpuci.run.disk.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
 from gpuci.run.proc.supervisor import noting_interrupts
@@ -121,6 +121,7 @@ def _interpreters() -> Iterator[None]:
 
 def _cmd_run(options: Options) -> int:
     from gpuci.check import check_options, run_mode_with_reruns
+    from gpuci.verdict.plain_run import check_exit_code, read_plain_run
     from gpuci.verdict.policy import parse_policy
     from gpuci.verdict.skips import ALLOW_HINT, nothing_ran_reason
 
@@ -132,9 +133,13 @@ def _cmd_run(options: Options) -> int:
     check_options(options, options.mode)
     with _interpreters(), _holding(options.out_dir, "run", options.secrets):
         run = run_mode_with_reruns(options, options.mode)
+    # the suite mode is the plain pytest run: its exit status is the floor of this one's
+    plain = read_plain_run(options.out_dir) if options.mode is Mode.SUITE else None
+    if plain is not None:
+        print(f"gpuci: {printable(plain.reason())}", file=sys.stderr)
     bad = sum(1 for t in run.tests if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED))
-    if bad:
-        return 1
+    if bad or plain is not None:
+        return check_exit_code(int(bad > 0), plain)
     # an xfail ran (pytest counts it skipped): only tests skipped outright ran nothing
     skips = [t.message for t in run.tests if t.outcome is Outcome.SKIPPED and not t.counted]
     assert options.verdict is not None

@@ -217,8 +217,8 @@ def test_other_interpreters_get_none_of_the_side_outputs() -> None:
     user = ["--junitxml", "r.xml", "--lf", "--lfnf=none", "--basetemp=t", "-k", "x", "--cov=pkg"]
     cache = Path("/o/cache/test_a.py")
     other = interpreter_args(python, user, cache=cache)
-    assert other[:4] == ["-k", "x", "--cov=pkg", "-o"]
-    assert other[4:6] == [f"cache_dir={cache}", "--basetemp=/o/cache/test_a.py-basetemp"]
+    assert other[:4] == ["-k", "x", "--cov=pkg", "--basetemp=/o/cache/test_a.py-basetemp"]
+    assert other[4:6] == ["-o", f"cache_dir={cache}"]
     assert plain_junit(user) == Path.cwd() / "r.xml"
     assert plain_junit(["--junit-xml=/a/b.xml", "--junitxml=/c.xml"]) == Path("/c.xml")
     assert plain_junit(["-k", "junitxml"]) is None

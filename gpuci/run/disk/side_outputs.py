@@ -1,28 +1,35 @@
 """Side outputs: the files the user's pytest arguments write are the plain run's.
 
 A check starts many interpreters with the user's pytest arguments; plain pytest is one of
-them, the suite interpreter. What the user's arguments write beside the test results
-comes from it alone, as plain pytest would write it:
+them, the suite interpreter, which runs them as given, nothing added (`launch`). What the
+user's arguments write beside the test results comes from it alone, as plain pytest
+writes it; every other interpreter gets the user's arguments too (a test sees there what
+it sees in plain pytest), with what must not be shared redirected (`interpreter_args`):
 
-- `--junitxml F` (`--junit-xml`): no interpreter is handed it. The suite interpreter's
-  own JUnit file (gpuci's part, pytest's file of that run: the user's suite name, family
-  and logging) is copied to F once it ends (`write_plain_junit`); where the suite took
-  more than one interpreter (a crash resumed, --resume), F holds the suite's merged cases.
+- `--junitxml F` (`--junit-xml`): the plain run writes F itself. Where the suite took more
+  than one interpreter (a crash resumed, --resume), F holds the suite's merged cases
+  (`write_plain_junit`). The others write gpuci's own JUnit file instead.
 - coverage (`--cov`, pytest-cov): every other interpreter gets `--no-cov`, last, where its
-  python has pytest-cov (a `--cov` in the suite's addopts is switched off as well).
-- pytest's cache (`--lf`, `--ff`, `--nf`, `--sw`, `--cache-clear`): the suite interpreter
-  reads and writes it as plain pytest does; every other interpreter runs without the
-  cache plugin and without those options. Where the cache selects tests (`SELECTING`),
-  what they run comes from gpuci's discovery, the suite interpreter's own collection after
-  --lf and --sw chose (GPUCI_ONLY; a screen otherwise runs its files, as the user would):
-  a file alone under --lf would run all its tests where the suite's lastfailed names none
-  of them (pytest's LFPlugin), and an evidence run of a test that passed last time would
-  run nothing.
-- `--basetemp`, `--log-file`: the suite interpreter's; the others use pytest's own
-  numbered temporary folders (pytest empties --basetemp at its start: interpreters side
-  by side would empty each other's) and no log file.
+  python has pytest-cov (a `--cov` in the suite's addopts is switched off as well), so
+  `--cov-fail-under` judges the plain run only.
+- pytest's cache: the plain run reads and writes the user's (`--lf`, `--ff`, `--nf`,
+  `--sw`, `--cache-clear` are its alone); every other interpreter has a cache directory of
+  its own (`-o cache_dir=...`: `request.config.cache` works, and writes nobody else's).
+  Where the cache selects tests (`SELECTING`), what they run comes from gpuci's discovery,
+  the suite interpreter's own collection after --lf and --sw chose (GPUCI_ONLY; a screen
+  otherwise runs its files, as the user would): a file alone under --lf would run all its
+  tests where the suite's lastfailed names none of them (pytest's LFPlugin), and an
+  evidence run of a test that passed last time would run nothing.
+- `--basetemp`: each other interpreter gets one of its own beside its cache (pytest empties
+  --basetemp at its start: interpreters side by side would empty each other's);
+  `--log-file`: the plain run's, the others log nowhere.
+- options that judge the whole run (`WHOLE_RUN`: -x, --maxfail): the plain run's alone; the
+  others run every test they are given.
+- pytest-randomly's seed: the plain run draws it; every other interpreter, and every printed
+  command, gets that one (`seed_args`).
 
 Options that write a file gpuci cannot keep the plain run's are refused (REFUSED).
+docs/pytest-options.md shows all of this as a table (tests/test_pytest_options.py).
 """
 
 from __future__ import annotations
@@ -104,10 +111,10 @@ def interpreter_args(python: str, user_args: Sequence[str], *, cache: Path) -> l
     evidence, discovery), from the user's: none of the user's side outputs or whole-run
     judgements (`shared_args`); pytest's cache in `cache`, its own; a --basetemp of its
     own beside it (one given is emptied by each pytest that starts)."""
-    args = [*shared_args(user_args), "-o", f"cache_dir={cache}"]
+    args = shared_args(user_args)
     if any(name == "--basetemp" for name, _ in _options(user_args)):
         args.append(f"--basetemp={cache.with_name(cache.name + BASETEMP_SUFFIX)}")
-    args += NO_LOG_FILE
+    args += ["-o", f"cache_dir={cache}", *NO_LOG_FILE]
     if _has_pytest_cov(python, user_args):
         args.append(NO_COV)  # last: pytest-cov warns of a --cov after it
     return args
