@@ -120,8 +120,10 @@ def test_an_interrupted_fresh_check_leaves_nothing_of_the_previous_one(tmp_path:
     assert first_id not in run_ids(out)
     second.send_signal(signal.SIGINT)
     _, err = second.communicate(timeout=60)
-    assert second.returncode == 2, err
+    assert second.returncode == 2, err  # pytest's interrupt (it was 130)
     assert "replacing the earlier results" in err
+    again = "gpuci check . --out out --modes suite,parallel,isolated --resume"
+    assert f"gpuci: to go on from there: {again}" in err
     interrupted = check_id(out)
     assert run_ids(out) == {interrupted}
 

@@ -16,6 +16,9 @@ import pytest
 from cli_runner import clean_env, gpuci, write_files
 from test_side_outputs import cases
 
+from gpuci.model import Verdict
+from gpuci.verdict.plain_run import PlainRun, at_least_as_red, check_exit_code, pytest_words
+
 CHECK = ("--modes", "suite,parallel", "--evidence-budget", "0")
 PASSING = {"test_a.py": "def test_a():\n    pass\n", "test_b.py": "def test_b():\n    pass\n"}
 FAILING_FIRST = {
@@ -195,3 +198,70 @@ def test_the_plain_runs_seed_is_every_interpreters_and_in_every_command(tmp_path
     verdict = json.loads((root / "out" / "verdict.json").read_text(encoding="utf-8"))
     failing = next(t for t in verdict["tests"] if t["category"] == "failed")
     assert f"-p randomly --randomly-seed={seed[1]} " in failing["reproduce"]
+
+
+INTERRUPTED_LOG = """=== gpuci: interpreter 1: python -m pytest .
+==================================== ERRORS ====================================
+E   import file mismatch:
+!!!!!!!!!!!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!!!!!!!!!!!
+=============================== 1 error in 0.05s ===============================
+"""
+NOT_FOUND = "ERROR: file or directory not found: nowhere"
+INTERNAL_LOG = """INTERNALERROR> Traceback (most recent call last):
+INTERNALERROR>   File "conftest.py", line 2, in pytest_collection_modifyitems
+INTERNALERROR> RuntimeError: boom
+"""
+
+
+@pytest.mark.parametrize(
+    ("log", "words"),
+    [
+        (INTERRUPTED_LOG, "Interrupted: 1 error during collection; 1 error in 0.05s"),
+        (INTERNAL_LOG, "RuntimeError: boom"),
+        ("..\n2 passed in 0.01s\n", "2 passed in 0.01s"),  # -q: no frame
+        (
+            "ERROR: file or directory not found: nowhere\n\n",
+            "ERROR: file or directory not found: nowhere",
+        ),
+        ("", ""),
+    ],
+    ids=["interrupted", "internal-error", "quiet", "usage", "empty"],
+)
+def test_pytest_words_are_the_lines_it_ended_with(log: str, words: str) -> None:
+    assert pytest_words(log) == words
+
+
+@pytest.mark.parametrize(
+    ("plain", "verdict_code", "code"),
+    [
+        (None, 0, 0),
+        (None, 1, 1),
+        (1, 0, 1),  # --cov-fail-under, a plugin: never 0
+        (1, 1, 1),
+        (2, 0, 2),
+        (2, 1, 2),
+        (3, 1, 3),
+        (4, 0, 4),
+        (5, 0, 5),
+    ],
+)
+def test_the_check_exits_at_least_as_the_plain_run(
+    plain: int | None, verdict_code: int, code: int
+) -> None:
+    run = PlainRun(plain, "") if plain is not None else None
+    assert check_exit_code(verdict_code, run) == code
+
+
+@pytest.mark.parametrize(
+    ("run", "verdict"),
+    [
+        (PlainRun(1, "FAIL Required test coverage of 90% not reached."), "fail"),
+        (PlainRun(2, "Interrupted: 1 error during collection"), "fail"),
+        # its tests failed: the diff judged them (here a category the policy allows)
+        (PlainRun(1, "1 failed", tests_failed=True), "warn"),
+    ],
+)
+def test_the_verdict_says_the_plain_runs_exit_first(run: PlainRun, verdict: str) -> None:
+    judged = at_least_as_red(Verdict(verdict="warn", reasons=("1 flaky",)), run)
+    assert judged.verdict == verdict
+    assert judged.reasons == (run.reason(), "1 flaky")

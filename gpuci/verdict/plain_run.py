@@ -5,7 +5,9 @@ where it exits 2, 3, 4 or 5 (interrupted, an INTERNALERROR, a usage error, no te
 the check exits with that code; where it exits 1 (a failed test, `--cov-fail-under`, a
 plugin that failed the session), the check does not exit 0, even where every test's
 category passes; 0 only where the plain run exited 0 and the verdict passes. The verdict
-says why first, in pytest's own words (the lines it ended with), then what gpuci found.
+says why first, in pytest's own words (the lines it ended with), then what gpuci found;
+it fails with it, unless the plain run's 1 came from its tests' failures, which the diff
+judged already (a category gpuci proved may explain them, and the policy allow it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuci.formats import read_mode_run
-from gpuci.model import SUITE_UNIT, GpuciError, Mode, Verdict
+from gpuci.model import SUITE_UNIT, GpuciError, Mode, Outcome, Verdict
 
 # pytest's exit codes, as its ExitCode names them
 MEANINGS = {
@@ -42,6 +44,7 @@ class PlainRun:
 
     exit_code: int
     words: str  # what pytest said last: its banners, errors and summary line
+    tests_failed: bool = False  # some of its tests did not pass (the diff judged those)
 
     def reason(self) -> str:
         """The verdict's first reason: the exit status, its meaning, pytest's words."""
@@ -62,7 +65,8 @@ def read_plain_run(out: Path) -> PlainRun | None:
         if first.exit_code not in MEANINGS:
             return None
         log = out / Mode.SUITE.value / first.log if first.log else None
-        return PlainRun(first.exit_code, pytest_words(_read(log)))
+        failed = any(t.outcome not in (Outcome.PASSED, Outcome.SKIPPED) for t in run.tests)
+        return PlainRun(first.exit_code, pytest_words(_read(log)), tests_failed=failed)
     return None
 
 
@@ -90,10 +94,16 @@ def pytest_words(log: str) -> str:
 
 
 def at_least_as_red(verdict: Verdict, plain: PlainRun | None) -> Verdict:
-    """`verdict`, failed and saying why first, where the plain run exited non-zero."""
+    """`verdict`, saying why first where the plain run exited non-zero, and failed, but
+    where that was its 1 for tests that did not pass: the diff judged those."""
     if plain is None:
         return verdict
-    return dataclasses.replace(verdict, verdict="fail", reasons=(plain.reason(), *verdict.reasons))
+    judged = plain.exit_code == 1 and plain.tests_failed
+    return dataclasses.replace(
+        verdict,
+        verdict=verdict.verdict if judged else "fail",
+        reasons=(plain.reason(), *verdict.reasons),
+    )
 
 
 def check_exit_code(verdict_code: int, plain: PlainRun | None) -> int:
