@@ -53,6 +53,9 @@ def test_a_missing_module_is_not_explained_by_a_logging_handler(tmp_path: Path) 
     # it points at sys.path, which the culprit did not touch: none of what it left is said
     source = "def test_victim():\n    import app_cli\n"
     assert _card(tmp_path, "ModuleNotFoundError: No module named 'app_cli'", source) == ()
+    # nor the device state CuPy left, where the module is missing in CuPy code
+    source = "import cupy as cp\ndef test_victim():\n    x = cp.ones(3)\n    import app_cli\n"
+    assert _card(tmp_path, "ModuleNotFoundError: No module named 'app_cli'", source) == ()
 
 
 def test_a_pool_limits_out_of_memory_is_told_the_limit_not_processes_or_descriptors(
