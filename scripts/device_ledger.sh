@@ -51,6 +51,14 @@ print("after:", {k: v for k, v in after.items() if k.startswith(("cupy", "cuda",
 opened = sorted(set(after["fds"]) - set(before["fds"]))
 print(f"the context opened {len(opened)} descriptor(s):", [t for _, t in opened])
 print("changes (no fds: they are the driver's):", changes(before, after))
+import os, importlib.util
+nspid = [l for l in open("/proc/self/status") if l.startswith("NSpid")]
+print("own pid", os.getpid(), nspid)
+if importlib.util.find_spec("pynvml"):  # NVML's ids: this namespace's (own listed) or not
+    import pynvml
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    print("NVML lists:", [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)])
 PY
         ;;
     firstlimit)

@@ -68,6 +68,9 @@ def test_descriptors_the_gpu_driver_opened_are_not_left_but_a_tests_are() -> Non
     left = changes(first, later)
     assert left == {"fds": {"added": ["anon_inode:[eventfd]", "pipe"]}}
     assert describe(left) == ["left 2 more descriptor(s) open: anon_inode:[eventfd], pipe"]
+    # PyTorch's first CUDA initialization: the same
+    torch = {"fds": (*base, *driver, *beside), "torch.device": 0, "torch.allocated": 0}
+    assert changes({"fds": base, "torch.default_dtype": "torch.float32"}, torch) == {}
     # a context on a second device: its device file and what opened with it are the driver's
     second = {**first, "fds": (*first["fds"], (11, "/dev/nvidia1"), (12, "anon_inode:[eventfd]"))}
     assert changes(first, second) == {}
