@@ -73,6 +73,9 @@ def _cupy(cupy: Any) -> Snapshot:
     cuda = _cupy_cuda(cupy)
     if cuda is Cuda.NOT_STARTED or (cuda is Cuda.NO_CONTEXT and _pool_asks_the_device()):
         return snap
+    # without a context this may make CuPy's per-device pools (host objects its first use
+    # would make): they take CUPY_GPU_MEMORY_LIMIT as it is now, not as a test might set it
+    # later, after CUDA started and before its first allocation
     pool = cupy.get_default_memory_pool()
     snap["cupy.pool_used"] = int(pool.used_bytes())
     snap["cupy.pool_total"] = int(pool.total_bytes())
