@@ -273,17 +273,25 @@ def test_a_limit_set_where_cuda_had_not_started_is_left_against_cupys_defaults(
 
 def test_pytorchs_first_device_state_is_left_against_its_defaults() -> None:
     # PyTorch's state is read once it initialized CUDA (its initialization makes the context)
-    before: dict[str, Any] = {"torch.default_dtype": "torch.float32"}
+    env = ((b"HOME", b"/root"),)
+    before: dict[str, Any] = {"torch.default_dtype": "torch.float32", "env": env}
     after = {
         **before,
         "torch.allocated": 0,
         "torch.memory_fraction": 0.25,
         "torch.device": 1,
         "torch.stream": "default",
+        # what its CUDA initialization sets where unset: not the test's doing
+        "env": (*env, (b"CUDA_MODULE_LOADING", b"LAZY")),
     }
     assert changes(before, after) == {
         "torch.device": [0, 1],
         "torch.memory_fraction": [1.0, 0.25],
+    }
+    # a test that sets it where PyTorch had reached the device already set it itself
+    later = {**after, "env": (*env, (b"CUDA_MODULE_LOADING", b"EAGER"), (b"APP", b"1"))}
+    assert changes({**after, "env": env}, later) == {
+        "env": {"added": ["APP", "CUDA_MODULE_LOADING"]}
     }
 
 

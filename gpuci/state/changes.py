@@ -30,6 +30,9 @@ DRIVER_FILES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/", "/dev/dxg")
 # event descriptors): where the driver started, these are its, not the test's that started it
 DRIVER_STARTS_TOO = ("pipe:", "anon_inode:")
 REACHED = ("cupy.device", "torch.device")  # read once a library reached the device
+# variables a library sets for itself where it first reaches the device (PyTorch's CUDA
+# initialization sets CUDA_MODULE_LOADING where unset): not the test's that reached it
+SET_ON_REACHING = frozenset({"CUDA_MODULE_LOADING"})
 # what a device key reads in a process where the library has not reached the device yet
 # (its snapshot has no such key): the library's defaults. The test that first reaches it
 # and leaves memory, a limit, a stream or another device current is compared to them
@@ -82,6 +85,8 @@ def changes(before: Snapshot, after: Snapshot) -> dict[str, Any]:
         old, new = render(key, old), render(key, new)
         if isinstance(old, frozenset) or isinstance(new, frozenset):
             change = _set_change(key, _as_set(old), _as_set(new))
+            if key == "env" and _reached(before, after):
+                change = _less_the_librarys(change)
             if change:
                 found[key] = change
         elif not _undone(key, old, new):
@@ -104,8 +109,7 @@ def _descriptors_left(before: Snapshot, after: Snapshot) -> dict[str, list[str]]
     if not isinstance(old, tuple) or not isinstance(new, tuple):
         return {}
     added = [target for _, target in sorted(set(new) - set(old))]
-    started = any(k in after and k not in before for k in REACHED)
-    started = started or any(t.startswith(DRIVER_FILES) for t in added)
+    started = _reached(before, after) or any(t.startswith(DRIVER_FILES) for t in added)
     counts = Counter(
         _descriptor_kind(t)
         for t in added
@@ -117,6 +121,17 @@ def _descriptors_left(before: Snapshot, after: Snapshot) -> dict[str, list[str]]
         ranked = [*ranked[: SHOWN_PER_SET - 1], ("others", rest)]
     entries = [f"{name} ({n})" if n > 1 else name for name, n in ranked]
     return {"added": entries} if entries else {}
+
+
+def _reached(before: Snapshot, after: Snapshot) -> bool:
+    """Whether a library reached the device between the two snapshots."""
+    return any(k in after and k not in before for k in REACHED)
+
+
+def _less_the_librarys(change: dict[str, list[str]]) -> dict[str, list[str]]:
+    """An `env` change without the variables a library set as it reached the device."""
+    added = [name for name in change.get("added", []) if name not in SET_ON_REACHING]
+    return {k: v for k, v in {**change, "added": added}.items() if v}
 
 
 def _descriptor_kind(target: str) -> str:
