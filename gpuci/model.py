@@ -301,7 +301,7 @@ class Root:
     category: Category  # the victims' category
     victims: tuple[str, ...]
     reproduce: str  # the minimal command, for the first victim
-    left: tuple[str, ...] = ()  # what its culprits left that its victims' failure points at
+    left: tuple[str, ...] = ()  # what its culprits left that its victims' failure can touch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # The state ledger on a GPU (issue 41), each step timed in one command; logs and results
 # under $OUT (one tarball and the summaries).
-#   scripts/device_ledger.sh STEP...   steps: probes polluted overhead subset
+#   scripts/device_ledger.sh STEP...   steps: probes firstlimit polluted overhead subset
 # probes:   the snapshot in a process that imported CuPy and ran nothing (no device keys; no
-#           context created by the probe), then after CuPy work, a pool limit and a stream
+#           context created by the probe); after a pool limit set with nothing allocated
+#           (CUDA started, no context: the limit read, still no context); then after CuPy
+#           work, a pool limit and a stream, with the descriptors the context opened (the
+#           driver's: none of them in `changes`)
+# firstlimit: a CuPy suite whose first file's first test sets a 64 MiB pool limit and
+#           allocates nothing (the first CUDA call of the plain run's interpreter), its
+#           victims in two later files; `gpuci check`, then FIRSTLIMIT OK or FIRSTLIMIT
+#           WRONG: one root, its culprit that test, found by the ledger's hint, its card
+#           naming the limit and no descriptor or process line
 # polluted: examples/gpu_polluted checked; each planted CuPy bug's culprit with what the
 #           ledger says it left (pool limit: test_fits_in_budget; stale buffer:
 #           test_reference_fill; non-blocking stream: test_async_pipeline; illegal address:
@@ -28,13 +36,88 @@ from gpuci.state.changes import changes, snapshot
 bare = snapshot(full=True)
 print("imported, nothing run:", sorted(k for k in bare if k.startswith(("cupy", "cuda", "gpu"))))
 print("context after the probe (must be 0):", cupy.cuda.driver.ctxGetCurrent())
+cupy.get_default_memory_pool().set_limit(size=64 << 20)
+limited = snapshot(full=True)
+print("limit set, nothing allocated: context (must be 0):", cupy.cuda.driver.ctxGetCurrent())
+print("  read:", {k: v for k, v in limited.items() if k.startswith(("cupy", "cuda", "gpu"))})
+print("  changes (must hold cupy.pool_limit [0, 67108864]):", changes(bare, limited))
+print("  after the probe, context (must still be 0):", cupy.cuda.driver.ctxGetCurrent())
 before = snapshot(full=True)
 x = cupy.ones(1 << 28, dtype=cupy.float32)  # 1 GiB
 cupy.get_default_memory_pool().set_limit(size=2 << 30)
 cupy.cuda.Stream(non_blocking=True).use()
 after = snapshot(full=True)
 print("after:", {k: v for k, v in after.items() if k.startswith(("cupy", "cuda", "gpu"))})
-print("changes:", changes(before, after))
+opened = sorted(set(after["fds"]) - set(before["fds"]))
+print(f"the context opened {len(opened)} descriptor(s):", [t for _, t in opened])
+print("changes (no fds: they are the driver's):", changes(before, after))
+import os, importlib.util
+nspid = [l for l in open("/proc/self/status") if l.startswith("NSpid")]
+print("own pid", os.getpid(), nspid)
+if importlib.util.find_spec("pynvml"):  # NVML's ids: this namespace's (own listed) or not
+    import pynvml
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    print("NVML lists:", [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)])
+PY
+        ;;
+    firstlimit)
+        suite="$WORK/firstlimit"
+        mkdir -p "$suite"
+        printf '[pytest]\naddopts = -p no:randomly\n' > "$suite/pytest.ini"
+        cat > "$suite/test_a_budget.py" <<'PY'
+import cupy as cp
+
+
+def test_sets_budget():  # BUG: the limit outlives the test; it allocates nothing
+    cp.get_default_memory_pool().set_limit(size=64 * 2**20)
+
+
+def test_small():
+    assert float(cp.ones(1024, dtype=cp.float32).sum()) == 1024
+PY
+        for name in b c; do
+            cat > "$suite/test_${name}_large.py" <<'PY'
+import cupy as cp
+
+
+def test_large():
+    x = cp.zeros(128 * 2**20 // 4, dtype=cp.float32)  # 128 MiB: over the limit
+    assert float(x.sum()) == 0
+PY
+        done
+        (cd "$suite" && timed firstlimit 450 python3 -m gpuci check . --out "$WORK/fl-out" --timeout 120)
+        grep "culprits:\|^verdict\|pool limit\|descriptor\|processes" "$WORK/firstlimit.log"
+        python3 scripts/show_ledger.py "$WORK/fl-out" test_a_budget.py::test_sets_budget \
+            | tee "$OUT/firstlimit-ledger.txt"
+        python3 - "$WORK/fl-out" <<'PY' | tee "$OUT/firstlimit.txt"
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+verdict = json.loads((out / "verdict.json").read_text())
+evidence = json.loads((out / "evidence" / "evidence.json").read_text())
+roots = verdict.get("roots", [])
+searches = {t["id"]: t.get("search", "") for t in evidence["tests"]}
+for root in roots:
+    print("root", root["culprits"], "->", root["victims"], root.get("left", []))
+wrong = []
+if len(roots) != 1:
+    wrong.append(f"{len(roots)} roots, not 1")
+else:
+    root = roots[0]
+    left = root.get("left", [])
+    if root["culprits"] != ["test_a_budget.py::test_sets_budget"]:
+        wrong.append(f"culprits {root['culprits']}")
+    if sorted(root["victims"]) != ["test_b_large.py::test_large", "test_c_large.py::test_large"]:
+        wrong.append(f"victims {root['victims']}")
+    if not any("pool limit of 64.0 MiB" in line for line in left):
+        wrong.append(f"the card does not name the limit: {left}")
+    if any("descriptor" in line or "processes" in line for line in left):
+        wrong.append(f"the card says descriptors or processes: {left}")
+    how = {v: searches.get(v, "") for v in root["victims"]}
+    if not any(h.startswith("ledger:") for h in how.values()):
+        wrong.append(f"not found by the ledger's hint: {how}")
+print("FIRSTLIMIT " + ("OK" if not wrong else "WRONG: " + "; ".join(wrong)))
 PY
         ;;
     polluted)

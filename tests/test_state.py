@@ -4,7 +4,9 @@ context exists)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 import types
@@ -14,8 +16,9 @@ from typing import Any
 import pytest
 
 from gpuci.run.proc import reaper
-from gpuci.state.changes import changes, snapshot
-from gpuci.state.device import COOKIE_ENV, another_interpreter, device_snapshot
+from gpuci.state import device
+from gpuci.state.changes import LEDGER_VERSION, changes, snapshot
+from gpuci.state.device import COOKIE_ENV, device_snapshot, started_here
 from gpuci.state.hints import failure_text, hinted_candidates, pointed_keys
 from gpuci.state.left import Ledger, describe, read_ledger
 from tests.cli_runner import clean_env, write_files
@@ -35,15 +38,47 @@ def test_an_environment_variable_is_named_never_its_value(monkeypatch: pytest.Mo
 
 
 def test_what_ended_or_was_given_back_is_not_left_behind() -> None:
-    before = {"threads": frozenset({"a", "b"}), "fds": 12, "cupy.pool_used": 4096}
-    after = {"threads": frozenset({"a"}), "fds": 10, "cupy.pool_used": 0}
+    fds = ((0, "/dev/null"), (3, "/tmp/a.log"), (4, "pipe:[7]"))
+    before = {"threads": frozenset({"a", "b"}), "fds": fds, "cupy.pool_used": 4096}
+    after = {"threads": frozenset({"a"}), "fds": fds[:2], "cupy.pool_used": 0}
     assert changes(before, after) == {}
-    grown = {"threads": frozenset({"a", "b", "c"}), "fds": 14, "cupy.pool_used": 2 * GIB}
+    opened = (*fds, (5, "/tmp/b.log"), (6, "socket:[9]"), (7, "socket:[10]"))
+    grown = {"threads": frozenset({"a", "b", "c"}), "fds": opened, "cupy.pool_used": 2 * GIB}
     assert changes(before, grown) == {
         "threads": {"added": ["c"]},
-        "fds": [12, 14],
+        "fds": {"added": ["socket (2)", "/tmp/b.log"]},
         "cupy.pool_used": [4096, 2 * GIB],
     }
+    assert describe(changes(before, grown))[1] == (
+        "left 3 more descriptor(s) open: socket (2), /tmp/b.log"
+    )
+
+
+def test_descriptors_the_gpu_driver_opened_are_not_left_but_a_tests_are() -> None:
+    base = ((0, "/dev/pts/0"), (3, "/tmp/run.log"))
+    # CuPy reached the device in this file: the driver's device files, its threads' pipes
+    # and event descriptors are its; the file the test opened and kept is the test's
+    driver = ((4, "/dev/nvidiactl"), (5, "/dev/nvidia0"), (6, "/dev/nvidia-uvm"))
+    beside = ((7, "anon_inode:[eventfd]"), (8, "pipe:[81]"), (9, "pipe:[81]"))
+    reached = {"cupy.device": 0, "cupy.pool_limit": 0}
+    first = {"fds": (*base, *driver, *beside, (10, "/tmp/leak.txt")), **reached}
+    assert changes({"fds": base}, first) == {"fds": {"added": ["/tmp/leak.txt"]}}
+    # the device reached before: a pipe and an event descriptor opened now are the test's
+    later = {**first, "fds": (*first["fds"], (11, "pipe:[90]"), (12, "anon_inode:[eventfd]"))}
+    left = changes(first, later)
+    assert left == {"fds": {"added": ["anon_inode:[eventfd]", "pipe"]}}
+    assert describe(left) == ["left 2 more descriptor(s) open: anon_inode:[eventfd], pipe"]
+    # PyTorch's first CUDA initialization: the same
+    torch = {"fds": (*base, *driver, *beside), "torch.device": 0, "torch.allocated": 0}
+    assert changes({"fds": base, "torch.default_dtype": "torch.float32"}, torch) == {}
+    # a context on a second device: its device file and what opened with it are the driver's
+    second = {**first, "fds": (*first["fds"], (11, "/dev/nvidia1"), (12, "anon_inode:[eventfd]"))}
+    assert changes(first, second) == {}
+    # descriptors of more kinds than are shown: the rest is one entry, the count whole
+    many = {"fds": (*base, *((20 + i, f"/tmp/f{i}") for i in range(30)))}
+    left = changes({"fds": base}, many)
+    assert len(left["fds"]["added"]) == 20 and left["fds"]["added"][-1] == "others (11)"
+    assert describe(left)[0].startswith("left 30 more descriptor(s) open: ")
 
 
 def test_a_library_imported_since_is_not_a_setting_left_but_memory_first_held_is() -> None:
@@ -144,7 +179,8 @@ def test_the_hint_is_the_last_test_that_changed_what_the_failure_points_at() -> 
 
 
 def test_a_change_only_its_file_recorded_hints_at_that_files_tests() -> None:
-    ledger = Ledger(files={"a.py": {"umask": ["0o022", "0o077"]}, "b.py": {"fds": [3, 9]}})
+    files = {"a.py": {"umask": ["0o022", "0o077"]}, "b.py": {"fds": {"added": ["pipe (6)"]}}}
+    ledger = Ledger(files=files)
     candidates = ("a.py::t1", "a.py::t2", "b.py::t3")
     text = "PermissionError: [Errno 13] Permission denied: 'x'"
     assert hinted_candidates(ledger, candidates, text) == ("a.py::t1", "a.py::t2")
@@ -152,18 +188,20 @@ def test_a_change_only_its_file_recorded_hints_at_that_files_tests() -> None:
 
 def test_the_ledger_is_read_back_from_the_journals_suite_first(tmp_path: Path) -> None:
     def journal(path: str, *events: dict[str, Any]) -> None:
-        lines = [json.dumps(e) for e in events] + ['{"e": "left", "v": 1, "id": "torn']
+        lines = [json.dumps(e) for e in events] + ['{"e": "left", "v": 2, "id": "torn']
         write_files(tmp_path, {path: "\n".join(lines) + "\n"})
 
     journal(
         "suite/journal/suite.jsonl",
-        {"e": "left", "v": 1, "id": "a.py::t", "left": {"cwd": ["/r", "/suite"]}},
-        {"e": "left", "v": 1, "file": "a.py", "left": {"umask": ["0o022", "0o077"]}},
+        {"e": "left", "v": LEDGER_VERSION, "id": "a.py::t", "left": {"cwd": ["/r", "/suite"]}},
+        {"e": "left", "v": LEDGER_VERSION, "file": "a.py", "left": {"umask": ["0o022", "0o077"]}},
         {"e": "left", "v": 99, "id": "a.py::u", "left": {"cwd": ["/r", "/future"]}},
+        # version 1's `fds` was a count: misread as what descriptors point at
+        {"e": "left", "v": 1, "file": "b.py", "left": {"fds": [3, 36]}},
     )
     journal(
         "evidence/journal/a.py.jsonl",
-        {"e": "left", "v": 1, "id": "a.py::t", "left": {"cwd": ["/r", "/evidence"]}},
+        {"e": "left", "v": LEDGER_VERSION, "id": "a.py::t", "left": {"cwd": ["/r", "/evidence"]}},
     )
     ledger = read_ledger(tmp_path)
     assert ledger.tests == {"a.py::t": {"cwd": ["/r", "/suite"]}}
@@ -171,45 +209,162 @@ def test_the_ledger_is_read_back_from_the_journals_suite_first(tmp_path: Path) -
     assert ledger.entries("a.py::t") == ({"cwd": ["/r", "/suite"]}, {"umask": ["0o022", "0o077"]})
 
 
-def test_no_device_is_probed_where_this_process_has_no_cuda_context(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # a stand-in for an imported CuPy whose driver says no context is current: its pool,
-    # device and streams are not asked (each would create a context)
-    def untouchable(*_: object) -> None:
-        raise AssertionError("the probe initialized CUDA")
-
-    driver = types.SimpleNamespace(ctxGetCurrent=lambda: 0)
-    cuda = types.SimpleNamespace(driver=driver, runtime=untouchable, get_current_stream=untouchable)
-    cupy = types.ModuleType("cupy")
-    cupy.cuda = cuda  # type: ignore[attr-defined]
-    cupy.get_default_memory_pool = untouchable  # type: ignore[attr-defined]
+def _fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh `tests/fake_cupy.py` as the imported `cupy` (no PyTorch)."""
+    spec = importlib.util.spec_from_file_location("cupy", ROOT / "tests" / "fake_cupy.py")
+    assert spec is not None and spec.loader is not None
+    cupy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cupy)
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.delitem(sys.modules, "torch", raising=False)
+    return cupy
+
+
+def test_the_device_is_read_only_as_far_as_the_suite_took_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cupy = _fake_cupy(monkeypatch)
+    # imported, nothing called: nothing is asked (a CUDA call would initialize the driver)
     assert device_snapshot(processes=True) == {}
+    assert cupy.stage() == {"initialized": False, "context": 0, "device": 0}
+    # a pool limit set, nothing allocated: the driver started, no context; the pool's
+    # bookkeeping and the device are read, and still no context
+    cupy.get_default_memory_pool().set_limit(size=64 << 20)
+    assert device_snapshot(processes=False) == {
+        "cupy.pool_used": 0,
+        "cupy.pool_total": 0,
+        "cupy.pool_limit": 64 << 20,
+        "cupy.device": 0,
+    }
+    assert cupy.CONTEXT_MADE_BY == []
+    # a limit as a share of the device's memory: a pool made now would ask the device
+    monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", "50%")
+    assert device_snapshot(processes=False) == {}
+    monkeypatch.delenv("CUPY_GPU_MEMORY_LIMIT")
+    # an allocation made the context: the stream and a sticky error are read too
+    cupy.ones(1024)
+    assert cupy.CONTEXT_MADE_BY == ["malloc"]
+    assert device_snapshot(processes=False)["cupy.stream"] == "default"
 
 
-def test_another_of_the_checks_interpreters_is_nothing_a_test_left() -> None:
-    # a PyTorch suite's parallel screen started interpreters that held the GPU while a file
-    # of the suite screen ran: the ledger said that file left them
-    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+def test_a_limit_set_where_cuda_had_not_started_is_left_against_cupys_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the first test of a file, in a fresh interpreter: before it CUDA had not started
+    cupy = _fake_cupy(monkeypatch)
+    before = snapshot()
+    cupy.get_default_memory_pool().set_limit(size=64 << 20)
+    after = snapshot()
+    assert changes(before, after) == {"cupy.pool_limit": [0, 64 << 20]}
+    assert describe(changes(before, after)) == ["left a CuPy pool limit of 64.0 MiB"]
+    # CuPy's default is the environment's limit where one is set: that one is no change
+    monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", str(64 << 20))
+    assert changes(before, after) == {}
+    monkeypatch.setenv("CUPY_GPU_MEMORY_LIMIT", "10%")  # unknown here: nothing is claimed
+    assert changes(before, after) == {}
+    monkeypatch.delenv("CUPY_GPU_MEMORY_LIMIT")
+    # another device or a stream left current by the test that made the context
+    cupy.cuda.runtime.setDevice(1)
+    cupy.cuda.Stream(non_blocking=True).use()
+    left = changes(before, snapshot())
+    assert left["cupy.device"] == [0, 1]
+    assert left["cupy.stream"] == ["default", "0x7f00"]
+
+
+def test_pytorchs_first_device_state_is_left_against_its_defaults() -> None:
+    # PyTorch's state is read once it initialized CUDA (its initialization makes the context)
+    env = ((b"HOME", b"/root"),)
+    before: dict[str, Any] = {"torch.default_dtype": "torch.float32", "env": env}
+    after = {
+        **before,
+        "torch.allocated": 0,
+        "torch.memory_fraction": 0.25,
+        "torch.device": 1,
+        "torch.stream": "default",
+        # what its CUDA initialization sets where unset: not the test's doing
+        "env": (*env, (b"CUDA_MODULE_LOADING", b"LAZY")),
+    }
+    assert changes(before, after) == {
+        "torch.device": [0, 1],
+        "torch.memory_fraction": [1.0, 0.25],
+    }
+    # a test that sets it where PyTorch had reached the device already set it itself
+    later = {**after, "env": (*env, (b"CUDA_MODULE_LOADING", b"EAGER"), (b"APP", b"1"))}
+    assert changes({**after, "env": env}, later) == {
+        "env": {"added": ["APP", "CUDA_MODULE_LOADING"]}
+    }
+
+
+def _sleepers(cookies: dict[str, str | None]) -> dict[str, subprocess.Popen[bytes]]:
     started = {}
-    for name, cookie in (("other", "theirs"), ("own", "mine"), ("stranger", None)):
+    for name, cookie in cookies.items():
         env = clean_env()
         env.pop(COOKIE_ENV, None)
         if cookie is not None:
             env[COOKIE_ENV] = cookie
-        started[name] = subprocess.Popen(sleep, env=env)
+        started[name] = subprocess.Popen([sys.executable, "-c", SLEEP], env=env)
+    return started
+
+
+SLEEP = "import time; time.sleep(60)"
+
+
+def test_only_what_this_interpreter_started_is_left_by_it() -> None:
+    # a PyTorch suite's parallel screen started interpreters that held the GPU while a file
+    # of the suite screen ran; a pair's partner runs beside its victim; a stranger's job
+    # came: the ledger said the file left each of them
+    started = _sleepers({"other": "theirs", "own": "mine", "stranger": None, "sibling": None})
     try:
-        assert another_interpreter(started["other"].pid, "mine")
-        assert not another_interpreter(started["own"].pid, "mine")  # what this one started
-        assert not another_interpreter(started["stranger"].pid, "mine")
-        assert not another_interpreter(started["other"].pid, None)  # not run by gpuci
+        sibling = started["sibling"].pid  # an interpreter none of the others descends from
+        assert started_here(started["own"].pid, sibling, "mine")  # its cookie: started there
+        assert not started_here(started["other"].pid, sibling, "mine")  # the check's other
+        assert not started_here(started["stranger"].pid, sibling, "mine")
+        assert not started_here(started["other"].pid, sibling, None)  # not run by gpuci
+        # a test's process with its environment cleared: it descends from the interpreter
+        assert started_here(started["stranger"].pid, os.getpid(), "mine")
     finally:
         for proc in started.values():
             proc.kill()
             proc.wait()
     assert COOKIE_ENV == reaper.COOKIE_ENV
+
+
+class _FakeNvml:
+    """NVML listing `pids` on every device."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [types.SimpleNamespace(pid=p, usedGpuMemory=1 << 20) for p in self.pids]
+
+
+def test_a_pair_partner_or_a_stranger_on_the_gpu_is_not_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cupy = _fake_cupy(monkeypatch)
+    cupy.ones(16)  # the device reached: its processes are read
+    monkeypatch.setenv(COOKIE_ENV, "mine")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    started = _sleepers({"partner": "theirs", "worker": "mine", "stranger": None})
+    pids = [os.getpid(), *(proc.pid for proc in started.values())]
+    try:
+        monkeypatch.setattr(device, "_NVML", [_FakeNvml(pids)])
+        # the stranger (no cookie) is this test's child here: its ancestry is what counts
+        monkeypatch.setattr(device, "_ancestors", lambda pid: [])
+        processes = device_snapshot(processes=True)["gpu.processes"]
+        assert processes == frozenset({f"pid {started['worker'].pid}"})
+        # NVML's ids from another PID namespace (this process not among them): none is told
+        monkeypatch.setattr(device, "_NVML", [_FakeNvml(pids[1:])])
+        monkeypatch.setattr(device, "_in_root_pid_namespace", lambda: False)
+        assert device_snapshot(processes=True)["gpu.processes"] == frozenset()
+    finally:
+        for proc in started.values():
+            proc.kill()
+            proc.wait()
 
 
 def test_the_plugin_journals_what_each_test_and_file_left(tmp_path: Path) -> None:
@@ -245,10 +400,11 @@ def test_the_plugin_journals_what_each_test_and_file_left(tmp_path: Path) -> Non
     # importing test_b.py (pytest collects every file first) set a variable; pytest's own
     # sys.path entry for it is not the module's doing
     env = {"env": {"added": ["LEFT_BY_A"]}}
+    imported = {"env": {"added": ["SET_AT_IMPORT"]}}
     assert left == [
-        {"e": "left", "v": 1, "import": "test_b.py", "left": {"env": {"added": ["SET_AT_IMPORT"]}}},
-        {"e": "left", "v": 1, "id": "test_a.py::test_sets", "left": env},
-        {"e": "left", "v": 1, "file": "test_a.py", "left": env},
+        {"e": "left", "v": LEDGER_VERSION, "import": "test_b.py", "left": imported},
+        {"e": "left", "v": LEDGER_VERSION, "id": "test_a.py::test_sets", "left": env},
+        {"e": "left", "v": LEDGER_VERSION, "file": "test_a.py", "left": env},
     ]
     cost = [e for e in events if e["e"] == "ledger-cost"]
     # around each module's import, one before the first test, one after each

@@ -152,6 +152,7 @@ def _check(root: Path, out: Path, **env: str) -> dict[str, Any]:
         "--modes", "suite", cwd=root, env={**os.environ, **env},
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
+    assert (out / "verdict.json").exists(), done.stdout[-4000:] + done.stderr[-4000:]
     return {
         "verdict": json.loads((out / "verdict.json").read_text()),
         "evidence": json.loads((out / "evidence" / "evidence.json").read_text()),
@@ -237,3 +238,47 @@ def test_a_clean_check_lists_the_files_that_left_threads_behind_escaped(tmp_path
     comment = (out / "comment.md").read_text()
     row = next(line for line in comment.splitlines() if "test_a.py" in line)
     assert "poll\\|er" in row and name not in comment
+
+
+FAKE_CUPY = Path(__file__).resolve().parent / "fake_cupy.py"
+
+
+def test_a_culprit_card_says_only_what_it_left_that_its_victims_failure_can_touch(
+    tmp_path: Path,
+) -> None:
+    """The first test of the first file that reaches the device (a fresh interpreter's) sets
+    a pool limit and allocates nothing; its file's next test makes the context, which opens
+    the driver's descriptors; a later file's test runs out of memory under the limit. And a
+    culprit that leaves a logging handler where its victim fails on a missing module."""
+    root = write_files(
+        tmp_path / "suite",
+        {
+            "pytest.ini": "[pytest]\naddopts = -p no:warnings -p no:randomly\n",
+            "tests/cupy.py": FAKE_CUPY.read_text(),  # `import cupy` finds it first
+            "tests/app_cli.py": "VALUE = 1\n",
+            "tests/test_a_budget.py": "import cupy\n"
+            "def test_sets_budget():\n"
+            "    cupy.get_default_memory_pool().set_limit(size=64 << 20)\n"
+            "def test_small():\n    assert cupy.ones(1024)[0] == 1.0\n",
+            "tests/test_b_large.py": "import cupy\n"
+            "def test_large():\n    assert cupy.ones(32 << 20)[0] == 1.0  # 128 MiB\n",
+            "tests/test_c_configures.py": "import logging, sys\n"
+            "def test_configures():\n"
+            '    logging.getLogger("app").addHandler(logging.NullHandler())\n'
+            '    sys.modules["app_cli"] = None  # what the ledger does not see\n',
+            "tests/test_d_cli.py": "def test_cli():\n    import app_cli\n",
+        },
+    )
+    found = _check(root, tmp_path / "out")
+    roots = {r["victims"][0]: r for r in found["verdict"]["roots"]}
+    assert set(roots) == {"tests/test_b_large.py::test_large", "tests/test_d_cli.py::test_cli"}
+    large = roots["tests/test_b_large.py::test_large"]
+    assert large["culprits"] == ["tests/test_a_budget.py::test_sets_budget"]
+    # the limit, and nothing of the driver's descriptors or of processes
+    assert large["left"] == ["left a CuPy pool limit of 64.0 MiB"]
+    searches = {t["id"]: t for t in found["evidence"]["tests"] if t.get("search")}
+    assert searches["tests/test_b_large.py::test_large"]["search"].startswith("ledger:")
+    cli = roots["tests/test_d_cli.py::test_cli"]
+    assert cli["culprits"] == ["tests/test_c_configures.py::test_configures"]
+    assert "left" not in cli  # its logging handler is no cause of a missing module
+    assert "NullHandler" not in found["report"] + found["comment"] + found["stdout"]

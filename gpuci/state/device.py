@@ -1,19 +1,25 @@
 """The device side of a snapshot: what CuPy and PyTorch hold and have set, where loaded.
 
 Child side. A library is probed only where the suite imported it (`sys.modules`), and its
-device only where this process already has a CUDA context: CuPy's is asked of the driver
-(`cuCtxGetCurrent`, which neither initializes CUDA nor creates a context: before `cuInit`
-it fails, after it says 0 until a context is current), PyTorch's is
-`torch.cuda.is_initialized()`. The library settings (CuPy's accelerators, PyTorch's
-backends' flags, the default dtype) are host-side reads. Nothing here synchronizes a
-device: a sticky error is read from a stream query, which does not wait.
+device only where the suite already started CUDA in this process. CuPy's is asked of the
+driver (`cuCtxGetCurrent`, which neither initializes CUDA nor creates a context: before
+`cuInit` it fails, after it says 0 until a context is current). Where CUDA started but no
+context is current (a test set a pool limit and allocated nothing: CuPy's pool asks the
+runtime only which device is current), the pool's bookkeeping and the current device are
+read, which ask for nothing more; the stream, a sticky error and the FFT plans only where a
+context is current. PyTorch's is `torch.cuda.is_initialized()` (its initialization creates
+the context). The library settings (CuPy's accelerators, PyTorch's backends' flags, the
+default dtype) are host-side reads. Nothing here synchronizes a device: a sticky error is
+read from a stream query, which does not wait.
 """
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,8 @@ from gpuci.state.host import Snapshot
 COOKIE_ENV = "GPUCI_INTERPRETER"
 NOT_READY = 600  # cudaErrorNotReady: work still queued, not an error
 DEFAULT_STREAMS = (0, 1, 2)  # the legacy null stream, cudaStreamLegacy, cudaStreamPerThread
+CUPY_LIMIT_ENV = "CUPY_GPU_MEMORY_LIMIT"  # CuPy's pools' first limit: bytes, or `N%`
+MAX_ANCESTORS = 64
 
 
 def device_snapshot(*, processes: bool) -> Snapshot:
@@ -62,14 +70,20 @@ def _cupy(cupy: Any) -> Snapshot:
             f"nd_planning={getattr(fft, 'enable_nd_planning', '?')},"
             f"multi_gpus={getattr(fft, 'use_multi_gpus', '?')}"
         )
-    if not _cupy_has_context(cupy):
+    cuda = _cupy_cuda(cupy)
+    if cuda is Cuda.NOT_STARTED or (cuda is Cuda.NO_CONTEXT and _pool_asks_the_device()):
         return snap
+    # without a context this may make CuPy's per-device pools (host objects its first use
+    # would make): they take CUPY_GPU_MEMORY_LIMIT as it is now, not as a test might set it
+    # later, after CUDA started and before its first allocation
     pool = cupy.get_default_memory_pool()
     snap["cupy.pool_used"] = int(pool.used_bytes())
     snap["cupy.pool_total"] = int(pool.total_bytes())
     snap["cupy.pool_limit"] = int(pool.get_limit())
     runtime = cupy.cuda.runtime
     snap["cupy.device"] = int(runtime.getDevice())
+    if cuda is Cuda.NO_CONTEXT:
+        return snap
     stream = int(cupy.cuda.get_current_stream().ptr)
     snap["cupy.stream"] = "default" if stream in DEFAULT_STREAMS else f"0x{stream:x}"
     snap["cuda.error"] = _sticky_error(runtime)
@@ -79,15 +93,39 @@ def _cupy(cupy: Any) -> Snapshot:
     return snap
 
 
-def _cupy_has_context(cupy: Any) -> bool:
-    """Whether a CUDA context is current on this thread; any other failure than the
-    driver's own (an API CuPy lacks) is raised, so that the snapshot says `unreadable`."""
+class Cuda(enum.Enum):
+    """How far the suite took CUDA in this process."""
+
+    NOT_STARTED = "not started"  # no CUDA call yet: nothing may be asked
+    NO_CONTEXT = "no context"  # the driver initialized, no context current on this thread
+    CONTEXT = "context"
+
+
+def _cupy_cuda(cupy: Any) -> Cuda:
+    """How far CUDA got, from the driver; any other failure than the driver's own (an API
+    CuPy lacks) is raised, so that the snapshot says `unreadable`."""
     try:
-        return bool(cupy.cuda.driver.ctxGetCurrent())
+        return Cuda.CONTEXT if cupy.cuda.driver.ctxGetCurrent() else Cuda.NO_CONTEXT
     except Exception as exc:
         if type(exc).__name__ == "CUDADriverError":  # not initialized: nothing ran yet
-            return False
+            return Cuda.NOT_STARTED
         raise
+
+
+def _pool_asks_the_device(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether CuPy's pool, made where none was, would ask the device for its memory (a
+    context): its default limit is a share of the device's memory (`CUPY_GPU_MEMORY_LIMIT`
+    ending in `%`). Then where no context exists yet, no pool does either."""
+    return environ.get(CUPY_LIMIT_ENV, "").strip().endswith("%")
+
+
+def fresh_pool_limit(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The limit CuPy's pool starts with in this process (`CUPY_GPU_MEMORY_LIMIT` in bytes,
+    else 0: none); None where it is a share of the device's memory (unknown here)."""
+    limit = environ.get(CUPY_LIMIT_ENV, "").strip()
+    if not limit:
+        return 0
+    return int(limit) if limit.isdigit() else None
 
 
 def _sticky_error(runtime: Any) -> str:
@@ -140,7 +178,11 @@ _NVML: list[Any] = []  # pynvml, initialized once per process (where installed)
 
 
 def _other_processes(device: int) -> frozenset[str]:
-    """The other processes holding memory on this process's current device (NVML)."""
+    """The processes this interpreter started that hold memory on its current device (NVML):
+    what a test here can leave there. Not the check's other interpreters beside it (a
+    pair's partner, a parallel screen's file: each has a cookie of its own), not a
+    stranger's (no cookie: the run's stranger watch tells those), and nothing where NVML's
+    process ids are not this process's namespace's (a container's: they would name others)."""
     if not _NVML:
         if importlib.util.find_spec("pynvml") is None:
             _NVML.append(None)
@@ -159,27 +201,61 @@ def _other_processes(device: int) -> frozenset[str]:
         if index.isdigit()
         else nvml.nvmlDeviceGetHandleByUUID(index)
     )
+    listed = {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
     own = os.getpid()
+    if own not in listed and not _in_root_pid_namespace():
+        return frozenset()
     cookie = os.environ.get(COOKIE_ENV)
     return frozenset(  # no sizes: they move while a process runs
-        f"pid {p.pid}"
-        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        if p.pid != own and not another_interpreter(p.pid, cookie)
+        f"pid {pid}" for pid in sorted(listed) if pid != own and started_here(pid, own, cookie)
     )
 
 
-def another_interpreter(pid: int, cookie: str | None) -> bool:
-    """Whether `pid` is another interpreter of gpuci's, or one it started (its COOKIE_ENV
-    set, not to this interpreter's `cookie`): the check started it beside this one, no test
-    here left it. A PyTorch suite's interpreters hold the GPU from their import: on the
-    H100 a file of the suite screen "left" the parallel screen's, and the state ledger
-    pointed a search at 9 tests, not 3. One whose environment cannot be read counts."""
-    if cookie is None:
-        return False
+def started_here(pid: int, own: int, cookie: str | None) -> bool:
+    """Whether the interpreter `own` started `pid`, or a test in it did: `pid` carries its
+    `cookie` (COOKIE_ENV, inherited by all it starts) or descends from it. The check's other
+    interpreters carry cookies of their own: a PyTorch suite's hold the GPU from their
+    import, and a pair's partner runs beside its victim by design; neither is left by a
+    test here."""
+    if cookie is not None and _cookie_of(pid) == cookie:
+        return True
+    return own in _ancestors(pid)
+
+
+def _cookie_of(pid: int) -> str | None:
+    """`pid`'s COOKIE_ENV (None: unset, or its environment unreadable: gone, another
+    user's)."""
     prefix = f"{COOKIE_ENV}=".encode()
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:  # gone, another user's, or not this machine's namespace
-        return False
+    except OSError:
+        return None
     found = [e[len(prefix) :] for e in environ.split(b"\0") if e.startswith(prefix)]
-    return bool(found) and found[0].decode(errors="replace") != cookie
+    return found[0].decode(errors="replace") if found else None
+
+
+def _ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent's, ... up to the first unreadable one (at most 64)."""
+    found: list[int] = []
+    while len(found) < MAX_ANCESTORS:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rpartition(")")[2].split()[1])  # after the name, which may hold ")"
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 0:
+            break
+        found.append(pid)
+    return found
+
+
+def _in_root_pid_namespace() -> bool:
+    """Whether this process sees the machine's process ids (NVML's): `NSpid` in
+    /proc/self/status lists one id per nested namespace."""
+    try:
+        for line in (Path("/proc/self/status")).read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return len(line.split()) == 2
+    except OSError:
+        pass
+    return False

@@ -10,6 +10,12 @@ os.environ.get("X") is None` fails as `assert 'v' is None`: the line names the v
 a copy that raced a leaked stream fails an array comparison, after a line that
 synchronizes). A hint is only a hint: the search confirms it by running it, and bisects
 where it does not show the failure.
+
+What a failure can touch (`touched_keys`: what a root's card says its culprits left) is
+what it points at, and where it failed in a device library's code with words that point
+at no kind of the host's state, what that library left on the device. The hints are its
+sharper part (what the failure points at): a hint never points at what a card would not
+say.
 """
 
 from __future__ import annotations
@@ -58,6 +64,21 @@ POINTERS: dict[str, tuple[str, ...]] = {
 }
 
 
+# words that rule a kind of state out whatever else the failure says: an out-of-memory
+# error under a pool limit the process set (CuPy's `limit set to`) is the process's own
+# state, never memory another process holds
+RULED_OUT: dict[str, tuple[str, ...]] = {"gpu.processes": ("limit set to",)}
+DEVICE_KINDS = ("cupy.", "torch.", "cuda.", "gpu.")  # the device's state; the rest, the host's
+# a failure in code of a device library can be touched by the state that library left on
+# the device whatever its words (a stale buffer from the pool fails an array comparison),
+# and any CUDA code by a sticky error: a kind of state (the start of a key) -> that code
+DEVICE_CODE: dict[str, re.Pattern[str]] = {
+    "cupy.": re.compile(r"\bcupyx?\b|\bcp\."),
+    "torch.": re.compile(r"\btorch\b"),
+    "cuda.": re.compile(r"\bcupyx?\b|\bcp\.|\btorch\b|\bcuda\b|\bCUDA\b"),
+}
+
+
 def failure_text(message: str, where: str, rootdir: Path) -> str:
     """The failure's first line and the source line of its innermost own frame."""
     match = _WHERE.match(where)
@@ -91,12 +112,39 @@ def pointed_keys(text: str, left: Mapping[str, Any], *, named_only: bool = False
     return [key for key in left if any(m.partition("=")[0] == key for m in marks)]
 
 
+def touched_keys(text: str, left: Mapping[str, Any]) -> list[str]:
+    """The keys of `left` that a failure (`text`) can touch: those it points at, and where
+    it failed in a device library's code and its words point at no kind of the host's
+    state, what that library left on the device. What a root's card says its culprits
+    left; the hints run first the tests that left what the failure points at, the sharper
+    part of it."""
+    pointed = set(pointed_keys(text, left))
+    if not _points_at_the_host(text):  # a missing module in CuPy code is no device's doing
+        for kind, code in DEVICE_CODE.items():
+            if code.search(text):
+                pointed.update(k for k in left if k.startswith(kind))
+    return [key for key in left if key in pointed]
+
+
+def _points_at_the_host(text: str) -> bool:
+    """Whether a failure's words point at a kind of the host's state (a folder, a module,
+    a variable, a thread...), whoever left it."""
+    return any(
+        word in text
+        for kind, words in POINTERS.items()
+        if not kind.startswith(DEVICE_KINDS)
+        for word in words
+    )
+
+
 def _marks(text: str, left: Mapping[str, Any], *, named_only: bool) -> set[str]:
     """What of `left` the failure points at: `KEY=NAME` for what it names (each variable,
     folder, thread on its own), else `KEY` where its words point at that kind of state."""
     marks: set[str] = set()
     for key, change in left.items():
-        named = {n for n in _named(change) if len(n) >= MIN_NAMED and n in text}
+        if any(word in text for word in RULED_OUT.get(key, ())):
+            continue
+        named = {n for n in _named(key, change) if len(n) >= MIN_NAMED and n in text}
         if named:
             marks.update(f"{key}={name}" for name in named)
             continue
@@ -108,11 +156,14 @@ def _marks(text: str, left: Mapping[str, Any], *, named_only: bool) -> set[str]:
     return marks
 
 
-def _named(change: Any) -> Iterator[str]:
+def _named(key: str, change: Any) -> Iterator[str]:
     """What a change left that a failure may name: the folder it left current, a variable
-    it set, changed or removed, a thread it left running (not what was there before: the
-    suite's own folder is in many a failure's paths)."""
-    if isinstance(change, dict):
+    it set, changed or removed, a thread it left running, a file it left open (not what was
+    there before: the suite's own folder is in many a failure's paths; not a descriptor's
+    kind: `pipe` is in many a word)."""
+    if key == "fds" and isinstance(change, dict):
+        yield from (n.split(" (", 1)[0] for n in change.get("added", []) if n.startswith("/"))
+    elif isinstance(change, dict):
         for how, names in change.items():
             if how != "removed" or all(isinstance(n, str) and n.isidentifier() for n in names):
                 yield from (str(n).split(" (", 1)[0].split(": ", 1)[0] for n in names)

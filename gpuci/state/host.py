@@ -131,11 +131,22 @@ def _children() -> frozenset[str]:
     return frozenset(found)
 
 
-def _descriptors() -> int | None:
+def _descriptors() -> tuple[tuple[int, str], ...] | None:
+    """Each open descriptor and what it points at (`/tmp/x.log`, `pipe:[81]`,
+    `anon_inode:[eventfd]`, `/dev/nvidia0`): whose it is, the driver's or a test's, is told
+    by what it points at (`gpuci.state.changes`)."""
+    folder = PROC_SELF / "fd"
     try:
-        return sum(1 for _ in (PROC_SELF / "fd").iterdir()) - 1  # less the listing's own
+        names = [entry.name for entry in folder.iterdir()]  # the listing's own closed now
     except OSError:
         return None
+    found = []
+    for name in names:
+        try:
+            found.append((int(name), str((folder / name).readlink())))
+        except (OSError, ValueError):  # closed since: the listing's own, another thread's
+            continue
+    return tuple(sorted(found))
 
 
 def _handler_name(handler: object) -> str:

@@ -10,6 +10,7 @@ evidence's. Events of another version than LEDGER_VERSION are skipped, not misre
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ JOURNAL_GLOBS = (
 GIB = 1 << 30
 MIB = 1 << 20
 SHOWN_NAMES = 4  # of a set's members, in one sentence
+_COUNTED = re.compile(r" \((\d+)\)$")  # `pipe (2)`: an `fds` entry's count
 SETTINGS = {  # key -> what the sentence calls it
     "numpy.seterr": "NumPy's seterr",
     "numpy.printoptions": "NumPy's print options",
@@ -165,9 +167,6 @@ def _device(before: Any, after: Any) -> str:
 TOLD: dict[str, Callable[[Any, Any], str]] = {  # key -> (before, after) in words
     "cwd": lambda before, after: f"left the working directory at {after}",
     "umask": lambda before, after: f"left the umask at {after} (was {before})",
-    "fds": lambda before, after: (
-        f"left {int(after) - int(before or 0)} more descriptor(s) open ({after})"
-    ),
     "cupy.pool_limit": _pool_limit,
     "torch.memory_fraction": lambda before, after: (
         f"left PyTorch's per-process memory fraction at {_fraction(after)}"
@@ -182,7 +181,18 @@ TOLD: dict[str, Callable[[Any, Any], str]] = {  # key -> (before, after) in word
 }
 
 
+def _describe_descriptors(change: Mapping[str, list[str]]) -> str:
+    """`left 302 more descriptor(s) open: /dev/null (300), pipe (2)`."""
+    added = change.get("added", [])
+    if not added:
+        return ""
+    total = sum(int(m[1]) if (m := _COUNTED.search(e)) else 1 for e in added)
+    return f"left {total} more descriptor(s) open: {_names(added)}"
+
+
 def _describe_set(key: str, change: Mapping[str, list[str]]) -> str:
+    if key == "fds":
+        return _describe_descriptors(change)
     if key == "env":
         parts = [
             f"{what} {_names(change.get(k, []))}"

@@ -8,9 +8,9 @@ capture): only what the next test inherits. Tests run back to back, so one snaps
 serves as one test's "after" and the next one's "before". `GPUCI_STATE` says how often:
 `test` (default: every test), `file` (around each file only), `off`.
 
-    {"e": "left", "v": 1, "id": "tests/test_a.py::test_x", "left": {KEY: CHANGE}}
-    {"e": "left", "v": 1, "file": "tests/test_a.py", "left": {KEY: CHANGE}}
-    {"e": "left", "v": 1, "import": "tests/test_a.py", "left": {KEY: CHANGE}}
+    {"e": "left", "v": 2, "id": "tests/test_a.py::test_x", "left": {KEY: CHANGE}}
+    {"e": "left", "v": 2, "file": "tests/test_a.py", "left": {KEY: CHANGE}}
+    {"e": "left", "v": 2, "import": "tests/test_a.py", "left": {KEY: CHANGE}}
     {"e": "ledger-cost", "s": 0.084, "snapshots": 1193}
 
 `import`: what importing the test module left (its collection; a per-test snapshot, not a

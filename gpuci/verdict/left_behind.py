@@ -4,8 +4,11 @@ behind (a hint on a clean check, not a finding).
 
 What a culprit left is read from the journals' `left` events (`gpuci.state.left`), and
 a victim's failure against it as the culprit search read it (`gpuci.state.hints`): its
-message and the source line of its innermost frame. Where the failure points at none of
-it, the root says everything its culprits left: the failure may touch it unnamed.
+message and the source of its innermost frame. Each line on a root is a statement about
+its culprit that its victims' failure can touch (`touched_keys`): what the failure points
+at by its words or names, and for a failure in a device library's code, what that library
+left on the device. The rest of what the culprit left is no cause of this failure, and the
+card does not say it (the ledger itself keeps it: `scripts/show_ledger.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Mode, Root
-from gpuci.state.hints import failure_text, pointed_keys
+from gpuci.state.hints import failure_text, touched_keys
 from gpuci.state.left import Ledger, describe
 
 # what a file leaves that outlives it and costs the next: the clean check's table
@@ -30,7 +33,7 @@ MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)
 def explain_roots(
     roots: Sequence[Root], results: Mapping[Mode, ModeResults], ledger: Ledger
 ) -> tuple[Root, ...]:
-    """Each root with `left`: what its culprits left that its victims' failure touches."""
+    """Each root with `left`: what its culprits left that its victims' failure can touch."""
     return tuple(dataclasses.replace(root, left=_left_by(root, results, ledger)) for root in roots)
 
 
@@ -40,10 +43,10 @@ def _left_by(root: Root, results: Mapping[Mode, ModeResults], ledger: Ledger) ->
     for culprit in root.culprits:
         own, by_file = ledger.entries(culprit)
         both = {**by_file, **own}
-        pointed = {k for text in texts for k in pointed_keys(text, both)} or set(both)
-        told = describe({k: v for k, v in own.items() if k in pointed}) + [
+        touched = {k for text in texts for k in touched_keys(text, both)}
+        told = describe({k: v for k, v in own.items() if k in touched}) + [
             f"its file {line}"
-            for line in describe({k: by_file[k] for k in pointed & by_file.keys()})
+            for line in describe({k: v for k, v in by_file.items() if k in touched})
         ]
         prefix = f"{culprit}: " if len(root.culprits) > 1 else ""
         lines += [prefix + line for line in told]
