@@ -78,6 +78,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "orders",
         "reproduce",
         "fingerprints",
+        "claims",
         "classify",
         "admission",
         "account",
