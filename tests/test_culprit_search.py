@@ -605,3 +605,24 @@ def test_a_pair_run_whose_sides_never_met_asked_nothing() -> None:
     evidence = TestEvidence(id=VICTIM, search=search.note, probes=tuple(search.probes))
     found = confirm_strictly(suspect, evidence, {Mode.PARALLEL: parallel})
     assert found.category is Category.CONCURRENCY and not found.note
+
+
+def test_out_of_memory_under_a_pool_limit_is_the_process_own_state() -> None:
+    from gpuci.evidence.victims import ran_device_out
+
+    def failed(message: str) -> TestResult:
+        return TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED, message=message)
+
+    limit = (
+        "OutOfMemoryError: Out of memory allocating 134,217,728 bytes"
+        " (allocated so far: 0 bytes, limit set to: 64 MiB)"
+    )
+    device = (
+        "OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes)"
+    )
+    # its failure kind ends before the particulars: the limit is not in it
+    assert "limit" not in failure_kind([failed(limit)])
+    assert ran_device_out([failed(device)])
+    assert not ran_device_out([failed(limit)])
+    assert not ran_device_out([failed(device), failed(limit)])  # one of them was the limit
+    assert not ran_device_out([failed("AssertionError: 3 != 4")])

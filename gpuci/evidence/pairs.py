@@ -16,12 +16,20 @@ slots' rotated views put each side on a different first device, where they never
 search's `gpu`, so that the printed command runs every side with it too.
 
 A pair names its partner file only where it shows the finding twice in a row; a pair
-that showed it once, then not, ends the search: flaky. Where the victim was the one that
-failed both times, and a test of the partner file failed its way in the parallel screen
-(contention seen both ways, like two hogs), the pair runs up to PARTNER_TRIES more times to
-see which of the partner file's tests it was contending with. Where none did (a scratch
-file one side overwrites, read by the other), those runs would only show the victim fail
-again: on 2 cores boltons' planted contention spent 2 of its 4 pair runs so.
+that showed it once, then not, ends the search: flaky. A pair run whose sides never all
+reached their first tests together, or whose victim never ran, asked nothing: it runs once
+more, as it was, and counts neither way. A partner test is named only where it failed
+the victim's way in two runs of one pair command and passes without the victim
+(`gpuci.evidence.claims`): its own file alone in the isolated screen, where its file was
+the one other side, or else the pair's other sides run once together without the victim
+(a pool limit's victim beside two memory hogs was `concurrency`: the hogs failed its way
+beside it, and were named its partners; they fail beside each other without it).
+Where the victim was the one that failed both times, and a test of the partner file failed
+its way in the parallel screen (contention seen both ways, like two hogs), the pair runs up
+to PARTNER_TRIES more times to see which of the partner file's tests it was contending
+with. Where none did (a scratch file one side overwrites, read by the other), those runs
+would only show the victim fail again: on 2 cores boltons' planted contention spent 2 of
+its 4 pair runs so.
 """
 
 from __future__ import annotations
