@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuci.evidence.classify import classify_results, ran_outcomes
+from gpuci.evidence.classify import classify_results, classify_test, ran_outcomes, timeouts_judged
 from gpuci.evidence.results import ModeResults
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestResult
 
@@ -48,3 +48,27 @@ def test_without_the_suite_failing_it_is_concurrency() -> None:
 def test_one_that_fails_alone_too_is_failed() -> None:
     alone = {HOG: (Outcome.FAILED, Outcome.FAILED)}
     assert classify_results(_results(Outcome.FAILED), alone)[HOG].category is Category.FAILED
+
+
+def test_a_timeout_in_one_mode_beside_failures_in_the_others_is_a_note() -> None:
+    # failed in isolated, parallel and suite after its file's first test, passed alone,
+    # and hung in threads: order-dependent, the hang a note
+    outcomes = {
+        Mode.ISOLATED: Outcome.FAILED,
+        Mode.PARALLEL: Outcome.FAILED,
+        Mode.SUITE: Outcome.FAILED,
+        Mode.THREADS: Outcome.TIMED_OUT,
+    }
+    judged, notes = timeouts_judged(outcomes, (Outcome.PASSED,))
+    assert classify_test(judged, (Outcome.PASSED,)) is Category.ORDER_DEPENDENT
+    assert notes == (
+        "timed out in threads; the other modes and its alone-runs decide its category",
+    )
+    # it timed out wherever it failed: timed-out, as before
+    for reruns in ((Outcome.PASSED,), (Outcome.TIMED_OUT,)):
+        only = {Mode.SUITE: Outcome.TIMED_OUT, Mode.ISOLATED: Outcome.PASSED}
+        judged, notes = timeouts_judged(only, reruns)
+        assert classify_test(judged, reruns) is Category.TIMED_OUT and not notes
+    # a failed alone-run beside a timeout in the only mode that ran it: failed, noted
+    judged, notes = timeouts_judged({Mode.SUITE: Outcome.TIMED_OUT}, (Outcome.FAILED,))
+    assert classify_test(judged, (Outcome.FAILED,)) is Category.FAILED and notes

@@ -16,9 +16,9 @@ import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.culprits import _replay
+from gpuci.evidence.culprits import Partnerable, _replay
 from gpuci.evidence.fingerprints import failure_kind
-from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, search_pairs
+from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, UNASKED, search_pairs
 from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
@@ -28,6 +28,8 @@ from gpuci.run.proc.discover import file_of
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
+
+NO_PARTNERS = Partnerable(tests=frozenset(), passed_alone=frozenset())
 
 
 @dataclass
@@ -137,7 +139,7 @@ def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
     flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
     screened = dataclasses.replace(task(Category.ORDER_DEPENDENT), pairs=("test_x.py",))
     parallel = object()  # never read: a pair run would need the parallel screen's files
-    search = _replay(flaky, parallel, screened, [], frozenset())  # type: ignore[arg-type]
+    search = _replay(flaky, parallel, screened, [], NO_PARTNERS)  # type: ignore[arg-type]
     assert SAME_RUN_BOTH_WAYS in search.note and search.culprits == ()
     assert all(run[-1] == VICTIM for run in flaky.runs)
 
@@ -236,6 +238,7 @@ def pairs(prober: FakeProber, parallel: ModeResults, task: _Task, kind: str = ""
         candidates=task.candidates,
         kind=kind,
         partnerable={"test_x.py::test_a"},
+        passed_alone={"test_x.py::test_a"},  # in its own file alone (the isolated screen)
     )
 
 
@@ -382,7 +385,11 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
             category=Category.CONCURRENCY,
             outcomes={Mode.PARALLEL: Outcome.FAILED},
             reruns=(Outcome.PASSED,),
-            results={Mode.PARALLEL: t},
+            # each passed in its own file alone: a partner's claim needs no run without it
+            results={
+                Mode.PARALLEL: t,
+                Mode.ISOLATED: dataclasses.replace(t, outcome=Outcome.PASSED),
+            },
         )
         for i, t in zip((hog_a, hog_b), tests, strict=True)
     }
@@ -437,9 +444,10 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
         pairs=("test_x.py",),
         kind="OutOfMemoryError: out of device memory allocating N GiB",
         loadable=True,  # it failed in the parallel screen, after its own file's tests only
+        device_oom=True,  # no pool limit in its messages
     )
     beside = FakePairProber(lambda _, n: Outcome.FAILED)
-    search = _replay(beside, parallel, hog, [], frozenset())  # type: ignore[arg-type]
+    search = _replay(beside, parallel, hog, [], NO_PARTNERS)  # type: ignore[arg-type]
     assert search.culprits == ("test_x.py",)
     # only pair runs: the pair and its confirmation (test_x.py passed in the screen: no
     # tries to see a partner test fail its way)
@@ -449,13 +457,13 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
     after = FakePairProber(
         lambda ids, _: Outcome.FAILED if CANDIDATES[4] in ids else Outcome.PASSED
     )
-    search = _replay(after, parallel, hinted, [], frozenset())  # type: ignore[arg-type]
+    search = _replay(after, parallel, hinted, [], NO_PARTNERS)  # type: ignore[arg-type]
     assert search.culprits == (CANDIDATES[4],) and after.runs[0] == [CANDIDATES[4], VICTIM]
     # no pair shows it: the replay still runs, its note saying the pairs came first
     alone_passes = FakePairProber(
         lambda ids, _: Outcome.FAILED if CANDIDATES[2] in ids else Outcome.PASSED
     )
-    replayed = _replay(alone_passes, parallel, hog, [], frozenset())  # type: ignore[arg-type]
+    replayed = _replay(alone_passes, parallel, hog, [], NO_PARTNERS)  # type: ignore[arg-type]
     assert replayed.culprits == (CANDIDATES[2],)
     assert "; first not reproduced" in replayed.note
     # failed out of memory in the suite interpreter only (examples/polluted_suite's large
@@ -465,7 +473,7 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
     after_limit = FakePairProber(
         lambda ids, _: Outcome.FAILED if CANDIDATES[2] in ids or not ids else Outcome.PASSED
     )
-    search = _replay(after_limit, parallel, in_suite, [], frozenset())  # type: ignore[arg-type]
+    search = _replay(after_limit, parallel, in_suite, [], NO_PARTNERS)  # type: ignore[arg-type]
     assert search.culprits == (CANDIDATES[2],)
     assert after_limit.runs[0][-1] == VICTIM and "test_x.py::test_a" not in after_limit.runs[0]
 
@@ -534,3 +542,87 @@ def test_a_waiting_victim_another_search_answered_goes_round_no_more() -> None:
         other: TestEvidence(id=other),
     }
     assert next_round([hog_a, other], {hog_a: 2, other: 2}, found) == {other: 2}
+
+
+@dataclass
+class FakeApart(FakePairProber):
+    """Pair runs whose sides reach their first tests together only from run `meets_from`
+    on (a loaded machine's start-up held one back); the victim, alone, passes until then."""
+
+    meets_from: int = 99
+
+    def run_together(
+        self,
+        groups: Sequence[tuple[Sequence[str], str | None]],
+        *,
+        phase: str,
+        label: str,
+    ) -> tuple[list[FakeRun], int]:
+        runs, _ = super().run_together(groups, phase=phase, label=label)
+        met = len(groups) if len(self.runs) >= self.meets_from else 1
+        return runs, met
+
+
+def test_a_pair_run_whose_sides_never_met_asked_nothing() -> None:
+    # the polluted example's hog pair on 2 loaded cores: the pair runs never overlapped, and
+    # the check called each hog passed "in 2 strict runs", its alone-runs
+    tests = (
+        TestResult(id="test_x.py::test_a", file="test_x.py", outcome=Outcome.PASSED),
+        TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED),
+    )
+    run = ModeRun(
+        mode=Mode.PARALLEL,
+        command=("gpuci",),
+        rootdir="/x",
+        workers=2,
+        tests=tests,
+        beside=(Mode.SUITE,),
+    )
+    parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    concurrency = dataclasses.replace(task(Category.CONCURRENCY), candidates=("test_x.py",))
+
+    def fails_when_met(prober: FakeApart) -> Outcome:
+        return Outcome.FAILED if len(prober.runs) >= prober.meets_from else Outcome.PASSED
+
+    # the first run apart asked nothing: it runs again, as it was, and then shows it
+    late = FakeApart(lambda _, n: Outcome.NOT_RUN, meets_from=2)
+    late.victim = lambda _, n: fails_when_met(late)
+    search = pairs(late, parallel, concurrency)
+    assert search.culprits == ("test_x.py",), search.note
+    assert [p.kind for p in search.probes] == [UNASKED, "", ""]
+    # never met: the screen's question was never asked, so the screen's finding stands
+    never = FakeApart(lambda _, n: Outcome.PASSED)
+    search = pairs(never, parallel, concurrency)
+    assert search.culprits == () and "2 did not overlap" in search.note
+    assert all(p.kind == UNASKED for p in search.probes)
+    suspect = Classified(
+        id=VICTIM,
+        category=Category.CONCURRENCY,
+        outcomes={Mode.SUITE: Outcome.PASSED, Mode.PARALLEL: Outcome.FAILED},
+        reruns=(Outcome.PASSED, Outcome.PASSED),
+        results={Mode.PARALLEL: tests[1]},
+    )
+    evidence = TestEvidence(id=VICTIM, search=search.note, probes=tuple(search.probes))
+    found = confirm_strictly(suspect, evidence, {Mode.PARALLEL: parallel})
+    assert found.category is Category.CONCURRENCY and not found.note
+
+
+def test_out_of_memory_under_a_pool_limit_is_the_process_own_state() -> None:
+    from gpuci.evidence.victims import ran_device_out
+
+    def failed(message: str) -> TestResult:
+        return TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED, message=message)
+
+    limit = (
+        "OutOfMemoryError: Out of memory allocating 134,217,728 bytes"
+        " (allocated so far: 0 bytes, limit set to: 64 MiB)"
+    )
+    device = (
+        "OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes)"
+    )
+    # its failure kind ends before the particulars: the limit is not in it
+    assert "limit" not in failure_kind([failed(limit)])
+    assert ran_device_out([failed(device)])
+    assert not ran_device_out([failed(limit)])
+    assert not ran_device_out([failed(device), failed(limit)])  # one of them was the limit
+    assert not ran_device_out([failed("AssertionError: 3 != 4")])

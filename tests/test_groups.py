@@ -116,8 +116,11 @@ def test_the_victims_of_one_culprit_take_one_group_pair_not_their_alone_runs(
         assert found[victim]["alone"] == [], found[victim]
         kinds = [p.get("kind", "") for p in found[victim]["probes"]]
         assert set(kinds) == {"group after its culprits", "group without its culprits"}
-    # one pair with the disagreeing victim in it, one more with only those that agreed
-    assert evidence["phases"]["groups"]["runs"] == 4, evidence["phases"]
+        # the run that shows it failing, twice under one command, before it is blamed
+        assert kinds[-3:].count("group after its culprits") == 2, kinds
+    # one pair with the disagreeing victim in it, one more with only those that agreed,
+    # and the run that shows them failing once more, the same command
+    assert evidence["phases"]["groups"]["runs"] == 5, evidence["phases"]
     # alone: the first victim and the disagreeing one twice each, the broken group's one
     assert evidence["phases"]["alone"]["runs"] == 2 + 2 + 1, evidence["phases"]
 

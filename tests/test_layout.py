@@ -79,6 +79,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "orders",
         "reproduce",
         "fingerprints",
+        "claims",
         "classify",
         "admission",
         "account",

@@ -9,6 +9,7 @@ its view; any other keeps each side's own, and the printed command runs what ran
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -122,6 +123,7 @@ def test_an_out_of_memory_victims_pair_runs_every_side_on_its_view() -> None:
         candidates=("test_hog_b.py",),
         kind=OOM_KIND,
         partnerable={HOG_B},
+        passed_alone={HOG_B},  # in its own file alone (the isolated screen)
     )
     # every side of every run saw hog_a's view: they met on GPU 0, and the pair showed it
     assert prober.launched and all(views == ["0,1", "0,1"] for views in prober.launched)
@@ -149,6 +151,7 @@ def test_any_other_victims_pair_runs_each_side_on_its_own_view() -> None:
         candidates=("test_hog_b.py",),
         kind="FileExistsError: /tmp/shared-cache.lock",
         partnerable={HOG_B},
+        passed_alone={HOG_B},  # in its own file alone (the isolated screen)
     )
     assert prober.launched and all(views == ["0,1", "1,0"] for views in prober.launched)
     assert found.culprits == ("test_hog_b.py",) and found.gpu is None
@@ -182,9 +185,13 @@ def test_the_partner_and_evidence_json_keep_the_pairs_view(
         t.id: Classified(
             id=t.id,
             category=Category.CONCURRENCY,
-            outcomes={Mode.PARALLEL: Outcome.FAILED},
+            outcomes={Mode.PARALLEL: Outcome.FAILED, Mode.ISOLATED: Outcome.PASSED},
             reruns=(Outcome.PASSED,),
-            results={Mode.PARALLEL: t},
+            # each passed in its own file alone: a partner's claim needs no run without it
+            results={
+                Mode.PARALLEL: t,
+                Mode.ISOLATED: dataclasses.replace(t, outcome=Outcome.PASSED),
+            },
         )
         for t in parallel.run.tests
     }

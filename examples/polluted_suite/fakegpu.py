@@ -262,9 +262,10 @@ class MemoryPool:
         _check_context()
         nbytes = size * ITEMSIZE
         if self._limit and self._used + nbytes > self._limit:
+            # CuPy's words: a limit the process set is in the message
             raise OutOfMemoryError(
-                f"out of memory allocating {nbytes} bytes: pool limit is {self._limit} bytes,"
-                f" {self._used} in use"
+                f"out of memory allocating {nbytes} bytes (allocated so far: {self._used}"
+                f" bytes, limit set to: {self._limit} bytes)"
             )
         cached = self._free.get(nbytes)
         if cached:

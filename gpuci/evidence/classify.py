@@ -44,7 +44,7 @@ def classify_results(
     alone: Mapping[str, Sequence[Outcome]],
     orders: Mapping[Mode, Order] | None = None,
     *,
-    together: Mapping[str, Outcome] | None = None,
+    together: Mapping[str, tuple[Outcome, ...]] | None = None,
 ) -> dict[str, Classified]:
     """Every test of `results`, classified, in the order first seen (modes in pipeline order).
 
@@ -73,6 +73,8 @@ def classify_results(
         where = next((o for o in per_file if test_id in o.where), None)
         first = where is not None and first_in_interpreter(where, test_id)
         judged, notes = _threads_judged(ran_outcomes(outcomes, mine), mine, threads)
+        judged, timeouts = timeouts_judged(judged, reruns)
+        notes += timeouts
         found[test_id] = Classified(
             id=test_id,
             category=classify_test(
@@ -88,15 +90,22 @@ def classify_results(
     return found
 
 
-def together_outcomes(found: Mapping[str, TestEvidence]) -> dict[str, Outcome]:
-    """Each group-answered victim's outcome in its group without the culprits: a pass there
-    (under the group's load) answers "passes alone", a failure there ran strictly."""
-    return {i: p.outcome for i, t in found.items() for p in t.probes if p.kind == GROUP_WITHOUT}
+def together_outcomes(found: Mapping[str, TestEvidence]) -> dict[str, tuple[Outcome, ...]]:
+    """Each group-answered victim's outcomes in its group runs without the culprits: a pass
+    there (under the group's load) answers "passes alone", a failure there ran strictly
+    (a repeat that went both ways, both: flaky)."""
+    together: dict[str, tuple[Outcome, ...]] = {}
+    for test_id, evidence in found.items():
+        outcomes = tuple(p.outcome for p in evidence.probes if p.kind == GROUP_WITHOUT)
+        if outcomes:
+            together[test_id] = outcomes
+    return together
 
 
-def _together(together: Mapping[str, Outcome] | None, test_id: str) -> tuple[Outcome, ...]:
-    outcome = (together or {}).get(test_id)
-    return () if outcome is None else (outcome,)
+def _together(
+    together: Mapping[str, tuple[Outcome, ...]] | None, test_id: str
+) -> tuple[Outcome, ...]:
+    return (together or {}).get(test_id, ())
 
 
 def ran_outcomes(
@@ -111,6 +120,26 @@ def ran_outcomes(
         m: Outcome.NOT_RUN if m in results and results[m].inferred else o
         for m, o in outcomes.items()
     }
+
+
+def timeouts_judged(
+    outcomes: Mapping[Mode, Outcome], reruns: Sequence[Outcome]
+) -> tuple[dict[Mode, Outcome], tuple[str, ...]]:
+    """The outcomes the category is decided from where the test timed out in some modes
+    and failed in others (or in an alone-run): a failure there, with a note. A hang in one
+    mode is how that mode showed what the others show (an order-dependent victim that waits
+    forever in threads is order-dependent); `timed-out` is for a test that timed out
+    wherever it failed."""
+    timed_out = [m for m, o in outcomes.items() if o is Outcome.TIMED_OUT]
+    failed_elsewhere = any(
+        o in (Outcome.FAILED, Outcome.CRASHED)
+        for o in (*(o for m, o in outcomes.items() if m not in timed_out), *reruns)
+    )
+    if not timed_out or not failed_elsewhere:
+        return dict(outcomes), ()
+    where = ", ".join(m.value for m in timed_out)
+    note = f"timed out in {where}; the other modes and its alone-runs decide its category"
+    return {m: Outcome.FAILED if m in timed_out else o for m, o in outcomes.items()}, (note,)
 
 
 def _threads_judged(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TextIO
 
 from gpuci.evidence.bisect import bisect, cascade
@@ -43,14 +44,23 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search import LOADED, Search
 from gpuci.evidence.victims import Task, plan_searches
-from gpuci.model import NOT_PASSING, Category, Mode, TestEvidence
+from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import file_of
-from gpuci.run.proc.reports import out_of_device_memory
+from gpuci.run.proc.reports import pool_limited
 from gpuci.run.sched.progress import say
 from gpuci.state.left import Ledger
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Partnerable:
+    """The tests that may be a pair's partner, and those known to pass without the victim
+    (in their own file alone): a partner's claim needs both halves (`gpuci.evidence.claims`)."""
+
+    tests: frozenset[str]
+    passed_alone: frozenset[str]
 
 
 def partnerable_tests(classified: Mapping[str, Classified]) -> frozenset[str]:
@@ -60,7 +70,22 @@ def partnerable_tests(classified: Mapping[str, Classified]) -> frozenset[str]:
     return frozenset(
         t.id
         for t in classified.values()
-        if t.category in PARTNERABLE and not _fails_in_its_file_alone(t)
+        if t.category in PARTNERABLE
+        and not _fails_in_its_file_alone(t)
+        # out of memory under a limit its own process set: beside anything or nothing
+        and not any(pool_limited(r.message) for r in t.seen)
+    )
+
+
+def passed_in_its_file_alone(classified: Mapping[str, Classified]) -> frozenset[str]:
+    """The tests that passed in the isolated screen's real runs (their file alone, fresh):
+    a pair's partner among them is known to pass without the victim."""
+    return frozenset(
+        t.id
+        for t in classified.values()
+        if (r := t.results.get(Mode.ISOLATED)) is not None
+        and not r.inferred
+        and r.outcome is Outcome.PASSED
     )
 
 
@@ -90,7 +115,9 @@ def search_culprits(
     if not tasks:
         return dict(found)
     say(progress, f"culprits: searching for {len(tasks)} victim(s)")
-    partnerable = partnerable_tests(classified)
+    partnerable = Partnerable(
+        tests=partnerable_tests(classified), passed_alone=passed_in_its_file_alone(classified)
+    )
 
     slots = max(1, prober.admission.slots)
 
@@ -224,7 +251,7 @@ def _search_once(
     results: Mapping[Mode, ModeResults],
     task: Task,
     roots: list[tuple[str, ...]],
-    partnerable: frozenset[str],
+    partnerable: Partnerable,
     *,
     progress: TextIO,
 ) -> Search:
@@ -251,7 +278,7 @@ def _search(
     results: Mapping[Mode, ModeResults],
     task: Task,
     roots: list[tuple[str, ...]],
-    partnerable: frozenset[str],
+    partnerable: Partnerable,
 ) -> Search:
     if task.category is Category.CONCURRENCY:
         return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
@@ -280,7 +307,7 @@ def _replay(
     parallel: ModeResults | None,
     task: Task,
     roots: list[tuple[str, ...]],
-    partnerable: frozenset[str],
+    partnerable: Partnerable,
 ) -> Search:
     """An interpreter's victim: known culprits first, then halving; where the replay never
     showed it, the files that ran beside it in the parallel screen (those first where it
@@ -290,7 +317,7 @@ def _replay(
         and task.loadable
         and task.pairs
         and not task.hinted
-        and out_of_device_memory(task.kind)
+        and task.device_oom
     ):
         # out of device memory in the parallel screen, after its own file's tests only, where
         # none of them left memory held or a limit set (the ledger points at none): another
@@ -308,10 +335,12 @@ def _replay(
     search = (
         hinted_first(prober, task, roots) or cascade(prober, task, roots) or bisect(prober, task)
     )
-    # a replay that went both ways made it flaky: no pair can say otherwise
+    # a replay that went both ways made it flaky: no pair can say otherwise; nor can one
+    # where it ran out of memory under a pool limit (its process's own state)
     if (
         parallel is not None
         and task.pairs
+        and not task.pool_oom
         and search.note.startswith(NOT_REPRODUCED)
         and SAME_RUN_BOTH_WAYS not in search.note
     ):
@@ -324,7 +353,7 @@ def _paired_instead(
     parallel: ModeResults,
     task: Task,
     replay: Search,
-    partnerable: frozenset[str],
+    partnerable: Partnerable,
 ) -> Search:
     """A screen's order-dependent suspect whose replay showed nothing, paired instead with
     what ran beside it in the parallel screen: a pair that fails makes it concurrency."""
@@ -336,16 +365,14 @@ def _paired_instead(
 
 
 def _paired_with_co_runners(
-    prober: Prober, parallel: ModeResults, task: Task, partnerable: frozenset[str]
+    prober: Prober, parallel: ModeResults, task: Task, partnerable: Partnerable
 ) -> Search:
     """A screen's suspect paired with the files that ran beside it in the parallel screen
     (its task's `pairs`), not the tests before it."""
     return _pairs(prober, parallel, dataclasses.replace(task, candidates=task.pairs), partnerable)
 
 
-def _pairs(
-    prober: Prober, parallel: ModeResults, task: Task, partnerable: frozenset[str]
-) -> Search:
+def _pairs(prober: Prober, parallel: ModeResults, task: Task, partnerable: Partnerable) -> Search:
     """The victim beside the files that ran with it (`gpuci.evidence.pairs`)."""
     found = search_pairs(
         prober,
@@ -353,7 +380,8 @@ def _pairs(
         victim=task.victim,
         candidates=pair_order(task.candidates, task.kind, prober.admission.peaks),
         kind=task.kind,
-        partnerable=partnerable - {task.victim},
+        partnerable=partnerable.tests - {task.victim},
+        passed_alone=partnerable.passed_alone,
     )
     return Search(
         found.probes,

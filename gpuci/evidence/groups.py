@@ -13,9 +13,11 @@ culprits answer all of them at once, the first victim among them:
 
 A run that decides by failing runs with nothing beside it; a run that decides by passing
 may run beside others (it passed with more going on, not less). A victim both runs agree
-on is answered: its culprits are the first victim's, its commands those two runs exactly
-as they ran, and it needs no alone-run. One whose runs disagree (another culprit's
-victim, a flaky test) gets the evidence of its own: alone-runs, then a search.
+on is blamed only once the run that shows it failing ran again, the same command, and
+failed again (`gpuci.evidence.claims`): then its culprits are the first victim's, its
+commands those runs exactly as they ran, and it needs no alone-run. One whose repeat
+went the other way is `flaky`, whatever the first two runs said. One whose runs disagree
+(another culprit's victim) gets the evidence of its own: alone-runs, then a search.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
 from gpuci.evidence.orders import Order
+from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe_run import ProbeRun
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import (
@@ -127,10 +132,17 @@ def run_groups(
                 if member != group.first:
                     left.append(member)
                 continue
+            # a flaky member (its repeated group run went both ways) names no culprits, and
+            # a first victim's own search note says so too
+            blamed = bool(evidence.culprits)
             merged[member] = dataclasses.replace(
                 before,
-                culprits=culprits,
-                search=before.search or evidence.search,
+                culprits=evidence.culprits,
+                search=(
+                    before.search or evidence.search
+                    if blamed
+                    else "; ".join(filter(None, (before.search, evidence.search)))
+                ),
                 probes=before.probes + evidence.probes,
                 group=evidence.group,
             )
@@ -158,21 +170,100 @@ def _after(member: str, culprits: Sequence[str], place: Mapping[str, int]) -> bo
 def _answer(
     prober: Prober, group: Waiting, culprits: Sequence[str], members: Sequence[str]
 ) -> dict[str, TestEvidence | None]:
-    """Each member's evidence where the two group runs agree on it, None where not. Where
-    some disagreed, the two runs once more with only those that agreed: the printed
-    commands are the runs of the victims they name, and show each of them."""
+    """Each member's evidence where the two group runs agree on it and the run that shows
+    it failing, repeated, agrees again (`_judged`); None where not. Where some disagreed,
+    the two runs once more with only those that agreed: the printed commands are the runs
+    of the victims they name, and show each of them."""
     answered: dict[str, TestEvidence | None] = {}
-    first: dict[str, TestEvidence] = {}  # the first pair's, where it ran again
+    earlier: dict[str, tuple[Probe, ...]] = {}  # the first pair's, where it ran again
     while len(members) > 1 and not prober.exhausted() and not prober.stopping():
-        agreed = _pair(prober, group, culprits, members, earlier=2 if first else 0)
+        agreed = _pair(prober, group, culprits, members)
         answered |= {m: None for m in members if m not in agreed}
-        if len(agreed) == len(members) or first:
-            for member, evidence in agreed.items():  # every run kept: the first pair's too
-                probes = first[member].probes if member in first else ()
-                answered[member] = dataclasses.replace(evidence, probes=probes + evidence.probes)
-            return answered
-        members, first = list(agreed), agreed
+        if len(agreed) == len(members) or earlier:
+            runs = 4 if earlier else 2
+            return answered | _judged(
+                prober, group, culprits, members, agreed, earlier=earlier, runs=runs
+            )
+        members, earlier = list(agreed), agreed
     return answered | dict.fromkeys(members)
+
+
+def _judged(
+    prober: Prober,
+    group: Waiting,
+    culprits: Sequence[str],
+    members: Sequence[str],
+    agreed: Mapping[str, tuple[Probe, ...]],
+    *,
+    earlier: Mapping[str, tuple[Probe, ...]],
+    runs: int,
+) -> dict[str, TestEvidence | None]:
+    """The members the last two group runs (of `members`) agreed on (`agreed`: their runs),
+    each judged once the run that shows it failing ran again, the same command
+    (`gpuci.evidence.claims`): one that failed both times is answered with the first
+    victim's culprits; one that went both ways is flaky, whatever the group runs said; one
+    unrepeated (a cut budget), None."""
+    if prober.exhausted() or prober.stopping():
+        return dict.fromkeys(agreed)
+    polluted = group.category is Category.ORDER_DEPENDENT
+    again = _run_half(prober, group, culprits, members, failing=True)
+    failing_kind = GROUP_WITH if polluted else GROUP_WITHOUT
+    verbs = ("fail", "pass") if polluted else ("pass", "fail")
+    answered: dict[str, TestEvidence | None] = {}
+    for member, last in agreed.items():
+        repeat = next(p for p in last if p.kind == failing_kind)  # the command it repeats
+        repeat = dataclasses.replace(repeat, outcome=again.outcome(member))
+        claim = Claim(
+            victim=member,
+            failing=(*(p.outcome for p in last if p.kind == failing_kind), repeat.outcome),
+            other=tuple(p.outcome for p in last if p.kind != failing_kind),
+        )
+        standing = judge(claim)
+        if standing is Standing.STANDS:
+            search = (
+                f"group: {len(members)} victims {verbs[0]} after the culprits of {group.first}"
+                f" and {verbs[1]} without them, {runs + 1} runs for all"
+            )
+        elif standing is Standing.FLAKY:
+            search = f"group: {NOT_REPRODUCED}: its group run went both ways ({SAME_RUN_BOTH_WAYS})"
+        else:
+            answered[member] = None
+            continue
+        answered[member] = TestEvidence(
+            id=member,
+            culprits=tuple(culprits) if standing is Standing.STANDS else (),
+            search=search,
+            probes=(*earlier.get(member, ()), *last, repeat),
+            group=tuple(members),
+        )
+    return answered
+
+
+def _run_half(
+    prober: Prober,
+    group: Waiting,
+    culprits: Sequence[str],
+    members: Sequence[str],
+    *,
+    failing: bool,
+) -> ProbeRun:
+    """One group run: the members after the culprits (`failing` for order-dependent
+    victims), or without them. The run that decides by failing has nothing beside it."""
+    polluted = group.category is Category.ORDER_DEPENDENT
+    label = f"{len(members)} victims of {culprits[0]}"
+    if failing is polluted:
+        before = [c for c in culprits if "::" in c]
+        collect = [c for c in culprits if "::" not in c]  # provider files: imported, not run
+        return prober.run(
+            [*before, *members],
+            collect=collect,
+            phase=PHASE,
+            label=f"group: {label}, after it",
+            strict=polluted,
+        )
+    return prober.run(
+        list(members), phase=PHASE, label=f"group: {label}, without it", strict=not polluted
+    )
 
 
 def _pair(
@@ -180,26 +271,12 @@ def _pair(
     group: Waiting,
     culprits: Sequence[str],
     members: Sequence[str],
-    *,
-    earlier: int,
-) -> dict[str, TestEvidence]:
-    """The two group runs; the evidence of each member they agree on."""
+) -> dict[str, tuple[Probe, ...]]:
+    """The two group runs; the runs of each member they agree on."""
     polluted = group.category is Category.ORDER_DEPENDENT
-    before = [c for c in culprits if "::" in c]
-    collect = [c for c in culprits if "::" not in c]  # provider files: imported, not run
-    label = f"{len(members)} victims of {culprits[0]}"
-    # the run that decides by failing has nothing beside it
-    with_them = prober.run(
-        [*before, *members],
-        collect=collect,
-        phase=PHASE,
-        label=f"group: {label}, after it",
-        strict=polluted,
-    )
-    without = prober.run(
-        list(members), phase=PHASE, label=f"group: {label}, without it", strict=not polluted
-    )
-    agreed: dict[str, TestEvidence] = {}
+    with_them = _run_half(prober, group, culprits, members, failing=polluted)
+    without = _run_half(prober, group, culprits, members, failing=not polluted)
+    agreed: dict[str, tuple[Probe, ...]] = {}
     for index, member in enumerate(members):
         after, alone = with_them.outcome(member), without.outcome(member)
         agree = (
@@ -210,22 +287,13 @@ def _pair(
         if not agree:
             continue
         others = tuple(members[:index])
-        verbs = ("fail", "pass") if polluted else ("pass", "fail")
-        agreed[member] = TestEvidence(
-            id=member,
-            search=(
-                f"group: {len(members)} victims {verbs[0]} after the culprits of {group.first}"
-                f" and {verbs[1]} without them, {earlier + 2} runs for all"
+        agreed[member] = (
+            Probe(
+                count=len(culprits) + index,
+                shown=(*culprits, *others)[-PROBE_SHOWN:],
+                outcome=after,
+                kind=GROUP_WITH,
             ),
-            probes=(
-                Probe(
-                    count=len(culprits) + index,
-                    shown=(*culprits, *others)[-PROBE_SHOWN:],
-                    outcome=after,
-                    kind=GROUP_WITH,
-                ),
-                Probe(count=index, shown=others[-PROBE_SHOWN:], outcome=alone, kind=GROUP_WITHOUT),
-            ),
-            group=tuple(members),
+            Probe(count=index, shown=others[-PROBE_SHOWN:], outcome=alone, kind=GROUP_WITHOUT),
         )
     return agreed

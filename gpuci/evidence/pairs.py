@@ -16,19 +16,29 @@ slots' rotated views put each side on a different first device, where they never
 search's `gpu`, so that the printed command runs every side with it too.
 
 A pair names its partner file only where it shows the finding twice in a row; a pair
-that showed it once, then not, ends the search: flaky. Where the victim was the one that
-failed both times, and a test of the partner file failed its way in the parallel screen
-(contention seen both ways, like two hogs), the pair runs up to PARTNER_TRIES more times to
-see which of the partner file's tests it was contending with. Where none did (a scratch
-file one side overwrites, read by the other), those runs would only show the victim fail
-again: on 2 cores boltons' planted contention spent 2 of its 4 pair runs so.
+that showed it once, then not, ends the search: flaky. A pair run whose sides never all
+reached their first tests together, or whose victim never ran, asked nothing: it runs once
+more, as it was, and counts neither way. A partner test is named only where it failed
+the victim's way in two runs of one pair command and passes without the victim
+(`gpuci.evidence.claims`): its own file alone in the isolated screen, where its file was
+the one other side, or else the pair's other sides run once together without the victim
+(a pool limit's victim beside two memory hogs was `concurrency`: the hogs failed its way
+beside it, and were named its partners; they fail beside each other without it).
+Where the victim was the one that failed both times, and a test of the partner file failed
+its way in the parallel screen (contention seen both ways, like two hogs), the pair runs up
+to PARTNER_TRIES more times to see which of the partner file's tests it was contending
+with. Where none did (a scratch file one side overwrites, read by the other), those runs
+would only show the victim fail again: on 2 cores boltons' planted contention spent 2 of
+its 4 pair runs so.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuci.evidence.claims import REPEATS, Claim, Standing, judge, shown_twice
 from gpuci.evidence.fingerprints import failure_kind, same_kind
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.probe_run import ProbeRun
@@ -46,6 +56,10 @@ PAIRED = "pair: "  # how a search that found a co-running file begins
 PARTNER_OF = "the partner of "  # a partner's search: `pair: the partner of <victim>: ...`
 SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"  # identical runs, both outcomes
 PARTNER_TRIES = 2  # more runs of a confirmed pair, to see which partner test failed
+# a pair run whose sides never all reached their first tests, or whose victim never ran:
+# it asked nothing (its Probe's kind), and runs once more, as it was
+UNASKED = "sides apart"
+ASKS = 2
 
 
 def pair_order(candidates: Sequence[str], kind: str, peaks: Mapping[str, int]) -> list[str]:
@@ -67,9 +81,10 @@ class PairSearch:
     partners: tuple[str, ...] = ()
     note: str = ""
     gpu: str | None = None  # the view every side of its runs saw (None: each side its own)
+    killed: int = 0  # partner tests whose failure beside it their run without it showed too
 
 
-def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tells it
+def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the note that tells it
     prober: Prober,
     parallel: ModeResults,
     *,
@@ -77,11 +92,14 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     candidates: Sequence[str],
     kind: str,
     partnerable: Collection[str],
+    passed_alone: Collection[str] = (),
 ) -> PairSearch:
     """The victim beside each file of `candidates` in turn, then beside all of them.
 
     `kind` is the victim's failure kind in the screens ("": only its own failure counts);
-    `partnerable` the tests that may be its partners (none fails without others beside it).
+    `partnerable` the tests that may be its partners (none fails without others beside it);
+    `passed_alone` those that passed in their own file alone (the isolated screen's real
+    runs): a pair with one file needs no run of that file without the victim for them.
     """
     search = PairSearch([])
     # out of device memory: every side on the victim's device, where the contention was
@@ -96,24 +114,38 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     def sides(beside: Sequence[str]) -> list[tuple[list[str], str | None]]:
         return pair_sides(parallel, victim, kind, beside, ids_of=ids_of)
 
-    def pair_shows(beside: Sequence[str]) -> tuple[bool, list[str]]:
-        nonlocal apart
+    def pair_shows(beside: Sequence[str]) -> tuple[bool | None, list[str]]:
+        """Whether the pair run showed the finding (None: it asked nothing, twice), and the
+        partner tests that failed the victim's way in it."""
+        nonlocal apart, devices
         search.gpu = shared  # what its runs saw, once one ran
         started = sides(beside)
-        nonlocal devices
         devices = first_gpus_note([gpu for _, gpu in started])
-        done, met = prober.run_together(
-            started,
-            phase=PHASE,
-            label=f"culprits of {victim}: beside {len(beside)} file(s)",
-        )
-        apart += met < len(started)  # one never reached its first test: no overlap
-        outcome = done[0].outcome(victim)
-        search.probes.append(
-            Probe(count=len(beside), shown=tuple(beside[:PROBE_SHOWN]), outcome=outcome)
-        )
-        partners = _failed_its_way(done[1:], kind, partnerable) if kind else []
-        return outcome in NOT_PASSING or bool(partners), partners
+        for _ in range(ASKS):
+            done, met = prober.run_together(
+                started,
+                phase=PHASE,
+                label=f"culprits of {victim}: beside {len(beside)} file(s)",
+            )
+            outcome = done[0].outcome(victim)
+            # one never reached its first test (no overlap), or the victim never ran: the
+            # run asked nothing, and counts neither way
+            asked = met == len(started) and outcome is not Outcome.NOT_RUN
+            search.probes.append(
+                Probe(
+                    count=len(beside),
+                    shown=tuple(beside[:PROBE_SHOWN]),
+                    outcome=outcome,
+                    kind="" if asked else UNASKED,
+                )
+            )
+            if asked:
+                partners = _failed_its_way(done[1:], kind, partnerable) if kind else []
+                return outcome in NOT_PASSING or bool(partners), partners
+            apart += 1
+            if cut():
+                break
+        return None, []
 
     def cut() -> bool:
         return prober.exhausted() or prober.stopping()
@@ -127,6 +159,7 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
         prober.prepare_together(sides(beside), copies=2)
         if index + 1 < len(groups):
             prober.prepare_together(sides(groups[index + 1]))
+        first_run = len(search.probes)
         shows, partners = pair_shows(beside)
         if not shows:
             continue
@@ -134,6 +167,8 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
             search.note = "search cut by budget before the pair was confirmed twice"
             return search
         again, more = pair_shows(beside)  # the command the report prints
+        if again is None:
+            continue  # never asked again: seen once, no claim
         if not again:
             # the same pair, started the same way, went both ways: flaky, like a replay
             shown = ", ".join(beside[:PROBE_SHOWN])
@@ -141,15 +176,25 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
                 f"{NOT_REPRODUCED}: beside {shown} it failed, then not ({SAME_RUN_BOTH_WAYS})"
             )
             return search
-        found = dict.fromkeys([*partners, *more])
+        failed = Counter([*partners, *more])  # each partner test's failures its way
         seen_both_ways = _failed_its_way([parallel], kind, partnerable, files=beside)
         for _ in range(PARTNER_TRIES if seen_both_ways else 0):
-            if found or cut():
+            if _twice(failed) or cut():
                 break
             shows, more = pair_shows(beside)
             if not shows:  # confirmed twice already: this run names no partner, no more
                 break
-            found.update(dict.fromkeys(more))
+            failed.update(more)
+        twice = _twice(failed)
+        found = _standing_partners(
+            prober, sides(beside), twice, passed_alone if len(beside) == 1 else ()
+        )
+        search.killed += len(twice) - len(found)
+        asked = [p.outcome for p in search.probes[first_run:] if p.kind != UNASKED]
+        if not found and not shown_twice(asked):
+            # its partners' failures were their own (they fail without the victim too),
+            # and the victim failed at most once: this pair shows nothing
+            continue
         search.culprits = tuple(beside)
         search.partners = tuple(found)
         search.note = (
@@ -162,12 +207,53 @@ def search_pairs(  # -- the pairs in turn, each confirmed, and the note that tel
     search.note = (
         f"{NOT_REPRODUCED}: no pair showed it twice ({len(search.probes)} runs"
         + (f"; {apart} did not overlap" if apart else "")
+        + (
+            f"; {search.killed} test(s) that failed its way beside it fail without it too"
+            if search.killed
+            else ""
+        )
         + (f"; {devices}" if devices else "")
         + ")"
         if search.probes
         else "no file ran beside it"
     )
     return search
+
+
+def _twice(failed: Counter[str]) -> list[str]:
+    """The partner tests that failed the victim's way in two runs of one pair command (the
+    failing half of their claim, repeated)."""
+    return [test for test, n in failed.items() if n >= REPEATS]
+
+
+def _standing_partners(
+    prober: Prober,
+    sides: Sequence[tuple[list[str], str | None]],
+    failed: Sequence[str],
+    passed_alone: Collection[str],
+) -> list[str]:
+    """Of the tests that failed the victim's way twice beside it, those whose claim stands
+    (`gpuci.evidence.claims`): without the victim (the pair's other sides, started as
+    they were) they pass. One known to pass in its own file alone needs no such run where
+    its file was the only other side; otherwise the run goes once, for all of them."""
+    unknown = [t for t in failed if t not in passed_alone]
+    if not unknown:
+        return list(failed)
+    if prober.exhausted() or prober.stopping():
+        return [t for t in failed if t in passed_alone]  # unasked: not blamed
+    runs, _ = prober.run_together(sides[1:], phase=PHASE, label="partners, without the victim")
+    standing = []
+    for test in failed:
+        without = next(
+            (o for o in (r.outcome(test) for r in runs) if o is not Outcome.NOT_RUN),
+            Outcome.NOT_RUN,
+        )
+        other = (Outcome.PASSED,) if test in passed_alone else (without,)
+        # its failing half: the pair's runs, where it failed twice (`_twice`)
+        claim = Claim(victim=test, failing=(Outcome.FAILED,) * REPEATS, other=other)
+        if judge(claim) is Standing.STANDS:
+            standing.append(test)
+    return standing
 
 
 def pair_sides(

@@ -23,11 +23,14 @@ from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.ahead import Ahead, evidence_launch
 from gpuci.evidence.probe_run import ProbeRun
+from gpuci.model import Outcome
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.proc.attempts import UNSTABLE_ID
 from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.endings import NO_START
 from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
+from gpuci.run.proc.launch import Attempt
 
 
 @dataclass(slots=True)
@@ -191,20 +194,20 @@ class Prober:
             started = time.monotonic()
             log_from = log.stat().st_size if log.exists() else 0
             attempt = self.interpreters.run(launch, cancel=cancel, held=held)
+            if _never_started(attempt) and not (cancel is not None and cancel.is_set()):
+                # the time limit cut its start-up (a loaded machine): it asked nothing, and
+                # a test it never ran is neither way; once more, as it was
+                if cancel is None:
+                    self.account.count(self._ended(label, phase, started, at_once, gpu))
+                started = time.monotonic()
+                attempt = self.interpreters.run(launch, cancel=cancel)
         finally:
             with self._lock:
                 lanes.discard(lane)
         self.unstable.update(r.id for r in attempt.results if UNSTABLE_ID in r.message)
         if len(files) == 1:  # its peak is its file's alone
             self.admission.learn(key, attempt.interpreter.gpu_peak_mib)
-        ended = Ended(
-            label=label,
-            phase=phase,
-            start=round(started - self.zero, 3),
-            end=round(time.monotonic() - self.zero, 3),
-            at_once=at_once,
-            gpu=gpu,
-        )
+        ended = self._ended(label, phase, started, at_once, gpu)
         with self._lock:  # what it left behind is real, whether or not its answer is used
             if attempt.leftovers:
                 self.leftovers.setdefault(launch.key, []).extend(attempt.leftovers)
@@ -219,6 +222,18 @@ class Prober:
             results={r.id: r for r in attempt.results},
             killed=cancel is not None and cancel.is_set(),
             pending=None if cancel is None else ended,
+        )
+
+    def _ended(
+        self, label: str, phase: str, started: float, at_once: int, gpu: str | None
+    ) -> Ended:
+        return Ended(
+            label=label,
+            phase=phase,
+            start=round(started - self.zero, 3),
+            end=round(time.monotonic() - self.zero, 3),
+            at_once=at_once,
+            gpu=gpu,
         )
 
     def hold(self, ids: Sequence[str], *, label: str, collect: Sequence[str] = ()) -> Held:
@@ -351,3 +366,12 @@ def _files(ids: Sequence[str], collect: Sequence[str]) -> list[str]:
     """A run's files, in the order pytest is handed them: `collect` first, then the files
     of `ids` as they first appear (the last is the victim's: its journal and log)."""
     return list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+
+
+def _never_started(attempt: Attempt) -> bool:
+    """Whether the time limit ended the interpreter before its first test."""
+    return any(
+        r.outcome is Outcome.TIMED_OUT and r.message.startswith(NO_START) for r in attempt.results
+    ) and all(
+        r.outcome is Outcome.NOT_RUN or r.message.startswith(NO_START) for r in attempt.results
+    )

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.orders import first_in_interpreter, interpreter_order
-from gpuci.evidence.pairs import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.pairs import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS, UNASKED
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 
-NO_PAIR = "no file ran beside it"
 SAME_REPLAY = "the same replay of the tests before it, twice: once each way"
 SAME_PAIR = "the same pair with a co-running file, twice: once each way"
 # the categories a screen alone can suggest, and the strict run each needs
@@ -142,12 +141,21 @@ def _never_reproduced(
     if category is Category.ORDER_DEPENDENT and evidence.search.startswith(NOT_REPRODUCED):
         # a search that never saw it fail again; one that saw it once was the same run going
         # both ways, flaky (confirm_strictly)
-        return not any(p.outcome in NOT_PASSING for p in evidence.probes)
-    return evidence.search.startswith(NOT_REPRODUCED) or evidence.search == NO_PAIR
+        asked = [p for p in evidence.probes if p.kind != UNASKED]
+        return not any(p.outcome in NOT_PASSING for p in asked) and any(
+            p.outcome is Outcome.PASSED for p in asked
+        )
+    # a screen failure beside others is answered only by a pair run that asked its
+    # question: both sides started together and overlapping, the victim run to its end
+    # (alone-runs ask another); "no file ran beside it" asked nothing
+    asked = [p for p in evidence.probes if p.kind != UNASKED]
+    return evidence.search.startswith(NOT_REPRODUCED) and any(
+        p.outcome is Outcome.PASSED for p in asked
+    )
 
 
 def _strict_passes(test: Classified, evidence: TestEvidence) -> int:
-    runs = [*test.reruns, *(p.outcome for p in evidence.probes)]
+    runs = [*test.reruns, *(p.outcome for p in evidence.probes if p.kind != UNASKED)]
     if evidence.threaded is not None:
         runs.append(evidence.threaded)
     return sum(1 for o in runs if o is Outcome.PASSED)

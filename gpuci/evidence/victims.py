@@ -3,7 +3,7 @@ before the victim, or the files that ran beside it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuci.evidence.beside import beside_suite_test, co_runners
@@ -12,7 +12,8 @@ from gpuci.evidence.fingerprints import failure_kind
 from gpuci.evidence.orders import Order, tests_before
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS
 from gpuci.evidence.results import ModeResults
-from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
+from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
+from gpuci.run.proc.reports import out_of_device_memory, pool_limited
 
 SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
 
@@ -34,6 +35,10 @@ class Task:
     loadable: bool = False
     hinted: tuple[str, ...] = ()  # of the candidates, those its failure points at
     hint: str = ""  # what pointed at them: the state ledger, or the suite's source
+    # its failures say another process held the device memory (out of memory, no pool
+    # limit in any message: a limit is the process's own state): pairs may show it
+    device_oom: bool = False
+    pool_oom: bool = False  # out of memory under a pool limit: in-process, never a pair's
 
 
 def plan_searches(
@@ -81,6 +86,7 @@ def _plan(
             candidates=co_runners(results, test.results[Mode.PARALLEL].file),
             rank=(2, place),
             kind=failure_kind(test.seen),
+            device_oom=ran_device_out(test.seen),
         )
     parallel = results.get(Mode.PARALLEL)
     pairs: tuple[str, ...] = ()
@@ -117,8 +123,19 @@ def _plan(
                 pairs=pairs,
                 kind=failure_kind(test.seen) if pairs else "",
                 loadable=loadable,
+                device_oom=ran_device_out(test.seen),
+                pool_oom=any(pool_limited(t.message) for t in test.seen),
             )
     return best
+
+
+def ran_device_out(seen: Sequence[TestResult]) -> bool:
+    """Whether its failures say the device ran out of memory, none of them under a pool
+    limit the process set (CuPy's "limit set to"): only then may another process be why.
+    Its failure kind cannot tell: it ends where the message lists particulars, the limit
+    among them."""
+    messages = [t.message for t in seen if t.outcome in NOT_PASSING and t.message]
+    return bool(messages) and all(out_of_device_memory(m) for m in messages)
 
 
 def _selectable(test_id: str) -> bool:

@@ -14,6 +14,9 @@ from typing import Any
 
 from gpuci.model import INTERRUPTED, Category, FileStatus, Outcome, Verdict
 
+# an interpreter the time limit cut before its first test: its tests asked nothing
+NO_START = "no progress during start-up or collection"
+
 EXIT_ID = "[interpreter exit]"  # pseudo test: what went wrong outside any test of a file
 PYTEST_INTERNAL_ERROR = 3
 PYTEST_USAGE_ERROR = 4
@@ -87,7 +90,7 @@ def choose_ending(
             Outcome.TIMED_OUT,
             FileStatus.TIMED_OUT,
             f"timed out after {limit:g}s{f' ({hung})' if hung else ''}; gpuci killed the process",
-            f"no progress during start-up or collection for {limit:g}s",
+            f"{NO_START} for {limit:g}s",
         )
     if stopping and ended is None:
         return Ending(Outcome.NOT_RUN, FileStatus.NOT_RUN, f"{INTERRUPTED} while this test ran", "")

@@ -92,6 +92,12 @@ def first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
     return lines[0][:MESSAGE_LIMIT] if lines else ""
 
 
+def pool_limited(message: str) -> bool:
+    """Whether a failure's message says it ran out of memory under a pool limit its own
+    process set (in-process state, not another process holding the device)."""
+    return bool(OUT_OF_MEMORY.search(message)) and bool(POOL_LIMIT.search(message))
+
+
 def out_of_device_memory(message: str) -> bool:
     """Whether a failure's message says the device ran out of memory (not a pool limit)."""
     return bool(OUT_OF_MEMORY.search(message)) and not POOL_LIMIT.search(message)

@@ -1,0 +1,72 @@
+"""Claims: what a finding that names another test needs before it stands.
+
+A finding that names another test (a culprit, a provider, a partner) says that the
+victim's outcome turns on it. It stands only on runs that show it both ways, the same
+command with and without the test it names:
+
+- the failing half: the command under which the victim fails (after its culprit, beside
+  its partner; without its provider), run twice, failing both times. The same command
+  twice is the one way to tell a finding from chance;
+- the other half: that command with the named test taken out (put in, for a provider),
+  where the victim passes.
+
+Failing-half runs that went both ways make the victim `flaky`, whatever else was said of
+it; an other half that fails too kills the claim: the victim fails without what it names,
+and its search is elsewhere (a victim that fails in its own file alone, in its file).
+Group runs, interpreters started ahead and hints choose which runs come first; only the
+runs a claim holds decide whether it stands (`judge`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuci.model import NOT_PASSING, Outcome
+
+REPEATS = 2  # runs of the failing half: the same command twice
+
+
+class Standing(enum.Enum):
+    """Whether a claim stands, and where not, why."""
+
+    STANDS = "stands"
+    FLAKY = "flaky: the same run went both ways"
+    FAILS_WITHOUT = "it fails without what it names too"
+    UNREPEATED = "its failing run was not repeated"
+    UNASKED = "never run without what it names"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A victim and its outcomes under the two halves' commands."""
+
+    victim: str
+    failing: tuple[Outcome, ...]  # under the command that shows the finding, each run
+    other: tuple[Outcome, ...]  # under the same command with the named taken out (put in)
+
+
+def judge(claim: Claim) -> Standing:
+    """Whether `claim` stands on its runs (see the module's docstring); runs that did not
+    reach the victim (`not-run`, a cut budget) show neither way."""
+    failing = _ran(claim.failing)
+    other = _ran(claim.other)
+    if any(o in NOT_PASSING for o in failing) and Outcome.PASSED in failing:
+        return Standing.FLAKY
+    if any(o in NOT_PASSING for o in other):
+        return Standing.FAILS_WITHOUT
+    if len(failing) < REPEATS:
+        return Standing.UNREPEATED
+    if not other:
+        return Standing.UNASKED
+    return Standing.STANDS
+
+
+def shown_twice(outcomes: Sequence[Outcome]) -> bool:
+    """Whether runs of one command failed at least REPEATS times (a finding seen again)."""
+    return sum(1 for o in outcomes if o in NOT_PASSING) >= REPEATS
+
+
+def _ran(outcomes: Sequence[Outcome]) -> tuple[Outcome, ...]:
+    return tuple(o for o in outcomes if o in NOT_PASSING or o is Outcome.PASSED)
