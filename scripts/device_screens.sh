@@ -367,6 +367,70 @@ plain = (float(walls["section-pytest-2"]) + float(walls["section-pytest-3"])) / 
 print(f"section-check: {float(walls['section-check']) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
 PY
         cd "$ROOT" ;;
+    ratio)  # issue 53: the subset's first and second check (one OUT) against plain pytest, warm
+        cd "$ROOT/cupy-tests" || exit 3
+        timed ratio-warm 300 python3 -m pytest -q -p no:cacheprovider -n 8 "${SUBSET[@]}" -m "$MARK"
+        timed ratio-pytest-1 300 python3 -m pytest -q "${SUBSET[@]}" -m "$MARK"
+        tail -1 "$WORK/ratio-pytest-1.log"
+        for run in first second; do
+            timed ratio-$run 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-ratio" \
+                --timeout 120 -- -m "$MARK"
+            grep "^verdict" "$WORK/ratio-$run.log"
+            findings "$WORK/o-ratio/verdict.json" | head -12
+            forks "$WORK/o-ratio"
+        done
+        timed ratio-pytest-2 300 python3 -m pytest -q "${SUBSET[@]}" -m "$MARK"
+        tail -1 "$WORK/ratio-pytest-2.log"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["ratio-pytest-1"]) + float(walls["ratio-pytest-2"])) / 2
+for name in ("ratio-first", "ratio-second"):
+    print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+PY
+        cd "$ROOT" ;;
+    plant)  # issue 52/54: a real CuPy file whose new first test leaves a 4 KiB pool limit
+        # (core_tests/test_iter.py, after test_memory.py, which resets the pool's limits);
+        # its victims are the later tests that allocate more: one root, the ledger's hint
+        rm -rf "$WORK/planted" && cp -r "$ROOT/cupy-tests" "$WORK/planted" && cd "$WORK/planted" || exit 3
+        python3 - tests/cupy_tests/core_tests/test_iter.py <<'PY'
+import sys
+from pathlib import Path
+path = Path(sys.argv[1])
+lines = path.read_text().splitlines(keepends=True)
+last = max(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
+plant = ("\n\ndef test_planted_budget():  # BUG: the limit outlives the test\n"
+         "    cupy.get_default_memory_pool().set_limit(size=4096)\n")
+path.write_text("".join(lines[: last + 1]) + plant + "".join(lines[last + 1 :]))
+PY
+        timed plant-warm 300 python3 -m pytest -q -p no:cacheprovider -n 8 "${SUBSET[@]}" -m "$MARK"
+        timed plant-pytest 300 python3 -m pytest -q "${SUBSET[@]}" -m "$MARK"
+        tail -3 "$WORK/plant-pytest.log"
+        timed plant-check 450 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-plant" \
+            --timeout 120 -- -m "$MARK"
+        grep "^evidence\|^verdict" "$WORK/plant-check.log"
+        findings "$WORK/o-plant/verdict.json" | head -40
+        cp "$WORK/plant-check.log" "$OUT/plant-check.log"
+        python3 - "$WORK/o-plant" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+verdict = json.loads((out / "verdict.json").read_text())
+evidence = json.loads((out / "evidence" / "evidence.json").read_text())
+print("evidence runs", evidence.get("runs"), "spent", evidence.get("spent_s"))
+searches = {t["id"]: t.get("search", "") for t in evidence.get("tests", [])}
+for root in verdict.get("roots", []):
+    print("root", root["culprits"], "victims", len(root["victims"]), "left", root.get("left", []))
+    print("  found by", sorted({searches.get(v, "") for v in root["victims"]}))
+PY
+        timed plant-pytest-2 300 python3 -m pytest -q "${SUBSET[@]}" -m "$MARK"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["plant-pytest"]) + float(walls["plant-pytest-2"])) / 2
+print(f"plant-check: {float(walls['plant-check']) / plain:.2f}x plain pytest (mean {plain:.1f} s)")
+PY
+        cd "$ROOT" ;;
     storm)
         OUT="$WORK/storm" timeout 500 bash scripts/device_storm.sh > "$WORK/storm.txt" 2>&1
         cat "$WORK/storm/storm-summary.txt"; tail -25 "$WORK/storm/storm-terminal.txt" ;;
