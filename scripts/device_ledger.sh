@@ -35,13 +35,18 @@ import cupy
 from gpuci.state.changes import changes, snapshot
 bare = snapshot(full=True)
 print("imported, nothing run:", sorted(k for k in bare if k.startswith(("cupy", "cuda", "gpu"))))
-print("context after the probe (must be 0):", cupy.cuda.driver.ctxGetCurrent())
+def context():  # 0, or "CUDA not started" (the driver raises before cuInit)
+    try:
+        return cupy.cuda.driver.ctxGetCurrent()
+    except cupy.cuda.driver.CUDADriverError:
+        return "CUDA not started"
+print("context after the probe (must be CUDA not started):", context())
 cupy.get_default_memory_pool().set_limit(size=64 << 20)
 limited = snapshot(full=True)
-print("limit set, nothing allocated: context (must be 0):", cupy.cuda.driver.ctxGetCurrent())
+print("limit set, nothing allocated: context (must be 0):", context())
 print("  read:", {k: v for k, v in limited.items() if k.startswith(("cupy", "cuda", "gpu"))})
 print("  changes (must hold cupy.pool_limit [0, 67108864]):", changes(bare, limited))
-print("  after the probe, context (must still be 0):", cupy.cuda.driver.ctxGetCurrent())
+print("  after the probe, context (must still be 0):", context())
 before = snapshot(full=True)
 x = cupy.ones(1 << 28, dtype=cupy.float32)  # 1 GiB
 cupy.get_default_memory_pool().set_limit(size=2 << 30)

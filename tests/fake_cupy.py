@@ -8,7 +8,7 @@ the three stages CUDA goes through in a process, and what each of CuPy's calls n
   the driver: `ctxGetCurrent` says 0.
 - A call that needs one (an allocation, a stream, a stream query, `memGetInfo`,
   `setDevice`) creates the context, and with it what a driver opens: its threads' pipes and
-  an event descriptor, kept open for the process's life.
+  an event descriptor and a socket, kept open for the process's life.
 
 `CONTEXT_MADE_BY` names the call that created the context, so that a test can tell a probe
 that created one. Installed as `cupy` (a suite's `cupy.py`, or in `sys.modules`).
@@ -17,6 +17,7 @@ that created one. Installed as `cupy` (a suite's `cupy.py`, or in `sys.modules`)
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 DEVICES = 2
@@ -54,6 +55,7 @@ def _context(call: str) -> None:
         DRIVER_DESCRIPTORS.extend((reader, writer))
     if hasattr(os, "eventfd"):
         DRIVER_DESCRIPTORS.append(os.eventfd(0))
+    DRIVER_DESCRIPTORS.append(socket.socket(socket.AF_UNIX).detach())  # NVIDIA's connects one
 
 
 class _Driver:

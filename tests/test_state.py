@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def test_descriptors_the_gpu_driver_opened_are_not_left_but_a_tests_are() -> Non
     # CuPy reached the device in this file: the driver's device files, its threads' pipes
     # and event descriptors are its; the file the test opened and kept is the test's
     driver = ((4, "/dev/nvidiactl"), (5, "/dev/nvidia0"), (6, "/dev/nvidia-uvm"))
-    beside = ((7, "anon_inode:[eventfd]"), (8, "pipe:[81]"), (9, "pipe:[81]"))
+    beside = ((7, "anon_inode:[eventfd]"), (8, "pipe:[81]"), (9, "pipe:[81]"), (13, "socket:[7]"))
     reached = {"cupy.device": 0, "cupy.pool_limit": 0}
     first = {"fds": (*base, *driver, *beside, (10, "/tmp/leak.txt")), **reached}
     assert changes({"fds": base}, first) == {"fds": {"added": ["/tmp/leak.txt"]}}
@@ -245,6 +246,37 @@ def test_the_device_is_read_only_as_far_as_the_suite_took_cuda(
     cupy.ones(1024)
     assert cupy.CONTEXT_MADE_BY == ["malloc"]
     assert device_snapshot(processes=False)["cupy.stream"] == "default"
+
+
+class _DeprecatedSettings(types.ModuleType):
+    """CuPy 14's `cupy.fft.config`: reading `enable_nd_planning` warns that it is deprecated."""
+
+    def __getattr__(self, name: str) -> object:
+        if name == "enable_nd_planning":
+            warnings.warn("enable_nd_planning is deprecated", DeprecationWarning, stacklevel=2)
+            return True
+        raise AttributeError(name)
+
+
+def test_a_deprecated_setting_the_probe_reads_hides_nothing_under_warnings_as_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CuPy's own suite runs with `error::DeprecationWarning`: the probe's read of a deprecated
+    # FFT setting raised, and every CuPy key read `unreadable` (a pool limit was never seen)
+    cupy = _fake_cupy(monkeypatch)
+    config = _DeprecatedSettings("cupy.fft.config")
+    config.use_multi_gpus = False  # type: ignore[attr-defined]
+    config.get_plan_cache = lambda: types.SimpleNamespace(get_curr_size=lambda: 0)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy.fft.config", config)
+    cupy.ones(16)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("error")
+        before = device_snapshot(processes=False)
+        cupy.get_default_memory_pool().set_limit(size=4096)
+        after = device_snapshot(processes=False)
+    assert "cupy.unreadable" not in after and after["cupy.fft"].startswith("nd_planning=True")
+    assert changes(before, after) == {"cupy.pool_limit": [0, 4096]}
+    assert seen == []  # nor does the probe's warning reach the test's record
 
 
 def test_a_limit_set_where_cuda_had_not_started_is_left_against_cupys_defaults(

@@ -27,8 +27,9 @@ ONLY_MORE = DEVICE_MEMORY
 # every process that uses the device, for the process's life: never a test's to close
 DRIVER_FILES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/", "/dev/dxg")
 # what the driver opens beside them where it starts in a process (its threads' pipes, its
-# event descriptors): where the driver started, these are its, not the test's that started it
-DRIVER_STARTS_TOO = ("pipe:", "anon_inode:")
+# event descriptors, the socket NVIDIA's driver connects): where the driver started, these
+# are its, not the test's that started it
+DRIVER_STARTS_TOO = ("pipe:", "anon_inode:", "socket:")
 REACHED = ("cupy.device", "torch.device")  # read once a library reached the device
 # variables a library sets for itself where it first reaches the device (PyTorch's CUDA
 # initialization sets CUDA_MODULE_LOADING where unset): not the test's that reached it
