@@ -207,6 +207,12 @@ E   import file mismatch:
 =============================== 1 error in 0.05s ===============================
 """
 NOT_FOUND = "ERROR: file or directory not found: nowhere"
+# what a library's exit hook printed after pytest's summary (a CuPy suite's, on an H100)
+AFTER_THE_SUMMARY = """=============== 7 failed, 19 passed in 7.87s ===============
+Error in sys.excepthook:
+
+Original exception was:
+"""
 INTERNAL_LOG = """INTERNALERROR> Traceback (most recent call last):
 INTERNALERROR>   File "conftest.py", line 2, in pytest_collection_modifyitems
 INTERNALERROR> RuntimeError: boom
@@ -224,8 +230,21 @@ INTERNALERROR> RuntimeError: boom
             "ERROR: file or directory not found: nowhere",
         ),
         ("", ""),
+        (AFTER_THE_SUMMARY, "7 failed, 19 passed in 7.87s"),
+        (
+            "F.\n1 failed, 1 passed in 0.02s\nException ignored in atexit callback\n",
+            "1 failed, 1 passed in 0.02s",
+        ),
     ],
-    ids=["interrupted", "internal-error", "quiet", "usage", "empty"],
+    ids=[
+        "interrupted",
+        "internal-error",
+        "quiet",
+        "usage",
+        "empty",
+        "stderr-after",
+        "quiet-stderr-after",
+    ],
 )
 def test_pytest_words_are_the_lines_it_ended_with(log: str, words: str) -> None:
     assert pytest_words(log) == words

@@ -32,6 +32,7 @@ MEANINGS = {
 PASSED_THROUGH = (2, 3, 4, 5)  # a check exits with these as plain pytest did
 _BANNER = re.compile(r"^!{3,} (.+?) !{3,}$")  # `!!!! Interrupted: 1 error during collection !!!!`
 _FRAMED = re.compile(r"^={3,} (.+?) ={3,}$")  # `==== 2 passed in 0.1s ====`
+_SUMMARY = re.compile(r"^(?:no tests ran|\d+ [a-z]+(?:, \d+ [a-z]+)*) in [\d.]+s\b")  # -q's
 _WORDS = ("ERROR: ", "FAIL ", "Coverage failure")  # a usage error; pytest-cov's fail-under
 INTERNAL_PREFIX = "INTERNALERROR>"
 GPUCI_LINE = "=== gpuci:"  # the header gpuci writes atop each interpreter's log
@@ -85,10 +86,15 @@ def pytest_words(log: str) -> str:
             words.append(banner[1])
         elif line.startswith(_WORDS):
             words.append(line.strip())
+    # its summary line: framed, or bare under -q; what a hook printed to stderr after it
+    # at exit (`Error in sys.excepthook:`) is not pytest's word
+    summary = next((_FRAMED.match(line) for line in reversed(lines) if _FRAMED.match(line)), None)
+    bare = next((line for line in reversed(lines) if _SUMMARY.match(line)), "")
     last = next((line for line in reversed(lines) if line.strip()), "")
-    framed = _FRAMED.match(last)
-    if last and not last.startswith(INTERNAL_PREFIX):
-        words.append(framed[1] if framed else last.strip())
+    if summary is not None:
+        words.append(summary[1])
+    elif bare or (last and not last.startswith(INTERNAL_PREFIX)):
+        words.append((bare or last).strip())
     unique = list(dict.fromkeys(w for w in words if w))
     return "; ".join(unique[-MAX_WORDS:])
 
