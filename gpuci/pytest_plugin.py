@@ -81,7 +81,12 @@ import pytest
 from gpuci.evidence.poison import POISON_WARNING_FILTERS, Poisoner
 from gpuci.run.proc.handshake import read_asked
 from gpuci.run.proc.ids import select_ids
-from gpuci.run.proc.plugin_env import randomly_seed, restore_user_plugins, write_junit
+from gpuci.run.proc.plugin_env import (
+    plain_run,
+    randomly_seed,
+    restore_user_plugins,
+    write_junit,
+)
 from gpuci.run.proc.reports import (
     first_line,
     innermost_own,
@@ -163,10 +168,13 @@ class Journal:
         self, collector: pytest.Collector
     ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
         """A file (or conftest) that calls sys.exit while pytest imports it is a collection
-        error of that file: pytest would end the whole session there, the other files unrun."""
+        error of that file: pytest would end the whole session there, the other files unrun.
+        Not in the plain run, which ends as pytest does (INTERNALERROR, exit 3)."""
         try:
             return (yield)
         except SystemExit as exc:
+            if plain_run():
+                raise
             excinfo = pytest.ExceptionInfo.from_exception(exc)
             return pytest.CollectReport(
                 collector.nodeid, "failed", collector.repr_failure(excinfo), []
@@ -309,9 +317,10 @@ def pytest_configure(config: pytest.Config) -> None:
         runner = config.pluginmanager.get_plugin(RUN_PARALLEL_PLUGIN)
         if runner is not None:
             config.pluginmanager.unregister(runner, RUN_PARALLEL_PLUGIN)
-    config.addinivalue_line(
-        "markers", f"{SERIAL_MARK}: gpuci runs this test's file alone, after the parallel pool"
-    )
+    if not plain_run():  # registered, it would pass --strict-markers where pytest does not
+        config.addinivalue_line(
+            "markers", f"{SERIAL_MARK}: gpuci runs this test's file alone, after the parallel pool"
+        )
     restore_user_plugins()  # a pytest a test starts does not load this plugin
     path = os.environ.get("GPUCI_JOURNAL")
     journal = Journal(path, config) if path else None

@@ -168,7 +168,7 @@ def test_every_card_and_the_note_carry_every_command_that_shows_it(
         victim["reproduce"]: "fails after its culprit",
         victim["passes_alone"]: "passes alone",
     }
-    assert victim["passes_alone"].endswith(f"python -m pytest -p no:randomly {POOL_VICTIM}")
+    assert victim["passes_alone"].endswith(f"python -m pytest {POOL_VICTIM}")
     # it waited with the sticky victims (an AssertionError too) and passed after the sticky
     # culprit in their group run: then its own search, a bisection
     assert victim["search"].startswith("bisection"), victim["search"]
@@ -271,13 +271,11 @@ def test_reproduce_commands_are_minimal_and_reproduce(
     env = environment(suite.parent)
     for victim in (CASCADE[0], POOL_VICTIM):
         command = tests[victim]["reproduce"]
-        assert command.endswith(
-            f"python -m pytest -p no:randomly {tests[victim]['culprits'][0]} {victim}"
-        )
+        assert command.endswith(f"python -m pytest {tests[victim]['culprits'][0]} {victim}")
     for victim in CASCADE[1:]:  # answered together: the group run
         command = tests[victim]["reproduce"]
-        assert command.endswith(f"python -m pytest -p no:randomly {STICKY} {' '.join(CASCADE[1:])}")
-    assert tests[CONSUMER]["reproduce"].endswith(f"python -m pytest -p no:randomly {CONSUMER}")
+        assert command.endswith(f"python -m pytest {STICKY} {' '.join(CASCADE[1:])}")
+    assert tests[CONSUMER]["reproduce"].endswith(f"python -m pytest {CONSUMER}")
     for victim in (CASCADE[2], POOL_VICTIM, CONSUMER, HOGS[0]):
         shown = subprocess.run(
             ["bash", "-c", tests[victim]["reproduce"]],

@@ -52,7 +52,7 @@ B = "tests/gpu/test_b.py"
 CF = "tests/gpu/test_c.py"
 D = "tests/gpu/test_d.py"
 E = "tests/gpu/test_e.py"
-PYTEST = f"cd {ROOT} && python -m pytest -p no:randomly -m 'not slow'"
+PYTEST = f"cd {ROOT} && python -m pytest -m 'not slow'"
 
 
 # --- building result directories --------------------------------------------------------
@@ -520,7 +520,7 @@ def test_reproduce_commands(scenario: Path) -> None:
     assert reproduce[f"{B}::test_needs_warmup"] == f"{PYTEST} {B}::test_needs_warmup"
     # Concurrency: the test and the files whose interpreters overlapped it, all at once,
     # each with the GPUs its interpreter had.
-    each = "CUDA_VISIBLE_DEVICES=0 python -m pytest -p no:randomly -m 'not slow'"
+    each = "CUDA_VISIBLE_DEVICES=0 python -m pytest -m 'not slow'"
     assert reproduce[f"{CF}::test_kernel_cache"] == (
         f"cd {ROOT} && ({each} {CF}::test_kernel_cache & {each} {A} & wait)"
     )
@@ -560,7 +560,7 @@ def test_suite_order_after_a_crash_starts_in_the_fresh_interpreter(tmp_path: Pat
     verdict = diff_results(tmp_path, baseline=None, policy=Policy())
     (victim,) = [t for t in verdict.tests if t.id == f"{y}::t1"]
     assert victim.category is Category.ORDER_DEPENDENT
-    assert victim.reproduce.endswith(f"pytest -p no:randomly -m 'not slow' {x}::t3 {y}::t1")
+    assert victim.reproduce.endswith(f"pytest -m 'not slow' {x}::t3 {y}::t1")
 
 
 def test_pseudo_test_of_a_dead_interpreter_reproduces_with_its_file(tmp_path: Path) -> None:
@@ -609,9 +609,7 @@ def test_thread_unsafe_reproduces_in_threads_and_nothing_else_does(
     assert verdict.reasons == ("2 isolation problems", "1 failed test")
     assert tests["test_race"].outcomes == {"isolated": "passed", "threads": "failed"}
     # alone in 4 threads, on every GPU, as every serial interpreter sees them (not a window)
-    serial = (
-        f"cd {ROOT} && CUDA_VISIBLE_DEVICES=0,1,2,3 python -m pytest -p no:randomly -m 'not slow'"
-    )
+    serial = f"cd {ROOT} && CUDA_VISIBLE_DEVICES=0,1,2,3 python -m pytest -m 'not slow'"
     assert tests["test_race"].reproduce == (
         f"{serial} --parallel-threads 4 tests/test_x.py::test_race"
     )

@@ -130,8 +130,8 @@ def test_the_printed_commands_are_the_group_runs_and_show_it(
     checked: tuple[Path, dict[str, Any], Any],
 ) -> None:
     suite, tests, _ = checked
-    after = f"-m pytest -p no:randomly {shlex.join([POLLUTER, *GROUP])}"
-    without = f"-m pytest -p no:randomly {shlex.join(GROUP)}"
+    after = f"-m pytest {shlex.join([POLLUTER, *GROUP])}"
+    without = f"-m pytest {shlex.join(GROUP)}"
     for victim in GROUP:
         assert tests[victim]["reproduce"].endswith(after), tests[victim]["reproduce"]
         assert tests[victim]["passes_alone"].endswith(without), tests[victim]["passes_alone"]
@@ -170,9 +170,7 @@ def test_a_victim_its_group_run_disagrees_on_gets_its_own_runs(
     assert "group" not in other, other
     assert other["alone"] == ["passed", "passed"]
     assert other["search"].startswith("bisection"), other["search"]
-    assert tests[DISAGREEING]["reproduce"].endswith(
-        f"-m pytest -p no:randomly {OTHER_POLLUTER} {DISAGREEING}"
-    )
+    assert tests[DISAGREEING]["reproduce"].endswith(f"-m pytest {OTHER_POLLUTER} {DISAGREEING}")
 
 
 @pytest.mark.slow

@@ -205,7 +205,7 @@ def test_the_reproduce_command_runs_the_race_in_threads(checked: tuple[Path, str
     seed = read(out / "threads" / "run.json")["environment"]["hash_seed"]
     assert race["reproduce"] == (
         f"cd {root} && CUDA_VISIBLE_DEVICES=0,1 PYTHONHASHSEED={seed} {python} -m pytest"
-        f" -p no:randomly --parallel-threads 4 {RACE}"
+        f" --parallel-threads 4 {RACE}"
     )
     shown = in_a_shell(race["reproduce"])
     assert shown.returncode == 1, shown.stdout[-2000:]

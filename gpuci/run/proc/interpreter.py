@@ -1,8 +1,8 @@
 """One child interpreter: start it, watch it, time it out, cap its log, say how it ended.
 
-Each interpreter is `python -m pytest -p gpuci.pytest_plugin`, in its own process group,
-with its output captured to a size-capped log and its events journaled to a file. gpuci
-reads the journal while the child runs, so it knows which test is running when the
+Each interpreter is `python -m pytest` (gpuci's plugin in PYTEST_PLUGINS), in its own
+process group, with its output captured to a size-capped log and its events journaled to a
+file. gpuci reads the journal while the child runs, so it knows which test is running when the
 child dies or hangs: that test is `crashed` or `timed-out`, and the caller may resume
 with the tests after it in a fresh interpreter (`Attempt.resume`).
 """

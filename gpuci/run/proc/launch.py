@@ -10,7 +10,7 @@ from typing import Any
 from gpuci.model import SUITE_UNIT, FileStatus, Interpreter, TestResult
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.disk.side_outputs import interpreter_args
-from gpuci.run.proc.plugin_env import JUNIT_ENV, with_plugin
+from gpuci.run.proc.plugin_env import JUNIT_ENV, PLAIN_ENV, with_plugin
 
 SUITE_STEM = "suite"  # its journal, log and JUnit file names
 
@@ -93,9 +93,10 @@ def launch_environ(
         GPUCI_SLOT=str(launch.slot),
         **launch.env,
     )
-    env.pop(JUNIT_ENV, None)
-    if launch.key == SUITE_UNIT and launch.junit is not None:
-        env[JUNIT_ENV] = str(launch.junit)
+    if launch.key == SUITE_UNIT:  # the plain pytest run: the plugin only watches there
+        env[PLAIN_ENV] = "1"
+        if launch.junit is not None:
+            env[JUNIT_ENV] = str(launch.junit)
     if launch.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = launch.gpu
     return env

@@ -26,13 +26,19 @@ PLUGIN = "gpuci.pytest_plugin"
 PLUGINS_ENV = "PYTEST_PLUGINS"  # pytest's own: comma-separated modules it imports as plugins
 RANDOMLY = "randomly"  # pytest-randomly's plugin name
 JUNIT_ENV = "GPUCI_JUNIT"  # where the suite interpreter's plugin writes gpuci's JUnit file
+PLAIN_ENV = "GPUCI_PLAIN_RUN"  # set in the suite interpreter: the plugin changes nothing there
 
 
 def with_plugin(environ: Mapping[str, str]) -> dict[str, str]:
     """`environ` with gpuci's plugin last in PYTEST_PLUGINS (the user's kept, before it)."""
-    env = dict(environ)
+    env = {k: v for k, v in environ.items() if k not in (JUNIT_ENV, PLAIN_ENV)}
     env[PLUGINS_ENV] = ",".join([*_user_plugins(env.get(PLUGINS_ENV, "")), PLUGIN])
     return env
+
+
+def plain_run() -> bool:
+    """Whether this interpreter is the plain pytest run, where the plugin only watches."""
+    return os.environ.get(PLAIN_ENV) == "1"
 
 
 def restore_user_plugins() -> None:

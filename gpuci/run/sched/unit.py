@@ -235,9 +235,9 @@ class UnitRunner:
             junit=junit_part(self.interpreters.out, stem, 1),
             label="interpreter 1",
             # the suite interpreter may be the one started beside discovery
-            # (`gpuci.run.proc.held`), on PATHS: not where pytest, handed a directory whose
-            # conftest.py is broken, would end at once
-            held=key == SUITE_UNIT and not self.discovery.broken_dirs,
+            # (`gpuci.run.proc.held`): the user's command on PATHS, which ends where pytest,
+            # handed a directory whose conftest.py is broken, ends (the plain run)
+            held=key == SUITE_UNIT,
         )
 
     def _resumed_launch(
