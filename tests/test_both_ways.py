@@ -36,17 +36,18 @@ def check(suite: Path, *args: str, env: dict[str, str] | None = None) -> dict[st
 
 
 # Two memory hogs that fail, with CuPy's words, exactly where they meet in the parallel
-# screen (`hogs.py`: through files, not the clock), and a file whose first test sets a
-# pool limit its second runs out of memory under, in CuPy's words too ("limit set to").
-# Both failures begin "OutOfMemoryError: out of memory allocating N bytes": one kind.
+# screen (`hogs.py`: through files, not the clock; as the polluted example's two do), and a
+# file whose first test sets a pool limit its second runs out of memory under, in CuPy's
+# words too ("limit set to"). Both begin "OutOfMemoryError: out of memory allocating N
+# bytes": one failure kind.
 HOG = """
 import fakegpu
 import hogs
 
 
-@hogs.hog("device")
+@hogs.hog("{name}")
 def test_{name}():
-    if hogs.contend("device", ("device",), expect_modes=("parallel",)):
+    if hogs.contend("{name}", ("{partner}",), expect_modes=("parallel",)):
         raise fakegpu.OutOfMemoryError(
             "out of memory allocating 805306368 bytes (allocated so far: 0 bytes)"
         )
@@ -60,8 +61,10 @@ POOL_LIMIT = {
     """,
     "hogs.py": (EXAMPLE / "hogs.py").read_text(encoding="utf-8"),
     "fakegpu.py": (EXAMPLE / "fakegpu.py").read_text(encoding="utf-8"),
-    "test_a_train.py": HOG.format(name="train"),
-    "test_b_infer.py": HOG.format(name="infer"),
+    # the suite interpreter's first test is no hog: there the hogs run one after another
+    "test_0_first.py": "def test_first():\n    pass\n",
+    "test_a_train.py": HOG.format(name="train", partner="infer"),
+    "test_b_infer.py": HOG.format(name="infer", partner="train"),
     "test_c_limit.py": """
         import fakegpu
 
@@ -91,6 +94,10 @@ def test_a_pool_limit_victim_beside_memory_hogs_is_order_dependent(tmp_path: Pat
     # its file fails without the hogs: no pair can show it; its own file does
     assert victim["category"] == "order-dependent", victim
     assert victim["culprits"] == ["test_c_limit.py::test_set_limit"]
+    # out of memory under its own process's limit: never paired with another process
+    evidence = json.loads((suite / "out" / "evidence" / "evidence.json").read_text())
+    searched = {t["id"]: t for t in evidence["tests"]}["test_c_limit.py::test_big_alloc"]
+    assert "pair" not in searched["search"], searched
     train, infer = tests["test_a_train.py::test_train"], tests["test_b_infer.py::test_infer"]
     assert train["category"] == infer["category"] == "concurrency", (train, infer)
     # contention is symmetric: each hog names the other's file, never the limit's
