@@ -16,7 +16,9 @@ import pytest
 from cli_runner import clean_env, gpuci, write_files
 from test_side_outputs import cases
 
-from gpuci.model import Verdict
+from gpuci.model import Mode, Verdict
+from gpuci.run.disk.outdir import replace_earlier
+from gpuci.run.proc.launch import private_cache
 from gpuci.verdict.plain_run import PlainRun, at_least_as_red, check_exit_code, pytest_words
 
 CHECK = ("--modes", "suite,parallel", "--evidence-budget", "0")
@@ -170,7 +172,21 @@ def test_a_test_sees_the_cache_and_the_users_plugins_in_every_interpreter(
         run = json.loads((root / "out" / mode / "run.json").read_text(encoding="utf-8"))
         assert {t["outcome"] for t in run["tests"]} == {"passed"}, mode
     # each interpreter but the plain run's wrote its own cache, not the user's
-    assert (root / "out" / "parallel" / "cache" / "test_env.py").is_dir()
+    assert (root / "out" / ".gpuci" / "cache" / "parallel" / "test_env.py").is_dir()
+
+
+def test_an_interpreters_own_cache_leaves_no_mode_folder_behind(tmp_path: Path) -> None:
+    # an isolated interpreter started ahead wrote its cache into OUT/isolated before the
+    # isolated pass ran; the check then read that folder as the pass's results, found no
+    # run.json and ended with exit 3 (structlog 26.1.0)
+    for mode in Mode:
+        cache = private_cache(tmp_path / mode.value, "tests/test_a.py")
+        assert tmp_path / mode.value not in cache.parents, cache
+        cache.mkdir(parents=True)
+    assert not any((tmp_path / mode.value).exists() for mode in Mode)
+    # a new check's interpreters start with no cache an earlier check left
+    replace_earlier(tmp_path, "run-2")
+    assert not private_cache(tmp_path / "parallel", "tests/test_a.py").exists()
 
 
 RANDOMLY_SITE = os.environ.get("GPUCI_RANDOMLY_SITE", "")

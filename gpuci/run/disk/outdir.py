@@ -28,6 +28,7 @@ STATE_DIR = ".gpuci"  # inside OUT: the lock, the check's run id, what a check r
 LOCK_NAME = "lock"
 CHECK_NAME = "check.json"
 REPLACED_PREFIX = "replaced-"
+CACHES = "cache"  # in STATE_DIR: the pytest cache of each interpreter but the plain run's
 # what a check writes into OUT besides its mode directories
 _START_AFRESH = "its check cannot be resumed: run without --resume to start afresh"
 CHECK_OUTPUTS = (
@@ -120,6 +121,7 @@ def replace_earlier(out: Path, run_id: str) -> tuple[list[str], Path]:
         aside.mkdir(parents=True, exist_ok=True)
     for name in moved:
         (out / name).rename(aside / name)
+    shutil.rmtree(state / CACHES, ignore_errors=True)  # a new check's interpreters start bare
     (state / CHECK_NAME).write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")
     return moved, aside
 

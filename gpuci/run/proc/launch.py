@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuci.model import SUITE_UNIT, FileStatus, Interpreter, TestResult
 from gpuci.processes import Leftover, Stranger
+from gpuci.run.disk.outdir import CACHES, STATE_DIR
 from gpuci.run.disk.side_outputs import interpreter_args
 from gpuci.run.proc.plugin_env import JUNIT_ENV, PLAIN_ENV, with_plugin
 
@@ -77,8 +78,11 @@ def pytest_command(
 
 def private_cache(out: Path, stem: str) -> Path:
     """The pytest cache directory of a unit's interpreters (not the suite's, which reads and
-    writes the user's): `request.config.cache` works there, and writes nobody else's."""
-    return (out / "cache" / stem).absolute()
+    writes the user's): `request.config.cache` works there, and writes nobody else's. It
+    lies in OUT's state folder, not in the mode's: an interpreter started ahead for a mode
+    that then never ran must not leave that mode's folder behind (a mode folder says the
+    mode ran, and is read as its results)."""
+    return (out.parent / STATE_DIR / CACHES / out.name / stem).absolute()
 
 
 def launch_environ(
