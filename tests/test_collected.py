@@ -91,7 +91,7 @@ def test_a_provider_by_import_is_named_as_a_file_with_a_command_that_collects_it
     proc, test = check_victim(root)
     assert test["providers"] == [provider], test.get("search")
     assert test["search"].startswith("collection: it passes where pytest has imported")
-    assert f"--deselect {provider}::" in test["with_provider"]
+    assert f"--deselect={provider}::" in test["with_provider"]
     # both printed commands, run as printed: it fails alone, passes with the file collected
     passed = shell(test["with_provider"], root)
     assert passed.returncode == 0 and "1 passed, 2 deselected" in passed.stdout, passed.stdout
