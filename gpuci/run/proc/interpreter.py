@@ -266,7 +266,9 @@ class Interpreters:
             end_held(given)
         elif given is not None and given.matches(cmd, launch.targets, env):  # held for it
             own = Path(given.env["GPUCI_JOURNAL"])
-            reader = JournalReader(own)  # before the release: its tests' events come after
+            # its own file, read whole: a file it could not collect was journaled before
+            # the release, its tests' events come after
+            reader = JournalReader(own, offset=0)
             proc = given.release(own, launch.ids, launch.rendezvous)
             now, now_at = self.now(), time.time()
             return _Started(proc, given.command, given.cookie, now, now_at, b"", reader, True)

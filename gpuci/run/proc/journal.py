@@ -17,6 +17,7 @@ from gpuci.model import Outcome, TestResult
 from gpuci.run.proc.discover import file_of
 
 COLLECTION_ERROR = "collection error"  # the message's start for a file pytest could not collect
+COLLECTED = "collected"  # the message of a file that collected where it was asked for
 ERROR = "error"  # pytest's word for a failure outside a test's call: setup, teardown, collection
 
 
@@ -116,6 +117,17 @@ def collection_error(node_id: str, message: str) -> TestResult:
         message=f"{COLLECTION_ERROR}: {message}",
         counted=(ERROR,),
     )
+
+
+def uncollectable(test: TestResult) -> bool:
+    """Whether it stands for a file (or folder) pytest could not collect in its run."""
+    return "::" not in test.id and test.message.startswith(COLLECTION_ERROR)
+
+
+def collected_file(node_id: str) -> TestResult:
+    """A file asked for by its id (it could not be collected in another interpreter) that
+    pytest imported and collected here: passed, as its collection."""
+    return TestResult(id=node_id, file=file_of(node_id), outcome=Outcome.PASSED, message=COLLECTED)
 
 
 def skipped_file(node_id: str, reason: str) -> TestResult:
