@@ -143,8 +143,7 @@ def _uncollected(
     # a file asked for by its own id (one that could not be collected elsewhere) has the
     # collection's outcome: its error where it had one (a result already), else a pass
     files = [i for i in launch.ids if "::" not in i and i not in collected]
-    imported = [i for i in files if i not in journal.errors and journal.collected is not None]
-    results = [collected_file(i) for i in imported]
+    results = [collected_file(i) for i in files if i not in journal.errors]
     asked = [i for i in launch.ids if i not in collected and i not in files]
     reasons = {i: why(i) for i in asked}
     fallback = ending.unit_failure or "not collected in this interpreter"
