@@ -205,6 +205,7 @@ def test_every_file_and_outcome_plain_pytest_reports_is_in_the_verdict(tmp_path:
     assert proc.returncode == 1, proc.stderr
     said = next(x for x in proc.stdout.splitlines() if x.startswith("pytest (suite): "))
     assert counts(said.removeprefix("pytest (suite): ")) == expected, said
+    assert said in (tmp_path / "out" / "comment.md").read_text(encoding="utf-8")
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text(encoding="utf-8"))
     assert counts(verdict["modes"]["suite"]["counts"]) == expected
     tests = {t["id"]: t for t in verdict["tests"]}
