@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from gpuci import shell
 from gpuci.arguments import build_parser
 from gpuci.model import GpuciError, Mode, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
@@ -80,7 +80,7 @@ def _say_how_to_resume(args: Sequence[str], pytest_args: Sequence[str]) -> None:
         return
     again = ["gpuci", *args, *([] if "--resume" in args else ["--resume"])]
     again += ["--", *pytest_args] if pytest_args else []
-    print(f"gpuci: to go on from there: {shlex.join(again)}", file=sys.stderr)
+    print(f"gpuci: to go on from there: {shell.join(again)}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -215,5 +215,5 @@ def _cmd_check(options: Options) -> int:
     with _interpreters(), _holding(options.out_dir, "check", options.secrets):
         code, html, markdown = run_check(options, asked)
     print(f"gpuci: verdict {options.out_dir / 'verdict.json'}, report {html}, comment {markdown}")
-    print(f"gpuci: reproduce this check: {shlex.join(['gpuci', *sys.argv[1:]])}")
+    print(f"gpuci: reproduce this check: {shell.join(['gpuci', *sys.argv[1:]])}")
     return code

@@ -253,6 +253,7 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 "file": t.file,
                 "category": t.category.value,
                 "outcomes": t.outcomes,
+                **({"pytest": {m: list(w) for m, w in t.pytest.items()}} if t.pytest else {}),
                 "reruns": list(t.reruns),
                 "new": t.new,
                 "message": t.message,
@@ -313,6 +314,10 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     file=t["file"],
                     category=Category(t["category"]),
                     outcomes=dict(t["outcomes"]),
+                    pytest={
+                        str(m): tuple(str(w) for w in words)
+                        for m, words in t.get("pytest", {}).items()
+                    },
                     reruns=tuple(t.get("reruns", ())),
                     new=t.get("new"),
                     message=t.get("message", ""),

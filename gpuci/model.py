@@ -269,6 +269,9 @@ class TestVerdict:
     file: str
     category: Category
     outcomes: dict[str, str]  # mode -> Outcome value
+    # mode -> what pytest's summary counted for it there, where that is not its outcome:
+    # ("error",) for a setup error, ("passed", "error") for a teardown's, ("xfailed",)
+    pytest: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reruns: tuple[str, ...] = ()  # Outcome values of the alone-reruns, all modes
     new: bool | None = None  # isolation regressions only, when a baseline was given
     message: str = ""
@@ -291,6 +294,10 @@ class TestVerdict:
     fingerprint: str = ""  # how it failed, normalized (evidence.fingerprints): its group's key
     inferred_from: tuple[str, ...] = ()  # not run alone: its group's representatives were
     strict: str = ""  # the strict runs (nothing else on its GPUs) that decided its category
+
+    def said(self, mode: str) -> str:
+        """Its outcome in `mode` in pytest's words: `error`, `passed+error`, `xfailed`."""
+        return "+".join(self.pytest.get(mode, ())) or self.outcomes.get(mode, "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,6 +9,7 @@ once, so whatever happened survives an interpreter that dies the next instant:
      "deselected_tests": 3,
      "parallel_threads": 4, "threads": 4, "single_threaded": [...], "last_failed": true}
     {"e": "collect-error", "id": "tests/test_x.py", "message": "..."}
+    {"e": "collect-skip", "id": "tests/test_y.py", "message": "the skip's reason"}
     {"e": "poison", "libs": ["cupy", "torch"], "errors": {"cupy": "..."}}
     {"e": "start", "id": "..."}
     {"e": "finish", "id": "...", "outcome": "passed|failed|skipped", "duration": 0.1,
@@ -181,15 +182,12 @@ class Journal:
             )
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        """Record a file that could not be imported or collected."""
-        if report.failed:
+        """Record a file that could not be imported or collected, or that skipped itself
+        (`pytest.skip(allow_module_level=True)`, `importorskip`): pytest counts each."""
+        kind = "collect-error" if report.failed else "collect-skip" if report.skipped else ""
+        if kind:
             self.write(
-                {
-                    "e": "collect-error",
-                    "id": report.nodeid,
-                    "message": first_line(report),
-                    "t": time.time(),
-                }
+                {"e": kind, "id": report.nodeid, "message": first_line(report), "t": time.time()}
             )
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

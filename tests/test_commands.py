@@ -119,3 +119,64 @@ def test_no_six_characters_of_a_shortened_secret_survive(tmp_path: Path) -> None
         text = path.read_text(encoding="utf-8", errors="replace")
         assert not [p for p in pieces if p in text], path
     assert not [p for p in pieces if p in proc.stdout + proc.stderr], proc.stderr
+
+
+# ids pytest can produce, each in a printed command: a newline, quotes, `$`, backslashes,
+# non-ASCII, a bidirectional override, spaces, brackets; file names with the same and a
+# leading `-` (which pytest would read as an option)
+ODD_IDS = {
+    "pytest.ini": (
+        "[pytest]\npython_files = *.py\n"
+        "disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n"
+    ),
+    "test_params.py": (
+        "import pytest\n\n\n"
+        "@pytest.mark.parametrize('x', ['a\\nb', \"it's $HOME\", 'back\\\\slash', "
+        "'\\u202eevil', '[x] -y', 'q\"d `id`', 'tab\\there', 'ünï'])\n"
+        "def test_p(x):\n    assert x == 'no such value'\n"
+    ),
+    "test_$x ü's.py": "def test_f():\n    assert False\n",
+    "-lead.py": "def test_g():\n    assert False\n",
+    "test_nl\nx.py": "def test_h():\n    assert False\n",
+}
+
+
+def _ran(command: str, cwd: Path, journal: Path) -> list[str]:
+    """The ids `command` ran, pasted into bash, as gpuci's own plugin journals them."""
+    journal.unlink(missing_ok=True)
+    env = dict(os.environ, GPUCI_JOURNAL=str(journal), PYTEST_ADDOPTS="-p gpuci.pytest_plugin")
+    shown = subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 1, command + shown.stdout[-2000:] + shown.stderr[-2000:]
+    events = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines()]
+    return [e["id"] for e in events if e["e"] == "finish"]
+
+
+@pytest.mark.slow
+def test_every_printed_command_runs_in_bash_exactly_the_test_it_names(tmp_path: Path) -> None:
+    root = tmp_path / "suite"
+    root.mkdir()
+    for name, text in ODD_IDS.items():
+        (root / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    proc = gpuci("check", ".", "--out", str(out), "--reruns", "0", cwd=root)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (out / "verdict.json").is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    tests = json.loads((out / "verdict.json").read_text(encoding="utf-8"))["tests"]
+    assert len(tests) == 11 and {t["category"] for t in tests} == {"failed"}, tests
+    assert "test_params.py::test_p[a\nb]" in {t["id"] for t in tests}
+    journal = tmp_path / "journal.jsonl"
+    for test in tests:
+        command = test["reproduce"]
+        assert "\n" not in command, command
+        assert _ran(command, root, journal) == [test["id"]], command
+    # what the terminal prints is what runs, one line each
+    printed = [
+        line.split(": ", 1)[1]
+        for line in proc.stdout.splitlines()
+        if line.lstrip().startswith("reproduce")
+    ]
+    assert printed and set(printed) <= {t["reproduce"] for t in tests}, printed
+    comment = (out / "comment.md").read_text(encoding="utf-8")
+    assert all(c in comment for c in printed), comment

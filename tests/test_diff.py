@@ -648,7 +648,7 @@ def test_modes_describe_each_run(scenario: Path) -> None:
         "wall_s": 40.0,
         "files": 3,
         "tests": 11,
-        "counts": "4 passed, 5 failed, 1 skipped, 1 timed-out",
+        "counts": "5 failed, 4 passed, 1 skipped, 1 timed-out",
         "workers": 4,
         "gpus": ["0"],
         "shards": 3,
@@ -846,10 +846,12 @@ def test_write_verdict_round_trips(scenario: Path, tmp_path: Path) -> None:
 def test_format_summary(scenario: Path) -> None:
     baseline = read_baseline(DATA / "baseline-verdict.json")
     text = format_summary(diff_results(scenario, baseline=baseline, policy=Policy()))
-    lines = text.splitlines()
+    # the plain run's count in pytest's words first, then the categories'
+    assert text.splitlines()[0].startswith("pytest (suite): "), text
+    lines = text.splitlines()[1:]
     assert lines[0] == (
-        "3 passed, 1 skipped, 2 failed, 1 flaky, 2 order-dependent, 1 depends-on-others,"
-        " 1 concurrency, 1 crashed, 1 timed-out, 1 not-run"
+        "categories: 3 passed, 1 skipped, 2 failed, 1 flaky, 2 order-dependent,"
+        " 1 depends-on-others, 1 concurrency, 1 crashed, 1 timed-out, 1 not-run"
     )
     assert lines[1] == (
         f"order-dependent   new   {A}::test_reads_pool  isolated=failed parallel=failed"
@@ -898,7 +900,10 @@ def test_format_summary_caps_the_listing() -> None:
     lines = text.splitlines()
     assert len(lines) == 1 + 2 * MAX_LISTED + 2
     assert lines[-2] == "... and 3 more (see verdict.json)"
-    assert format_summary(Verdict(verdict="pass")).splitlines() == ["no tests", "verdict: pass"]
+    assert format_summary(Verdict(verdict="pass")).splitlines() == [
+        "categories: no tests",
+        "verdict: pass",
+    ]
 
 
 def test_untrusted_ids_cannot_rewrite_the_terminal() -> None:

@@ -21,7 +21,8 @@ EVIDENCE = "isolated=passed parallel=passed suite=failed reruns=passed,passed"
 def test_a_root_is_printed_once_with_its_victims_beneath() -> None:
     lines = format_summary(read_verdict(VERDICT_ROOTS)).splitlines()
     assert lines[0] == (
-        "16 passed, 1 failed, 11 order-dependent, 2 depends-on-others, 1 concurrency, 1 crashed"
+        "categories: 16 passed, 1 failed, 11 order-dependent, 2 depends-on-others,"
+        " 1 concurrency, 1 crashed"
     )
     assert lines[1:11] == [
         f"order-dependent   new   {OOB} broke 5 later tests",
@@ -161,3 +162,19 @@ def test_each_finding_says_its_failure_first_line_bounded() -> None:
             assert line == f"    failure: {said}"
         else:
             assert line == "    failure: " + "E" * (MESSAGE_CHARS - 1) + "…"
+
+
+def test_a_finding_says_each_modes_outcome_in_pytests_words() -> None:
+    test = TestVerdict(
+        id="tests/test_x.py::test_y",
+        file="tests/test_x.py",
+        category=Category.FAILED,
+        outcomes={"parallel": "failed", "suite": "failed"},
+        pytest={"parallel": ("error",), "suite": ("passed", "error")},
+        message="error in teardown: RuntimeError: boom",
+    )
+    modes = {"suite": {"counts": "1 passed, 1 error"}}
+    verdict = Verdict(verdict="fail", summary={"failed": 1}, tests=(test,), modes=modes)
+    lines = format_summary(verdict).splitlines()
+    assert lines[:2] == ["pytest (suite): 1 passed, 1 error", "categories: 1 failed"]
+    assert "tests/test_x.py::test_y  parallel=error suite=passed+error" in lines[2], lines

@@ -22,13 +22,17 @@ from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Mode, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.endings import EXIT_ID
+from gpuci.run.proc.journal import uncollectable
 from gpuci.run.sched.progress import say
 
 CUT_BY_BUDGET = "not rerun: budget"  # no alone-run ran
 
 
 def is_suspect(test: TestResult) -> bool:
-    """A real test (not a pseudo test for an interpreter's death) that did not pass."""
+    """A real test (not a pseudo test for an interpreter's death) that did not pass, or a
+    file that could not be collected: its import runs alone as a test would."""
+    if uncollectable(test):
+        return True
     return test.outcome in NOT_PASSING and not test.id.endswith(EXIT_ID) and "::" in test.id
 
 

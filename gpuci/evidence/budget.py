@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from gpuci.evidence.alone import alone_runs_wanted
 from gpuci.evidence.bisect import CONFIRMING
+from gpuci.evidence.collected import collected_files
 from gpuci.evidence.fingerprints import fingerprint
 from gpuci.evidence.memcheck import is_cuda_fault
 from gpuci.evidence.orders import MAX_BESIDE, Order, interpreter_order, ran_beside, tests_before
@@ -65,6 +66,15 @@ class Estimate:
         )
 
 
+def _collected_search_s(results: Mapping[Mode, ModeResults], test_id: str, start: float) -> float:
+    """A file that could not be collected alone: one run with the files collected before
+    it in the suite, then their halving (`gpuci.evidence.collected`); 0 for a test."""
+    files = collected_files(results, test_id) if "::" not in test_id else ()
+    if not files:
+        return 0.0
+    return (math.ceil(math.log2(len(files))) + CONFIRMING + 1) * start
+
+
 def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
     """The budget the suspects of `results` need, with `runs` alone-runs each."""
     start = start_up(results)
@@ -88,6 +98,7 @@ def default_budget(results: Mapping[Mode, ModeResults], runs: int) -> Estimate:
         it failed only in parallel; a run in threads where it failed only there."""
         failed = {m for m, t in seen.items() if t.outcome in NOT_PASSING and not t.inferred}
         before = _before(orders, test_id, failed)
+        parts["culprits"] += _collected_search_s(results, test_id, start)
         if before:
             parts["poisoned"] += cost([test_id])
             steps = math.ceil(math.log2(len(before))) + CONFIRMING  # a search's bound

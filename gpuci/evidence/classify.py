@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from gpuci.evidence.orders import Order, first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults, keep_worse
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
+from gpuci.run.proc.journal import collected_file, uncollectable
 from gpuci.run.proc.reports import out_of_device_memory
 
 WARNING = re.compile(r"\b\w*Warning\b")
@@ -67,6 +68,7 @@ def classify_results(
     found: dict[str, Classified] = {}
     for test_id in dict.fromkeys(i for mode in modes for i in by_id[mode]):
         mine = {m: by_id[m][test_id] for m in modes if test_id in by_id[m]}
+        mine |= _collected_there(mine, by_id, test_id)
         outcomes = {m: mine[m].outcome if m in mine else Outcome.NOT_RUN for m in modes}
         reruns = tuple(r for t in mine.values() for r in t.reruns) + tuple(alone.get(test_id, ()))
         # the first order that ran it: isolated's, or parallel's for a file isolated left out
@@ -87,6 +89,22 @@ def classify_results(
             results=mine,
             notes=notes,
         )
+    return found
+
+
+def _collected_there(
+    mine: Mapping[Mode, TestResult], by_id: Mapping[Mode, Mapping[str, TestResult]], file: str
+) -> dict[Mode, TestResult]:
+    """A file that could not be collected in some mode, as collected (passed) in each mode
+    where its tests ran: a per-file screen's collection error beside the plain run's pass
+    is the file's own finding (an import that needs another file's first), not a failure."""
+    if not any(uncollectable(t) for t in mine.values()):
+        return {}
+    found: dict[Mode, TestResult] = {}
+    for mode, tests in by_id.items():
+        ran = [t for t in tests.values() if t.file == file and "::" in t.id]
+        if mode not in mine and any(t.outcome is not Outcome.NOT_RUN for t in ran):
+            found[mode] = collected_file(file)
     return found
 
 

@@ -35,17 +35,25 @@ BY_COLLECTION = "collection"  # a search over collected files: the start of its 
 
 def collected_files(results: Mapping[Mode, ModeResults], victim: str) -> tuple[str, ...]:
     """The other files the suite interpreter collected where the victim passed there, in
-    its order; none elsewhere."""
+    its order; none elsewhere. A victim that is a file (it could not be collected alone)
+    passed where its tests ran, and only the files collected before it can have mattered."""
     suite = results.get(Mode.SUITE)
     if suite is None:
         return ()
     outcomes = {t.id: t.outcome for t in suite.run.tests}
-    if outcomes.get(victim) is not Outcome.PASSED:
+    file = file_of(victim)
+    if "::" not in victim:
+        ran = [t for t in suite.run.tests if t.file == file and t.outcome is not Outcome.NOT_RUN]
+        if victim in outcomes or not ran:
+            return ()
+    elif outcomes.get(victim) is not Outcome.PASSED:
         return ()
     # a file that did not collect would end the run before its first test
     broken = {t.file for t in suite.run.tests if t.message.startswith(COLLECTION_ERROR)}
-    skip = broken | {file_of(victim)}
-    return tuple(dict.fromkeys(t.file for t in suite.run.tests if t.file not in skip))
+    files = list(dict.fromkeys(t.file for t in suite.run.tests if t.file not in broken))
+    if "::" not in victim:
+        files = files[: files.index(file)]
+    return tuple(f for f in files if f != file)
 
 
 def collected_first(

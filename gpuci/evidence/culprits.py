@@ -282,6 +282,8 @@ def _search(
 ) -> Search:
     if task.category is Category.CONCURRENCY:
         return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
+    if "::" not in task.victim:  # a file's import: only other files' imports come before it
+        return collected_first(prober, results, task, lambda: Search([], note=NOT_REPRODUCED))
     if task.category is Category.DEPENDS_ON_OTHERS and task.hinted:
         # its failure names what a few earlier tests' source writes: those before all else
         unhinted = dataclasses.replace(task, hinted=(), hint="")

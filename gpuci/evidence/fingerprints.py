@@ -120,15 +120,25 @@ def consistent_failures(
     results: Mapping[Mode, Sequence[TestResult]], suspects: Iterable[str]
 ) -> dict[str, TestResult]:
     """The suspects that failed (not crashed nor timed out) in every mode that ran them,
-    each with its first result; a test whose outcome differs between modes is not here."""
+    each with its first result; a test whose outcome differs between modes is not here,
+    nor a file that could not be collected in one mode and whose tests ran in another."""
     by_mode = {mode: {t.id: t for t in tests} for mode, tests in results.items()}
     found: dict[str, TestResult] = {}
     for test_id in suspects:
         seen = [tests[test_id] for tests in by_mode.values() if test_id in tests]
         ran = [t for t in seen if t.outcome is not Outcome.NOT_RUN]
-        if ran and all(t.outcome is Outcome.FAILED for t in ran):
+        collected = "::" not in test_id and any(
+            test_id not in tests and _ran_tests_of(test_id, tests.values())
+            for tests in by_mode.values()
+        )
+        if ran and all(t.outcome is Outcome.FAILED for t in ran) and not collected:
             found[test_id] = ran[0]
     return found
+
+
+def _ran_tests_of(file: str, tests: Iterable[TestResult]) -> bool:
+    """Whether some test of `file` ran among `tests`: the file was collected there."""
+    return any(t.file == file and "::" in t.id and t.outcome is not Outcome.NOT_RUN for t in tests)
 
 
 def group_failures(failures: Mapping[str, TestResult]) -> list[FailureGroup]:

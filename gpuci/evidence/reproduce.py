@@ -1,16 +1,16 @@
 """Reproduce: the shell commands that show a finding again, and its other half.
 
 Built by the diff (a command for every finding) from the orders (`gpuci.evidence.orders`)
-and the evidence; shown by the report. Commands are ready to paste: `shlex`-quoted,
-run from the suite's rootdir.
+and the evidence; shown by the report. Commands are ready to paste into bash, one line each
+(`gpuci.shell`: an id with a newline is `$'...'`-quoted), run from the suite's rootdir.
 """
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuci import shell
 from gpuci.evidence.orders import Order, ran_before, ran_beside
 from gpuci.evidence.results import ModeResults
 from gpuci.model import (
@@ -146,7 +146,8 @@ def provider_command(
         return ""
     run = next(iter(results.values())).run
     # a provider file is collected (imported) with every one of its tests deselected
-    deselect = [arg for c in culprits if "::" not in c for arg in ("--deselect", f"{c}::")]
+    # one word each: a file named `-x.py` would be read as an option after a lone --deselect
+    deselect = [f"--deselect={c}::" for c in culprits if "::" not in c]
     targets = [*culprits, *(group or [target])]
     return pytest_command(run, targets, gpu or serial_gpu(run), extra=deselect)
 
@@ -252,7 +253,7 @@ def poisoned_command(
         return ""
     run = next(iter(results.values())).run
     command = _pytest(run, [target], gpu or serial_gpu(run), poison=True)
-    return f"{shlex.join(['cd', run.rootdir])} && {command}" if run.rootdir else command
+    return f"{shell.join(['cd', run.rootdir])} && {command}" if run.rootdir else command
 
 
 def serial_gpu(run: ModeRun) -> str | None:
@@ -275,7 +276,7 @@ def pytest_command(
     """`cd ROOT && CUDA_VISIBLE_DEVICES=G python -m pytest ARGS EXTRA TARGETS`, for a shell."""
     command = _pytest(run, targets, gpu, extra)
     if run.rootdir:
-        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+        command = f"{shell.join(['cd', run.rootdir])} && {command}"
     return command
 
 
@@ -287,17 +288,19 @@ def _pytest(
     *,
     poison: bool = False,
 ) -> str:
-    env = f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu)} " if gpu is not None else ""
+    env = f"CUDA_VISIBLE_DEVICES={shell.quote(gpu)} " if gpu is not None else ""
     seed = run.environment.get("hash_seed")
     if seed:  # every interpreter of the check hashed with it (`gpuci.run.proc.seed`)
-        env += f"{SEED_ENV}={shlex.quote(seed)} "
+        env += f"{SEED_ENV}={shell.quote(seed)} "
     if poison or run.poison:  # gpuci's plugin does the filling
         env += f"{POISON_ENV}=1 "
         extra = ["-p", PLUGIN, *extra]
     python = run.environment.get("interpreter", "python")  # named where PATH has another
+    # pytest reads a word that starts with `-` as an option, `--` not excepted: `./-x.py`
+    paths = [f"./{t}" if t.startswith("-") else t for t in targets]
     # the user's arguments, and the plain run's seed where pytest-randomly drew one
     args = [*command_args(run.pytest_args), *seed_args(run.randomly_seed)]
-    return env + shlex.join([python, *PYTEST, *args, *extra, *targets])
+    return env + shell.join([python, *PYTEST, *args, *extra, *paths])
 
 
 def _run_together(results: ModeResults, targets: Sequence[str], *, gpu: str | None = None) -> str:
@@ -311,7 +314,7 @@ def _run_together(results: ModeResults, targets: Sequence[str], *, gpu: str | No
     )
     command = f"({each} & wait)"
     if run.rootdir:
-        command = f"{shlex.join(['cd', run.rootdir])} && {command}"
+        command = f"{shell.join(['cd', run.rootdir])} && {command}"
     return command
 
 

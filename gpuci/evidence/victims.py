@@ -75,7 +75,13 @@ def _plan(
     orders: Mapping[Mode, Order],
     place: int,
 ) -> Task | None:
-    """Where to search: the interpreter with the fewest tests before the victim."""
+    """Where to search: the interpreter with the fewest tests before the victim; for a file
+    that could not be collected alone, the files collected before it (no test runs before
+    pytest has imported every file: `gpuci.evidence.collected`)."""
+    if "::" not in test.id:
+        if test.category is not Category.DEPENDS_ON_OTHERS:
+            return None
+        return Task(victim=test.id, category=test.category, candidates=(), rank=(1, place))
     if test.category is Category.CONCURRENCY:
         parallel = results.get(Mode.PARALLEL)
         if parallel is None:

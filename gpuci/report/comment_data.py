@@ -28,6 +28,7 @@ from gpuci.report.rows import (
     mode_columns,
     regressions,
 )
+from gpuci.report.summary import plain_counts
 from gpuci.report.timeline import mode_facts, mode_notes
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import (
@@ -137,6 +138,7 @@ def markdown_data(
         "reproduce": _reproduce(first.rows, id_chars),
         "details": [d for d in details if d.rows or d.more],
         "counts": counts(verdict),
+        "plain_counts": plain_counts(verdict),  # pytest's own words, beside the categories
         "total": len(verdict.tests),
         "notes": mode_notes(verdict),
         "facts": mode_facts(verdict),

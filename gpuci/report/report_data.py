@@ -25,6 +25,7 @@ from gpuci.report.rows import (
     mode_columns,
     regressions,
 )
+from gpuci.report.summary import plain_counts
 from gpuci.report.timeline import durations, mode_facts, mode_notes, timeline
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import blame_of, blamed_roots, culprit_note
@@ -155,6 +156,7 @@ def html_data(verdict: Verdict) -> dict[str, Any]:
         "reasons": list(verdict.reasons),
         "all_clear": verdict.verdict == "pass" and not verdict.reasons,
         "counts": counts(verdict),
+        "plain_counts": plain_counts(verdict),  # pytest's own words, beside the categories
         "total": len(verdict.tests),
         "categories": [c.value for c in Category],
         "columns": columns,

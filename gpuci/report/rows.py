@@ -154,7 +154,9 @@ def finding_row(
         category=test.category.value,
         badge=badge(test),
         outcomes=tuple(
-            _outcome(test.outcomes.get(mode, ""), inferred=mode in test.inferred)
+            _outcome(
+                test.outcomes.get(mode, ""), inferred=mode in test.inferred, said=test.said(mode)
+            )
             for mode in columns
         ),
         reruns="; ".join(p for p in (_reruns(test.reruns), test.cut) if p),
@@ -202,8 +204,9 @@ def grouped_rows(
 NOT_RERUN = "not re-run"
 
 
-def _outcome(value: str, *, inferred: bool = False) -> tuple[str, str]:
-    """An outcome's text and CSS class; one we do not know gets a neutral class."""
+def _outcome(value: str, *, inferred: bool = False, said: str = "") -> tuple[str, str]:
+    """An outcome's text (in pytest's words, `said`, where given: `error`, `xfailed`) and
+    CSS class (the outcome's); one we do not know gets a neutral class."""
     if not value:
         return ("", "none")
     if inferred and value not in INFERRED_SOUND:
@@ -211,7 +214,7 @@ def _outcome(value: str, *, inferred: bool = False) -> tuple[str, str]:
         # parallel screen's outcome: a failure nobody saw in isolated, which beside a pass
         # alone reads as a contradiction. Its alone-runs decide; say that it did not run.
         return (NOT_RERUN, "none")
-    text = f"{value} (inferred)" if inferred else value
+    text = f"{said or value} (inferred)" if inferred else said or value
     return (text, value if value in OUTCOME_VALUES else "unknown")
 
 

@@ -1,5 +1,6 @@
-"""The terminal summary of a verdict: counts, roots with their victims, each other finding
-with its evidence, the verdict."""
+"""The terminal summary of a verdict: the plain run's counts in pytest's words, the
+categories' counts, roots with their victims, each other finding with its evidence, the
+verdict."""
 
 from __future__ import annotations
 
@@ -36,7 +37,11 @@ def format_summary(verdict: Verdict) -> str:
     """The terminal summary: counts, each root once with its victims beneath, each other
     finding with its evidence, then the verdict."""
     counts = [f"{n} {c.value}" for c in Category if (n := verdict.summary.get(c.value, 0))]
-    lines = [", ".join(counts) if counts else "no tests"]
+    plain = plain_counts(verdict)
+    lines = [
+        *([printable(plain)] if plain else []),
+        f"categories: {', '.join(counts) or 'no tests'}",
+    ]
     blames = blamed_roots(verdict)
     blamed = blame_of(blames)
     listed: list[Blame | TestVerdict | FindingGroup] = [*blames]
@@ -69,6 +74,15 @@ def format_summary(verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
+def plain_counts(verdict: Verdict) -> str:
+    """`pytest (suite): 1 failed, 3 passed, 4 errors`: the plain run's summary line in
+    pytest's words, the suite mode's where it ran (it is the plain pytest run), else the
+    first mode's; "" where verdict.json has none."""
+    mode = "suite" if "suite" in verdict.modes else next(iter(verdict.modes), "")
+    said = verdict.modes.get(mode, {}).get("counts") if mode else None
+    return f"pytest ({mode}): {said}" if isinstance(said, str) else ""
+
+
 def _tag(new: bool | None) -> str:
     return "" if new is None else ("new" if new else "known")
 
@@ -78,7 +92,7 @@ def _evidence(test: TestVerdict) -> str:
     # a failure a mode took from a screen without running the test is nobody's observation:
     # `isolated=failed` beside `reruns=passed` would read as a contradiction (said below)
     evidence = " ".join(
-        f"{mode}={outcome}"
+        f"{mode}={test.said(mode)}"  # in pytest's words: `suite=error`, `suite=xpassed`
         for mode, outcome in test.outcomes.items()
         if mode not in test.inferred or outcome in INFERRED_SOUND
     )

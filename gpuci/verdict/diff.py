@@ -9,6 +9,7 @@ classifies each test (`gpuci.evidence.classify`), adds its reproduce command
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from gpuci.model import (
     Verdict,
 )
 from gpuci.run.disk.masking import mask_secrets
+from gpuci.run.sched.progress import say_counts
 from gpuci.state.left import read_ledger
 from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
 from gpuci.verdict.describe import describe_checked, describe_evidence, describe_mode
@@ -50,6 +52,7 @@ from gpuci.verdict.left_behind import explain_roots, files_left_behind
 from gpuci.verdict.policy import Policy
 from gpuci.verdict.skips import nothing_ran, nothing_ran_reason
 
+PYTESTS_OWN = frozenset({"error", "xfailed", "xpassed"})  # pytest's words no outcome has
 UNINITIALIZED = "reads uninitialized device memory (fails alone with poisoned allocations)"
 FINGERPRINTED = ISOLATION_CATEGORIES | {Category.FAILED, Category.FLAKY}  # grouped in reports
 DEPENDS = Category.DEPENDS_ON_OTHERS  # its culprits are its providers
@@ -133,6 +136,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 file=test.seen[0].file,
                 category=category,
                 outcomes={m.value: o.value for m, o in test.outcomes.items()},
+                pytest={m.value: t.counted for m, t in test.results.items() if t.counted},
                 reruns=tuple(r.value for r in test.reruns),
                 new=new,
                 message=_first_failure(test.seen),
@@ -323,4 +327,16 @@ def _reason(key: str, tests: Sequence[TestVerdict]) -> str:
         return isolation_headline(what, tests)
     if key == Category.NOT_RUN.value:
         return f"{n} test{'s' if n != 1 else ''} not run"
-    return f"{n} {key} test{'s' if n != 1 else ''}"
+    said = _in_pytests_words(tests)
+    return f"{n} {key} test{'s' if n != 1 else ''}" + (f" ({said})" if said else "")
+
+
+def _in_pytests_words(tests: Sequence[TestVerdict]) -> str:
+    """`1 failed, 4 errors`: what plain pytest's summary counted for these tests (in the
+    suite mode, else the first mode that ran each), where it has words of its own for some."""
+    counts: Counter[str] = Counter()
+    for test in tests:
+        ran = [m for m, o in test.outcomes.items() if o != Outcome.NOT_RUN.value]
+        mode = "suite" if "suite" in ran else next(iter(ran), "")
+        counts.update(test.pytest.get(mode) or (test.outcomes.get(mode, ""),))
+    return say_counts(counts) if set(counts) & PYTESTS_OWN else ""

@@ -8,11 +8,11 @@ arguments; its mode is its directory): otherwise it is refused before anything i
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuci import shell
 from gpuci.formats import read_mode_run
 from gpuci.model import (
     INTERRUPTED,
@@ -119,5 +119,5 @@ def check_extra_modes(out: Path, modes: Sequence[Mode]) -> None:
 
 
 def _describe(paths: Sequence[str], pytest_args: Sequence[str]) -> str:
-    text = f"PATHS {shlex.join(paths)}" if paths else "no PATHS recorded"
-    return f"{text} and pytest arguments {shlex.join(pytest_args) or '(none)'}"
+    text = f"PATHS {shell.join(paths)}" if paths else "no PATHS recorded"
+    return f"{text} and pytest arguments {shell.join(pytest_args) or '(none)'}"

@@ -30,7 +30,7 @@ from gpuci.run.proc.endings import (
     uncollected_message,
 )
 from gpuci.run.proc.ids import stem_of
-from gpuci.run.proc.journal import JournalState, not_run
+from gpuci.run.proc.journal import JournalState, collected_file, not_run
 from gpuci.run.proc.launch import Attempt, Launch
 
 UNSTABLE_ID = (
@@ -140,9 +140,14 @@ def _uncollected(
             return UNSTABLE_ID
         return ""
 
-    reasons = {i: why(i) for i in launch.ids if i not in collected}
+    # a file asked for by its own id (one that could not be collected elsewhere) has the
+    # collection's outcome: its error where it had one (a result already), else a pass
+    files = [i for i in launch.ids if "::" not in i and i not in collected]
+    results = [collected_file(i) for i in files if i not in journal.errors]
+    asked = [i for i in launch.ids if i not in collected and i not in files]
+    reasons = {i: why(i) for i in asked}
     fallback = ending.unit_failure or "not collected in this interpreter"
-    results = [not_run(i, f"not run: {reason or fallback}") for i, reason in reasons.items()]
+    results += [not_run(i, f"not run: {reason or fallback}") for i, reason in reasons.items()]
     unexplained = [i for i, reason in reasons.items() if not reason]
     if unexplained and not ending.unit_failure and not stopping:
         message = uncollected_message(unexplained, len(launch.ids))

@@ -296,10 +296,12 @@ def _check_every_path_has_tests(paths: Sequence[str], discovery: Discovery) -> N
 
 
 def pytest_target(rootdir: Path, file: str) -> str:
-    """A path pytest finds from our working directory (ids are rootdir-relative)."""
+    """A path pytest finds from our working directory (ids are rootdir-relative); never one
+    that starts with `-`, which pytest would read as an option."""
     path = rootdir / file
     with contextlib.suppress(ValueError):
-        return str(path.relative_to(Path.cwd()))
+        relative = str(path.relative_to(Path.cwd()))
+        return f"./{relative}" if relative.startswith("-") else relative
     return str(path)
 
 

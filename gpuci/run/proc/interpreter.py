@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import os
 import select
-import shlex
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpuci import shell
 from gpuci.model import GpuciError, Interpreter
 from gpuci.processes import Leftover
 from gpuci.run.proc.attempts import read_attempt
@@ -171,7 +171,7 @@ class Interpreters:
         started, ticket = self._start_gated(launch, journal, held)
         proc, cmd, cookie, start, started_at, output, reader, ahead = started
         log_rel = f"logs/{stem}.log"
-        log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shlex.join(cmd)}\n")
+        log = CappedLog(self.out / log_rel, f"=== gpuci: {launch.label}: {shell.join(cmd)}\n")
         log.write(output)  # what a held interpreter printed while gpuci collected from it
         self.supervisor.add(proc)
         yield_cpu(proc.pid, self.nice)
@@ -266,7 +266,9 @@ class Interpreters:
             end_held(given)
         elif given is not None and given.matches(cmd, launch.targets, env):  # held for it
             own = Path(given.env["GPUCI_JOURNAL"])
-            reader = JournalReader(own)  # before the release: its tests' events come after
+            # its own file, read whole: a file it could not collect was journaled before
+            # the release, its tests' events come after
+            reader = JournalReader(own, offset=0)
             proc = given.release(own, launch.ids, launch.rendezvous)
             now, now_at = self.now(), time.time()
             return _Started(proc, given.command, given.cookie, now, now_at, b"", reader, True)

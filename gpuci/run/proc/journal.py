@@ -17,6 +17,8 @@ from gpuci.model import Outcome, TestResult
 from gpuci.run.proc.discover import file_of
 
 COLLECTION_ERROR = "collection error"  # the message's start for a file pytest could not collect
+COLLECTED = "collected"  # the message of a file that collected where it was asked for
+ERROR = "error"  # pytest's word for a failure outside a test's call: setup, teardown, collection
 
 
 class JournalReader:
@@ -57,6 +59,7 @@ class JournalState:
     started: str | None = None
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # files that skipped themselves
     ended: dict[str, Any] | None = None
 
     @classmethod
@@ -69,6 +72,8 @@ class JournalState:
                 state.collected = [str(i) for i in event.get("ids", [])]
             elif kind == "collect-error":
                 state.errors[test_id] = str(event.get("message", ""))
+            elif kind == "collect-skip":
+                state.skipped[test_id] = str(event.get("message", ""))
             elif kind == "start":
                 state.started = test_id
             elif kind == "finish":
@@ -79,8 +84,10 @@ class JournalState:
         return state
 
     def results(self) -> list[TestResult]:
-        """Collection errors and finished tests; the unfinished one is the caller's call."""
+        """Collection errors, files that skipped themselves and finished tests; the
+        unfinished one is the caller's call."""
         errors = [collection_error(i, message) for i, message in self.errors.items()]
+        errors += [skipped_file(i, message) for i, message in self.skipped.items()]
         return errors + [
             TestResult(
                 id=i,
@@ -101,13 +108,32 @@ class JournalState:
 
 
 def collection_error(node_id: str, message: str) -> TestResult:
-    """A file or directory pytest could not import or collect, as a failed pseudo test."""
+    """A file or directory pytest could not import or collect, as a failed pseudo test:
+    pytest's summary counts it as an error."""
     return TestResult(
         id=node_id,
         file=file_of(node_id),
         outcome=Outcome.FAILED,
         message=f"{COLLECTION_ERROR}: {message}",
+        counted=(ERROR,),
     )
+
+
+def uncollectable(test: TestResult) -> bool:
+    """Whether it stands for a file (or folder) pytest could not collect in its run."""
+    return "::" not in test.id and test.message.startswith(COLLECTION_ERROR)
+
+
+def collected_file(node_id: str) -> TestResult:
+    """A file asked for by its id (it could not be collected in another interpreter) that
+    pytest imported and collected here: passed, as its collection."""
+    return TestResult(id=node_id, file=file_of(node_id), outcome=Outcome.PASSED, message=COLLECTED)
+
+
+def skipped_file(node_id: str, reason: str) -> TestResult:
+    """A file (or folder) that skipped itself as pytest imported it: one skip in pytest's
+    summary, with its reason, and no test of its own."""
+    return TestResult(id=node_id, file=file_of(node_id), outcome=Outcome.SKIPPED, message=reason)
 
 
 def not_run(test_id: str, message: str) -> TestResult:

@@ -73,9 +73,10 @@ def first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
     """The first line that says what went wrong (or why the test was skipped)."""
     longrepr = report.longrepr
     text = ""
-    if isinstance(longrepr, tuple):  # a skip: (path, lineno, reason)
-        text = str(longrepr[2]).removeprefix("Skipped: ")
-    elif longrepr is not None:
+    if isinstance(longrepr, tuple):  # a skip, a file's too: (path, lineno, reason)
+        lines = str(longrepr[2]).removeprefix("Skipped: ").strip().splitlines()
+        return lines[0][:MESSAGE_LIMIT] if lines else ""
+    if longrepr is not None:
         crash = getattr(longrepr, "reprcrash", None)
         text = crash.message if crash is not None else str(longrepr).strip()
         if not text:

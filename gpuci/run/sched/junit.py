@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from junitparser import Error, JUnitXml, Skipped, TestCase, TestSuite
+from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 from junitparser.junitparser import JUnitXmlError
 
 from gpuci.model import SUITE_UNIT, Outcome, TestResult
@@ -56,8 +56,15 @@ def write_file_junit(
                     e.get("outcome", "failed"),
                     float(e.get("duration", 0)),
                     str(e.get("message", "")),
+                    tuple(str(w) for w in e.get("pytest", ())),
                 )
                 for e in attempt.finished
+            ]
+            # the files it could not collect, or that skipped themselves, as pytest has them
+            cases += [
+                _case(r.id, r.outcome.value, 0.0, r.message, r.counted)
+                for r in attempt.results
+                if "::" not in r.id
             ]
         for case in cases:
             suite.append(case)
@@ -93,17 +100,24 @@ def _case_key(case: TestCase) -> str:
     return f"{case.classname}::{case.name}"
 
 
-def _case(test_id: str, outcome: str, duration: float, message: str) -> TestCase:
-    """A JUnit test case named the way pytest names it (classname from the path)."""
+def _case(
+    test_id: str, outcome: str, duration: float, message: str, words: Sequence[str] = ()
+) -> TestCase:
+    """A JUnit test case named the way pytest names it (classname from the path), of the
+    kind pytest's own JUnit gives it: an error in setup, teardown or collection an error,
+    a failure a failure (`words`: what pytest's summary counted for it)."""
     file, _, rest = test_id.partition("::")
     parts = rest.split("::") if rest else [file]
     module = file.removesuffix(".py").replace("/", ".")
     classname = ".".join([module, *parts[:-1]])
-    case = TestCase(parts[-1], classname, duration)
+    # a file's own case (collection error, module-level skip): pytest names it by module
+    case = TestCase(parts[-1], classname, duration) if rest else TestCase(module, "", duration)
     if outcome in (Outcome.SKIPPED.value, Outcome.NOT_RUN.value):
         case.result = [Skipped(message or outcome)]
+    elif outcome == Outcome.FAILED.value and "error" not in words:
+        case.result = [Failure(message or outcome, outcome)]
     elif outcome != Outcome.PASSED.value:
-        case.result = [Error(message or outcome, outcome)]
+        case.result = [Error(message or outcome, "error" if "error" in words else outcome)]
     return case
 
 

@@ -28,14 +28,15 @@ def say(progress: TextIO, text: str) -> None:
 
 
 SKIP_REASONS_SHOWN = 3
-# pytest's own words (its summary line's) where they say more than the outcome, in place
+# pytest's own words (its summary line's, in its order) where they say more than the
+# outcome, in place; then what only gpuci can say
 COUNT_ORDER = (
-    "passed",
     "failed",
-    "error",
+    "passed",
     "skipped",
     "xfailed",
     "xpassed",
+    "error",
     Outcome.CRASHED.value,
     Outcome.TIMED_OUT.value,
     Outcome.NOT_RUN.value,
@@ -43,12 +44,19 @@ COUNT_ORDER = (
 
 
 def count_tests(tests: Sequence[TestResult]) -> str:
-    """`3 passed, 1 failed, 2 errors, 1 xfailed`: as pytest's summary line counts them (a
-    failure and its teardown error are two), and what pytest cannot say (crashed...)."""
+    """`1 failed, 3 passed, 1 xfailed, 2 errors`: as pytest's summary line counts them (a
+    failure and its teardown error are two; a file that could not be collected is an
+    error, one that skipped itself a skip), and what pytest cannot say (crashed...)."""
     counts: Counter[str] = Counter()
     for test in tests:
         counts.update(test.counted or (test.outcome.value,))
-    words = [w for w in COUNT_ORDER if counts[w]] + sorted(set(counts) - set(COUNT_ORDER))
+    return say_counts(counts)
+
+
+def say_counts(counts: Mapping[str, int]) -> str:
+    """Counts by pytest's words as its summary line says them, in its order."""
+    words = [w for w in COUNT_ORDER if counts.get(w)]
+    words += sorted(w for w in counts if counts[w] and w not in COUNT_ORDER)
     plural = {"error": "errors"}  # as pytest says it
     return (
         ", ".join(f"{counts[w]} {plural.get(w, w) if counts[w] != 1 else w}" for w in words)
