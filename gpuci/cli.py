@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shlex
@@ -10,15 +11,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gpuci.arguments import build_parser
+from gpuci.arguments import build_parser, gpuci_options
 from gpuci.model import GpuciError, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
 from gpuci.run.disk.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
 from gpuci.run.proc.supervisor import noting_interrupts
+from gpuci.terminal import Terminal, using
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run gpuci; return its exit code (0 clean, 1 verdict failed, 2 usage, 3 infrastructure)."""
+    """Run gpuci; return its exit code (`gpuci --help` lists them)."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` belongs to pytest, untouched by argparse.
     pytest_args: list[str] = []
@@ -29,10 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(build_parser().format_help(), file=sys.stderr)
         return 2
     withheld: list[str] = []
+    terminal = Terminal()  # until the command line has said how it wants its output
     try:
-        args = build_parser().parse_args(args_in)
-        args.pytest_args = tuple(pytest_args)
+        args = _parse(args_in, pytest_args)
         options = build_options(args)  # argparse's Namespace stops here
+        terminal = options.terminal
         # before any child starts: no test, discovery or evidence run sees gpuci's secrets
         if options.command != "publish":  # which needs its token, and starts no child
             withheld = withhold_secrets(os.environ, options.withheld)
@@ -47,15 +50,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             "explain": _cmd_explain,
         }[options.command]
         # what a test printed reaches the terminal in a test id or a failure's line
-        with masked_terminal(known_secrets(os.environ, withheld)), noting_interrupts():
+        with (
+            masked_terminal(known_secrets(os.environ, withheld)),
+            noting_interrupts(),
+            using(terminal),
+        ):
             return handler(options)
     except GpuciError as exc:
-        line = f"gpuci: {'error: ' if exc.exit_code != 130 else ''}{exc}"
+        error = "" if exc.exit_code == 130 else terminal.paint("error:", "red", sys.stderr) + " "
+        line = f"gpuci: {error}{exc}"
         print(mask_secrets(line, known_secrets(os.environ, withheld)), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpuci: interrupted", file=sys.stderr)
         return 130
+
+
+def _parse(args_in: list[str], pytest_args: list[str]) -> argparse.Namespace:
+    """The command line parsed; where it holds pytest's options before `--`, the error that
+    says so (argparse would say only "unrecognized arguments", or that --out is missing)."""
+    parser = build_parser()
+    try:
+        args, unknown = parser.parse_known_args(args_in)
+    except UsageError as refused:
+        hint = _pytest_hint(parser, args_in, pytest_args)
+        raise (UsageError(hint) if hint else refused) from None
+    if unknown:
+        hint = _pytest_hint(parser, args_in, pytest_args)
+        raise UsageError(hint or f"unrecognized arguments: {shlex.join(unknown)}")
+    args.pytest_args = tuple(pytest_args)
+    return args
+
+
+def _pytest_hint(
+    parser: argparse.ArgumentParser, args_in: list[str], pytest_args: list[str]
+) -> str | None:
+    """The error for pytest's options given before `--`, where there are any (pytest is
+    asked which options it has only here, on the way to an error)."""
+    from gpuci.pytest_options import ask_pytest, misplaced_hint, option_name
+
+    takes = gpuci_options(parser, args_in[0]).__contains__
+    if all(not a.startswith("-") or takes(option_name(a)) for a in args_in):
+        return None  # no option gpuci does not take: pytest has nothing to say
+    return misplaced_hint(args_in, pytest_args, takes, ask_pytest())
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from pathlib import Path
 from gpuci.options import Options
 from gpuci.run.disk.masking import known_secrets, mask_secrets
 from gpuci.run.proc.endings import no_test_ran
+from gpuci.terminal import current
 
 
 def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
@@ -35,7 +36,7 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
         else diff_results(options.out_dir, baseline=baseline, policy=policy, secrets=secrets)
     )
     write_diffed(verdict, path, secrets)
-    print(mask_secrets(format_summary(verdict), secrets))
+    print(mask_secrets(format_summary(verdict, current(), sys.stdout), secrets))
     if no_test_ran(verdict):
         print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)
         return 3

@@ -899,7 +899,7 @@ def test_format_summary_caps_the_listing() -> None:
     text = format_summary(Verdict(verdict="fail", summary={"failed": len(tests)}, tests=tests))
     lines = text.splitlines()
     assert len(lines) == 1 + 2 * MAX_LISTED + 2
-    assert lines[-2] == "... and 3 more (see verdict.json)"
+    assert lines[-2] == "... and 3 more (see verdict.json; -v lists all)"
     assert format_summary(Verdict(verdict="pass")).splitlines() == ["no tests", "verdict: pass"]
 
 

@@ -1,0 +1,97 @@
+"""The command line as a user meets it, through the real CLI: --help's sections, examples
+and exit codes; pytest's options given before `--`; -q, -v and colour on a verdict's
+summary (`gpuci diff` of the committed scenario: one interpreter, no suite to run)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from gpuci.model import UsageError
+from tests.cli_runner import gpuci
+
+SCENARIO = Path(__file__).parent / "data" / "diff" / "out"
+ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_help_lists_check_first_with_examples_and_exit_codes(tmp_path: Path) -> None:
+    proc = gpuci("--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    commands = re.findall(r"^    (\w+) ", proc.stdout, re.MULTILINE)
+    assert commands[0] == "check"
+    assert set(commands) == {"check", "run", "explain", "diff", "merge", "report", "publish"}
+    assert "gpuci check tests --out out -- -k attention" in proc.stdout
+    for code in ("  0  clean", "  4  usage error", "  5  no tests collected"):
+        assert code in proc.stdout
+
+
+def test_check_help_is_grouped_in_the_order_a_user_asks(tmp_path: Path) -> None:
+    proc = gpuci("check", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    titles = re.findall(r"^(\S[^:\n]*):$", proc.stdout, re.MULTILINE)
+    assert titles == [
+        "options",
+        "what to check",
+        "how",
+        "evidence",
+        "output",
+        "GitLab",
+        "examples",
+        "exit codes",
+    ]
+    sections = dict(re.findall(r"^(\S[^:\n]*):\n(.*?)(?=^\S|\Z)", proc.stdout, re.M | re.S))
+    assert "--modes" in sections["what to check"] and "--workers" in sections["how"]
+    assert "--reruns" in sections["evidence"] and "--sanitize" in sections["evidence"]
+    assert "--out" in sections["output"] and "-q, --quiet" in sections["output"]
+    assert "--baseline" in sections["GitLab"] and "--allow" in sections["GitLab"]
+
+
+def test_pytests_option_before_the_separator_is_named_with_the_command_to_type(
+    tmp_path: Path,
+) -> None:
+    proc = gpuci("check", "tests", "-k", "foo", cwd=tmp_path)
+    assert proc.returncode == UsageError.exit_code
+    assert proc.stderr == (
+        "gpuci: error: -k is pytest's option: put pytest's options after --,"
+        " e.g. gpuci check tests -- -k foo\n"
+    )
+
+
+def test_no_option_is_abbreviated_so_pytests_short_forms_are_not_gpucis(tmp_path: Path) -> None:
+    # --co is pytest's --collect-only; argparse would have read it as gpuci's --color
+    proc = gpuci("check", "tests", "--out", "out", "--co", cwd=tmp_path)
+    assert proc.returncode == UsageError.exit_code
+    assert proc.stderr.startswith("gpuci: error: --co is pytest's option:")
+    assert not (tmp_path / "out").exists()
+
+
+def scenario(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(SCENARIO, out)
+    return out
+
+
+def test_quiet_and_colour_asked_on_the_command_line(tmp_path: Path) -> None:
+    out = scenario(tmp_path)
+    default = gpuci("diff", str(out), "-o", str(tmp_path / "v.json"), cwd=tmp_path)
+    assert "\x1b" not in default.stdout + default.stderr  # a pipe: never, unless asked
+    proc = gpuci("diff", str(out), "-o", str(tmp_path / "v.json"), "-q", "--color=yes",
+                 cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == default.returncode == 1, proc.stderr
+    plain = ESCAPE.sub("", proc.stdout).splitlines()
+    assert plain[-2:] == default.stdout.splitlines()[-2:]  # the same verdict, written there
+    assert proc.stdout.splitlines()[-2].startswith("verdict: \x1b[31mfail\x1b[0m")
+    # each finding its headline: every line of -q is one of the default's unindented ones
+    assert set(plain) <= {line for line in default.stdout.splitlines() if line[:1] != " "}
+    assert len(plain) < len(default.stdout.splitlines())
+
+
+def test_colour_asked_by_the_environment(tmp_path: Path) -> None:
+    out = scenario(tmp_path)
+    forced = gpuci("diff", str(out), "-o", str(tmp_path / "v.json"), cwd=tmp_path,
+                   env={"FORCE_COLOR": "1", "NO_COLOR": "", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert "verdict: \x1b[31mfail\x1b[0m" in forced.stdout, forced.stderr
+    refused = gpuci("diff", str(out), "--color=no", "-o", str(tmp_path / "w.json"), cwd=tmp_path,
+                    env={"FORCE_COLOR": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert "\x1b" not in refused.stdout and refused.returncode == 1
