@@ -8,7 +8,9 @@ import re
 import shutil
 from pathlib import Path
 
+from gpuci.formats import read_verdict
 from gpuci.model import UsageError
+from gpuci.report.summary import format_summary
 from tests.cli_runner import gpuci
 
 SCENARIO = Path(__file__).parent / "data" / "diff" / "out"
@@ -74,24 +76,30 @@ def scenario(tmp_path: Path) -> Path:
 
 def test_quiet_and_colour_asked_on_the_command_line(tmp_path: Path) -> None:
     out = scenario(tmp_path)
-    default = gpuci("diff", str(out), "-o", str(tmp_path / "v.json"), cwd=tmp_path)
-    assert "\x1b" not in default.stdout + default.stderr  # a pipe: never, unless asked
-    proc = gpuci("diff", str(out), "-o", str(tmp_path / "v.json"), "-q", "--color=yes",
-                 cwd=tmp_path)  # fmt: skip
-    assert proc.returncode == default.returncode == 1, proc.stderr
-    plain = ESCAPE.sub("", proc.stdout).splitlines()
-    assert plain[-2:] == default.stdout.splitlines()[-2:]  # the same verdict, written there
-    assert proc.stdout.splitlines()[-2].startswith("verdict: \x1b[31mfail\x1b[0m")
-    # each finding its headline: every line of -q is one of the default's unindented ones
-    assert set(plain) <= {line for line in default.stdout.splitlines() if line[:1] != " "}
-    assert len(plain) < len(default.stdout.splitlines())
+    written = tmp_path / "v.json"
+    proc = gpuci("diff", str(out), "-o", str(written), "-q", "--color=yes", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    said = proc.stdout.splitlines()[:-1]  # then `gpuci: wrote ...`
+    assert said[-1].startswith("verdict: \x1b[31mfail\x1b[0m (")
+    # what the default prints of the same verdict, by the lines -q keeps: each finding's
+    # headline (no indented line), the counts, the modes and the verdict; no evidence line
+    default = format_summary(read_verdict(written)).splitlines()
+    kept = [line for line in default if line[:1] != " " and not line.startswith("evidence: ")]
+    assert [ESCAPE.sub("", line) for line in said] == kept
+    assert len(kept) < len(default)
 
 
-def test_colour_asked_by_the_environment(tmp_path: Path) -> None:
+def test_colour_forced_by_the_environment_in_a_pipe(tmp_path: Path) -> None:
     out = scenario(tmp_path)
-    forced = gpuci("diff", str(out), "-o", str(tmp_path / "v.json"), cwd=tmp_path,
-                   env={"FORCE_COLOR": "1", "NO_COLOR": "", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    env = {"FORCE_COLOR": "1", "PATH": "/usr/bin:/bin"}
+    forced = gpuci("diff", str(out), "-o", str(tmp_path / "v.json"), cwd=tmp_path, env=env)
     assert "verdict: \x1b[31mfail\x1b[0m" in forced.stdout, forced.stderr
-    refused = gpuci("diff", str(out), "--color=no", "-o", str(tmp_path / "w.json"), cwd=tmp_path,
-                    env={"FORCE_COLOR": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
-    assert "\x1b" not in refused.stdout and refused.returncode == 1
+
+
+def test_colour_refused_on_the_command_line_whatever_the_environment(tmp_path: Path) -> None:
+    out = scenario(tmp_path)
+    env = {"FORCE_COLOR": "1", "PATH": "/usr/bin:/bin"}
+    args = ("diff", str(out), "--color=no", "-o", str(tmp_path / "v.json"))
+    refused = gpuci(*args, cwd=tmp_path, env=env)
+    assert refused.returncode == 1 and "verdict: fail" in refused.stdout, refused.stderr
+    assert "\x1b" not in refused.stdout + refused.stderr

@@ -807,6 +807,7 @@ def test_baseline_that_is_not_a_verdict_names_the_file(name: str, says: str) -> 
     assert str(DATA / name) in str(caught.value)
 
 
+@pytest.mark.slow
 def test_bad_inputs_through_the_command_line_leave_the_verdict_alone(
     scenario: Path, tmp_path: Path
 ) -> None:

@@ -60,6 +60,7 @@ def unmistakable(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "files": files}
 
 
+@pytest.mark.slow
 def test_a_check_with_another_outs_durations_runs_its_longest_file_first(tmp_path: Path) -> None:
     first = write_suite(tmp_path / "first")
     proc = gpuci("check", ".", "--out", "out", *CHECK, cwd=first)
@@ -95,6 +96,7 @@ def test_a_check_with_another_outs_durations_runs_its_longest_file_first(tmp_pat
     assert (second / "elsewhere" / "durations.json").is_file()  # and it writes its own
 
 
+@pytest.mark.slow
 def test_new_files_among_carried_durations_are_estimated_from_their_tests(tmp_path: Path) -> None:
     # the carried times fit 0.8 s of start-up and 0.1 s per test: new_big.py, with 40
     # tests, is estimated 4.8 s and starts first, new_one.py 0.9 s and starts last (the

@@ -88,6 +88,7 @@ def run_ids(out: Path) -> set[str]:
 # --- 1. stale results -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_interrupted_fresh_check_leaves_nothing_of_the_previous_one(tmp_path: Path) -> None:
     flag, hold = tmp_path / "broken", tmp_path / "hold"
     root = write_files(
@@ -134,6 +135,7 @@ def test_an_interrupted_fresh_check_leaves_nothing_of_the_previous_one(tmp_path:
     assert not list((out / ".gpuci").glob("replaced-*"))  # removed once the check had its own
 
 
+@pytest.mark.slow
 def test_resume_keeps_only_the_interrupted_checks_own_results(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     root = write_files(tmp_path / "suite", {"test_slow.py": HOLDING_TEST})
@@ -156,6 +158,7 @@ def test_resume_keeps_only_the_interrupted_checks_own_results(tmp_path: Path) ->
     assert len(run_ids(out)) == 1
 
 
+@pytest.mark.slow
 def test_resume_without_a_check_in_out_is_refused(tmp_path: Path) -> None:
     root = write_files(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
     proc = gpuci("check", ".", "--out", "out", "--resume", cwd=root)
@@ -166,6 +169,7 @@ def test_resume_without_a_check_in_out_is_refused(tmp_path: Path) -> None:
 # --- 2. one command at a time in OUT ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_command_into_a_busy_out_is_refused_naming_the_holder(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     root = write_files(tmp_path / "suite", {"test_slow.py": HOLDING_TEST})
@@ -186,6 +190,7 @@ def test_a_second_command_into_a_busy_out_is_refused_naming_the_holder(tmp_path:
     assert len(run_ids(out)) == 1
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_note(tmp_path: Path) -> None:
     root = write_files(tmp_path / "suite", {"test_a.py": "def test_a():\n    pass\n"})
     lock = root / "out" / ".gpuci" / "lock"
@@ -200,6 +205,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_note(tmp_path: Path)
 # --- 3. secrets -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_suite_printing_its_environment_posts_no_secret(tmp_path: Path) -> None:
     root = write_files(
         tmp_path / "suite",
@@ -240,6 +246,7 @@ def test_a_suite_printing_its_environment_posts_no_secret(tmp_path: Path) -> Non
     assert TOKEN not in report and JOB_TOKEN not in report
 
 
+@pytest.mark.slow
 def test_variables_the_configuration_names_secret_reach_no_test(tmp_path: Path) -> None:
     root = write_files(
         tmp_path / "suite",
@@ -265,6 +272,7 @@ def test_variables_the_configuration_names_secret_reach_no_test(tmp_path: Path) 
 # --- 4. collection ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_file_that_exits_at_import_is_its_own_collection_error(tmp_path: Path) -> None:
     root = write_files(
         tmp_path / "suite",
@@ -284,6 +292,7 @@ def test_a_file_that_exits_at_import_is_its_own_collection_error(tmp_path: Path)
     assert "SystemExit: 0 (test_exit.py:2)" in (root / "out" / "comment.md").read_text("utf-8")
 
 
+@pytest.mark.slow
 def test_a_conftest_that_fails_to_import_names_its_file_and_line(tmp_path: Path) -> None:
     broken = "import os\n\nimport no_such_module_here\n"
     root = write_files(
@@ -320,6 +329,7 @@ def test_bare_gpuci_lists_its_commands(tmp_path: Path) -> None:
         assert f"\n    {command} " in proc.stderr
 
 
+@pytest.mark.slow
 def test_bad_options_are_refused_at_once_and_touch_nothing(tmp_path: Path) -> None:
     # collecting test_a.py imports it, and the import leaves a mark: proof, not a stopwatch
     mark = "from pathlib import Path\n\nPath(__file__).with_name('collected').touch()\n\n\n"
@@ -342,6 +352,7 @@ def test_bad_options_are_refused_at_once_and_touch_nothing(tmp_path: Path) -> No
     assert unwritable.stderr.startswith("gpuci: error: a_file/out: cannot write results there")
 
 
+@pytest.mark.slow
 def test_a_fresh_check_still_orders_its_files_by_the_replaced_checks_times(
     tmp_path: Path,
 ) -> None:
