@@ -153,7 +153,8 @@ class Progress:
                 for test in tests:
                     if test.outcome not in (Outcome.PASSED, Outcome.SKIPPED):
                         outcome = terminal.paint(test.outcome.value, "red", self.out)
-                        print(printable(f"gpuci:     {test.id} ") + outcome, file=self.out)
+                        line = printable(f"gpuci:     {test.id} ") + outcome
+                        print(line, file=self.out, flush=True)
 
     def mode_done(self, run: ModeRun) -> None:
         """A mode's counts, its leftovers and its commonest skip reasons (under -q too)."""
