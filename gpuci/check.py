@@ -64,6 +64,7 @@ from gpuci.run.sched.plan_mode import (
 )
 from gpuci.run.sched.screens import run_screens
 from gpuci.run.sched.views import screen_gpus
+from gpuci.terminal import QUIET
 
 Isolating = Callable[[int], None]  # told the screens' slots as they end, before isolated
 
@@ -78,7 +79,7 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
     try:
         workers = _run_modes(opts, options, asked, isolating=early.start)
     except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
-        say(str(ended))
+        say(str(ended), level=QUIET)  # pytest's own words on why it ran nothing
         write_verdict(options, verdict_path, ended=str(ended))
         code = ended.exit_code  # plain pytest's
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -10,11 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuci import shell
-from gpuci.arguments import build_parser
+from gpuci.arguments import build_parser, gpuci_options
 from gpuci.model import GpuciError, Mode, Outcome, UsageError, printable
 from gpuci.options import Options, build_options
 from gpuci.run.disk.masking import known_secrets, mask_secrets, masked_terminal, withhold_secrets
 from gpuci.run.proc.supervisor import noting_interrupts
+from gpuci.terminal import Terminal, using
 
 INTERRUPTED_EXIT = 2  # pytest's, for an interrupted session
 RESUMABLE = ("check", "run")  # the commands that take --resume
@@ -24,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run gpuci; return its exit code: 0 the verdict passed (and the plain pytest run exited
     0), 1 the verdict failed (or the plain run exited 1), 2 interrupted (pytest's, or Ctrl-C),
     3 pytest's internal error or gpuci's own (an unreadable input, GitLab refused), 4 a
-    usage error (pytest's, or gpuci's), 5 no tests ran (pytest's)."""
+    usage error (pytest's, or gpuci's), 5 no tests ran (pytest's); `gpuci --help` too."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` belongs to pytest, untouched by argparse.
     pytest_args: list[str] = []
@@ -35,10 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(build_parser().format_help(), file=sys.stderr)
         return UsageError.exit_code
     withheld: list[str] = []
+    terminal = Terminal()  # until the command line has said how it wants its output
     try:
-        args = build_parser().parse_args(args_in)
-        args.pytest_args = tuple(pytest_args)
+        args = _parse(args_in, pytest_args)
         options = build_options(args)  # argparse's Namespace stops here
+        terminal = options.terminal
         # before any child starts: no test, discovery or evidence run sees gpuci's secrets
         if options.command != "publish":  # which needs its token, and starts no child
             withheld = withhold_secrets(os.environ, options.withheld)
@@ -53,11 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "explain": _cmd_explain,
         }[options.command]
         # what a test printed reaches the terminal in a test id or a failure's line
-        with masked_terminal(known_secrets(os.environ, withheld)), noting_interrupts():
+        with (
+            masked_terminal(known_secrets(os.environ, withheld)),
+            noting_interrupts(),
+            using(terminal),
+        ):
             return handler(options)
     except GpuciError as exc:
         interrupted = _interrupted(exc)
-        line = f"gpuci: {'' if interrupted else 'error: '}{exc}"
+        error = "" if interrupted else terminal.paint("error:", "red", sys.stderr) + " "
+        line = f"gpuci: {error}{exc}"
         print(mask_secrets(line, known_secrets(os.environ, withheld)), file=sys.stderr)
         if interrupted:
             _say_how_to_resume(args_in, pytest_args)
@@ -81,6 +89,35 @@ def _say_how_to_resume(args: Sequence[str], pytest_args: Sequence[str]) -> None:
     again = ["gpuci", *args, *([] if "--resume" in args else ["--resume"])]
     again += ["--", *pytest_args] if pytest_args else []
     print(f"gpuci: to go on from there: {shell.join(again)}", file=sys.stderr)
+
+
+def _parse(args_in: list[str], pytest_args: list[str]) -> argparse.Namespace:
+    """The command line parsed; where it holds pytest's options before `--`, the error that
+    says so (argparse would say only "unrecognized arguments", or that --out is missing)."""
+    parser = build_parser()
+    try:
+        args, unknown = parser.parse_known_args(args_in)
+    except UsageError as refused:
+        hint = _pytest_hint(parser, args_in, pytest_args)
+        raise (UsageError(hint) if hint else refused) from None
+    if unknown:
+        hint = _pytest_hint(parser, args_in, pytest_args)
+        raise UsageError(hint or f"unrecognized arguments: {shell.join(unknown)}")
+    args.pytest_args = tuple(pytest_args)
+    return args
+
+
+def _pytest_hint(
+    parser: argparse.ArgumentParser, args_in: list[str], pytest_args: list[str]
+) -> str | None:
+    """The error for pytest's options given before `--`, where there are any (pytest is
+    asked which options it has only here, on the way to an error)."""
+    from gpuci.pytest_options import ask_pytest, misplaced_hint, option_name
+
+    takes = gpuci_options(parser, args_in[0]).__contains__
+    if all(not a.startswith("-") or takes(option_name(a)) for a in args_in):
+        return None  # no option gpuci does not take: pytest has nothing to say
+    return misplaced_hint(args_in, pytest_args, takes, ask_pytest())
 
 
 @contextlib.contextmanager

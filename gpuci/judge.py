@@ -12,6 +12,7 @@ from pathlib import Path
 from gpuci.options import Options
 from gpuci.run.disk.masking import known_secrets, mask_secrets
 from gpuci.run.proc.endings import no_test_ran
+from gpuci.terminal import current
 
 
 def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
@@ -40,7 +41,7 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
     plain = None if ended else read_plain_run(options.out_dir)
     verdict = at_least_as_red(verdict, plain)
     write_diffed(verdict, path, secrets)
-    print(mask_secrets(format_summary(verdict), secrets))
+    print(mask_secrets(format_summary(verdict, current(), sys.stdout), secrets))
     code = check_exit_code(3 if no_test_ran(verdict) else int(verdict.verdict == "fail"), plain)
     if code == 3 and plain is None:
         print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuci.config import configure
 from gpuci.model import Mode, UsageError
 from gpuci.run.sched.options import ModeOptions
+from gpuci.terminal import Terminal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +67,7 @@ class Options:
     markdown: Path | None = None  # report's --markdown
     comment: Path | None = None  # publish's COMMENT.md
     dry_run: bool = False  # publish's --dry-run
+    terminal: Terminal = field(default_factory=Terminal)  # -q/-v, --color (where taken)
 
     @property
     def out_dir(self) -> Path:
@@ -142,4 +144,8 @@ def build_options(args: argparse.Namespace) -> Options:
         markdown=given.get("markdown"),
         comment=given.get("comment"),
         dry_run=given.get("dry_run", False),
+        terminal=Terminal(
+            verbosity=given.get("verbose", 0) - given.get("quiet", 0),
+            color=given.get("color", "auto"),
+        ),
     )

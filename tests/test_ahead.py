@@ -42,6 +42,7 @@ def wait_until_held(out: Path, names: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_two_interpreters_started_ahead_wait_each_to_be_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

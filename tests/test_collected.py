@@ -83,6 +83,7 @@ def shell(command: str, root: Path) -> subprocess.CompletedProcess[str]:
 
 # after the victim in the suite's order no replay of earlier tests shows it; before it, the
 # replay finds one of its tests, and the file collected alone is enough
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["test_c_nccl.py", "test_0_nccl.py"])
 def test_a_provider_by_import_is_named_as_a_file_with_a_command_that_collects_it(
     tmp_path: Path, provider: str
@@ -100,6 +101,7 @@ def test_a_provider_by_import_is_named_as_a_file_with_a_command_that_collects_it
     assert f"1 test passes only where pytest imported {provider}" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_provider_whose_test_must_run_stays_a_test(tmp_path: Path) -> None:
     # the preload in a test, not at import: collecting the file is not enough
     files = dict(SUITE)
@@ -113,6 +115,7 @@ def test_a_provider_whose_test_must_run_stays_a_test(tmp_path: Path) -> None:
     assert "--deselect" not in test["with_provider"]
 
 
+@pytest.mark.slow
 def test_one_other_file_costs_its_run_and_one_fresh_confirmation(tmp_path: Path) -> None:
     # the run with the suite's one other file collected is the halving's only step: it is
     # not run again before its fresh confirmation

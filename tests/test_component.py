@@ -217,6 +217,7 @@ def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the
     assert sorted(durations["files"]) == sorted({t.split("::")[0] for t in expected_categories()})
 
 
+@pytest.mark.slow
 def test_the_component_switches_to_one_job_per_mode(tmp_path: Path) -> None:
     where, version = component_ref(EXAMPLE / ".gitlab-ci.yml")
     pipeline = f"""\
@@ -275,6 +276,7 @@ include:
     assert chain.returncode == 0, chain.stdout + chain.stderr
 
 
+@pytest.mark.slow
 def test_the_component_included_twice_keeps_two_sets_of_jobs(tmp_path: Path) -> None:
     where, version_ = component_ref(EXAMPLE / ".gitlab-ci.yml")
     pipeline = f"""\
@@ -357,6 +359,7 @@ def workflow_probe(tmp_path: Path) -> LocalRunner:
     return LocalRunner(tmp_path, tmp_path / "probe")
 
 
+@pytest.mark.slow  # gitlab-ci-local (Node.js) starts for each
 @pytest.mark.parametrize(
     ("variables", "runs"),
     [

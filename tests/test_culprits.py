@@ -312,6 +312,7 @@ def test_explain_adds_culprits_to_results_of_separate_runs(tmp_path: Path) -> No
     assert "alone" not in evidence["phases"]
 
 
+@pytest.mark.slow
 def test_explain_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     env = dict(os.environ)
     proc = gpuci("explain", str(tmp_path / "missing"), cwd=tmp_path, env=env)

@@ -805,6 +805,7 @@ def test_baseline_that_is_not_a_verdict_names_the_file(name: str, says: str) -> 
     assert str(DATA / name) in str(caught.value)
 
 
+@pytest.mark.slow
 def test_bad_inputs_through_the_command_line_leave_the_verdict_alone(
     scenario: Path, tmp_path: Path
 ) -> None:
@@ -899,7 +900,7 @@ def test_format_summary_caps_the_listing() -> None:
     text = format_summary(Verdict(verdict="fail", summary={"failed": len(tests)}, tests=tests))
     lines = text.splitlines()
     assert len(lines) == 1 + 2 * MAX_LISTED + 2
-    assert lines[-2] == "... and 3 more (see verdict.json)"
+    assert lines[-2] == "... and 3 more (see verdict.json; -v lists all)"
     assert format_summary(Verdict(verdict="pass")).splitlines() == [
         "categories: no tests",
         "verdict: pass",

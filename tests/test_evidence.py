@@ -87,6 +87,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return root / "out", proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_test_that_needs_both_gpus_passes_in_every_mode(checked: tuple[Path, str]) -> None:
     out, _ = checked
     tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
@@ -101,6 +102,7 @@ def test_a_test_that_needs_both_gpus_passes_in_every_mode(checked: tuple[Path, s
     assert read(out / "evidence" / "evidence.json")["gpu"] == "0,1"
 
 
+@pytest.mark.slow
 def test_reproduce_commands_carry_the_gpus(checked: tuple[Path, str]) -> None:
     out, _ = checked
     tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
@@ -116,6 +118,7 @@ def test_reproduce_commands_carry_the_gpus(checked: tuple[Path, str]) -> None:
     assert proc.returncode == 1 and "1 failed" in proc.stdout
 
 
+@pytest.mark.slow
 def test_each_suspect_is_run_alone_k_times_per_check(checked: tuple[Path, str]) -> None:
     out, _ = checked
     evidence = read(out / "evidence" / "evidence.json")
@@ -129,6 +132,7 @@ def test_each_suspect_is_run_alone_k_times_per_check(checked: tuple[Path, str]) 
         assert all(t["reruns"] == [] for t in read(out / mode / "run.json")["tests"])
 
 
+@pytest.mark.slow
 def test_isolated_runs_only_files_that_did_not_pass_in_parallel(
     checked: tuple[Path, str],
 ) -> None:
@@ -151,6 +155,7 @@ def test_isolated_runs_only_files_that_did_not_pass_in_parallel(
     assert note in (out / "comment.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_fully_deselected_file_is_a_note(checked: tuple[Path, str]) -> None:
     out, output = checked
     assert "test_slow.py: every test deselected by the pytest arguments" in output
@@ -158,6 +163,7 @@ def test_a_fully_deselected_file_is_a_note(checked: tuple[Path, str]) -> None:
     assert not any(i.startswith("test_slow.py") for i in ids)
 
 
+@pytest.mark.slow
 def test_the_budget_cut_is_shown_not_hidden(tmp_path: Path) -> None:
     root = build(tmp_path / "suite")
     proc = gpuci(
@@ -178,6 +184,7 @@ def test_the_budget_cut_is_shown_not_hidden(tmp_path: Path) -> None:
     assert "not rerun: budget" in (out / "comment.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "named"),
     [

@@ -121,6 +121,7 @@ def ran_by(prober: Prober, name: str) -> int:
     return pids[0]
 
 
+@pytest.mark.slow
 def test_the_next_strict_run_offered_ahead_collects_before_its_turn(prober: Prober) -> None:
     prober.prepare(["test_b.py::test_b"], strict=True)
     first = prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
@@ -135,6 +136,7 @@ def test_the_next_strict_run_offered_ahead_collects_before_its_turn(prober: Prob
     assert b != ran_by(prober, "a")  # a fresh interpreter of its own
 
 
+@pytest.mark.slow
 def test_a_strict_run_waiting_for_its_turn_starts_ahead_and_never_overlaps(
     prober: Prober,
 ) -> None:
@@ -163,6 +165,7 @@ def test_a_strict_run_waiting_for_its_turn_starts_ahead_and_never_overlaps(
     assert runs[0][1] <= runs[1][0]  # strict: the second test began after the first ended
 
 
+@pytest.mark.slow
 def test_an_interpreter_offered_and_never_taken_runs_no_test(prober: Prober) -> None:
     prober.prepare(["test_c.py::test_c"], strict=True)
     prober.run(["test_a.py::test_a"], phase="alone", label="a", strict=True)
@@ -172,6 +175,7 @@ def test_an_interpreter_offered_and_never_taken_runs_no_test(prober: Prober) -> 
     assert ahead_json(prober) == {"ahead": 1, "ahead_taken": 0}
 
 
+@pytest.mark.slow
 def test_copies_offered_for_as_many_runs_of_one_file_serve_each(prober: Prober) -> None:
     prober.prepare(["test_b.py::test_b"], strict=True, copies=2)
     prober.prepare(["test_b.py::test_b"], strict=True, copies=2)  # two wait already: none
@@ -186,6 +190,7 @@ def test_copies_offered_for_as_many_runs_of_one_file_serve_each(prober: Prober) 
     assert all(marks(prober, "imported")[pid] < asked for pid in b_pids)
 
 
+@pytest.mark.slow
 def test_offers_beyond_the_limit_start_in_order_as_others_are_taken(prober: Prober) -> None:
     for name in "abc":
         prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
@@ -198,6 +203,7 @@ def test_offers_beyond_the_limit_start_in_order_as_others_are_taken(prober: Prob
     assert len(marks(prober, "imported")) == 3  # none started twice
 
 
+@pytest.mark.slow
 def test_a_run_asked_before_its_queued_offer_started_takes_it_back(prober: Prober) -> None:
     for name in "abc":
         prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
@@ -208,6 +214,7 @@ def test_a_run_asked_before_its_queued_offer_started_takes_it_back(prober: Probe
     assert len(marks(prober, "imported")) == 3  # c's offer never started an interpreter
 
 
+@pytest.mark.slow
 def test_one_held_idle_too_long_makes_room_for_one_offered_later(
     prober: Prober, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,6 +229,7 @@ def test_one_held_idle_too_long_makes_room_for_one_offered_later(
     assert not marks(prober, "ran", "a") and not marks(prober, "ran", "b")
 
 
+@pytest.mark.slow
 def test_one_offered_for_a_certain_run_is_never_ended_to_make_room(
     prober: Prober, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,6 +245,7 @@ def test_one_offered_for_a_certain_run_is_never_ended_to_make_room(
     assert not marks(prober, "ran", "b")
 
 
+@pytest.mark.slow
 def test_a_pair_takes_interpreters_started_ahead_and_meets_at_its_rendezvous(
     prober: Prober,
 ) -> None:
@@ -252,6 +261,7 @@ def test_a_pair_takes_interpreters_started_ahead_and_meets_at_its_rendezvous(
     assert len(marks(prober, "imported")) == 2  # no side started again
 
 
+@pytest.mark.slow
 def test_an_offer_withdrawn_is_dropped_or_its_latest_interpreter_ended(prober: Prober) -> None:
     for name in "abc":  # c's offer waits for room (the limit: 2)
         prober.prepare([f"test_{name}.py::test_{name}"], strict=True)
@@ -263,6 +273,7 @@ def test_an_offer_withdrawn_is_dropped_or_its_latest_interpreter_ended(prober: P
     assert not marks(prober, "ran", "b") and not marks(prober, "ran", "c")
 
 
+@pytest.mark.slow
 def test_a_run_asking_while_its_queued_offer_starts_waits_for_it_and_takes_it(
     prober: Prober, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -296,6 +307,7 @@ def test_a_run_asking_while_its_queued_offer_starts_waits_for_it_and_takes_it(
     assert len(marks(prober, "imported")) == 2  # b's run started none of its own
 
 
+@pytest.mark.slow
 def test_renewed_interpreters_of_the_first_runs_wait_on_and_the_others_end(
     prober: Prober, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -316,6 +328,7 @@ def test_renewed_interpreters_of_the_first_runs_wait_on_and_the_others_end(
     assert not marks(prober, "ran", "b")
 
 
+@pytest.mark.slow
 def test_where_start_ups_are_cheap_nothing_starts_ahead(prober: Prober) -> None:
     assert prober.ahead is not None
     prober.ahead.on = False
@@ -402,6 +415,7 @@ def _running_in(folder: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_run_beside_others_on_several_gpus_takes_one_started_ahead_on_its_gpu(
     two_gpus: Prober,
 ) -> None:

@@ -185,6 +185,7 @@ def categories(root: Path, out: str) -> dict[str, Any]:
     return {t["id"]: t for t in verdict["tests"]}
 
 
+@pytest.mark.slow
 def test_plain_pytest_passes_every_row_but_the_real_bugs(
     corpus: tuple[Path, dict[str, str]],
 ) -> None:
@@ -202,6 +203,7 @@ def test_plain_pytest_passes_every_row_but_the_real_bugs(
     assert failed == PLAIN_FAILS, proc.stdout
 
 
+@pytest.mark.slow
 def test_a_check_gives_every_row_the_category_fresh_interpreters_give(
     corpus: tuple[Path, dict[str, str]],
 ) -> None:
@@ -257,6 +259,7 @@ def _forked(out: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", sorted(ENV_ROWS))
 def test_a_variable_a_module_read_at_import_is_what_plain_pytest_gives_it(
     corpus: tuple[Path, dict[str, str]], tmp_path: Path, row: str
@@ -339,6 +342,7 @@ IMPORT_ROWS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = 
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", sorted(IMPORT_ROWS))
 def test_an_import_behaviour_a_fork_got_wrong_gives_what_fresh_pytest_gives(
     tmp_path: Path, row: str

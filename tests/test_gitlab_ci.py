@@ -88,12 +88,14 @@ def check_jsonschema(pipeline: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_pipeline_matches_gitlab_ci_schema() -> None:
     result = check_jsonschema(PIPELINE)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok -- validation done" in result.stdout
 
 
+@pytest.mark.slow
 def test_schema_check_catches_a_broken_pipeline(tmp_path: Path) -> None:
     broken = tmp_path / ".gitlab-ci.yml"
     text = PIPELINE.read_text(encoding="utf-8")
@@ -616,6 +618,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
     return Pipeline(tmp_path_factory.mktemp("pipeline"))
 
 
+@pytest.mark.slow
 def test_pipeline_jobs_as_gitlab_ci_local_sees_them(project: Pipeline) -> None:
     # gpuci's own component, included at this commit, resolved from the working tree
     jobs = {j["name"]: j for j in project.jobs() if j["when"] != "never"}
@@ -651,6 +654,7 @@ def preview(project: Pipeline) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_the_expanded_pipeline_matches_gitlab_ci_schema(project: Pipeline, tmp_path: Path) -> None:
     expanded = tmp_path / "expanded.yml"
     expanded.write_text(preview(project), encoding="utf-8")
@@ -658,6 +662,7 @@ def test_the_expanded_pipeline_matches_gitlab_ci_schema(project: Pipeline, tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
     try:
         from ruamel.yaml import YAML  # check-jsonschema's YAML parser
@@ -856,6 +861,7 @@ def test_verdict_job_in_a_merge_request_passes_with_known_regressions(tmp_path: 
     assert comment.strip() in gitlab.notes[0]["body"]
 
 
+@pytest.mark.slow
 def test_a_tag_pipeline_releases(project: Pipeline) -> None:
     # A tag X.Y.Z adds release:build (check, build, upload to the package registry) and
     # release:publish (the `release:` keyword: GitLab's release and the catalog version).

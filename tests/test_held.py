@@ -100,6 +100,7 @@ def held_processes(out: Path, folder: str = "held-suite") -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_the_suite_screen_takes_the_interpreter_started_beside_discovery(tmp_path: Path) -> None:
     root = write_files(tmp_path / "suite", SUITE)
     out = tmp_path / "out"
@@ -173,6 +174,7 @@ def test_a_held_interpreter_runs_only_the_ids_it_is_released_with(tmp_path: Path
     assert [e["id"] for e in events(journal) if e["e"] == "finish"] == ["test_x.py::test_second"]
 
 
+@pytest.mark.slow
 def test_a_broken_conftest_folder_gets_a_suite_interpreter_of_its_own(tmp_path: Path) -> None:
     # pytest handed the folder would end at once: the suite runs the other files, and
     # the interpreter started on PATHS is not taken (nor left running)
@@ -187,6 +189,7 @@ def test_a_broken_conftest_folder_gets_a_suite_interpreter_of_its_own(tmp_path: 
     assert held_processes(out) == []
 
 
+@pytest.mark.slow
 def test_a_check_that_fails_before_its_screens_leaves_no_held_interpreter(tmp_path: Path) -> None:
     files = dict(SUITE, **{"empty/readme.txt": "no tests here\n"})
     root = write_files(tmp_path / "suite", files)
@@ -198,6 +201,7 @@ def test_a_check_that_fails_before_its_screens_leaves_no_held_interpreter(tmp_pa
     assert not (out / "suite").exists() and not (out / ".gpuci" / "held-suite").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_collection_ends_the_held_interpreter(tmp_path: Path) -> None:
     files = dict(SUITE)
     files["conftest.py"] = """
@@ -218,6 +222,7 @@ def test_ctrl_c_during_collection_ends_the_held_interpreter(tmp_path: Path) -> N
     assert not (out / "suite").exists()
 
 
+@pytest.mark.slow
 def test_the_check_collects_once_in_the_held_interpreter(tmp_path: Path) -> None:
     # discovery is the held interpreter's collection: no separate --collect-only, and what
     # the user's -k deselects is still said
@@ -250,6 +255,7 @@ def test_the_check_collects_once_in_the_held_interpreter(tmp_path: Path) -> None
     assert suite_command(out).endswith(" -k 'not fails' tests")
 
 
+@pytest.mark.slow
 def test_gpuci_run_mode_suite_takes_it_too(tmp_path: Path) -> None:
     root = write_files(tmp_path / "suite", SUITE)
     out = tmp_path / "out"
@@ -311,6 +317,7 @@ FIVE_FILES = {
 }
 
 
+@pytest.mark.slow
 def test_the_parallel_screens_first_files_start_beside_discovery(tmp_path: Path) -> None:
     root = write_files(tmp_path / "suite", FIVE_FILES)
     out = tmp_path / "out"
@@ -366,6 +373,7 @@ def test_the_first_files_are_admitted_by_the_memory_their_gpu_has_free() -> None
     assert admit_first(files, views, 2, peaks, None) == [(1, "a.py"), (2, "b.py")]  # no GPU
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_first_files_start_ends_the_suite_interpreter(tmp_path: Path) -> None:
     # the suite interpreter is started, the first files not yet: gpuci is asking the
     # suite's Python whether pytest-cov loads there (a Python that takes its time to say)
@@ -383,6 +391,7 @@ def test_ctrl_c_while_the_first_files_start_ends_the_suite_interpreter(tmp_path:
     ctrl_c_when(root, out, probing.exists, "--python", str(python))
 
 
+@pytest.mark.slow
 def test_a_collection_the_held_interpreter_finished_before_gpuci_asks_is_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from cli_runner import gpuci, write_files
 
 from gpuci.run.proc.ids import match_ids, select_ids, stem_of
@@ -36,6 +37,7 @@ def test_a_parameter_made_at_import_is_matched_by_its_place_among_its_stems_ids(
     assert select_ids(["f.py::test_v[10:00:01.5]"], reported) == []  # one of two: unknown
 
 
+@pytest.mark.slow
 def test_a_check_runs_files_so_an_id_made_at_import_is_no_failure(tmp_path: Path) -> None:
     root = write_files(
         tmp_path,
@@ -69,6 +71,7 @@ SET_ORDER = """
 """
 
 
+@pytest.mark.slow
 def test_one_hash_seed_per_check_keeps_a_set_ordered_id_the_same_test(tmp_path: Path) -> None:
     root = write_files(tmp_path, {"test_set.py": SET_ORDER, "test_other.py": NOW})
     proc = gpuci("check", ".", "--out", "out", cwd=root)
@@ -108,6 +111,7 @@ STAMPED_VICTIM = {
 }
 
 
+@pytest.mark.slow
 def test_a_suspect_whose_id_no_run_can_name_is_said_once(tmp_path: Path) -> None:
     suite = write_files(tmp_path / "suite", STAMPED_VICTIM)
     out = tmp_path / "out"

@@ -207,6 +207,7 @@ def checked(
     return root, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 @needs_run_parallel
 def test_isolated_files_run_side_by_side(checked: tuple[Path, str]) -> None:
     root, output = checked
@@ -218,6 +219,7 @@ def test_isolated_files_run_side_by_side(checked: tuple[Path, str]) -> None:
     assert "workers 2 side by side (2 requested), admitted by device memory" in output
 
 
+@pytest.mark.slow
 @needs_run_parallel
 def test_a_failure_beside_others_is_replaced_by_its_run_alone(
     checked: tuple[Path, str],
@@ -255,6 +257,7 @@ def test_a_failure_beside_others_is_replaced_by_its_run_alone(
     assert 'tests="7"' in junit and 'failures="3"' in junit  # the clean file: inferred
 
 
+@pytest.mark.slow
 @needs_run_parallel
 def test_a_real_failure_is_confirmed_alone(checked: tuple[Path, str]) -> None:
     root, _ = checked
@@ -264,6 +267,7 @@ def test_a_real_failure_is_confirmed_alone(checked: tuple[Path, str]) -> None:
     assert starts(root, "clean") == 0  # passed in parallel: inferred, never run
 
 
+@pytest.mark.slow
 @needs_run_parallel
 def test_a_file_that_failed_fresh_in_parallel_runs_alone_at_once(
     checked: tuple[Path, str],
@@ -276,6 +280,7 @@ def test_a_file_that_failed_fresh_in_parallel_runs_alone_at_once(
     assert starts(root, "broken") == 1
 
 
+@pytest.mark.slow
 @needs_run_parallel
 def test_a_gpu_serial_file_runs_alone_once(checked: tuple[Path, str]) -> None:
     root, _ = checked

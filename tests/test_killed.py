@@ -72,6 +72,7 @@ def helpers_of(ledger: list[dict[str, object]]) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_killed_check_leaves_nothing_behind(tmp_path: Path) -> None:
     (tmp_path / "test_hold.py").write_text(textwrap.dedent(HOLDING), encoding="utf-8")
     check = subprocess.Popen(
@@ -120,6 +121,7 @@ def test_a_killed_check_leaves_nothing_behind(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_recorded_pid_that_names_another_process_now_is_left_be(tmp_path: Path) -> None:
     (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n", encoding="utf-8")
     other = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
@@ -139,6 +141,7 @@ def test_a_recorded_pid_that_names_another_process_now_is_left_be(tmp_path: Path
         other.wait()
 
 
+@pytest.mark.slow
 def test_a_lock_naming_a_live_pid_that_holds_no_lock_says_so(tmp_path: Path) -> None:
     (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n", encoding="utf-8")
     lock = tmp_path / "out" / ".gpuci" / "lock"
@@ -151,6 +154,7 @@ def test_a_lock_naming_a_live_pid_that_holds_no_lock_says_so(tmp_path: Path) -> 
     assert "no longer running" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_corrupt_check_json_is_called_corrupt(tmp_path: Path) -> None:
     (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n", encoding="utf-8")
     state = tmp_path / "out" / ".gpuci"

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
 # the shared types and files, for all
-SHARED = ("shell", "steps", "processes", "model", "formats", "evidence_file")
+SHARED = ("terminal", "shell", "steps", "processes", "model", "formats", "evidence_file")
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # the state ledger: the child's snapshots (host, device, changes, recorder), then what the
@@ -146,6 +146,7 @@ ON_TOP = (
     "lazy_isolated",
     "check",
     "arguments",
+    "pytest_options",
     "cli",
     "__main__",
 )

@@ -67,6 +67,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return root / "out", proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_files_that_failed_alike_everywhere_are_not_rerun_in_isolated(
     checked: tuple[Path, str],
 ) -> None:
@@ -81,6 +82,7 @@ def test_files_that_failed_alike_everywhere_are_not_rerun_in_isolated(
     assert said in (out / "comment.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_their_representatives_decide_a_real_failure(checked: tuple[Path, str]) -> None:
     out, output = checked
     tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
@@ -92,6 +94,7 @@ def test_their_representatives_decide_a_real_failure(checked: tuple[Path, str]) 
     assert "(isolated not re-run for it: its file failed alike in every screen)" in output
 
 
+@pytest.mark.slow
 def test_one_that_passes_alone_is_order_dependent_with_its_culprit(
     checked: tuple[Path, str],
 ) -> None:
@@ -105,6 +108,7 @@ def test_one_that_passes_alone_is_order_dependent_with_its_culprit(
     assert not any("isolated runs a fresh interpreter" in n for n in victim.get("notes", []))
 
 
+@pytest.mark.slow
 def test_a_failure_whose_words_differ_between_screens_is_rerun(
     checked: tuple[Path, str],
 ) -> None:

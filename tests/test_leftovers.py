@@ -150,6 +150,7 @@ def _by_file(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {f["file"]: f.get("leftovers", []) for f in run["files"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["isolated", "parallel"])
 def test_every_leftover_is_ended_and_recorded_on_its_file(
     tmp_path: Path, pids: Path, mode: str
@@ -201,6 +202,7 @@ def test_every_leftover_is_ended_and_recorded_on_its_file(
     assert run["gpu_check"].startswith(("nvidia-smi", "not checked"))
 
 
+@pytest.mark.slow
 def test_a_check_warns_of_leftovers_in_summary_report_and_comment(
     tmp_path: Path, pids: Path
 ) -> None:
@@ -285,6 +287,7 @@ def test_killed_helpers_are_reaped_not_left_as_zombies(tmp_path: Path) -> None:
     assert result["code"] == 7  # Popen still collected its own child's status
 
 
+@pytest.mark.slow
 def test_a_helper_in_the_interpreters_group_is_recorded_too(tmp_path: Path, pids: Path) -> None:
     """The process-group kill would end it unseen: it is ended and recorded first."""
     body = """
@@ -317,6 +320,7 @@ esac
 GPU_0 = ("--out", "out", "--gpus", "0")
 
 
+@pytest.mark.slow
 def test_a_stranger_on_a_used_gpu_is_recorded_once(tmp_path: Path, pids: Path) -> None:
     """Where nvidia-smi answers: a new holder of GPU memory that gpuci did not start."""
     bin_dir = tmp_path / "bin"
@@ -408,6 +412,7 @@ def test_a_stranger_on_a_used_gpu_is_recorded_once(tmp_path: Path, pids: Path) -
     ) in stderr
 
 
+@pytest.mark.slow
 def test_a_helper_holding_the_output_pipe_is_ended_and_recorded(tmp_path: Path, pids: Path) -> None:
     """The interpreter is gone but its helper keeps its stdout open: gpuci does not wait."""
     body = """
@@ -438,6 +443,7 @@ LEADER_GONE = (
 )
 
 
+@pytest.mark.slow
 def test_a_process_whose_main_thread_ended_is_still_ended(tmp_path: Path, pids: Path) -> None:
     files = {
         "test_leader.py": f"""

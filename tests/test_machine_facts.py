@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_runner import clean_env, gpuci, write_files
 
 # two GPUs; every call appended to $GPUCI_TEST_CALLS
@@ -22,6 +23,7 @@ esac
 """
 
 
+@pytest.mark.slow
 def test_the_machine_is_asked_once_however_many_modes_a_check_writes(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

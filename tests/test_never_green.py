@@ -67,6 +67,7 @@ def plain_pytest(root: Path, *args: str) -> int:
     ).returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(ENDED))
 def test_a_collection_pytest_ended_fails_the_check_and_runs_nothing(
     tmp_path: Path, case: str
@@ -87,6 +88,7 @@ def test_a_collection_pytest_ended_fails_the_check_and_runs_nothing(
     assert cause in (root / "out" / "comment.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_one_mode_of_a_collection_pytest_ended_is_not_a_pass(tmp_path: Path) -> None:
     root = write_files(tmp_path, {**THREE_FILES, "conftest.py": RAISE_ON_B})
     proc = gpuci("run", ".", "--mode", "parallel", "--out", "out", cwd=root)
@@ -94,6 +96,7 @@ def test_one_mode_of_a_collection_pytest_ended_is_not_a_pass(tmp_path: Path) -> 
     assert "INTERNALERROR (plain pytest: exit 3, no test run): RuntimeError: boom" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "suite")])
 def test_every_test_deselected_is_not_a_pass(tmp_path: Path, command: tuple[str, ...]) -> None:
     root = write_files(tmp_path, THREE_FILES)
@@ -104,6 +107,7 @@ def test_every_test_deselected_is_not_a_pass(tmp_path: Path, command: tuple[str,
     assert "plain pytest exits 5, no tests ran" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "args", "says"),
     [
@@ -124,6 +128,7 @@ def test_nothing_pytest_could_run_exits_as_plain_pytest(
     assert says in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "args"),
     [
@@ -143,6 +148,7 @@ def test_a_red_run_of_some_tests_fails_the_verdict(
     assert "verdict: fail" in proc.stdout
 
 
+@pytest.mark.slow
 def test_pytest_exit_0_at_collection_stays_as_green_as_pytest(tmp_path: Path) -> None:
     # a suite that stops itself where it cannot run (no GPU): plain pytest exits 0
     conftest = (
@@ -172,6 +178,7 @@ ALL_SKIPPED = {
 NOTHING_RAN = "no test ran: 3 skipped (2: CuPy is not installed; 1: no CUDA GPU)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "parallel")])
 def test_every_test_skipped_is_not_a_pass_and_says_why(
     tmp_path: Path, command: tuple[str, ...]
@@ -188,6 +195,7 @@ def test_every_test_skipped_is_not_a_pass_and_says_why(
         assert NOTHING_RAN in comment
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "parallel")])
 def test_the_policy_may_allow_a_run_where_every_test_skipped(
     tmp_path: Path, command: tuple[str, ...]
@@ -200,6 +208,7 @@ def test_the_policy_may_allow_a_run_where_every_test_skipped(
     assert "no test ran" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_one_test_that_ran_beside_skipped_ones_passes(tmp_path: Path) -> None:
     files = {**ALL_SKIPPED, "test_3.py": "def test_c():\n    pass\n"}
     proc = gpuci("check", ".", "--out", "out", *MODES, cwd=write_files(tmp_path, files))

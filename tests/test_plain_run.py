@@ -75,6 +75,7 @@ def plain_pytest(root: Path, *args: str, env: dict[str, str] | None = None) -> i
     ).returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_check_exits_as_plain_pytest_and_writes_its_junit(tmp_path: Path, case: str) -> None:
     files, args = CASES[case]
@@ -95,6 +96,7 @@ def test_the_check_exits_as_plain_pytest_and_writes_its_junit(tmp_path: Path, ca
     assert cases(root / "gpuci.xml") == cases(root / "plain.xml")
 
 
+@pytest.mark.slow
 def test_the_suite_interpreter_is_the_users_command(tmp_path: Path) -> None:
     root = write_files(tmp_path, PASSING)
     proc = gpuci("check", ".", "--out", "out", *CHECK, "--", "-q", "-x", cwd=root)
@@ -107,6 +109,7 @@ def test_the_suite_interpreter_is_the_users_command(tmp_path: Path) -> None:
     assert " -q " in command and " -x" not in command  # -x judges the plain run only
 
 
+@pytest.mark.slow
 def test_coverage_below_its_floor_fails_the_check_in_pytest_cov_words(tmp_path: Path) -> None:
     pytest.importorskip("pytest_cov")
     files = {
@@ -143,6 +146,7 @@ def test_users_plugin(users_fixture):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("autoload", ["on", "off"])
 def test_a_test_sees_the_cache_and_the_users_plugins_in_every_interpreter(
     tmp_path: Path, autoload: str
@@ -192,6 +196,7 @@ def test_an_interpreters_own_cache_leaves_no_mode_folder_behind(tmp_path: Path) 
 RANDOMLY_SITE = os.environ.get("GPUCI_RANDOMLY_SITE", "")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not RANDOMLY_SITE and os.environ.get("CI") != "true",
     reason="pytest-randomly is not installed apart (nox -s tests: GPUCI_RANDOMLY_SITE)",

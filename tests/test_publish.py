@@ -428,6 +428,7 @@ def test_a_next_page_link_to_another_host_is_refused(gitlab: FakeGitLab, tmp_pat
 # --- the real command line ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (ROOT / "gpuci" / "cli.py").exists(), reason="gpuci/cli.py does not exist yet"
 )

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuci.run.sched.unit import UNCOLLECTED
 from tests.cli_runner import gpuci, write_files
 
@@ -36,6 +38,7 @@ def verdict_of(root: Path) -> dict[str, Any]:
     return dict(json.loads((root / "out" / "verdict.json").read_text(encoding="utf-8")))
 
 
+@pytest.mark.slow
 def test_internal_error_fails_the_check_with_its_cause(tmp_path: Path) -> None:
     root = write_files(tmp_path, {"conftest.py": RAISING_CONFTEST, "test_x.py": THREE_TESTS})
     proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
@@ -57,6 +60,7 @@ def test_internal_error_fails_the_check_with_its_cause(tmp_path: Path) -> None:
         assert "hook refuses test_b" in (root / "out" / name).read_text(encoding="utf-8"), name
 
 
+@pytest.mark.slow
 def test_a_file_that_deletes_itself_is_not_a_pass(tmp_path: Path) -> None:
     root = write_files(
         tmp_path,
@@ -80,6 +84,7 @@ def test_a_file_that_deletes_itself_is_not_a_pass(tmp_path: Path) -> None:
     assert tests["test_stays.py::test_stays"]["category"] == "passed"
 
 
+@pytest.mark.slow
 def test_a_test_a_screens_interpreter_never_collected_is_not_run_there(tmp_path: Path) -> None:
     # the suite's own hook drops a test in parallel only: pytest ends 0, one test short. The
     # screens run files, as plain pytest would: the test did not run there, and says so;
@@ -104,6 +109,7 @@ def test_a_test_a_screens_interpreter_never_collected_is_not_run_there(tmp_path:
     assert seen["message"] == UNCOLLECTED
 
 
+@pytest.mark.slow
 def test_an_id_with_a_newline_runs_in_every_mode(tmp_path: Path) -> None:
     root = write_files(
         tmp_path,

@@ -1,96 +1,72 @@
-"""What each interpreter of a check does with the user's pytest options: the table below,
-checked against `gpuci.run.disk.side_outputs` and `gpuci.run.proc.launch`, and shown to
-users in docs/pytest-options.md (which must hold it as rendered here)."""
+"""gpuci/pytest_options.py: pytest's options given before `--`, named, and the command with
+them after it."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-import pytest
+from gpuci.pytest_options import ask_pytest, misplaced_hint, parse_pytest_help
 
-from gpuci.model import SUITE_UNIT
-from gpuci.run.disk.side_outputs import command_args, interpreter_args
-from gpuci.run.proc.launch import Launch, pytest_command
+HELP = """\
+usage: python -m pytest [options] [file_or_dir] [file_or_dir] [...]
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "pytest-options.md"
-OWN = Path("/OUT/parallel/cache/test_a.py")  # an interpreter's private cache
-# what every interpreter but the plain run's adds after the user's arguments
-ADDED = ["-o", f"cache_dir={OWN}", "-o", "log_file="]
-# the user's option -> (every other interpreter gets, a printed command gets, why)
-TABLE: dict[str, tuple[str, str, str]] = {
-    "-k x": ("-k x", "-k x", "selects the same tests everywhere"),
-    "-m gpu": ("-m gpu", "-m gpu", "selects the same tests everywhere"),
-    "-p randomly": ("-p randomly", "-p randomly", "plus the plain run's seed, below"),
-    "-W error": ("-W error", "-W error", "a warning is an error everywhere"),
-    "-q": ("-q", "-q", "output only"),
-    "--junitxml=r.xml": ("", "", "written by the plain run alone; the others write gpuci's own"),
-    "--lf": ("", "", "the plain run chooses; the others run its choice, by id"),
-    "--ff": ("", "", "orders the plain run only (a private cache holds no failures)"),
-    "--sw": ("", "", "the plain run's; it stops at its first failure"),
-    "--cache-clear": ("", "", "clears the user's cache once, in the plain run"),
-    "--basetemp=t": (
-        f"--basetemp={OWN}-basetemp",
-        "",
-        "each interpreter empties its own (pytest empties it at start)",
-    ),
-    "--log-file=l.log": ("", "", "the plain run's; the others log nowhere (-o log_file=)"),
-    "-x": ("", "", "judges the plain run only; the others run every test"),
-    "-xq": ("-q", "-q", "-x taken out of combined flags"),
-    "--maxfail=2": ("", "", "judges the plain run only"),
-    "--cov=pkg": ("--cov=pkg", "--cov=pkg --no-cov", "coverage is the plain run's (--no-cov)"),
-    "--cov-fail-under=90": (
-        "--cov-fail-under=90",
-        "--cov-fail-under=90 --no-cov",
-        "judged by the plain run only (--no-cov elsewhere)",
-    ),
-}
+general:
+  -k EXPRESSION         Only run tests matching the given keyword expression,
+                        e.g. -k 'test_method or test_other'.
+  -x, --exitfirst       Exit instantly on first error or failed test
+  --maxfail=num         Exit after first num failures or errors
+  --lf, --last-failed   Rerun only the tests that failed at the last run (or all
+  --cache-show=[CACHESHOW]
+                        Show cache contents, don't perform collection or tests.
+  -p name               Early-load given plugin module name or entry point
+
+[pytest] ini-options in the first pytest.ini|tox.ini|setup.cfg|pyproject.toml file found:
+  markers (linelist):   Register new markers for test functions
+"""
+GPUCI = {"--out", "-q", "-v", "--color", "--timeout"}
 
 
-def _split(text: str) -> list[str]:
-    return text.split() if text else []
+def test_pytests_help_gives_its_options_and_which_take_a_value() -> None:
+    assert parse_pytest_help(HELP) == {
+        "-k": True,
+        "-x": False,
+        "--exitfirst": False,
+        "--maxfail": True,
+        "--lf": False,
+        "--last-failed": False,
+        "--cache-show": False,  # its value is optional: the next word is not its
+        "-p": True,
+    }
 
 
-@pytest.mark.parametrize("given", list(TABLE))
-def test_each_option_is_what_the_table_says(given: str) -> None:
-    others, printed, _ = TABLE[given]
-    user = _split(given)
-    got = interpreter_args(sys.executable, user, cache=OWN)
-    got = [a for a in got if a != "--no-cov"]  # where pytest-cov is installed: after the rest
-    assert got == [*_split(others), *ADDED]
-    assert command_args(user) == _split(printed)
-    # the plain run: the user's command, nothing added
-    launch = Launch(
-        key=SUITE_UNIT,
-        ids=None,
-        targets=("t",),
-        slot=0,
-        gpu=None,
-        attempt=1,
-        junit=Path("/OUT/suite/junit/suite.part1.xml"),
-        label="",
+def hint(*args: str, pytest_args: tuple[str, ...] = ()) -> str | None:
+    return misplaced_hint(args, pytest_args, GPUCI.__contains__, parse_pytest_help(HELP))
+
+
+def test_the_hint_moves_pytests_options_and_their_values_after_the_separator() -> None:
+    assert hint("check", "tests", "-k", "foo") == (
+        "-k is pytest's option: put pytest's options after --, e.g. gpuci check tests -- -k foo"
     )
-    assert pytest_command("python", user, launch, out=Path("/OUT/suite")) == [
-        "python",
-        "-m",
-        "pytest",
-        *user,
-        "t",
-    ]
+    assert hint("check", "tests", "-x", "--out", "o", "-p", "no:randomly", "--maxfail=2") == (
+        "-x, -p and --maxfail are pytest's options: put pytest's options after --, e.g."
+        " gpuci check tests --out o -- -x -p no:randomly --maxfail=2"
+    )
+    # attached values stay attached; what already followed -- stays after them
+    assert hint("check", "t", "-kfoo", "--out", "o", pytest_args=("-s",)) == (
+        "-k is pytest's option: put pytest's options after --, e.g."
+        " gpuci check t --out o -- -kfoo -s"
+    )
+    assert hint("check", "t", "-k", "a or b") is not None
+    assert "-- -k 'a or b'" in str(hint("check", "t", "-k", "a or b"))  # quoted as a shell
 
 
-def render_table() -> str:
-    """The table as docs/pytest-options.md shows it."""
-    lines = [
-        "| you give | the plain run (suite) | every other interpreter | printed commands | why |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for given, (others, printed, why) in TABLE.items():
-        shown = [f"`{given}`", f"`{given}`"]
-        shown += [f"`{v}`" if v else "(left out)" for v in (others, printed)]
-        lines.append("| " + " | ".join([*shown, why]) + " |")
-    return "\n".join(lines).replace(str(OWN), "OWN")
+def test_no_hint_where_pytest_does_not_know_the_option_or_gpuci_takes_it() -> None:
+    assert hint("check", "tests", "--bogus") is None
+    assert hint("check", "tests", "--out", "o", "-q", "--timeout", "3") is None
+    assert hint("check", "-", "--out", "o") is None
 
 
-def test_the_docs_show_the_table() -> None:
-    assert render_table() in DOC.read_text(encoding="utf-8"), render_table()
+def test_pytest_is_asked_where_gpuci_runs() -> None:
+    options = ask_pytest(sys.executable)
+    assert options["-k"] is True and options["-x"] is False and options["--lf"] is False
+    assert ask_pytest("/nonexistent/python") == {}  # no pytest to ask: no hint, no error

@@ -126,6 +126,7 @@ def test_every_event_is_journaled(tmp_path: Path) -> None:
     assert "nope_nope" in events[0]["message"]
 
 
+@pytest.mark.slow
 def test_only_runs_the_named_tests(tmp_path: Path) -> None:
     events = run_pytest(tmp_path, only=["test_x.py::test_serial", "test_x.py::test_pass"])
     collected = next(e for e in events if e["e"] == "collected")
@@ -291,6 +292,7 @@ def test_poison_fills_every_cupy_allocation(tmp_path: Path) -> None:
     assert set(outcomes(events).values()) == {"passed"}
 
 
+@pytest.mark.slow
 def test_without_poison_nothing_is_touched(tmp_path: Path) -> None:
     events, calls = run_poisoned(tmp_path, {"test_cupy.py": CUPY_TESTS}, poison=False)
     assert [c[0] for c in calls] == ["malloc", "malloc", "set_allocator", "malloc"]
@@ -331,6 +333,7 @@ def test_poison_reaches_cupy_imported_lazily(tmp_path: Path) -> None:
     assert kinds == ["collected", "start", "finish", "start", "poison", "finish", "end"]
 
 
+@pytest.mark.slow
 def test_poison_reaches_a_fixture_that_imports_cupy(tmp_path: Path) -> None:
     tests = {
         "test_fixture.py": """
@@ -354,6 +357,7 @@ def test_poison_reaches_a_fixture_that_imports_cupy(tmp_path: Path) -> None:
     assert [e["e"] for e in events] == ["collected", "start", "poison", "finish", "end"]
 
 
+@pytest.mark.slow
 def test_poison_fills_torch_memory_without_failing_on_its_warnings(tmp_path: Path) -> None:
     tests = {
         "test_torch.py": """
@@ -373,6 +377,7 @@ def test_poison_fills_torch_memory_without_failing_on_its_warnings(tmp_path: Pat
     assert outcomes(events) == {"test_torch.py::test_empty_is_nan": "passed"}
 
 
+@pytest.mark.slow
 def test_a_library_that_cannot_be_poisoned_is_journaled_not_failed(tmp_path: Path) -> None:
     tests = {
         "test_odd.py": """
@@ -428,6 +433,7 @@ def test_fails_in_one_thread(thread_index):
 """
 
 
+@pytest.mark.slow
 @needs_run_parallel
 def test_a_failure_in_one_thread_is_the_tests_failure(tmp_path: Path) -> None:
     events = run_child(tmp_path, {"test_race.py": RACE}, "--parallel-threads=4", ".")
@@ -446,6 +452,7 @@ def test_a_failure_in_one_thread_is_the_tests_failure(tmp_path: Path) -> None:
     assert events[-1] == {"e": "end", "exitstatus": 1}
 
 
+@pytest.mark.slow
 @needs_run_parallel
 @pytest.mark.parametrize("threads", [[], ["--parallel-threads=1"]])
 def test_one_thread_journals_as_before(tmp_path: Path, threads: list[str]) -> None:

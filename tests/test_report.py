@@ -508,6 +508,7 @@ BIG = {
 }
 
 
+@pytest.mark.slow
 def test_comment_of_50000_tests_is_capped_and_says_what_was_cut() -> None:
     verdict = _big_verdict(BIG)
     assert len(verdict.tests) == 50_000
@@ -691,6 +692,7 @@ def test_html_crash_cause_comes_from_the_file_run_when_the_message_has_none() ->
     assert "ended by signal 11 (SIGSEGV)" in html
 
 
+@pytest.mark.slow
 def test_html_of_50000_tests_is_fast_small_and_keeps_every_finding() -> None:
     verdict = _big_verdict(BIG)
     # this process's CPU time, not the wall: other processes on a busy machine do not count
@@ -710,6 +712,7 @@ def test_html_of_50000_tests_is_fast_small_and_keeps_every_finding() -> None:
     assert "<main>" in render_html(read_verdict(VERDICT_ALL))
 
 
+@pytest.mark.slow
 def test_reports_of_many_roots_are_fast_and_capped() -> None:
     # 400 roots of 5 victims, each victim with a bisection of 6 runs of 8 shown ids.
     shown = tuple(f"tests/gpu/test_before.py::test_{i}" for i in range(8))

@@ -26,7 +26,7 @@ from gpuci.formats import read_verdict
 from gpuci.model import Category, Root, TestVerdict
 from gpuci.report.render import render_html
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # a real Chromium starts: seconds
 
 VERDICT_ALL = Path(__file__).parent / "data" / "report" / "verdict_all.json"
 VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"

@@ -128,6 +128,7 @@ def _read(run_json: Path) -> dict[str, Any]:
 ALL_IDS = {f"{file}::test_{name}" for file, names in FILES.items() for name in names}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["isolated", "parallel", "suite"])
 def test_ctrl_c_then_resume_reruns_only_what_had_not_finished(tmp_path: Path, mode: str) -> None:
     args = ("run", ".", "--mode", mode, "--out", "out", "--workers", "2")
@@ -182,6 +183,7 @@ def test_ctrl_c_then_resume_reruns_only_what_had_not_finished(tmp_path: Path, mo
     assert "<skipped" not in junit
 
 
+@pytest.mark.slow
 def test_check_resume_keeps_finished_modes_and_resumes_the_interrupted_one(
     tmp_path: Path,
 ) -> None:
@@ -216,6 +218,7 @@ def test_check_resume_keeps_finished_modes_and_resumes_the_interrupted_one(
     assert (root / "out" / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_check_resume_continues_its_lazy_isolated_pass(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite")
     # every test errs in parallel, so the lazy isolated pass runs every file, side by side
@@ -250,6 +253,7 @@ def test_check_resume_continues_its_lazy_isolated_pass(tmp_path: Path) -> None:
     assert junit.count("<testcase") == len(ALL_IDS)
 
 
+@pytest.mark.slow
 def test_a_finished_check_is_kept_by_resume(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite")
     args = ("check", ".", "--out", "out", "--modes", "parallel,suite", "--workers", "2")
@@ -264,6 +268,7 @@ def test_a_finished_check_is_kept_by_resume(tmp_path: Path) -> None:
     assert (root / "out" / "verdict.json").exists()
 
 
+@pytest.mark.slow
 def test_without_resume_an_earlier_out_is_replaced_and_said_so(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite")
     args = ("run", ".", "--mode", "isolated", "--out", "out")
@@ -295,6 +300,7 @@ def test_without_resume_an_earlier_out_is_replaced_and_said_so(tmp_path: Path) -
     assert said[0].startswith("gpuci: replacing the earlier results in out: suite, verdict.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("paths", "pytest_args", "says"),
     [
@@ -321,6 +327,7 @@ def test_a_resume_with_other_arguments_is_refused_and_loses_nothing(
     assert (root / "counter.txt").read_text(encoding="utf-8") == ran  # no test ran
 
 
+@pytest.mark.slow
 def test_resume_without_a_run_json_says_how_to_start_over(tmp_path: Path) -> None:
     """gpuci killed with SIGKILL writes no run.json: nothing to resume from, nothing lost."""
     root = write_suite(tmp_path / "suite")

@@ -147,6 +147,7 @@ def troubled(
     return mode, root / "out" / mode, proc
 
 
+@pytest.mark.slow
 def test_every_file_ran_and_the_run_failed(troubled: tuple[str, Path, Any]) -> None:
     mode, out, proc = troubled
     assert proc.returncode == 1, proc.stderr
@@ -159,6 +160,7 @@ def test_every_file_ran_and_the_run_failed(troubled: tuple[str, Path, Any]) -> N
     assert (out / "junit.xml").exists()
 
 
+@pytest.mark.slow
 def test_a_segfault_is_a_crash_and_the_run_resumes(troubled: tuple[str, Path, Any]) -> None:
     _, out, _ = troubled
     tests = outcomes(out / "run.json")
@@ -171,6 +173,7 @@ def test_a_segfault_is_a_crash_and_the_run_resumes(troubled: tuple[str, Path, An
     assert tests["test_crash.py::test_after_segfault"]["outcome"] == "passed"
 
 
+@pytest.mark.slow
 def test_exit_zero_mid_test_is_a_crash_not_a_success(troubled: tuple[str, Path, Any]) -> None:
     _, out, _ = troubled
     tests = outcomes(out / "run.json")
@@ -179,6 +182,7 @@ def test_exit_zero_mid_test_is_a_crash_not_a_success(troubled: tuple[str, Path, 
     assert tests["test_crash.py::test_after_exit"]["outcome"] == "passed"
 
 
+@pytest.mark.slow
 def test_a_hang_is_killed_and_the_run_resumes(troubled: tuple[str, Path, Any]) -> None:
     mode, out, _ = troubled
     tests = outcomes(out / "run.json")
@@ -191,6 +195,7 @@ def test_a_hang_is_killed_and_the_run_resumes(troubled: tuple[str, Path, Any]) -
     assert tests["test_hang.py::test_after_hang"]["outcome"] == "passed"
 
 
+@pytest.mark.slow
 def test_a_flood_is_capped_in_the_log(troubled: tuple[str, Path, Any]) -> None:
     _, out, _ = troubled
     tests = outcomes(out / "run.json")
@@ -205,6 +210,7 @@ def test_a_flood_is_capped_in_the_log(troubled: tuple[str, Path, Any]) -> None:
     assert b"bytes of output omitted" in log.read_bytes()
 
 
+@pytest.mark.slow
 def test_a_collection_error_is_reported_against_its_file(troubled: tuple[str, Path, Any]) -> None:
     _, out, _ = troubled
     tests = outcomes(out / "run.json")
@@ -214,6 +220,7 @@ def test_a_collection_error_is_reported_against_its_file(troubled: tuple[str, Pa
     assert "a_module_that_does_not_exist" in broken["message"]
 
 
+@pytest.mark.slow
 def test_a_test_that_passes_only_alone(troubled: tuple[str, Path, Any]) -> None:
     _, out, _ = troubled
     tests = outcomes(out / "run.json")
@@ -222,6 +229,7 @@ def test_a_test_that_passes_only_alone(troubled: tuple[str, Path, Any]) -> None:
     assert victim["reruns"] == ["passed"]  # alone, in a fresh interpreter, it passes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["isolated", "suite"])
 def test_a_leak_across_files_shows_only_in_suite_mode(tmp_path: Path, mode: str) -> None:
     root = write_suite(tmp_path / "suite", LEAKING_SUITE)
@@ -237,6 +245,7 @@ def test_a_leak_across_files_shows_only_in_suite_mode(tmp_path: Path, mode: str)
         assert victim["outcome"] == "passed"
 
 
+@pytest.mark.slow
 def test_junit_is_rebuilt_for_dead_interpreters(troubled: tuple[str, Path, Any]) -> None:
     mode, out, _ = troubled
     text = (out / "junit.xml").read_text(encoding="utf-8")
@@ -248,6 +257,7 @@ def test_junit_is_rebuilt_for_dead_interpreters(troubled: tuple[str, Path, Any])
         assert not list((out / "junit").glob("*.part*.xml"))
 
 
+@pytest.mark.slow
 def test_progress_is_one_line_per_file(troubled: tuple[str, Path, Any]) -> None:
     mode, _, proc = troubled
     lines = [line for line in proc.stderr.splitlines() if line.startswith("gpuci: [")]
@@ -282,6 +292,7 @@ GPU_SUITE = {
 }
 
 
+@pytest.mark.slow
 def test_parallel_slots_get_gpus_round_robin_and_serial_files_run_last(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", GPU_SUITE)
     proc = gpuci(
@@ -309,6 +320,7 @@ def test_parallel_slots_get_gpus_round_robin_and_serial_files_run_last(tmp_path:
     assert run["gpus"] == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_shards_split_the_files_and_write_side_by_side(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", GPU_SUITE)
     ran: list[str] = []
@@ -325,6 +337,7 @@ def test_shards_split_the_files_and_write_side_by_side(tmp_path: Path) -> None:
     assert sorted(ran) == sorted(f for f in GPU_SUITE if f.startswith("test_"))
 
 
+@pytest.mark.slow
 def test_shard_defaults_from_gitlab_variables(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", GPU_SUITE)
     env = dict(os.environ, CI_NODE_INDEX="2", CI_NODE_TOTAL="3")
@@ -353,6 +366,7 @@ def test_shard_defaults_from_gitlab_variables(tmp_path: Path) -> None:
     assert (root / "out" / "isolated" / "shard-2-of-3" / "run.json").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_ends_children_and_writes_what_finished(tmp_path: Path) -> None:
     root = write_suite(
         tmp_path / "suite",
@@ -399,6 +413,7 @@ def test_sigterm_ends_children_and_writes_what_finished(tmp_path: Path) -> None:
 # --- bad input -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "says", "code"),
     [
@@ -471,6 +486,7 @@ def test_capped_log_keeps_head_and_tail(tmp_path: Path) -> None:
     assert b"bytes of output omitted" in data
 
 
+@pytest.mark.slow
 def test_skip_reasons_are_summed_up(tmp_path: Path) -> None:
     root = write_suite(
         tmp_path / "suite",
@@ -492,6 +508,7 @@ def test_skip_reasons_are_summed_up(tmp_path: Path) -> None:
     assert "gpuci: no test ran: 3 skipped (3: no CUDA GPU: cudaErrorNoDevice)" in lines
 
 
+@pytest.mark.slow
 def test_a_death_at_interpreter_exit_is_a_crash_of_the_file(tmp_path: Path) -> None:
     # like a CUDA error in the context's teardown: every test passed, then the process died
     root = write_suite(
@@ -521,6 +538,7 @@ def test_a_death_at_interpreter_exit_is_a_crash_of_the_file(tmp_path: Path) -> N
     assert "SIGABRT" in exit_crash["message"]
 
 
+@pytest.mark.slow
 def test_a_malformed_junit_file_is_rebuilt_from_the_journal(tmp_path: Path) -> None:
     root = write_suite(
         tmp_path / "suite",
@@ -552,6 +570,7 @@ def test_a_malformed_junit_file_is_rebuilt_from_the_journal(tmp_path: Path) -> N
     assert xml.tests == 2
 
 
+@pytest.mark.slow
 def test_every_interpreter_records_its_startup(troubled: tuple[str, Path, Any]) -> None:
     _, out, _ = troubled
     data = json.loads((out / "run.json").read_text(encoding="utf-8"))

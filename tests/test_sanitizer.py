@@ -471,6 +471,7 @@ def sanitized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict
     return root / "out", proc.stdout + proc.stderr, env
 
 
+@pytest.mark.slow
 def test_the_root_gets_memchecks_first_error_in_the_verdict(
     sanitized: tuple[Path, str, dict[str, str]],
 ) -> None:
@@ -488,6 +489,7 @@ def test_the_root_gets_memchecks_first_error_in_the_verdict(
     assert f"{ROOT_ID}: sanitizer: Invalid __global__ write of size 4 bytes" in output
 
 
+@pytest.mark.slow
 def test_victims_and_plain_failures_are_not_sanitized(
     sanitized: tuple[Path, str, dict[str, str]],
 ) -> None:
@@ -501,6 +503,7 @@ def test_victims_and_plain_failures_are_not_sanitized(
     assert len(calls(env)) == 1
 
 
+@pytest.mark.slow
 def test_the_sanitizer_run_is_evidence_alone_in_the_checks_environment(
     sanitized: tuple[Path, str, dict[str, str]],
 ) -> None:
@@ -518,6 +521,7 @@ def test_the_sanitizer_run_is_evidence_alone_in_the_checks_environment(
     assert "1 failed" in sanitized_part  # the root alone (GPUCI_ONLY), failing again
 
 
+@pytest.mark.slow
 def test_no_sanitize_skips_it(tmp_path: Path) -> None:
     root = build(tmp_path / "suite", ROOT_ONLY)
     env = fake_env(tmp_path)
@@ -529,6 +533,7 @@ def test_no_sanitize_skips_it(tmp_path: Path) -> None:
     assert "compute-sanitizer" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_without_the_tool_auto_is_off_with_a_note(tmp_path: Path) -> None:
     env = fake_env(tmp_path, fake=False)
     if find_sanitizer(env) is not None:
@@ -541,6 +546,7 @@ def test_without_the_tool_auto_is_off_with_a_note(tmp_path: Path) -> None:
     assert not any("sanitizer" in t for t in verdict_tests(root / "out").values())
 
 
+@pytest.mark.slow
 def test_sanitize_without_the_tool_is_refused_before_anything_runs(tmp_path: Path) -> None:
     env = fake_env(tmp_path, fake=False)
     if find_sanitizer(env) is not None:
@@ -553,6 +559,7 @@ def test_sanitize_without_the_tool_is_refused_before_anything_runs(tmp_path: Pat
     assert not (root / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_budget_cut_is_recorded(tmp_path: Path) -> None:
     root = build(tmp_path / "suite")
     env = fake_env(tmp_path)
@@ -563,6 +570,7 @@ def test_the_budget_cut_is_recorded(tmp_path: Path) -> None:
     assert f"{ROOT_ID}: sanitizer: not run (budget)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_hanging_sanitizer_is_killed_at_its_timeout_and_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

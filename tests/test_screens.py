@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_runner import gpuci
 
 # test_count fails when two interpreters hold the shared resource at once: in the screens
@@ -103,6 +104,7 @@ def verdict_of(out: Path) -> dict[str, dict[str, Any]]:
     return {t["id"]: t for t in data["tests"]}
 
 
+@pytest.mark.slow
 def test_a_failure_only_under_combined_load_is_passed_with_a_note(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", LOAD_SUITE)
     env = dict(os.environ, HOLD_DIR=str(tmp_path / "held"), HOLD_TOGETHER="1")
@@ -125,6 +127,7 @@ def test_a_failure_only_under_combined_load_is_passed_with_a_note(tmp_path: Path
     assert max(starts) - min(starts) < 1.5, starts
 
 
+@pytest.mark.slow
 def test_serial_modes_run_one_mode_after_another(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", LOAD_SUITE)
     env = dict(os.environ, HOLD_DIR=str(tmp_path / "held"))
@@ -190,6 +193,7 @@ SLOW_FEW = {
 }
 
 
+@pytest.mark.slow
 def test_a_file_the_suite_found_long_starts_early_in_parallel(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "suite", SLOW_FEW)
     modes = ("--modes", "suite,parallel", "--workers", "2")

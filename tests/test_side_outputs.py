@@ -96,6 +96,7 @@ def cases(path: Path) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
     return counts, found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "junit",
     [("--junitxml=report.xml",), ("--junit-xml", "report.xml"), ("--junitxml", "report.xml")],
@@ -128,6 +129,7 @@ def coverage_total(cwd: Path) -> str:
     ).stdout.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["command line", "addopts"])
 def test_coverage_is_what_plain_pytest_measures(tmp_path: Path, where: str) -> None:
     pytest.importorskip("pytest_cov")
@@ -164,6 +166,7 @@ def ran(out: Path, mode: str) -> list[str]:
     return sorted(t["id"] for t in run["tests"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("selection", ["--lf", "--ff"])
 def test_the_cache_is_read_and_written_as_plain_pytest_does(tmp_path: Path, selection: str) -> None:
     plain_dir = write_files(tmp_path / "plain", SUITE)
@@ -192,6 +195,7 @@ def test_the_cache_is_read_and_written_as_plain_pytest_does(tmp_path: Path, sele
     assert lastfailed == {"tests/test_a.py::test_a2": True}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "args", "named"),
     [
@@ -224,6 +228,7 @@ def test_other_interpreters_get_none_of_the_side_outputs() -> None:
     assert plain_junit(["-k", "junitxml"]) is None
 
 
+@pytest.mark.slow
 def test_a_printed_command_writes_none_of_the_side_outputs(tmp_path: Path) -> None:
     # run as printed, a reproduce command must not overwrite the plain run's JUnit file
     # nor let pytest's cache choose what it runs: the evidence run behind it had neither

@@ -65,6 +65,7 @@ def counts(line: str) -> dict[str, int]:
     return found
 
 
+@pytest.mark.slow
 def test_totals_agree_with_pytests_own_summary_line(tmp_path: Path) -> None:
     (tmp_path / "test_kinds.py").write_text(textwrap.dedent(KINDS), encoding="utf-8")
     plain = subprocess.run(
@@ -95,6 +96,7 @@ def test_totals_agree_with_pytests_own_summary_line(tmp_path: Path) -> None:
     assert "skipped: known" not in proc.stderr  # an xfail's reason is not a skip's
 
 
+@pytest.mark.slow
 def test_a_second_round_of_alone_runs_says_so(tmp_path: Path) -> None:
     # not first in its file: isolated's run does not count as alone, so two rounds are due
     test = "def test_first():\n    pass\n\ndef test_x():\n    assert False\n"
@@ -108,6 +110,7 @@ def test_a_second_round_of_alone_runs_says_so(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_an_inferred_isolated_outcome_is_said_in_words(tmp_path: Path) -> None:
     files = {
         "test_a_polluter.py": "import os\n\ndef test_pollute():\n    os.environ['D'] = '1'\n",

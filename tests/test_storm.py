@@ -84,6 +84,7 @@ def stormed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]
     return root / "out", proc.stdout + proc.stderr, wall
 
 
+@pytest.mark.slow
 def test_both_culprits_are_named(stormed: tuple[Path, str, float]) -> None:
     out, _, _ = stormed
     tests = {t["id"]: t for t in read(out / "verdict.json")["tests"]}
@@ -93,6 +94,7 @@ def test_both_culprits_are_named(stormed: tuple[Path, str, float]) -> None:
     assert tests[VICTIM]["culprits"] == ["test_c_limit.py::test_sets_limit"]
 
 
+@pytest.mark.slow
 def test_the_storm_costs_a_few_alone_runs_and_is_failed_inferred(
     stormed: tuple[Path, str, float],
 ) -> None:
@@ -113,6 +115,7 @@ def test_the_storm_costs_a_few_alone_runs_and_is_failed_inferred(
     assert "<hex>" in fingerprint and "<tmp>" in fingerprint and "case N" in fingerprint
 
 
+@pytest.mark.slow
 def test_the_storm_is_one_group_everywhere(stormed: tuple[Path, str, float]) -> None:
     out, output, _ = stormed
     lines = [line for line in output.splitlines() if "test_storm_" in line]
@@ -126,6 +129,7 @@ def test_the_storm_is_one_group_everywhere(stormed: tuple[Path, str, float]) -> 
     assert '<details class="members"><summary>300 tests</summary>' in html
 
 
+@pytest.mark.slow
 def test_the_evidence_costs_the_storm_one_run(stormed: tuple[Path, str, float]) -> None:
     # counted in runs, not seconds (timings go in benchmarks): the storm's 300 failures cost
     # one alone-run; the rest is the two victims' own (alone-runs and a search each, 9 here);

@@ -5,12 +5,15 @@ The summary of a verdict without roots is tested in tests/test_diff.py.
 
 from __future__ import annotations
 
+import io
+import re
 from dataclasses import replace
 from pathlib import Path
 
 from gpuci.formats import read_verdict
 from gpuci.model import Category, Root, TestVerdict, Verdict
 from gpuci.report.summary import MAX_LISTED, MAX_VICTIMS, MESSAGE_CHARS, format_summary
+from gpuci.terminal import Terminal
 
 VERDICT_ROOTS = Path(__file__).parent / "data" / "report" / "verdict_roots.json"
 OOB = "tests/gpu/test_oob.py::test_scatter_oob"
@@ -103,7 +106,7 @@ def test_a_root_lists_a_few_victims_and_counts_the_rest() -> None:
         f"order-dependent         tests/test_a.py::test_oob broke {MAX_VICTIMS + 4} later tests"
     )
     assert lines[2] == "      tests/test_b.py::test_00  suite=failed"
-    assert lines[2 + MAX_VICTIMS] == "      ... and 4 more victims"
+    assert lines[2 + MAX_VICTIMS] == "      ... and 4 more victims (-v lists all)"
     assert lines[3 + MAX_VICTIMS] == (
         "    reproduce: pytest tests/test_a.py::test_oob tests/test_b.py::test_00"
     )
@@ -114,7 +117,7 @@ def test_roots_count_towards_the_listing_cap() -> None:
     verdict = _cascade(2)
     roots = tuple(replace(verdict.roots[0], culprits=(f"c{i}",)) for i in range(MAX_LISTED + 2))
     lines = format_summary(replace(verdict, roots=roots)).splitlines()
-    assert lines[-2] == "... and 2 more (see verdict.json)"
+    assert lines[-2] == "... and 2 more (see verdict.json; -v lists all)"
     assert sum(1 for line in lines if " broke 2 later tests" in line) == MAX_LISTED
 
 
@@ -178,3 +181,50 @@ def test_a_finding_says_each_modes_outcome_in_pytests_words() -> None:
     lines = format_summary(verdict).splitlines()
     assert lines[:2] == ["pytest (suite): 1 passed, 1 error", "categories: 1 failed"]
     assert "tests/test_x.py::test_y  parallel=error suite=passed+error" in lines[2], lines
+
+
+def test_quiet_tells_each_finding_by_its_headline_alone() -> None:
+    verdict = read_verdict(VERDICT_ROOTS)
+    full = format_summary(verdict).splitlines()
+    quiet = format_summary(verdict, Terminal(verbosity=-1, color="no")).splitlines()
+    headlines = [line for line in full if not line.startswith(" ")]
+    # every finding's first line, the counts, the modes and the verdict: no victim, no
+    # failure, no command, no evidence line
+    assert quiet == [line for line in headlines if not line.startswith("evidence: ")]
+    assert quiet[0] == full[0] and quiet[-1] == full[-1]
+    assert f"order-dependent   new   {OOB} broke 5 later tests" in quiet
+
+
+def test_verbose_cuts_neither_victims_nor_findings() -> None:
+    many = _cascade(MAX_VICTIMS + 4)
+    lines = format_summary(many, Terminal(verbosity=1, color="no")).splitlines()
+    assert [line for line in lines if "::test_" in line and "suite=failed" in line] == [
+        f"      tests/test_b.py::test_{n:02d}  suite=failed" for n in range(MAX_VICTIMS + 4)
+    ]
+    assert not any("more victims" in line for line in lines)
+    roots = tuple(replace(many.roots[0], culprits=(f"c{i}",)) for i in range(MAX_LISTED + 2))
+    lines = format_summary(replace(many, roots=roots), Terminal(verbosity=1)).splitlines()
+    assert sum(1 for line in lines if " broke 14 later tests" in line) == MAX_LISTED + 2
+    assert not any(line.startswith("... and") for line in lines)
+
+
+def test_colour_paints_the_categories_and_the_verdict_and_nothing_else() -> None:
+    verdict = read_verdict(VERDICT_ROOTS)
+    plain = format_summary(verdict, Terminal(color="no"))
+    painted = format_summary(verdict, Terminal(color="yes"))
+    assert "\x1b" not in plain
+    assert re.sub(r"\x1b\[[0-9;]*m", "", painted) == plain  # the same words, coloured
+    lines = painted.splitlines()
+    assert lines[1].startswith("\x1b[31morder-dependent  \x1b[0m new ")
+    assert (
+        lines[-1] == "verdict: \x1b[31mfail\x1b[0m" + plain.splitlines()[-1][len("verdict: fail") :]
+    )
+    passed = format_summary(Verdict(verdict="pass"), Terminal(color="yes"))
+    assert passed.splitlines()[-1] == "verdict: \x1b[32mpass\x1b[0m"
+    # auto: as pytest decides for the summary's stream, here a pipe (a StringIO: no tty)
+    assert "\x1b" not in format_summary(verdict, Terminal(color="auto"), io.StringIO())
+
+
+def test_untrusted_text_cannot_carry_colour_into_a_coloured_summary() -> None:
+    text = format_summary(_cascade(1, evil="\x1b[32mgreen"), Terminal(color="yes"))
+    assert "\x1b[32mgreen" not in text and "?[32mgreen" not in text

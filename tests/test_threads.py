@@ -385,6 +385,7 @@ def test_check_leaves_threads_out_where_pytest_run_parallel_is_missing(
     assert set(categories(out).values()) == {"passed"}
 
 
+@pytest.mark.slow
 @needs_run_parallel
 def test_the_threads_screen_orders_its_files_by_its_own_earlier_times(tmp_path: Path) -> None:
     # the lazy isolated pass of the check before ran no file (each inferred, timed 0 s):

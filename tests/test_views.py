@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpuci.model import Outcome, TestResult
 from gpuci.run.sched.views import (
     first_gpus_note,
@@ -93,6 +95,7 @@ TWO_GPU_SUITE = {
 }
 
 
+@pytest.mark.slow
 def test_a_multi_gpu_test_under_gpus_per_slot_is_no_finding(tmp_path: Path) -> None:
     suite = write_files(tmp_path / "suite", TWO_GPU_SUITE)
     views = tmp_path / "views.jsonl"

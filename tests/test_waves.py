@@ -113,6 +113,7 @@ def test_an_expensive_start_up_widens_the_evidence_to_the_cores() -> None:
     assert evidence_slots(4, 19.3, None) == 4  # cores unknown
 
 
+@pytest.mark.slow
 def test_an_interpreter_held_for_a_run_is_the_one_that_runs_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

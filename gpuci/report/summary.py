@@ -1,15 +1,19 @@
 """The terminal summary of a verdict: the plain run's counts in pytest's words, the
 categories' counts, roots with their victims, each other finding with its evidence, the
-verdict."""
+verdict. Under -q each finding is its headline; under -v nothing is cut (every finding,
+every victim, every different failure)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
 from gpuci.report.groups import INFERRED_SOUND, FindingGroup, group_findings
 from gpuci.run.proc.endings import EXIT_ID
 from gpuci.run.proc.strays import verdict_lines
+from gpuci.terminal import Terminal
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import (
     Blame,
@@ -24,6 +28,7 @@ from gpuci.verdict.roots import (
 MAX_LISTED = 25  # roots and tests format_summary lists, two lines each
 MAX_VICTIMS = 10  # victims listed under one root
 MAX_FAILURES = 3  # different failures told under one root; the rest are in verdict.json
+CATEGORY_WIDTH = 17  # a finding's line begins with its category, padded to this
 MESSAGE_CHARS = 300  # a failure message is cut to this (a test may print anything)
 LISTED = ISOLATION_CATEGORIES | {
     Category.FAILED,
@@ -31,11 +36,25 @@ LISTED = ISOLATION_CATEGORIES | {
     Category.TIMED_OUT,
     Category.FLAKY,
 }
+# what a category's and a verdict's word is painted where the terminal takes colour
+COLOR_OF = {Category.FLAKY.value: "yellow", "warn": "yellow", "pass": "green"}
+RED = "red"  # every other listed category, and a failed verdict
 
 
-def format_summary(verdict: Verdict) -> str:
+def format_summary(
+    verdict: Verdict, terminal: Terminal | None = None, file: TextIO | None = None
+) -> str:
     """The terminal summary: counts, each root once with its victims beneath, each other
-    finding with its evidence, then the verdict."""
+    finding with its evidence, then the verdict; as much as `terminal`'s verbosity shows,
+    coloured where it colours `file` (default: stdout, where the summary goes)."""
+    terminal = terminal or Terminal(color="no")
+    stream = sys.stdout if file is None else file
+
+    def paint(word: str, padded: str = "") -> str:
+        color = COLOR_OF.get(word.strip(), RED)
+        return terminal.paint(padded or word, color, stream)
+
+    cut = not terminal.verbose
     counts = [f"{n} {c.value}" for c in Category if (n := verdict.summary.get(c.value, 0))]
     plain = plain_counts(verdict)
     lines = [
@@ -48,17 +67,23 @@ def format_summary(verdict: Verdict) -> str:
     listed += group_findings(
         [t for t in verdict.tests if t.category in LISTED and t.id not in blamed]
     )
-    for entry in listed[:MAX_LISTED]:
+    for entry in listed[:MAX_LISTED] if cut else listed:
         if isinstance(entry, Blame):
-            lines += _root_lines(entry)
+            told = _root_lines(entry, cut=cut)
+            category = entry.root.category.value
         elif isinstance(entry, FindingGroup):
-            lines += _group_lines(entry)
+            told = _group_lines(entry)
+            category = entry.category.value
         else:
-            lines += _finding_lines(entry, blamed)
-    if len(listed) > MAX_LISTED:
-        lines.append(f"... and {len(listed) - MAX_LISTED} more (see verdict.json)")
+            told = _finding_lines(entry, blamed)
+            category = entry.category.value
+        # the category's word painted: told[0] begins with it, padded (printable already)
+        told[0] = paint(category, told[0][:CATEGORY_WIDTH]) + told[0][CATEGORY_WIDTH:]
+        lines += told[:1] if terminal.quiet else told
+    if cut and len(listed) > MAX_LISTED:
+        lines.append(f"... and {len(listed) - MAX_LISTED} more (see verdict.json; -v lists all)")
     spent = verdict.evidence.get("spent_s")
-    if spent is not None:
+    if spent is not None and not terminal.quiet:
         budget = verdict.evidence.get("budget_s")
         limit = f" of a {budget:.0f}s budget" if isinstance(budget, int | float) else ""
         most = verdict.evidence.get("concurrency", {}).get("most_at_once", 0)
@@ -66,11 +91,12 @@ def format_summary(verdict: Verdict) -> str:
         runs = verdict.evidence.get("runs", 0)
         lines.append(f"evidence: {runs} run(s) in {spent:.1f}s{limit}{together}")
     lines += [
-        printable(f"warning: {line}") for line in verdict_lines(verdict.modes, verdict.evidence)
+        terminal.paint("warning:", "yellow", stream) + printable(f" {line}")
+        for line in verdict_lines(verdict.modes, verdict.evidence)
     ]
     lines += [printable(f"modes: {line}") for line in checked_lines(verdict.checked)]
-    why = f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""
-    lines.append(printable(f"verdict: {verdict.verdict}{why}"))
+    why = printable(f" ({'; '.join(verdict.reasons)})" if verdict.reasons else "")
+    lines.append("verdict: " + paint(printable(verdict.verdict)) + why)
     return "\n".join(lines)
 
 
@@ -81,6 +107,11 @@ def plain_counts(verdict: Verdict) -> str:
     mode = "suite" if "suite" in verdict.modes else next(iter(verdict.modes), "")
     said = verdict.modes.get(mode, {}).get("counts") if mode else None
     return f"pytest ({mode}): {said}" if isinstance(said, str) else ""
+
+
+def _headline(category: str, new: bool | None, text: str) -> str:
+    """A finding's first line: its category padded to CATEGORY_WIDTH, new or known, what."""
+    return printable(f"{category:<{CATEGORY_WIDTH}} {_tag(new):<5} {text}")
 
 
 def _tag(new: bool | None) -> str:
@@ -114,7 +145,7 @@ def _evidence(test: TestVerdict) -> str:
 def _group_lines(group: FindingGroup) -> list[str]:
     """A group as one finding: its count and places, how it failed, what ran, one command."""
     new = next((t.new for t in group.members if t.new is not None), None)
-    lines = [printable(f"{group.category.value:<17} {_tag(new):<5} {group.title()}")]
+    lines = [_headline(group.category.value, new, group.title())]
     if group.fingerprint:
         lines.append(printable(f"    failure: {group.fingerprint}"))
     if group.evidence():
@@ -124,16 +155,19 @@ def _group_lines(group: FindingGroup) -> list[str]:
     return lines
 
 
-def _root_lines(blame: Blame) -> list[str]:
-    """The root's headline, its victims indented beneath it, then its minimal command."""
+def _root_lines(blame: Blame, *, cut: bool = True) -> list[str]:
+    """The root's headline, its victims indented beneath it (the first MAX_VICTIMS where
+    `cut`), then its minimal command."""
     category = blame.root.category.value
-    lines = [printable(f"{category:<17} {_tag(blame.new):<5} {blame.headline.text()}")]
+    lines = [_headline(category, blame.new, blame.headline.text())]
     lines += [
         printable(f"      {_tag(v.new) + ' ' if v.new is not None else ''}{v.id}  {_evidence(v)}")
-        for v in blame.victims[:MAX_VICTIMS]
+        for v in (blame.victims[:MAX_VICTIMS] if cut else blame.victims)
     ]
-    if len(blame.victims) > MAX_VICTIMS:
-        lines.append(f"      ... and {len(blame.victims) - MAX_VICTIMS} more victims")
+    if cut and len(blame.victims) > MAX_VICTIMS:
+        lines.append(
+            f"      ... and {len(blame.victims) - MAX_VICTIMS} more victims (-v lists all)"
+        )
     lines += [printable(f"    {left}") for left in blame.root.left]  # the state ledger
     notes = dict.fromkeys(n for v in blame.victims for n in v.notes)  # each once
     lines += [printable(f"    {note}") for note in notes]
@@ -141,14 +175,12 @@ def _root_lines(blame: Blame) -> list[str]:
     if first_error:
         line = sanitizer_line(first_error.sanitizer)
         lines.append(printable(f"    compute-sanitizer ({first_error.id}): {line}"))
-    return lines + _root_failures(blame.victims) + _commands(root_commands(blame))
+    return lines + _root_failures(blame.victims, cut=cut) + _commands(root_commands(blame))
 
 
 def _finding_lines(test: TestVerdict, blamed: dict[str, Blame]) -> list[str]:
     """A finding that no root explains: its evidence, what it is, and how to rerun it."""
-    lines = [
-        printable(f"{test.category.value:<17} {_tag(test.new):<5} {test.id}  {_evidence(test)}")
-    ]
+    lines = [_headline(test.category.value, test.new, f"{test.id}  {_evidence(test)}")]
     if test.id.endswith(EXIT_ID) and test.message:  # outside any test: say what it was
         lines.append(printable(f"    why: {_bounded(test.message)}"))
     for what in (test.diagnosis, culprit_note(test, blamed), *test.notes):
@@ -167,9 +199,9 @@ def _commands(commands: Sequence[tuple[str, str]]) -> list[str]:
     return [printable(f"    {what}: {command}") for what, command in commands]
 
 
-def _root_failures(victims: Sequence[TestVerdict]) -> list[str]:
+def _root_failures(victims: Sequence[TestVerdict], *, cut: bool = True) -> list[str]:
     """How the victims failed: one line where they failed alike (one fingerprint), else the
-    first few different failures, each with its victim."""
+    first few different failures (all where not `cut`), each with its victim."""
     alike: dict[str, TestVerdict] = {}
     for victim in victims:
         if victim.message:
@@ -179,7 +211,7 @@ def _root_failures(victims: Sequence[TestVerdict]) -> list[str]:
         return [printable(f"    failure: {_bounded(only.message)}")]
     return [
         printable(f"    failure ({v.id}): {_bounded(v.message)}")
-        for v in list(alike.values())[:MAX_FAILURES]
+        for v in (list(alike.values())[:MAX_FAILURES] if cut else alike.values())
     ]
 
 

@@ -29,7 +29,7 @@ it sees in plain pytest), with what must not be shared redirected (`interpreter_
   command, gets that one (`seed_args`).
 
 Options that write a file gpuci cannot keep the plain run's are refused (REFUSED).
-docs/pytest-options.md shows all of this as a table (tests/test_pytest_options.py).
+docs/pytest-options.md shows all of this as a table (tests/test_options_table.py).
 """
 
 from __future__ import annotations

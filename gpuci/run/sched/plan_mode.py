@@ -15,7 +15,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from gpuci.model import GpuciError, Mode, ModeRun, printable
+from gpuci.model import GpuciError, Mode, ModeRun
 from gpuci.run.disk.outdir import prepare_out
 from gpuci.run.disk.resume import given_paths, was_interrupted
 from gpuci.run.proc.discover import Discovery, discover_tests, discovered
@@ -38,6 +38,7 @@ from gpuci.run.sched.plan import (
     shard_files,
     shard_from_env,
 )
+from gpuci.run.sched.progress import say as say_on
 from gpuci.run.sched.screens import Screen
 from gpuci.run.sched.session import RunOptions
 from gpuci.run.sched.views import describe_views
@@ -282,8 +283,9 @@ def pool_workers(
     return choose_workers(requested, cpus=cpu_count(), gpus=slots, files=files)
 
 
-def say(text: str) -> None:
-    print(printable(f"gpuci: {text}"), file=sys.stderr, flush=True)
+def say(text: str, *, level: int = 0) -> None:
+    """A line of the check's progress on stderr, where the verbosity shows `level`."""
+    say_on(sys.stderr, text, level=level)
 
 
 def discover(options: ModeOptions) -> Discovery:

@@ -1,4 +1,5 @@
-"""Progress: one quiet line per finished file, and a summary when a mode ends."""
+"""Progress: one quiet line per finished file, and a summary when a mode ends; under -q
+only the summaries and warnings, under -v each file's tests that did not pass too."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ from gpuci.model import (
 )
 from gpuci.run.proc.strays import run_lines
 from gpuci.run.sched.plan import Schedule
+from gpuci.terminal import QUIET, current
 
 
-def say(progress: TextIO, text: str) -> None:
-    """One line of gpuci's progress on `progress`, made printable (test ids are untrusted)."""
-    print(printable(f"gpuci: {text}"), file=progress, flush=True)
+def say(progress: TextIO, text: str, *, level: int = 0) -> None:
+    """One line of gpuci's progress on `progress`, made printable (test ids are untrusted),
+    where the command's verbosity shows `level` (QUIET: under -q too; 0: not under -q)."""
+    if current().shows(level):
+        print(printable(f"gpuci: {text}"), file=progress, flush=True)
 
 
 SKIP_REASONS_SHOWN = 3
@@ -132,14 +136,19 @@ class Progress:
     ) -> None:
         """Say that a unit finished: `unit` keys its estimate (default: its file), `label`
         goes before its name (the mode, when several run at once)."""
+        terminal = current()
         with self.lock:
             self.done += 1
             self.startups += [i.startup_s for i in file_run.interpreters if i.startup_s]
+            self.left_s -= self.estimates.get(unit or file_run.file, 0.0)
+            if terminal.quiet:
+                return
             said = count_tests(tests)
             elapsed = time.monotonic() - self.zero
-            self.left_s -= self.estimates.get(unit or file_run.file, 0.0)
             eta = self.eta(elapsed)
-            flag = "" if file_run.status in (FileStatus.PASSED,) else f" [{file_run.status.value}]"
+            flag = ""
+            if file_run.status is not FileStatus.PASSED:
+                flag = " " + terminal.paint(f"[{file_run.status.value}]", "red", self.out)
             width = len(str(self.total))
             name = printable(f"{label} {file_run.file}" if label else file_run.file)
             print(
@@ -148,19 +157,22 @@ class Progress:
                 file=self.out,
                 flush=True,
             )
+            if terminal.verbose:  # as pytest -v names each test: here, those that did not pass
+                for test in tests:
+                    if test.outcome not in (Outcome.PASSED, Outcome.SKIPPED):
+                        outcome = terminal.paint(test.outcome.value, "red", self.out)
+                        line = printable(f"gpuci:     {test.id} ") + outcome
+                        print(line, file=self.out, flush=True)
 
     def mode_done(self, run: ModeRun) -> None:
+        """A mode's counts, its leftovers and its commonest skip reasons (under -q too)."""
         said = count_tests(run.tests)
-        print(f"gpuci: {run.mode.value}: {said} in {run.wall_s:.1f}s", file=self.out, flush=True)
+        say(self.out, f"{run.mode.value}: {said} in {run.wall_s:.1f}s", level=QUIET)
         for line in run_lines(run):  # a leftover is an isolation bug of its own: say it
-            print(printable(f"gpuci: warning: {line}"), file=self.out, flush=True)
+            say(self.out, f"warning: {line}", level=QUIET)
         # the most common skip reasons: a suite that skipped for want of a GPU says so
         reasons = Counter(
             t.message for t in run.tests if t.outcome is Outcome.SKIPPED and not t.counted
         )
         for reason, n in reasons.most_common(SKIP_REASONS_SHOWN):
-            print(
-                f"gpuci:   {n} skipped: {printable(reason) or '(no reason given)'}",
-                file=self.out,
-                flush=True,
-            )
+            say(self.out, f"  {n} skipped: {printable(reason) or '(no reason given)'}", level=QUIET)
