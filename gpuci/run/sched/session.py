@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import os
 import time
+from pathlib import Path
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import (
@@ -158,6 +159,7 @@ class ModeSession:
             threads=options.threads,
             poison=options.poison,
             rootdir=str(self.discovery.rootdir),
+            workdir=str(Path.cwd()),
             workers=self.schedule.workers,
             gpus=options.gpus,
             gpus_per_slot=options.gpus_per_slot,
