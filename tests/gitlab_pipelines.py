@@ -1,5 +1,5 @@
 """FakeGitLab with a project's pipelines, jobs, artifacts and generic packages, as a job
-of another pipeline reaches them: what verdict.sh reads the baseline from and what the
+of another pipeline reaches them: what `gpuci.gitlab.baseline` reads the baseline from and what the
 component's install downloads gpuci's release wheel from.
 
 It answers `GET /projects/:id/pipelines` (`ref`, `scope=finished`, newest first),
@@ -118,6 +118,6 @@ class GitLabWithPipelines(FakeGitLab):
 
 
 def _job_json(job: Job) -> dict[str, Any]:
-    """A job as GitLab's jobs API lists it (the fields verdict.sh reads)."""
+    """A job as GitLab's jobs API lists it (the fields the baseline fetch reads)."""
     archive = [{"file_type": "archive", "filename": "artifacts.zip"}] if job.artifacts else []
     return {"id": job.id, "name": job.name, "status": job.status, "artifacts": archive}

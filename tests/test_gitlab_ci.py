@@ -1,7 +1,8 @@
 """The GitLab pipeline: `.gitlab-ci.yml` (which includes gpuci's own CI/CD component,
-templates/gpuci.yml) against GitLab's CI schema, `verdict.sh`'s exit codes and baseline
-download, and the verdict job run for real by gitlab-ci-local (shell executor, no Docker)
-on the results fixture in tests/data/ci/. tests/test_component.py runs a user's project.
+templates/gpuci.yml) against GitLab's CI schema, `verdict.sh`'s exit codes and its use
+of the baseline (tests/test_baseline.py fetches it), and the verdict job run for real by
+gitlab-ci-local (shell executor, no Docker) on the results fixture in tests/data/ci/.
+tests/test_component.py runs a user's project.
 
 A test whose tool (check-jsonschema, gitlab-ci-local, rsync, curl, git) is missing skips
 on a workstation but fails under CI=true, so a pipeline never passes by skipping it.
