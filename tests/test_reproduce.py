@@ -3,6 +3,7 @@ the same tests as its ids (`gpuci.evidence.reproduce`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from gpuci.evidence.reproduce import in_rootdir, pytest_command, whole_files
@@ -56,6 +57,13 @@ def test_ids_stay_where_the_file_would_run_other_tests_or_another_order() -> Non
     ]
     assert whole_files(own, targets[:1] + targets[1:]) == ["tests/test_a.py"]
     assert whole_files(own, [targets[0], *targets]) == [targets[0], *targets]
+
+
+def test_ids_stay_where_a_plugin_may_have_reordered_the_file() -> None:
+    # the screens ran the file in pytest-randomly's order; the command turns it off
+    run = run_of([POLLUTER, *VICTIMS])
+    shuffled = dataclasses.replace(run, environment={"pytest-randomly": "3.16.0"})
+    assert whole_files(shuffled, [POLLUTER, *VICTIMS]) == [POLLUTER, *VICTIMS]
 
 
 def test_one_test_keeps_its_id() -> None:

@@ -31,6 +31,7 @@ from gpuci.run.sched.views import plain_gpus
 
 PYTEST = ("-m", "pytest", "-p", "no:randomly")  # after the interpreter (`python`, or named)
 ORDERED = Category.ORDER_DEPENDENT
+REORDERING = ("pytest-randomly", "pytest-random-order")  # run.json environment keys
 
 
 def _selectable(test_id: str) -> str:
@@ -295,7 +296,11 @@ def whole_files(run: ModeRun, targets: Sequence[str]) -> list[str]:
     """`targets`, with each file's test ids named by the file where naming it runs the same
     tests: two or more ids that are every test the run had of that file, in the order it
     ran them, and the file named nowhere else in `targets` (pytest would run it twice).
-    The user's arguments, in every command, select in the file what they selected here."""
+    The user's arguments, in every command, select in the file what they selected here.
+    Where a plugin that reorders tests was installed, the ids stay: they alone name the
+    order the tests ran in."""
+    if any(plugin in run.environment for plugin in REORDERING):
+        return list(targets)
     ran: dict[str, list[str]] = {}
     for test in run.tests:
         ran.setdefault(test.id.partition("::")[0], []).append(test.id)
