@@ -3,9 +3,11 @@ project in examples/gitlab_project, whose `.gitlab-ci.yml` only includes the com
 run for real by gitlab-ci-local (shell executor, no Docker, no GPU): gpuci's tag pipeline
 uploads the release wheel to a fake GitLab, the example's default install takes it from
 there, then the check on its CPU suite, the verdict, the note posted to the fake GitLab,
-the durations carried by the cache to the next pipeline. And the component's variants as
-GitLab would expand them: one job per mode, included twice, a user's before_script, the
-example's workflow:rules.
+the durations carried by the cache to the next pipeline, which passes against the first
+one's verdict with `--allow known`. The component's install from a package index mirror
+(`pip-index-url`), and docs/ci.md's recipe for running the pipeline locally
+(scripts/local_pipeline.sh). And the component's variants as GitLab would expand them:
+one job per mode, included twice, a user's before_script, the example's workflow:rules.
 
 A missing tool skips on a workstation but fails under CI=true (see test_gitlab_ci.py).
 """
