@@ -200,6 +200,7 @@ class ModeRun:
     pytest_args: tuple[str, ...] = ()  # the user's, as every interpreter of the check got them
     threads: int | None = None  # threads mode: each test ran in N threads (--parallel-threads N)
     rootdir: str
+    workdir: str = ""  # where gpuci ran (the project's root in CI): commands are relative to it
     workers: int
     gpus: tuple[str, ...] = ()
     gpus_per_slot: int | None = None  # None: every slot sees every GPU, rotated

@@ -1,5 +1,5 @@
 """FakeGitLab with a project's pipelines, jobs, artifacts and generic packages, as a job
-of another pipeline reaches them: what verdict.sh reads the baseline from and what the
+of another pipeline reaches them: what `gpuci.gitlab.baseline` reads the baseline from and what the
 component's install downloads gpuci's release wheel from.
 
 It answers `GET /projects/:id/pipelines` (`ref`, `scope=finished`, newest first),
@@ -72,7 +72,7 @@ class GitLabWithPipelines(FakeGitLab):
         project = self.paths.get(found["project"], found["project"])
         if request.method == "PUT":
             return self._upload(project, found["rest"], request.data)
-        return self._ci(project, found["rest"], request.query)
+        return self._ci(project, found["rest"], request)
 
     def _upload(self, project: str, rest: str, data: bytes) -> tuple[int, dict[str, str], Any]:
         """A generic package's file, uploaded (`curl --upload-file`)."""
@@ -82,9 +82,8 @@ class GitLabWithPipelines(FakeGitLab):
         self.packages[(project, *package.groups())] = data
         return 201, {}, {"message": "201 Created"}
 
-    def _ci(
-        self, project: str, rest: str, query: dict[str, str]
-    ) -> tuple[int, dict[str, str], Any]:
+    def _ci(self, project: str, rest: str, request: Received) -> tuple[int, dict[str, str], Any]:
+        query = request.query
         package = re.fullmatch(r"packages/generic/([^/]+)/([^/]+)/([^/]+)", rest)
         if package is not None:
             key = (project, *package.groups())
@@ -97,11 +96,13 @@ class GitLabWithPipelines(FakeGitLab):
             if query.get("scope") == "finished":
                 listed = [p for p in listed if p.status in FINISHED]
             listed.sort(key=lambda p: -p.id)
+            listed = listed[: int(query.get("per_page", "20"))]  # one page: all it is asked for
             return 200, {}, [{"id": p.id, "ref": p.ref, "status": p.status} for p in listed]
         jobs = re.fullmatch(r"pipelines/(\d+)/jobs", rest)
         pipeline = next((p for p in self.pipelines if jobs and p.id == int(jobs[1])), None)
         if pipeline is not None:
-            return 200, {}, [_job_json(job) for job in pipeline.jobs]
+            newest_first = sorted(pipeline.jobs, key=lambda job: -job.id)
+            return self.paged(request, [_job_json(job) for job in newest_first])
         artifact = re.fullmatch(r"jobs/(\d+)/artifacts/(.+)", rest)
         if artifact is not None:
             location = f"{self.api_url.removesuffix('/api/v4')}{STORAGE}{artifact[1]}/{artifact[2]}"
@@ -117,6 +118,6 @@ class GitLabWithPipelines(FakeGitLab):
 
 
 def _job_json(job: Job) -> dict[str, Any]:
-    """A job as GitLab's jobs API lists it (the fields verdict.sh reads)."""
+    """A job as GitLab's jobs API lists it (the fields the baseline fetch reads)."""
     archive = [{"file_type": "archive", "filename": "artifacts.zip"}] if job.artifacts else []
     return {"id": job.id, "name": job.name, "status": job.status, "artifacts": archive}

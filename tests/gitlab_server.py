@@ -227,13 +227,17 @@ class FakeGitLab:
         return 200, {}, note
 
     def _list(self, request: Received) -> tuple[int, dict[str, str], Any]:
-        per_page = min(int(request.query.get("per_page", "20")), self.max_per_page)
-        page = int(request.query.get("page", "1"))
         ordered = sorted(
             self.notes,
             key=lambda n: (n["created_at"], n["id"]),
             reverse=request.query.get("sort", "desc") == "desc",
         )
+        return self.paged(request, ordered)
+
+    def paged(self, request: Received, ordered: list[Any]) -> tuple[int, dict[str, str], Any]:
+        """One page of `ordered`, with GitLab's paging headers."""
+        per_page = min(int(request.query.get("per_page", "20")), self.max_per_page)
+        page = int(request.query.get("page", "1"))
         chunk = ordered[(page - 1) * per_page : page * per_page]
         last = max(1, -(-len(ordered) // per_page))
         headers = {"X-Page": str(page), "X-Per-Page": str(per_page), "X-Total": str(len(ordered))}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import zipfile
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
@@ -50,12 +52,13 @@ def _requirements() -> list[Requirement]:
     return [Requirement(r) for r in project["dependencies"]]
 
 
-def dependencies_view(dest: Path) -> Path:
+def dependencies_view(dest: Path, without: Sequence[str] = ()) -> Path:
     """Links in `dest` to the installed distributions gpuci depends on, and theirs, and pip
-    (never gpuci itself), for a fresh Python's sys.path: its pip sees them installed."""
+    (never gpuci itself, nor those named `without`), for a fresh Python's sys.path: its pip
+    sees them installed."""
     dest.mkdir()
     # pip too: the job's `python3 -m pip` (a venv without ensurepip, which Debian splits off)
-    todo, seen = [*_requirements(), Requirement("pip")], set()
+    todo, seen = [*_requirements(), Requirement("pip")], {name.lower() for name in without}
     while todo:
         requirement = todo.pop()
         if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
@@ -78,14 +81,30 @@ def dependencies_view(dest: Path) -> Path:
     return dest
 
 
-def job_python(tmp_path: Path) -> Path:
+def wheel_of_installed(name: str, dest: Path) -> Path:
+    """The installed distribution `name` packed again as a wheel in `dest` (its files and
+    its dist-info, RECORD as installed): what a package index would serve for it."""
+    dist = distribution(name)
+    tag = "py3-none-any"
+    wheel = dest / f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for file in dist.files or []:
+            if file.parts[0] in {"..", "__pycache__"} or "__pycache__" in file.parts:
+                continue
+            source = Path(str(dist.locate_file(file)))
+            if source.is_file():
+                archive.write(source, str(file))
+    return wheel
+
+
+def job_python(tmp_path: Path, without: Sequence[str] = ()) -> Path:
     """A virtual environment whose `python3` a job runs: pip and gpuci's dependencies
-    (linked), no gpuci. Its bin/ goes first on the job's PATH."""
+    (linked) but those named `without`, no gpuci. Its bin/ goes first on the job's PATH."""
     venv = tmp_path / "job-venv"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
     )
     (site,) = venv.glob("lib/python*/site-packages")
-    view = dependencies_view(tmp_path / "job-deps")
+    view = dependencies_view(tmp_path / "job-deps", without)
     (site / "gpuci-dependencies.pth").write_text(f"{view}\n", encoding="utf-8")
     return venv / "bin"

@@ -9,8 +9,11 @@ from test_gpumem import write_run
 
 from gpuci.evidence.results import load_mode_results
 from gpuci.formats import mode_run_to_json, read_mode_run, write_json_atomic
-from gpuci.model import Category, TestVerdict
-from gpuci.verdict.causes import contention_note, isolation_headline
+from gpuci.model import Category, TestVerdict, Verdict
+from gpuci.report.comment_data import ReportLinks
+from gpuci.report.render import render_markdown
+from gpuci.verdict.causes import contention_note, group_roots, isolation_headline
+from gpuci.verdict.roots import blamed_roots
 
 A, B = "tests/test_a.py", "tests/test_b.py"
 
@@ -63,3 +66,23 @@ def test_a_pair_that_does_not_fit_the_device_says_what_it_needs(tmp_path: Path) 
     assert contention_note(Category.CONCURRENCY, A, ("c.py",), results) == ()  # they fit
     assert contention_note(Category.CONCURRENCY, A, ("d.py",), results) == ()  # not measured
     assert contention_note(Category.ORDER_DEPENDENT, A, (B,), results) == ()
+
+
+def test_a_contention_both_of_whose_sides_failed_is_one_root_naming_both() -> None:
+    a, b = f"{A}::test_hog", f"{B}::test_hog"
+    tests = [
+        _test(a, Category.CONCURRENCY, culprits=(B,)),
+        _test(b, Category.CONCURRENCY, culprits=(a,)),
+        _test("tests/test_c.py::test_alone", Category.CONCURRENCY, culprits=(B,)),
+    ]
+    roots = group_roots(tests)
+    assert [(r.victims, r.culprits) for r in roots] == [
+        ((a, b), (B, a)),  # the pair, once
+        (("tests/test_c.py::test_alone",), (B,)),  # its partner passed: one side
+    ]
+    verdict = Verdict(verdict="fail", summary={}, tests=tuple(tests), roots=roots)
+    told = [b.headline.text() for b in blamed_roots(verdict)]
+    assert told == [f"{a} and {b} fail beside each other", f"1 test fails beside {B}"]
+    markdown = render_markdown(verdict, links=ReportLinks())
+    assert markdown.count("fail beside each other") == 1
+    assert markdown.count("#### ") == 2

@@ -89,7 +89,10 @@ def test_check_writes_every_artifact_and_a_summary(
         assert (out / mode / "junit.xml").exists()
     lines = proc.stdout.splitlines()
     assert any(line.startswith("order-dependent") for line in lines)
-    assert any(line.strip().startswith("reproduce: cd ") for line in lines)
+    # gpuci ran in the project's root; the suite's rootdir (its pytest.ini) lies below it
+    assert any(
+        line.strip().startswith("reproduce: cd examples/polluted_suite && ") for line in lines
+    )
     assert any(line.startswith("verdict: fail") for line in lines)
 
 

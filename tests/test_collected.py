@@ -77,7 +77,13 @@ def check_victim(root: Path) -> tuple[subprocess.CompletedProcess[str], dict[str
 def shell(command: str, root: Path) -> subprocess.CompletedProcess[str]:
     env = clean_env({**os.environ, "PYTHONPATH": str(root)})
     return subprocess.run(
-        ["bash", "-c", command], env=env, capture_output=True, text=True, check=False, timeout=120
+        ["bash", "-c", command],
+        cwd=root,  # where gpuci ran: commands are relative to it
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 

@@ -61,11 +61,14 @@ def test_a_command_names_the_interpreter_where_path_has_another(tmp_path: Path) 
     command = verdict["tests"][0]["reproduce"]
     suite_run = json.loads((tmp_path / "out" / "suite" / "run.json").read_text(encoding="utf-8"))
     seed = suite_run["environment"]["hash_seed"]  # every interpreter's: the command carries it
-    assert f"&& PYTHONHASHSEED={seed} {shlex.quote(sys.executable)} -m pytest " in command, command
+    # run where gpuci ran (the suite's root): no `cd`
+    assert command.startswith(f"PYTHONHASHSEED={seed} {shlex.quote(sys.executable)} -m pytest "), (
+        command
+    )
     assert f"reproduce: {command}" in proc.stdout
     # pasted where that PATH holds, it runs the check's interpreter and shows the failure
     shown = subprocess.run(
-        ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, check=False
+        ["/bin/sh", "-c", command], cwd=root, env=env, capture_output=True, text=True, check=False
     )
     assert "FAILED test_x.py::test_fails" in shown.stdout, shown.stdout + shown.stderr
 
@@ -80,7 +83,7 @@ def test_a_command_keeps_python_where_it_is_the_same_interpreter(tmp_path: Path)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text(encoding="utf-8"))
     seed = verdict["environment"]["hash_seed"]  # every interpreter's: the command carries it
-    assert f"&& PYTHONHASHSEED={seed} python -m pytest " in verdict["tests"][0]["reproduce"]
+    assert verdict["tests"][0]["reproduce"].startswith(f"PYTHONHASHSEED={seed} python -m pytest ")
     assert "interpreter" not in verdict["environment"]
 
 

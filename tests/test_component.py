@@ -3,31 +3,38 @@ project in examples/gitlab_project, whose `.gitlab-ci.yml` only includes the com
 run for real by gitlab-ci-local (shell executor, no Docker, no GPU): gpuci's tag pipeline
 uploads the release wheel to a fake GitLab, the example's default install takes it from
 there, then the check on its CPU suite, the verdict, the note posted to the fake GitLab,
-the durations carried by the cache to the next pipeline. And the component's variants as
-GitLab would expand them: one job per mode, included twice, a user's before_script, the
-example's workflow:rules.
+the durations carried by the cache to the next pipeline, which passes against the first
+one's verdict with `--allow known`. The component's install from a package index mirror
+(`pip-index-url`), and docs/ci.md's recipe for running the pipeline locally
+(scripts/local_pipeline.sh). And the component's variants as GitLab would expand them:
+one job per mode, included twice, a user's before_script, the example's workflow:rules.
 
 A missing tool skips on a workstation but fails under CI=true (see test_gitlab_ci.py).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gitlab_pipelines import GitLabWithPipelines
-from release_wheel import DIST, job_python, version
+from gitlab_pipelines import Job as PipelineJob
+from gitlab_pipelines import Pipeline as GitLabPipeline
+from release_wheel import DIST, build_wheel, job_python, version, wheel_of_installed
 from test_gitlab_ci import (
     JOB_TOKEN,
     NOTE_TOKEN,
     LocalRunner,
     Pipeline,
+    child_env,
     commit_all,
     merge_request_pipeline,
     missing,
@@ -206,13 +213,27 @@ def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the
         comment = (out / "comment.md").read_text(encoding="utf-8")
         assert comment.strip() in gitlab.notes[0]["body"]
 
-        # the next pipeline: its check starts from the durations the cache carried over
+        # the next pipeline: its check starts from the durations the cache carried over, and
+        # judges against the default branch's verdict (the first one's, its pipeline failed)
+        # with `--allow known`: it passes, says what it allowed, and says it once
+        kept = PipelineJob(id=77, name=CHECK_JOB, status="failed")
+        kept.artifacts["out/gpuci/verdict.json"] = (out / "verdict.json").read_bytes()
+        gitlab.pipelines.append(GitLabPipeline(id=7, ref="main", status="failed", jobs=[kept]))
+        variables["GPUCI_DIFF_ARGS"] = "--allow known"
         second = project.run_job(CHECK_JOB, variables, install=True)
-        assert second.returncode == 1, second.stdout + second.stderr
+        assert second.returncode == 0, second.stdout + second.stderr
         log = project.log(CHECK_JOB)
         assert "the files' times of an earlier pipeline: .cache/gpuci/durations.json" in log
         assert "--durations .cache/gpuci/durations.json" in log  # gpuci's "reproduce" line
+        assert "baseline: job 77 of pipeline 7 (failed)" in log
+        verdicts = re.findall(r"^verdict: .*$", log, re.MULTILINE)
+        assert verdicts == [
+            "verdict: pass (1 known isolation problem allowed — 1 polluter — in 1 test)"
+        ]
         assert len(gitlab.notes) == 1  # updated in place, not a second note
+        heading = gitlab.notes[0]["body"].splitlines()[1]
+        assert heading.startswith("### ✅ gpuci: pass: 1 known isolation problem allowed")
+        assert "No isolation problems" not in gitlab.notes[0]["body"]
     durations = json.loads((out / "durations.json").read_text(encoding="utf-8"))
     assert sorted(durations["files"]) == sorted({t.split("::")[0] for t in expected_categories()})
 
@@ -390,3 +411,118 @@ def test_the_example_runs_one_pipeline_per_change(
     assert result.returncode == 0, result.stderr
     (probe,) = json.loads(result.stdout)
     assert (probe["when"] != "never") is runs
+
+
+@pytest.mark.slow
+def test_the_local_recipe_runs_the_example_pipeline(tmp_path: Path) -> None:
+    # docs/ci.md's recipe, as a user runs it: scripts/local_pipeline.sh runs the example's
+    # pipeline, unchanged, under gitlab-ci-local with the component of this checkout and
+    # the gpuci on PATH; plain `gitlab-ci-local` there fails fetching the component
+    runner = LocalRunner(tmp_path, EXAMPLE)  # gitlab-ci-local, and this checkout's gpuci shims
+    work = tmp_path / "work"
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "local_pipeline.sh")],
+        cwd=tmp_path,
+        env=child_env(
+            PATH=runner.path, HOME=str(runner.home), NO_COLOR="1", GPUCI_LOCAL_WORK=str(work)
+        ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output  # the planted bug fails the job, after reporting
+    where, version_ = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    assert f"component gitlab.example.com/{where}/gpuci@{version_}: {COMPONENT}" in output
+    copy = work / EXAMPLE.name
+    log = (copy / ".gitlab-ci-local" / "output" / f"{safe_job_name(CHECK_JOB)}.log").read_text(
+        "utf-8"
+    )
+    # one verdict in the job's log: the check's, after the policy (no second diff)
+    assert re.findall(r"^verdict: \w+", log, re.MULTILINE) == ["verdict: fail"], log
+    assert "no baseline (not in a GitLab job" in log  # nothing left the machine
+    assert "not in a merge request pipeline" in log
+    out = copy / ".gitlab-ci-local" / "artifacts" / safe_job_name(CHECK_JOB) / "out" / "gpuci"
+    verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
+    found = {t["id"]: (t["category"], t.get("culprits") or None) for t in verdict["tests"]}
+    assert found == expected_categories()
+    assert (out / "report.html").is_file()
+    assert not (EXAMPLE / ".gitlab-ci-local").exists()  # the example itself is untouched
+
+
+class Mirror:
+    """A package index mirror on 127.0.0.1 (PEP 503 simple pages over a directory), which
+    records what it was asked for."""
+
+    def __init__(self, root: Path, wheels: list[Path]) -> None:
+        for wheel in wheels:
+            project = wheel.name.split("-")[0].lower().replace("_", "-")
+            page = root / "simple" / project
+            page.mkdir(parents=True)
+            shutil.copy2(wheel, page / wheel.name)
+            link = f'<a href="{wheel.name}">{wheel.name}</a>'
+            (page / "index.html").write_text(f"<html><body>{link}</body></html>\n", "utf-8")
+        self.asked: list[str] = []
+        asked = self.asked
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, directory=str(root), **kwargs)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                asked.append(self.path)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/simple"
+
+    def __enter__(self) -> Mirror:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.slow
+def test_the_component_installs_gpuci_and_its_dependencies_from_a_mirror(tmp_path: Path) -> None:
+    # `pip-index-url`: the release wheel from gpuci's package registry, one of its
+    # dependencies (junitparser, missing from the job's Python) and the install's own
+    # package from a mirror, the only index the job's pip is given
+    need("curl", "the component's install downloads the wheel with it")
+    where, version_ = component_ref(EXAMPLE / ".gitlab-ci.yml")
+    dist, packed = tmp_path / "dist", tmp_path / "packed"
+    dist.mkdir()
+    packed.mkdir()
+    wheels = [wheel_of_installed("junitparser", packed)]
+    with Mirror(tmp_path / "mirror", wheels) as mirror:
+        pipeline = f"""\
+include:
+  - component: $CI_SERVER_FQDN/{where}/gpuci@{version_}
+    inputs:
+      paths: tests/test_math.py
+      post-note: false
+      pip-index-url: {mirror.url}
+"""
+        project = Project(tmp_path, EXAMPLE, pipeline)
+        python_bin = job_python(tmp_path, without=["junitparser"])
+        project.path = f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+        project.env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        wheel = build_wheel(dist)
+        with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as gitlab:
+            gitlab.packages[(where, DIST, version(), wheel.name)] = wheel.read_bytes()
+            variables = {"CI_API_V4_URL": gitlab.api_url, "CI_JOB_TOKEN": JOB_TOKEN}
+            result = project.run_job(CHECK_JOB, variables, install=True)
+    log = project.log(CHECK_JOB)
+    assert result.returncode == 0, result.stdout + result.stderr + log
+    assert f"gpuci: pip installs from {mirror.url}" in log
+    assert any(path.startswith("/simple/junitparser/") for path in mirror.asked), mirror.asked
+    assert any(path.endswith(wheels[0].name) for path in mirror.asked), mirror.asked
+    installed = list(python_bin.parent.glob("lib/python*/site-packages/junitparser-*.dist-info"))
+    assert len(installed) == 1, log

@@ -89,3 +89,11 @@ def test_a_pair_that_fails_alike_in_every_screen_is_concurrency(tmp_path: Path) 
     assert [c.partition("::")[0] for c in train["culprits"]] == ["test_b_infer.py"]
     assert [c.partition("::")[0] for c in infer["culprits"]] == ["test_a_train.py"]
     assert train["reruns"] and set(train["reruns"]) == {"passed"}
+    # one contention, told once with both sides named (each names the other)
+    verdict = json.loads((out / "verdict.json").read_text())
+    pairs = [r for r in verdict["roots"] if r["category"] == "concurrency"]
+    assert [sorted(r["victims"]) for r in pairs] == [[TRAIN_ALIKE, INFER_ALIKE]]
+    told = f"{TRAIN_ALIKE} and {INFER_ALIKE} fail beside each other"
+    comment = (out / "comment.md").read_text(encoding="utf-8")
+    assert comment.count("fail beside each other") == 1, comment
+    assert told in proc.stdout or f"{INFER_ALIKE} and {TRAIN_ALIKE} fail beside" in proc.stdout

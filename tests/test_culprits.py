@@ -210,7 +210,10 @@ def test_the_cascade_is_one_root_with_five_victims(
         # the card's command is the group run: the culprit before every waiting victim
         "reproduce": by_id(verdict)[CASCADE[1]]["reproduce"],
     }
-    assert sorted(len(r["victims"]) for r in roots) == [1, 1, 1, 1, 5]
+    # the two hogs fail beside each other: one contention, one root of both
+    assert sorted(len(r["victims"]) for r in roots) == [1, 1, 2, 5]
+    (pair,) = [r for r in roots if r["category"] == "concurrency"]
+    assert sorted(pair["victims"]) == sorted(HOGS)
     # the first victim failed in its own file's interpreters (not waiting); the first of the
     # later ones took two cascade runs, and the group runs answered the others: one pair
     # with the pool victim in it (it passes after the sticky culprit), one without it, and
@@ -272,14 +275,15 @@ def test_reproduce_commands_are_minimal_and_reproduce(
     for victim in (CASCADE[0], POOL_VICTIM):
         command = tests[victim]["reproduce"]
         assert command.endswith(f"python -m pytest {tests[victim]['culprits'][0]} {victim}")
-    for victim in CASCADE[1:]:  # answered together: the group run
+    for victim in CASCADE[1:]:  # answered together: the group run, every test of two files
         command = tests[victim]["reproduce"]
-        assert command.endswith(f"python -m pytest {STICKY} {' '.join(CASCADE[1:])}")
+        files = "test_b_victims.py test_c_victims.py"
+        assert command.endswith(f"python -m pytest {STICKY} {files}"), command
     assert tests[CONSUMER]["reproduce"].endswith(f"python -m pytest {CONSUMER}")
     for victim in (CASCADE[2], POOL_VICTIM, CONSUMER, HOGS[0]):
         shown = subprocess.run(
             ["bash", "-c", tests[victim]["reproduce"]],
-            cwd=tmp_path,
+            cwd=suite,  # where gpuci ran: commands are relative to it
             # the pair command starts both hogs at once: they wait for each other
             env=dict(env, HOG_PAIRED="1") if victim in HOGS else env,
             capture_output=True,
@@ -441,7 +445,7 @@ def test_poisoning_blames_the_reader_of_uninitialized_memory(tmp_path: Path) -> 
     assert reader["reproduce"].endswith("-p gpuci.pytest_plugin test_pad.py::test_pad_tail_is_zero")
     shown = subprocess.run(
         ["bash", "-c", reader["reproduce"]],
-        cwd=tmp_path,
+        cwd=suite,  # where gpuci ran: commands are relative to it
         env=environment(tmp_path),
         capture_output=True,
         text=True,
@@ -474,8 +478,8 @@ def test_poison_makes_the_reader_fail_everywhere(tmp_path: Path) -> None:
     python = python_word()
     suite_run = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
     seed = suite_run["environment"]["hash_seed"]  # every interpreter's: the command carries it
-    assert reader["reproduce"].startswith(
-        f"cd {suite} && PYTHONHASHSEED={seed} GPUCI_POISON=1 {python} -m pytest"
+    assert reader["reproduce"].startswith(  # run where gpuci ran: no `cd`
+        f"PYTHONHASHSEED={seed} GPUCI_POISON=1 {python} -m pytest"
     )
     assert suite_run["poison"] is True
     evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))

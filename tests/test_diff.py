@@ -717,7 +717,8 @@ def test_allow_known_turns_fail_into_pass(tmp_path: Path) -> None:
     assert strict.reasons == ("1 known isolation problem",)
     allowed = diff_results(out, baseline=known, policy=parse_policy(None, "known"))
     assert allowed.verdict == "pass"
-    assert allowed.reasons == ()
+    # the pass says what it let through, never reads as if there were nothing
+    assert allowed.reasons == ("1 known isolation problem allowed",)
     assert allowed.summary["order-dependent"] == 1
     # The same test without a baseline is a regression like any other.
     unknown = diff_results(out, baseline=None, policy=parse_policy(None, "known"))
@@ -742,6 +743,25 @@ def test_warn_without_failures(tmp_path: Path) -> None:
     allow_flaky = parse_policy(None, "flaky")
     assert diff_results(tmp_path, baseline=None, policy=allow_flaky).reasons == (
         "suite: shard 2 of 2 missing",
+        "1 flaky test allowed",
+    )
+
+
+def test_a_pass_names_what_the_policy_allowed(tmp_path: Path) -> None:
+    write_run(
+        tmp_path,
+        mode_run(
+            ISO,
+            [result(f"{A}::test_ok", P), result(f"{A}::t2", F, F, F), result(f"{A}::t3", F, F, F)],
+        ),
+    )
+    strict = diff_results(tmp_path, baseline=None, policy=Policy())
+    assert (strict.verdict, strict.reasons) == ("fail", ("2 failed tests",))
+    allowed = diff_results(tmp_path, baseline=None, policy=parse_policy(None, "failed"))
+    assert (allowed.verdict, allowed.reasons) == ("pass", ("2 failed tests allowed",))
+    # what --fail-on adds is no allowance: the default policy would not have counted it
+    assert diff_results(tmp_path, baseline=None, policy=parse_policy("failed", None)).reasons == (
+        "2 failed tests",
     )
 
 

@@ -112,9 +112,13 @@ def test_reproduce_commands_carry_the_gpus(checked: tuple[Path, str]) -> None:
     seed = read(out / "suite" / "run.json")["environment"]["hash_seed"]  # the check's own
     gpus_and_seed = f"CUDA_VISIBLE_DEVICES=0,1 PYTHONHASHSEED={seed}"
     assert f"{gpus_and_seed} {python} -m pytest" in tests[SECOND]["reproduce"]
-    # pasted into a shell, the command shows the failure (and the multi-GPU test's pass)
+    # pasted into a shell where gpuci ran (the suite's root: no `cd`), the command shows
+    # the failure (and the multi-GPU test's pass)
     command = tests[SECOND]["reproduce"]
-    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    assert not command.startswith("cd ")
+    proc = subprocess.run(
+        ["bash", "-c", command], cwd=out.parent, capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 1 and "1 failed" in proc.stdout
 
 

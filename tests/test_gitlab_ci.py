@@ -1,7 +1,8 @@
 """The GitLab pipeline: `.gitlab-ci.yml` (which includes gpuci's own CI/CD component,
-templates/gpuci.yml) against GitLab's CI schema, `verdict.sh`'s exit codes and baseline
-download, and the verdict job run for real by gitlab-ci-local (shell executor, no Docker)
-on the results fixture in tests/data/ci/. tests/test_component.py runs a user's project.
+templates/gpuci.yml) against GitLab's CI schema, `verdict.sh`'s exit codes and its use
+of the baseline (tests/test_baseline.py fetches it), and the verdict job run for real by
+gitlab-ci-local (shell executor, no Docker) on the results fixture in tests/data/ci/.
+tests/test_component.py runs a user's project.
 
 A test whose tool (check-jsonschema, gitlab-ci-local, rsync, curl, git) is missing skips
 on a workstation but fails under CI=true, so a pipeline never passes by skipping it.
@@ -14,10 +15,9 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = ROOT / ".gitlab-ci.yml"
 VERDICT_SH = ROOT / "gpuci" / "gitlab" / "verdict.sh"  # in the wheel: the component runs it
 FIXTURE = ROOT / "tests" / "data" / "ci" / "out" / "gpu"
+BASELINE = ROOT / "tests" / "data" / "diff" / "baseline-verdict.json"  # a gpuci verdict
 IN_CI = os.environ.get("CI", "").strip().lower() == "true"
 JOB_TOKEN = "jobtok-Sekr3t-0123456789abcdef"  # noqa: S105 (a test token)
 NOTE_TOKEN = "glpat-Sekr3t-0123456789abcdef"  # noqa: S105 (a test token)
@@ -126,17 +127,34 @@ exit 99
 """
 
 
-class Job:
-    """A directory to run verdict.sh in, with a stand-in `gpuci` on PATH."""
+# The baseline fetch's stand-in: logged as a step, no baseline (tests/test_baseline.py
+# fetches for real, and test_verdict_sh_diffs_against_the_baseline_it_fetched here).
+FAKE_PYTHON3 = """\
+#!/bin/sh
+printf 'python3 %s\\n' "$*" >> "$FAKE_GPUCI_LOG"
+"""
 
-    def __init__(self, tmp_path: Path) -> None:
+
+class Job:
+    """A directory to run verdict.sh in, with a stand-in `gpuci` (and, unless `python`, a
+    stand-in `python3` for the baseline fetch) on PATH."""
+
+    def __init__(self, tmp_path: Path, *, python: bool = False) -> None:
         self.dir = tmp_path / "job"
         (self.dir / "out" / "gpu").mkdir(parents=True)
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
-        fake = bin_dir / "gpuci"
-        fake.write_text(FAKE_GPUCI, encoding="utf-8")
-        fake.chmod(0o755)
+        fakes = {"gpuci": FAKE_GPUCI, **({} if python else {"python3": FAKE_PYTHON3})}
+        for name, text in fakes.items():
+            fake = bin_dir / name
+            fake.write_text(text, encoding="utf-8")
+            fake.chmod(0o755)
+        if python:  # this interpreter, which has gpuci, as the job's python3
+            shim = bin_dir / "python3"
+            shim.write_text(
+                f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" "$@"\n', "utf-8"
+            )
+            shim.chmod(0o755)
         self.log = tmp_path / "gpuci-calls.log"
         self.path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
@@ -158,10 +176,16 @@ class Job:
         return result.returncode, result.stdout
 
     def calls(self) -> list[str]:
-        """The gpuci command lines the script ran, in order."""
+        """The gpuci command lines the script ran, in order (the baseline fetch left out)."""
         if not self.log.exists():
             return []
-        return self.log.read_text(encoding="utf-8").splitlines()
+        lines = self.log.read_text(encoding="utf-8").splitlines()
+        return [line for line in lines if not line.startswith("python3 ")]
+
+    def fetches(self) -> list[str]:
+        """The baseline fetches the script ran."""
+        lines = self.log.read_text(encoding="utf-8").splitlines() if self.log.exists() else []
+        return [line for line in lines if line.startswith("python3 ")]
 
 
 @pytest.fixture
@@ -185,7 +209,7 @@ def test_verdict_sh_runs_every_step_on_the_results_dir(job: Job) -> None:
         "report out/gpu/verdict.json --html out/gpu/report.html --markdown out/gpu/comment.md",
         "publish out/gpu/comment.md",
     ]
-    assert "no baseline" in output
+    assert job.fetches() == ["python3 -m gpuci.gitlab.baseline out/gpu -o out/gpu/baseline.json"]
     assert output.rstrip().endswith("verdict.sh: exit 0")
 
 
@@ -234,217 +258,25 @@ def test_verdict_sh_without_results(job: Job) -> None:
     assert job.calls() == []
 
 
-@pytest.fixture
-def gitlab() -> Iterator[GitLabWithPipelines]:
-    need("curl", "verdict.sh downloads the baseline with it")
-    with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as server:
-        yield server
-
-
-def dead_url() -> str:
-    """A loopback URL where nothing listens."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/api/v4"
-
-
-def baseline_of(verdict: str) -> bytes:
-    return json.dumps({"schema": "gpuci.verdict/1", "verdict": verdict}).encode() + b"\n"
-
-
-TARGET = "release/1.2"  # a branch name with "/": one path segment, percent-encoded
-KEPT = "out/gpu/verdict.json"
-
-
-def branch_history(gitlab: GitLabWithPipelines, ref: str = TARGET) -> None:
-    """The target branch's pipelines: a passing one, then a newer one that failed on its
-    findings (its verdict job failed, and kept its verdict), then one still running."""
-    verdict = "verdict"  # GPUCI_VERDICT_JOB's default
-    gitlab.pipelines += [
-        GitLabPipeline(
-            id=30,
-            ref=ref,
-            status="success",
-            jobs=[
-                PipelineJob(
-                    id=300, name=verdict, status="success", artifacts={KEPT: baseline_of("pass")}
-                ),
-            ],
-        ),
-        GitLabPipeline(
-            id=31,
-            ref=ref,
-            status="failed",
-            jobs=[
-                PipelineJob(id=310, name="lint", status="success"),
-                PipelineJob(
-                    id=311, name=verdict, status="failed", artifacts={KEPT: baseline_of("fail")}
-                ),
-            ],
-        ),
-        GitLabPipeline(
-            id=32,
-            ref=ref,
-            status="running",
-            jobs=[PipelineJob(id=320, name=verdict, status="running")],
-        ),
-        GitLabPipeline(
-            id=33,
-            ref="other",
-            status="failed",
-            jobs=[
-                PipelineJob(
-                    id=330, name=verdict, status="failed", artifacts={KEPT: baseline_of("other")}
-                ),
-            ],
-        ),
-    ]
-
-
-def mr_env(gitlab: GitLabWithPipelines) -> dict[str, str]:
-    return {
-        "CI_API_V4_URL": f"{gitlab.api_url}/",
-        "CI_PROJECT_ID": gitlab.project_id,
-        "CI_PIPELINE_ID": "34",
-        "CI_JOB_TOKEN": JOB_TOKEN,
-        "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": TARGET,
-        "CI_DEFAULT_BRANCH": "main",
-    }
-
-
-def asked(gitlab: GitLabWithPipelines) -> list[str]:
-    """The paths verdict.sh asked for, with their queries."""
-    return [
-        f"{r.path}?{'&'.join(f'{k}={v}' for k, v in r.query.items())}".rstrip("?")
-        for r in gitlab.received
-    ]
-
-
-def test_verdict_sh_takes_the_baseline_from_the_latest_finished_pipeline_failed_or_not(
-    job: Job, gitlab: GitLabWithPipelines
-) -> None:
-    # GitLab's artifacts-by-ref would serve pipeline 30's (its latest successful one): the
-    # branch's findings since would never be `known`.
-    branch_history(gitlab)
-    code, output = job.run("out/gpu", **mr_env(gitlab), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
+def test_verdict_sh_diffs_against_the_baseline_it_fetched(tmp_path: Path) -> None:
+    # tests/test_baseline.py fetches for real; here the fetched file reaches gpuci diff
+    job = Job(tmp_path, python=True)
+    with GitLabWithPipelines(token=NOTE_TOKEN, job_token=JOB_TOKEN) as gitlab:
+        kept = PipelineJob(id=311, name="verdict", status="failed")
+        kept.artifacts["out/gpu/verdict.json"] = BASELINE.read_bytes()
+        gitlab.pipelines.append(GitLabPipeline(id=31, ref="main", status="failed", jobs=[kept]))
+        env = {
+            "CI_API_V4_URL": gitlab.api_url,
+            "CI_PROJECT_ID": gitlab.project_id,
+            "CI_DEFAULT_BRANCH": "main",
+            "CI_JOB_TOKEN": JOB_TOKEN,
+        }
+        code, output = job.run("out/gpu", "--allow", "known", **env)
     assert code == 0, output
-    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
-    assert asked(gitlab) == [
-        f"/api/v4/projects/42/pipelines?ref={TARGET}&scope=finished&order_by=id&sort=desc&per_page=5",
-        "/api/v4/projects/42/pipelines/31/jobs?per_page=100",
-        f"/api/v4/projects/42/jobs/311/artifacts/{KEPT}",
-        f"/storage/artifacts/311/{KEPT}",
-    ]
-    *api, storage = gitlab.received
-    assert all(r.headers.get("job-token") == JOB_TOKEN for r in api)
-    assert all("private-token" not in r.headers for r in api)
-    assert "job-token" not in storage.headers  # object storage sees no token
-    assert "baseline: job 311 of pipeline 31 (failed)" in output
-    assert "diff out/gpu --baseline out/gpu/baseline.json -o out/gpu/verdict.json" in job.calls()
-
-
-def test_verdict_sh_passes_over_pipelines_without_the_verdict_job(
-    job: Job, gitlab: GitLabWithPipelines
-) -> None:
-    branch_history(gitlab)
-    gitlab.pipelines.append(
-        GitLabPipeline(
-            id=35,
-            ref=TARGET,
-            status="success",
-            jobs=[PipelineJob(id=350, name="docs", status="success")],
-        )
+    assert "gpuci: baseline: job 311 of pipeline 31 (failed)" in output
+    assert job.calls()[1] == (
+        "diff out/gpu --baseline out/gpu/baseline.json -o out/gpu/verdict.json --allow known"
     )
-    code, output = job.run("out/gpu", **mr_env(gitlab))
-    assert code == 0, output
-    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
-    assert "/api/v4/projects/42/pipelines/35/jobs" in [r.path for r in gitlab.received]
-
-
-def test_verdict_sh_falls_back_to_the_api_token(job: Job, gitlab: GitLabWithPipelines) -> None:
-    # GitLab Free refuses the job token on these endpoints: GPUCI_GITLAB_TOKEN may read.
-    gitlab.job_token_reads = False
-    branch_history(gitlab)
-    code, output = job.run("out/gpu", **mr_env(gitlab), GPUCI_GITLAB_TOKEN=NOTE_TOKEN)
-    assert code == 0, output
-    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
-    *api, storage = gitlab.received
-    assert [r.headers.get("job-token") == JOB_TOKEN for r in api] == [True, False] * 3
-    assert [r.headers.get("private-token") == NOTE_TOKEN for r in api] == [False, True] * 3
-    assert "private-token" not in storage.headers
-    assert "the job token got HTTP 403; once more with GPUCI_GITLAB_TOKEN" in output
-
-
-def test_verdict_sh_uses_the_default_branch_outside_a_merge_request(
-    job: Job, gitlab: GitLabWithPipelines
-) -> None:
-    branch_history(gitlab, ref="main")
-    env = mr_env(gitlab)
-    del env["CI_MERGE_REQUEST_TARGET_BRANCH_NAME"]
-    code, output = job.run("out/gpu", **env)
-    assert code == 0, output
-    assert gitlab.received[0].query["ref"] == "main"
-    assert (job.dir / "out" / "gpu" / "baseline.json").read_bytes() == baseline_of("fail")
-
-
-@pytest.mark.parametrize(
-    "answer", ["no-pipeline", "no-verdict-job", 401, "unreachable", "no-token", "garbled"]
-)
-def test_verdict_sh_goes_on_without_a_baseline(
-    job: Job, gitlab: GitLabWithPipelines, answer: int | str
-) -> None:
-    env = mr_env(gitlab)
-    branch_history(gitlab, ref="main" if answer == "no-pipeline" else TARGET)
-    if answer == "no-verdict-job":
-        env["GPUCI_VERDICT_JOB"] = "gpuci:verdict"
-    elif answer == 401:
-        env["CI_JOB_TOKEN"] = "jobtok-wrong-0123456789"  # noqa: S105 (a test token)
-    elif answer == "unreachable":
-        env["CI_API_V4_URL"] = dead_url()
-    elif answer == "no-token":
-        del env["CI_JOB_TOKEN"]
-    elif answer == "garbled":  # a proxy's error page, say
-        gitlab.fail("GET", "/pipelines/31/jobs", 200, body="<html>busy</html>")
-    code, output = job.run("out/gpu", **env, FAKE_DIFF_RC="1")
-    assert code == 1, output
-    assert "no baseline" in output
-    assert [call.split()[0] for call in job.calls()] == list(STEPS)
-    assert "--baseline" not in job.calls()[1]
-    assert sorted(p.name for p in (job.dir / "out" / "gpu").iterdir()) == []  # nothing left over
-    if answer == 401:
-        assert "HTTP 401" in output
-    elif answer == "unreachable":
-        assert "the download failed" in output
-    elif answer == "no-token":
-        assert "not in a GitLab job" in output
-    elif answer == "garbled":
-        assert "GitLab's list of jobs is not what its API returns" in output
-    else:
-        name = env.get("GPUCI_VERDICT_JOB", "verdict")
-        assert f"no {name} job with artifacts in branch {TARGET}'s latest 5" in output
-
-
-def test_verdict_sh_drops_a_baseline_that_diff_cannot_read(
-    job: Job, gitlab: GitLabWithPipelines
-) -> None:
-    gitlab.pipelines.append(
-        GitLabPipeline(
-            id=40,
-            ref=TARGET,
-            status="failed",
-            jobs=[
-                PipelineJob(id=400, name="verdict", status="failed", artifacts={KEPT: b"not json"}),
-            ],
-        )
-    )
-    code, output = job.run("out/gpu", **mr_env(gitlab), FAKE_DIFF_BASELINE_RC="3", FAKE_DIFF_RC="1")
-    assert code == 1, output
-    diffs = [call for call in job.calls() if call.startswith("diff ")]
-    assert diffs == [
-        "diff out/gpu --baseline out/gpu/baseline.json -o out/gpu/verdict.json",
-        "diff out/gpu -o out/gpu/verdict.json",
-    ]
 
 
 # --- the verdict job, run by gitlab-ci-local ------------------------------------------
@@ -702,9 +534,12 @@ def test_pipeline_jobs_as_gitlab_would_run_them(project: Pipeline) -> None:
     assert artifacts["when"] == "always"
     assert artifacts["expose_as"]
     assert artifacts["reports"]["junit"] == "out/gpu/junit.xml"
-    # out/gpu/verdict.json is also the path verdict.sh fetches the baseline from.
-    for name in ("verdict.json", "report.html", "comment.md", "junit.xml"):
-        assert f"out/gpu/{name}" in artifacts["paths"]
+    # the merge request links the report alone: GitLab leaves out the paths that use a
+    # variable; $GPUCI_OUT/verdict.json is also where the baseline is fetched from
+    assert [path for path in artifacts["paths"] if "$" not in path] == ["out/gpu/report.html"]
+    assert verdict["variables"]["GPUCI_OUT"] == "out/gpu"
+    for name in ("verdict.json", "comment.md", "junit.xml"):
+        assert f"$GPUCI_OUT/{name}" in artifacts["paths"]
 
 
 REGRESSIONS = {

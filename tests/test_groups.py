@@ -130,8 +130,11 @@ def test_the_printed_commands_are_the_group_runs_and_show_it(
     checked: tuple[Path, dict[str, Any], Any],
 ) -> None:
     suite, tests, _ = checked
-    after = f"-m pytest {shlex.join([POLLUTER, *GROUP])}"
-    without = f"-m pytest {shlex.join(GROUP)}"
+    # the group is every test of its two files, in their order: the commands name the files
+    files = ["test_b_victims.py", "test_c_victims.py"]
+    assert sorted({v.partition("::")[0] for v in GROUP}) == files
+    after = f"-m pytest {shlex.join([POLLUTER, *files])}"
+    without = f"-m pytest {shlex.join(files)}"
     for victim in GROUP:
         assert tests[victim]["reproduce"].endswith(after), tests[victim]["reproduce"]
         assert tests[victim]["passes_alone"].endswith(without), tests[victim]["passes_alone"]

@@ -86,7 +86,7 @@ def test_one_hash_seed_per_check_keeps_a_set_ordered_id_the_same_test(tmp_path: 
     seed = suite["environment"]["hash_seed"]
     assert f"PYTHONHASHSEED={seed} " in failing["reproduce"], failing["reproduce"]
     shown = subprocess.run(
-        ["bash", "-c", failing["reproduce"]], capture_output=True, text=True, check=False
+        ["bash", "-c", failing["reproduce"]], cwd=root, capture_output=True, text=True, check=False
     )
     assert shown.returncode == 1 and "a real failure" in shown.stdout, shown.stdout
 

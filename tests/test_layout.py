@@ -135,7 +135,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "comment_data",
         "render",
     ),
-    "gitlab": ("notes", "publish"),
+    "gitlab": ("client", "notes", "publish", "baseline"),
 }
 # After the packages: these may import any of them, and the ones before them here.
 ON_TOP = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import io
 import json
 import os
@@ -183,19 +184,27 @@ def test_429_waits_for_retry_after_then_succeeds(gitlab: FakeGitLab, tmp_path: P
     output = publish(comment(tmp_path), gitlab.environ(), sleeps=sleeps)
     assert sleeps == [7.0]
     assert len(gitlab.notes) == 1
-    assert "429 Too Many Requests; retrying in 7 s (try 2 of 4)" in output
+    assert "GET notes of MR !7 of project 42: HTTP 429; retrying in 7 s (try 2 of 4)" in output
 
 
-def test_429_without_retry_after_waits_until_ratelimit_reset(
+def test_a_429_to_a_post_is_retried_in_place_after_retry_after(
     gitlab: FakeGitLab, tmp_path: Path
 ) -> None:
-    reset = int(time.time()) + 20
-    gitlab.fail("POST", "/notes", 429, headers={"RateLimit-Reset": str(reset)})
+    gitlab.fail("POST", "/notes", 429, headers={"Retry-After": "3"})
+    sleeps: list[float] = []
+    publish(comment(tmp_path), gitlab.environ(), sleeps=sleeps)
+    assert sleeps == [3.0]
+    assert len(gitlab.notes) == 1  # a 429 is refused before any work: retried in place
+    assert [w.method for w in gitlab.writes()] == ["POST", "POST"]
+
+
+def test_a_retry_after_date_is_honoured(gitlab: FakeGitLab, tmp_path: Path) -> None:
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    gitlab.fail("GET", "/user", 429, headers={"Retry-After": when})
     sleeps: list[float] = []
     publish(comment(tmp_path), gitlab.environ(), sleeps=sleeps)
     assert len(sleeps) == 1
-    assert 15 < sleeps[0] <= 20
-    assert len(gitlab.notes) == 1  # a 429 is refused before any work: retried in place
+    assert 25 < sleeps[0] <= 30
 
 
 def test_429_wait_is_capped(gitlab: FakeGitLab, tmp_path: Path) -> None:
@@ -209,7 +218,7 @@ def test_502_once_then_success(gitlab: FakeGitLab, tmp_path: Path) -> None:
     gitlab.fail("GET", "/notes", 502)
     sleeps: list[float] = []
     publish(comment(tmp_path), gitlab.environ(), sleeps=sleeps)
-    assert sleeps == [1.0]
+    assert sleeps == [0]  # urllib3 retries at once the first time, then backs off
     assert len(gitlab.notes) == 1
 
 
@@ -217,8 +226,8 @@ def test_dropped_connection_then_success(gitlab: FakeGitLab, tmp_path: Path) -> 
     gitlab.fail("GET", "/user", DROP)
     sleeps: list[float] = []
     output = publish(comment(tmp_path), gitlab.environ(), sleeps=sleeps)
-    assert sleeps == [1.0]
-    assert "GET /user: ConnectionError" in output
+    assert sleeps == [0]
+    assert "GET /user: ProtocolError" in output
     assert len(gitlab.notes) == 1
 
 
@@ -231,7 +240,7 @@ def test_502_forever_gives_up_after_bounded_tries(gitlab: FakeGitLab, tmp_path: 
         f"GitLab kept failing on GET notes of MR !7 of project 42 (502 Bad Gateway) after"
         f" {TRIES} tries: check that {gitlab.api_url} is up, then run the job again"
     )
-    assert sleeps == [1.0, 2.0, 4.0]  # bounded exponential backoff
+    assert sleeps == [0, 2.0, 4.0]  # urllib3's exponential backoff (backoff_factor 1)
     assert sum(r.path.endswith("/notes") for r in gitlab.received) == TRIES
     assert gitlab.writes() == []
 

@@ -129,6 +129,12 @@ GOOD = {
     "test-timeout": ["", "120"],
     "timeout": ["1h", "90m", "2h 30m", "3600", "1 hour"],
     "out": ["out/gpuci", "results", "out/gpu-2"],
+    "pip-index-url": [
+        "",
+        "https://pypi.mirror.example/simple",
+        "http://devpi.internal:3141/root/pypi/+simple/",
+        "https://user:pw@nexus.example/repository/pypi/simple",
+    ],
 }
 BAD = {
     "job-prefix": ["", "gpu ci", "-gpuci", "gpuci:x"],
@@ -143,6 +149,12 @@ BAD = {
     "test-timeout": ["forever", "-1"],
     "timeout": ["forever", "1h;id"],
     "out": ["/etc", "../up", "out gpuci", ""],
+    "pip-index-url": [
+        "pypi.org/simple",
+        "ftp://mirror/simple",
+        "https://m/simple; id",
+        "https://a b",
+    ],
 }
 
 

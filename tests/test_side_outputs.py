@@ -243,6 +243,8 @@ def test_a_printed_command_writes_none_of_the_side_outputs(tmp_path: Path) -> No
     command = failing["reproduce"]
     assert not any(side in command for side in sides), command
     before = (root / "report.xml").read_bytes()
-    shown = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    shown = subprocess.run(
+        ["bash", "-c", command], cwd=root, capture_output=True, text=True, check=False
+    )
     assert shown.returncode == 1 and "1 failed" in shown.stdout, shown.stdout
     assert (root / "report.xml").read_bytes() == before

@@ -92,11 +92,12 @@ def categories(out: Path) -> dict[str, str]:
     return {t["id"]: t["category"] for t in read(out / "verdict.json")["tests"]}
 
 
-def in_a_shell(command: str) -> subprocess.CompletedProcess[str]:
-    """A reproduce command pasted into a shell where `python` is this interpreter."""
+def in_a_shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A reproduce command pasted into a shell in `cwd` (where gpuci ran) where `python` is
+    this interpreter."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, check=False, env=env
+        ["bash", "-c", command], cwd=cwd, capture_output=True, text=True, check=False, env=env
     )
 
 
@@ -204,10 +205,10 @@ def test_the_reproduce_command_runs_the_race_in_threads(checked: tuple[Path, str
     # and the hash seed every interpreter of the check had
     seed = read(out / "threads" / "run.json")["environment"]["hash_seed"]
     assert race["reproduce"] == (
-        f"cd {root} && CUDA_VISIBLE_DEVICES=0,1 PYTHONHASHSEED={seed} {python} -m pytest"
+        f"CUDA_VISIBLE_DEVICES=0,1 PYTHONHASHSEED={seed} {python} -m pytest"
         f" --parallel-threads 4 {RACE}"
     )
-    shown = in_a_shell(race["reproduce"])
+    shown = in_a_shell(race["reproduce"], root)
     assert shown.returncode == 1, shown.stdout[-2000:]
     assert "PARALLEL FAILED test_race.py::test_race" in shown.stdout
     # the evidence ran that very command once: alone, in the threads mode's 4 threads
@@ -245,12 +246,11 @@ def test_a_race_that_needs_its_file_before_it_reproduces_with_its_file(tmp_path:
     )
     assert victim["category"] == "thread-unsafe"
     # alone in threads it passes (nothing registered before it): the command that shows
-    # the finding runs its file's earlier test first, in threads
+    # the finding runs its file's earlier test first, in threads; the two are the whole
+    # file, in its order, so the command names the file
     assert victim["threaded"] == "passed"
-    assert victim["reproduce"].endswith(
-        "--parallel-threads 4 test_seen.py::test_register test_seen.py::test_registered_once"
-    )
-    shown = in_a_shell(victim["reproduce"])
+    assert victim["reproduce"].endswith("--parallel-threads 4 test_seen.py")
+    shown = in_a_shell(victim["reproduce"], root)
     assert "FAILED test_seen.py::test_registered_once" in shown.stdout, shown.stdout[-2000:]
 
 

@@ -7,6 +7,7 @@ and the evidence; shown by the report. Commands are ready to paste into bash, on
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from gpuci.run.sched.views import plain_gpus
 
 PYTEST = ("-m", "pytest")  # after the interpreter (`python`, or named)
 ORDERED = Category.ORDER_DEPENDENT
+REORDERING = ("pytest-randomly", "pytest-random-order")  # run.json environment keys
 
 
 def _selectable(test_id: str) -> str:
@@ -252,8 +254,7 @@ def poisoned_command(
     if not target:
         return ""
     run = next(iter(results.values())).run
-    command = _pytest(run, [target], gpu or serial_gpu(run), poison=True)
-    return f"{shell.join(['cd', run.rootdir])} && {command}" if run.rootdir else command
+    return in_rootdir(run, _pytest(run, [target], gpu or serial_gpu(run), poison=True))
 
 
 def serial_gpu(run: ModeRun) -> str | None:
@@ -274,10 +275,53 @@ def pytest_command(
     run: ModeRun, targets: Sequence[str], gpu: str | None, *, extra: Sequence[str] = ()
 ) -> str:
     """`cd ROOT && CUDA_VISIBLE_DEVICES=G python -m pytest ARGS EXTRA TARGETS`, for a shell."""
-    command = _pytest(run, targets, gpu, extra)
-    if run.rootdir:
-        command = f"{shell.join(['cd', run.rootdir])} && {command}"
-    return command
+    return in_rootdir(run, _pytest(run, targets, gpu, extra))
+
+
+def in_rootdir(run: ModeRun, command: str) -> str:
+    """`command`, run where pytest's rootdir is, from the directory gpuci ran in (the
+    project's root in a CI job): as it is where they are one, `cd sub && ` where the
+    rootdir lies below, `cd /abs && ` elsewhere (or where the run did not record it)."""
+    if not run.rootdir:
+        return command
+    where = run.rootdir
+    if run.workdir:
+        relative = os.path.relpath(run.rootdir, run.workdir)
+        if relative == os.curdir:
+            return command
+        if not relative.startswith(os.pardir):
+            where = relative
+    return f"{shell.join(['cd', where])} && {command}"
+
+
+def whole_files(run: ModeRun, targets: Sequence[str]) -> list[str]:
+    """`targets`, with each file's test ids named by the file where naming it runs the same
+    tests: two or more ids that are every test the run had of that file, in the order it
+    ran them, and the file named nowhere else in `targets` (pytest would run it twice).
+    The user's arguments, in every command, select in the file what they selected here.
+    Where a plugin that reorders tests was installed, the ids stay: they alone name the
+    order the tests ran in."""
+    if any(plugin in run.environment for plugin in REORDERING):
+        return list(targets)
+    ran: dict[str, list[str]] = {}
+    for test in run.tests:
+        ran.setdefault(test.id.partition("::")[0], []).append(test.id)
+    files = [target.partition("::")[0] for target in targets]
+    shortest: list[str] = []
+    start = 0
+    while start < len(targets):
+        file = files[start]
+        end = start
+        while end < len(targets) and files[end] == file and "::" in targets[end]:
+            end += 1
+        whole = end - start >= 2 and files.count(file) == end - start
+        if whole and list(targets[start:end]) == ran.get(file):
+            shortest.append(file)
+            start = end
+        else:
+            shortest.append(targets[start])
+            start += 1
+    return shortest
 
 
 def _pytest(
@@ -288,6 +332,7 @@ def _pytest(
     *,
     poison: bool = False,
 ) -> str:
+    targets = whole_files(run, targets)
     env = f"CUDA_VISIBLE_DEVICES={shell.quote(gpu)} " if gpu is not None else ""
     seed = run.environment.get("hash_seed")
     if seed:  # every interpreter of the check hashed with it (`gpuci.run.proc.seed`)
@@ -312,10 +357,7 @@ def _run_together(results: ModeResults, targets: Sequence[str], *, gpu: str | No
         _pytest(run, [t], gpu if gpu is not None else gpu_of(results, t.partition("::")[0]))
         for t in targets
     )
-    command = f"({each} & wait)"
-    if run.rootdir:
-        command = f"{shell.join(['cd', run.rootdir])} && {command}"
-    return command
+    return in_rootdir(run, f"({each} & wait)")
 
 
 def _shown_only_in_order(

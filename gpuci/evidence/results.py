@@ -173,6 +173,7 @@ def _merge_shards(parts: Sequence[ModeRun]) -> ModeRun:
         randomly_seed=first.randomly_seed,
         threads=first.threads,
         rootdir=first.rootdir,
+        workdir=first.workdir,
         workers=max(p.workers for p in parts),
         gpus=tuple(gpus),
         gpus_per_slot=first.gpus_per_slot,

@@ -16,18 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-import requests
-
-from gpuci import __version__
-from gpuci.gitlab.notes import (
-    MARKER,
-    TRIES,
-    GitLab,
-    MaybeWritten,
-    backoff,
-    mask_token,
-    read_target,
-)
+from gpuci.gitlab.client import BACKOFF_S, TRIES, Client, MaybeWritten
+from gpuci.gitlab.notes import MARKER, Notes, mask_token, read_target, token_of
 from gpuci.model import GpuciError, InputError
 from gpuci.run.disk.masking import known_secrets, mask_secrets
 
@@ -75,11 +65,8 @@ def publish_comment(
         print(f"gpuci: {target}", file=out)
         return 0
     try:
-        with requests.Session() as session:
-            session.headers["PRIVATE-TOKEN"] = target.token
-            session.headers["User-Agent"] = f"gpuci/{__version__}"
-            gitlab = GitLab(target, session, sleep=sleep, out=out)
-            _publish(gitlab, body, dry_run=dry_run)
+        client = Client(target.api_url, token_of(target), out=out, sleep=sleep, secrets=secrets)
+        _publish(Notes(target, client), body, dry_run=dry_run)
     except GpuciError as exc:
         # every message passes here once more, in case one embedded the token
         raise type(exc)(mask_token(str(exc), target.token)) from None
@@ -98,7 +85,7 @@ def _mask_report(report: Path, secrets: list[str], out: TextIO) -> None:
         print(f"gpuci: masked a secret in {report}", file=out)
 
 
-def _publish(gitlab: GitLab, body: str, *, dry_run: bool) -> None:
+def _publish(gitlab: Notes, body: str, *, dry_run: bool) -> None:
     """Find gpuci's note and update it, or post one; in a dry run, say which."""
     target = gitlab.target
     size = f"{len(body):,} characters"
@@ -125,12 +112,12 @@ def _publish(gitlab: GitLab, body: str, *, dry_run: bool) -> None:
                     f" check that {target.api_url} is up, then run the job again"
                 ) from None
             # the note may exist although the answer was lost: look again before posting
-            wait = backoff(attempt)
+            wait = BACKOFF_S * 2.0 ** (attempt - 1)
             gitlab.say(
                 f"POST note: {exc}; looking for the note again in {wait:g} s"
                 f" (try {attempt + 1} of {TRIES})"
             )
-            gitlab.sleep(wait)
+            gitlab.client.sleep(wait)
             continue
         gitlab.say(f"posted note {note_id} on {target.label}{where}, {size}")
         return

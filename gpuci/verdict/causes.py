@@ -72,15 +72,17 @@ def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
     groups: dict[tuple[tuple[str, ...], Category], list[TestVerdict]] = {}
     for test in tests:
         if (culprits := test.culprits or test.providers) and test.category in ISOLATION_CATEGORIES:
-            groups.setdefault((culprits, test.category), []).append(test)
+            # the two sides of one contention name each other: one root, both its victims
+            key = root_cause(test) if test.category is Category.CONCURRENCY else culprits
+            groups.setdefault((key, test.category), []).append(test)
     roots = [
         Root(
-            culprits=culprits,
+            culprits=tuple(dict.fromkeys(c for v in victims for c in v.culprits or v.providers)),
             category=category,
             victims=tuple(v.id for v in victims),
             reproduce=root_command(victims),
         )
-        for (culprits, category), victims in groups.items()
+        for (_, category), victims in groups.items()
     ]
     roots.sort(key=lambda r: (-len(r.victims), r.culprits))
     return tuple(roots)

@@ -83,13 +83,31 @@ def blamed_roots(verdict: Verdict) -> list[Blame]:
         Blame(
             key=f"root-{i}",
             root=root,
-            headline=headline(root.category, root.culprits, len(victims)),
+            headline=_mutual(root, victims) or headline(root.category, root.culprits, len(victims)),
             victims=victims,
             culprits=tuple(tests.get(c) for c in root.culprits),
             new=_new(victims),
         )
         for i, (root, victims) in enumerate(told, start=1)
     ]
+
+
+def _mutual(root: Root, victims: Sequence[TestVerdict]) -> Headline | None:
+    """A contention both of whose sides failed: `A and B fail beside each other`, told
+    once with both sides named (each names the other as its culprit)."""
+    if root.category is not Category.CONCURRENCY:
+        return None
+    sides = {v.file for v in victims}
+    if len(sides) < 2 or any(c.partition("::")[0] not in sides for c in root.culprits):
+        return None
+    named = tuple(v.id for v in victims) if len(victims) <= CULPRITS_SHOWN else tuple(sorted(sides))
+    lead = "" if len(victims) <= CULPRITS_SHOWN else f"{len(victims)} tests of"
+    return Headline(
+        lead=lead,
+        culprits=named[:CULPRITS_SHOWN],
+        more=len(named) - len(named[:CULPRITS_SHOWN]),
+        tail="fail beside each other",
+    )
 
 
 def blame_of(blames: Sequence[Blame]) -> dict[str, Blame]:

@@ -82,7 +82,10 @@ def describe_environment(environ: Mapping[str, str], python: str) -> dict[str, s
         "host": platform.node(),
         "hash_seed": hash_seed(),
     }
-    for name in ("pytest", "cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"):
+    # pytest-randomly and pytest-random-order: a file's tests may have run in another order
+    # than the file's, which only their ids then name (`gpuci.evidence.reproduce`)
+    names = ("pytest", "pytest-randomly", "pytest-random-order")
+    for name in (*names, "cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             env["cupy" if name.startswith("cupy") else name] = importlib.metadata.version(name)
     env.update(machine_facts())

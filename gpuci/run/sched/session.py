@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import os
 import time
+from pathlib import Path
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import (
@@ -159,6 +160,7 @@ class ModeSession:
             poison=options.poison,
             randomly_seed=options.randomly_seed,
             rootdir=str(self.discovery.rootdir),
+            workdir=str(Path.cwd()),
             workers=self.schedule.workers,
             gpus=options.gpus,
             gpus_per_slot=options.gpus_per_slot,
