@@ -43,6 +43,8 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
     write_diffed(verdict, path, secrets)
     print(mask_secrets(format_summary(verdict, current(), sys.stdout), secrets))
     code = check_exit_code(3 if no_test_ran(verdict) else int(verdict.verdict == "fail"), plain)
+    if plain is not None and plain.judged_by_diff and verdict.verdict != "fail":
+        print(f"gpuci: {plain.reason()}: so does this check, exit 1", file=sys.stderr)
     if code == 3 and plain is None:
         print("gpuci: no test could run (pytest's own failure above): exit 3", file=sys.stderr)
     elif verdict.verdict == "fail" and nothing_ran(t.category for t in verdict.tests):

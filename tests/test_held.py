@@ -175,17 +175,19 @@ def test_a_held_interpreter_runs_only_the_ids_it_is_released_with(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_broken_conftest_folder_gets_a_suite_interpreter_of_its_own(tmp_path: Path) -> None:
-    # pytest handed the folder would end at once: the suite runs the other files, and
-    # the interpreter started on PATHS is not taken (nor left running)
+def test_a_broken_conftest_folder_stops_the_plain_run_as_pytest(tmp_path: Path) -> None:
+    # pytest handed the folder ends there (exit 2): so does the suite interpreter, the
+    # one started on PATHS (the user's command), and the check; the other screens run
+    # each file; nothing is left running
     files = dict(SUITE)
     files["tests/broken/conftest.py"] = "raise ImportError('broken on purpose')\n"
     files["tests/broken/test_c.py"] = "def test_c():\n    pass\n"
     root = write_files(tmp_path / "suite", files)
     out = tmp_path / "out"
     result = gpuci("check", "tests", "--out", str(out), *MODES, cwd=root)
-    assert result.returncode == 1, result.stderr
-    assert suite_command(out).endswith(" tests/test_a.py tests/test_b.py")
+    assert result.returncode == 2, result.stderr
+    assert suite_command(out).endswith(f"{sys.executable} -m pytest tests")
+    assert "plain pytest exited 2 (interrupted)" in result.stdout
     assert held_processes(out) == []
 
 

@@ -47,6 +47,11 @@ class PlainRun:
     words: str  # what pytest said last: its banners, errors and summary line
     tests_failed: bool = False  # some of its tests did not pass (the diff judged those)
 
+    @property
+    def judged_by_diff(self) -> bool:
+        """Its 1 came from its tests, whose categories the verdict already gives."""
+        return self.exit_code == 1 and self.tests_failed
+
     def reason(self) -> str:
         """The verdict's first reason: the exit status, its meaning, pytest's words."""
         said = f": {self.words}" if self.words else ""
@@ -100,16 +105,11 @@ def pytest_words(log: str) -> str:
 
 
 def at_least_as_red(verdict: Verdict, plain: PlainRun | None) -> Verdict:
-    """`verdict`, saying why first where the plain run exited non-zero, and failed, but
-    where that was its 1 for tests that did not pass: the diff judged those."""
-    if plain is None:
+    """`verdict`, failed and saying why first where the plain run exited non-zero; as it
+    is where that was its 1 for tests that did not pass: the diff judged those."""
+    if plain is None or plain.judged_by_diff:
         return verdict
-    judged = plain.exit_code == 1 and plain.tests_failed
-    return dataclasses.replace(
-        verdict,
-        verdict=verdict.verdict if judged else "fail",
-        reasons=(plain.reason(), *verdict.reasons),
-    )
+    return dataclasses.replace(verdict, verdict="fail", reasons=(plain.reason(), *verdict.reasons))
 
 
 def check_exit_code(verdict_code: int, plain: PlainRun | None) -> int:
