@@ -194,9 +194,12 @@ class Prober:
             started = time.monotonic()
             log_from = log.stat().st_size if log.exists() else 0
             attempt = self.interpreters.run(launch, cancel=cancel, held=held)
-            if _never_started(attempt) and not (cancel is not None and cancel.is_set()):
+            cancelled = cancel is not None and cancel.is_set()
+            if _never_started(attempt) and not cancelled and not launch.wrapper:
                 # the time limit cut its start-up (a loaded machine): it asked nothing, and
-                # a test it never ran is neither way; once more, as it was
+                # a test it never ran is neither way; once more, as it was. Not a run under
+                # a tool (compute-sanitizer): its limit is the tool's, and a tool that hung
+                # hangs again
                 if cancel is None:
                     self.account.count(self._ended(label, phase, started, at_once, gpu))
                 started = time.monotonic()
