@@ -358,8 +358,14 @@ def test_an_import_behaviour_a_fork_got_wrong_gives_what_fresh_pytest_gives(
         cwd=root, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert plain.returncode != 0, plain.stdout  # it fails alone in plain pytest
+    whole = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."],
+        cwd=root, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
     proc = gpuci("check", ".", "--out", "out", cwd=root, env=env, timeout=600)
-    assert proc.returncode == 1, proc.stderr
+    # the check exits as the plain run of the whole suite where pytest's own code passes
+    # through (a collection error: 2), else 1 for what it found
+    assert proc.returncode == (whole.returncode if whole.returncode > 1 else 1), proc.stderr
     found = categories(root, "out")
     got = {
         key: next(t["category"] for i, t in found.items() if i == key or i.startswith(key + "::"))
