@@ -215,14 +215,18 @@ def test_the_example_projects_pipeline_installs_the_release_checks_and_posts_the
 
         # the next pipeline: its check starts from the durations the cache carried over, and
         # judges against the default branch's verdict (the first one's, its pipeline failed)
-        # with `--allow known`: it passes, says what it allowed, and says it once
+        # with `--allow known`: its verdict passes, says what it allowed, and says it once;
+        # the job still exits 1, as its plain pytest run did (DESIGN: the plain run's 1 is
+        # never a 0), and says why
         kept = PipelineJob(id=77, name=CHECK_JOB, status="failed")
         kept.artifacts["out/gpuci/verdict.json"] = (out / "verdict.json").read_bytes()
         gitlab.pipelines.append(GitLabPipeline(id=7, ref="main", status="failed", jobs=[kept]))
         variables["GPUCI_DIFF_ARGS"] = "--allow known"
         second = project.run_job(CHECK_JOB, variables, install=True)
-        assert second.returncode == 0, second.stdout + second.stderr
+        assert second.returncode == 1, second.stdout + second.stderr
         log = project.log(CHECK_JOB)
+        assert "plain pytest exited 1 (tests failed, or the session did)" in log
+        assert "so does this check, exit 1" in log
         assert "the files' times of an earlier pipeline: .cache/gpuci/durations.json" in log
         assert "--durations .cache/gpuci/durations.json" in log  # gpuci's "reproduce" line
         assert "baseline: job 77 of pipeline 7 (failed)" in log
