@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuci.model import UsageError
-from gpuci.run.proc.deadline import Deadline, hang_limit_of
+from gpuci.run.proc.deadline import START_FLOOR_S, Deadline, hang_limit_of
 from tests.cli_runner import clean_env, gpuci, write_files
 
 TOOK = {"t.py::quick": 0.5, "t.py::slow": 10.0}
@@ -78,3 +78,20 @@ def test_a_hang_the_suite_interpreter_did_not_have_is_cut_not_waited_out(tmp_pat
     verdict = json.loads((out / "verdict.json").read_text())
     test = next(t for t in verdict["tests"] if t["id"].endswith("test_stuck_beside_others"))
     assert test["outcomes"]["suite"] == "passed"
+
+
+def test_start_up_and_collection_are_cut_no_sooner_than_their_floor() -> None:
+    # a short --timeout is the most one test may run: an interpreter a loaded machine
+    # started slowly was cut before its first test (and asked nothing)
+    deadline = Deadline(2, hang_limit_of(TOOK.get, {}))
+    assert not deadline.expired(START_FLOOR_S - 1)
+    assert deadline.expired(START_FLOOR_S + 1) and deadline.limit == START_FLOOR_S
+    # once a test started, the timeout is the limit again, between tests too
+    deadline = Deadline(2, None)
+    deadline.observe([{"e": "start", "id": "t.py::unknown"}])
+    assert deadline.expired(3.0) and deadline.limit == 2
+    deadline.observe([{"e": "finish", "id": "t.py::unknown"}])
+    assert deadline.expired(3.0)
+    # a timeout above the floor is the limit before the first test too
+    assert not Deadline(120, None).expired(60.0)
+    assert not Deadline(None, None).expired(3600.0)  # no timeout: nothing cuts

@@ -7,6 +7,11 @@ whole timeout only makes the check as slow as the timeout (CuPy's threaded memor
 hang now and then when several interpreters run at once, plain pytest's too). A test is cut
 after `HANG_FACTOR` times the suite's time for it, never sooner than `HANG_FLOOR_S`: it
 times out there, as it would have later, and the evidence runs it alone as ever.
+
+Before its first test an interpreter starts and collects: no test runs, and `--timeout` is
+the most one test may run. There it is cut after `START_FLOOR_S` at the least: a start-up
+that a loaded machine slowed (a CUDA library's import, thousands of parametrized ids) is
+no hang, and cut at a short timeout it asked nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from gpuci.model import UsageError
 HANG_FLOOR_S = 30.0  # no test is cut sooner: start-up, a first CUDA call, a slow moment
 HANG_FLOOR_ENV = "GPUCI_HANG_FLOOR_S"  # another floor, in seconds; 0 turns the cut off
 HANG_FACTOR = 20.0  # times the suite interpreter's time for the test
+START_FLOOR_S = 30.0  # before the first test: start-up and collection are cut no sooner
 
 # a test's id -> (the seconds after which it counts as hung, why), or None: no knowledge
 HangLimit = Callable[[str], "tuple[float, str] | None"]
@@ -55,6 +61,7 @@ class Deadline:
         self.timeout = timeout
         self.hang_limit = hang_limit
         self.running: str | None = None  # the test its journal says it is in
+        self.started = False  # whether any test has started: before it, start-up
         self.limit = timeout or 0.0  # the limit that ended it, once it did
         self.why = ""  # where a hang limit ended it: what it knew
 
@@ -69,12 +76,15 @@ class Deadline:
             kind = event.get("e")
             if kind == "start":
                 self.running = str(event.get("id"))
+                self.started = True
             elif kind in ("finish", "end"):
                 self.running = None
 
     def expired(self, idle_s: float) -> bool:
         """Whether `idle_s` seconds without progress end it (recording the limit and why)."""
         limit, why = self.timeout, ""
+        if limit and not self.started:
+            limit = max(limit, START_FLOOR_S)
         if self.hang_limit is not None and self.running is not None:
             known = self.hang_limit(self.running)
             if known is not None and (not limit or known[0] < limit):
