@@ -95,3 +95,9 @@ def test_start_up_and_collection_are_cut_no_sooner_than_their_floor() -> None:
     # a timeout above the floor is the limit before the first test too
     assert not Deadline(120, None).expired(60.0)
     assert not Deadline(None, None).expired(3600.0)  # no timeout: nothing cuts
+
+
+def test_a_wrappers_own_timeout_has_no_start_floor() -> None:
+    # compute-sanitizer's limit covers its own slow start-up: a hung tool is cut at it
+    deadline = Deadline(2, None, start_floor=0.0)
+    assert deadline.expired(3.0) and deadline.limit == 2

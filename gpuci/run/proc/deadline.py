@@ -57,8 +57,14 @@ class Deadline:
     """The no-progress limit of one interpreter: its timeout, or less while it runs a test
     the suite interpreter ran quickly (`hang_limit`)."""
 
-    def __init__(self, timeout: float | None, hang_limit: HangLimit | None = None) -> None:
+    def __init__(
+        self,
+        timeout: float | None,
+        hang_limit: HangLimit | None = None,
+        start_floor: float = START_FLOOR_S,
+    ) -> None:
         self.timeout = timeout
+        self.start_floor = start_floor  # before the first test, the limit is no shorter
         self.hang_limit = hang_limit
         self.running: str | None = None  # the test its journal says it is in
         self.started = False  # whether any test has started: before it, start-up
@@ -84,7 +90,7 @@ class Deadline:
         """Whether `idle_s` seconds without progress end it (recording the limit and why)."""
         limit, why = self.timeout, ""
         if limit and not self.started:
-            limit = max(limit, START_FLOOR_S)
+            limit = max(limit, self.start_floor)
         if self.hang_limit is not None and self.running is not None:
             known = self.hang_limit(self.running)
             if known is not None and (not limit or known[0] < limit):

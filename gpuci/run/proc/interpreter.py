@@ -26,7 +26,7 @@ from gpuci import shell
 from gpuci.model import GpuciError, Interpreter
 from gpuci.processes import Leftover
 from gpuci.run.proc.attempts import read_attempt
-from gpuci.run.proc.deadline import Deadline, HangLimit
+from gpuci.run.proc.deadline import START_FLOOR_S, Deadline, HangLimit
 from gpuci.run.proc.gpumem import MemoryGate, sampler
 from gpuci.run.proc.handshake import asked_json
 from gpuci.run.proc.held import Held, end_held, start_held, take_file, take_held
@@ -181,7 +181,8 @@ class Interpreters:
             timeout = launch.timeout if launch.timeout is not None else self.timeout
             # a wrapper's own timeout (compute-sanitizer) is slower than the suite's times
             hang = self.hang_limit if launch.timeout is None else None
-            deadline = Deadline(timeout, hang)
+            # a wrapper's timeout covers its own slow start-up: no floor beside it
+            deadline = Deadline(timeout, hang, START_FLOOR_S if launch.timeout is None else 0.0)
             events, timed_out = self._watch(
                 proc, reader, log, cookie, left, deadline=deadline, cancel=cancel
             )
