@@ -159,7 +159,7 @@ class MeetingProber:
         return None
 
     def run(self, ids: list[str], *, strict: bool = False, **_: object) -> object:
-        from gpuci.evidence.probe_run import ProbeRun
+        from gpuci.evidence.probe import ProbeRun
 
         (test_id,) = ids
         file = test_id.partition("::")[0]

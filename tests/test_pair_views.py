@@ -22,7 +22,7 @@ from gpuci.evidence.admission import Admission
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.pairs import search_pairs
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import ProbeRun
 from gpuci.evidence.reproduce import culprit_command, finding_commands
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task

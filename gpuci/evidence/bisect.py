@@ -31,8 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gpuci.evidence.checked import checked_halving
 from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.search import (
     LOADED,
     SHOWN,

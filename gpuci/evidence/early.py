@@ -21,8 +21,7 @@ from pathlib import Path
 from gpuci.evidence.alone import alone_runs_wanted
 from gpuci.evidence.budget import fastest_start_up
 from gpuci.evidence.priorities import prioritize
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.prober_setup import start_prober
+from gpuci.evidence.probe import Prober, start_prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.formats import EVIDENCE_DIR
 from gpuci.model import Mode

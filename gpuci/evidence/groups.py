@@ -31,8 +31,7 @@ from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
 from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import (

@@ -11,8 +11,7 @@ from typing import TextIO
 
 from gpuci.evidence.alone import alone_runs_wanted, run_alone
 from gpuci.evidence.priorities import describe_cuts
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.prober_setup import start_prober
+from gpuci.evidence.probe import Prober, start_prober
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import SUITE_UNIT, FileRun, Mode, ModeRun, TestEvidence, TestResult

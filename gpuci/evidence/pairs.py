@@ -40,8 +40,7 @@ from dataclasses import dataclass
 
 from gpuci.evidence.claims import REPEATS, Claim, Standing, judge, shown_twice
 from gpuci.evidence.fingerprints import failure_kind, same_kind
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe, TestResult

@@ -11,8 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import POISON_ENV

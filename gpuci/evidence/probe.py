@@ -1,16 +1,19 @@
-"""Probe: the evidence engine's runs, each a fresh interpreter with the check's environment.
+"""Probe: the evidence's one runner; every run a fresh interpreter with the check's environment.
 
 Every evidence run (alone-runs, culprit searches, poisoned runs, compute-sanitizer) goes
-through one `Prober`, so they share one environment (the GPUs of the check's serial
-interpreters, unless a concurrency pair replays the parallel slots' own), one budget and
-one account of what the runs left behind. Runs share the check's slots as
-`gpuci.evidence.admission` admits them; `run_together` replays interpreters that ran side
-by side.
+through the check's one `Prober`, built once from its results (`start_prober`), so they
+share one environment (the GPUs of the check's serial interpreters, unless a concurrency
+pair replays the parallel slots' own), one budget, the interpreters started ahead of their
+turn, and one account of what the runs left behind; each run hands back what it did
+(`ProbeRun`). Runs share the check's slots as `gpuci.evidence.admission` admits them;
+`run_together` replays interpreters that ran side by side. The kinds of evidence
+(`gpuci.evidence.kinds`) ask it for runs; none starts an interpreter itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import threading
 import time
@@ -20,17 +23,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.evidence.account import Account, Ended
-from gpuci.evidence.admission import Admission
-from gpuci.evidence.ahead import Ahead, evidence_launch
-from gpuci.evidence.probe_run import ProbeRun
-from gpuci.model import Outcome
+from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
+from gpuci.evidence.ahead import AHEAD_START_S, Ahead, ahead_limit, evidence_launch
+from gpuci.evidence.reproduce import serial_gpu
+from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
+from gpuci.run.disk.side_outputs import seed_args
 from gpuci.run.proc.attempts import UNSTABLE_ID
-from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.discover import POISON_ENV, child_env, file_of
 from gpuci.run.proc.endings import NO_START
+from gpuci.run.proc.gpumem import narrow_files, screen_peaks
 from gpuci.run.proc.held import Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Attempt
+from gpuci.run.proc.supervisor import Supervisor
+from gpuci.run.sched.views import visible_gpus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeRun:
+    """What one evidence interpreter did: each test's outcome, and where its output is."""
+
+    outcomes: dict[str, Outcome]
+    log: Path  # the interpreter's capped log (shared by the runs of one file)
+    log_from: int  # where this run's output begins in it
+    results: dict[str, TestResult] = field(default_factory=dict)  # messages, frames
+    beside: bool = False  # another evidence run overlapped it (its failure is not strict)
+    killed: bool = False  # a speculated run ended once its answer was no longer needed
+    pending: Ended | None = None  # a speculated run's account, until `Prober.settle`
+
+    def outcome(self, test_id: str) -> Outcome:
+        """The test's outcome; `not-run` where the interpreter never got to it."""
+        return self.outcomes.get(test_id, Outcome.NOT_RUN)
+
+    def output(self) -> str:
+        """This run's output (the capped log from where it began)."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(self.log_from)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
 
 
 @dataclass(slots=True)
@@ -338,6 +371,67 @@ class Prober:
         if self.ahead is None:
             return None
         return self.ahead.take(_files(ids, ()), gpu)
+
+
+def start_prober(
+    out: Path,
+    run: ModeRun,
+    *,
+    python: str,
+    timeout: float | None,
+    budget_s: float | None,
+    supervisor: Supervisor,
+    mode_name: str,
+    slots: int = 1,
+    start_s: float = 0.0,
+) -> Prober:
+    """A prober writing journals and logs under `out`, with `run`'s pytest arguments,
+    running up to `slots` interpreters at once (each once its GPU has room for its
+    file's peak in the check's screens, `out`'s sibling mode directories); where one
+    interpreter's start-up takes `start_s` >= EXPENSIVE_START_S, up to the cores."""
+    environ = child_env(os.environ)
+    environ["GPUCI_MODE"] = mode_name
+    if run.poison:  # one environment: the evidence of a poisoned check is poisoned too
+        environ[POISON_ENV] = "1"
+    interpreters = Interpreters(
+        out=out,
+        python=python,
+        # the plain run's pytest-randomly seed too, as every screen's interpreter had it
+        pytest_args=(*run.pytest_args, *seed_args(run.randomly_seed)),
+        timeout=timeout,
+        environ=environ,
+        clock_zero=time.monotonic(),
+        supervisor=supervisor,
+    )
+    total = str(run.environment.get("gpu_memory_mib", ""))
+    admission = Admission(
+        slots=evidence_slots(slots, start_s, os.cpu_count()),
+        capacity_mib=int(total) if total.isdigit() else None,
+        devices=max(1, len(run.gpus)),
+        peaks=screen_peaks(out.parent),
+        # held interpreters (an expensive start-up) see the serial GPUs: no lanes
+        narrow=narrow_files(out.parent) if start_s < EXPENSIVE_START_S else set(),
+    )
+    views = visible_gpus(run.gpus, max(1, len(run.gpus)))
+    rootdir = Path(run.rootdir)
+    return Prober(
+        interpreters,
+        rootdir,
+        serial_gpu(run),
+        budget_s,
+        run.poison,
+        views=views,
+        admission=admission,
+        expensive=start_s >= EXPENSIVE_START_S,
+        ahead=Ahead(
+            interpreters,
+            admission,
+            views,
+            rootdir,
+            limit=ahead_limit(admission.slots, os.cpu_count()),
+            on=start_s >= AHEAD_START_S,
+        ),
+    )
 
 
 def prepare_next(prober: Prober, after: str, current: str, *, strict: bool) -> None:

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuci.evidence.pairs import NOT_REPRODUCED, PHASE
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
 from gpuci.run.proc.held import Held

@@ -19,8 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.model import Probe
 
 # one step of a search: [part..., victim] run, not yet recorded (a speculated one with its
