@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gpuci.evidence.budget import default_budget
 from gpuci.evidence.early import EarlyEvidence
-from gpuci.evidence.engine import gather_evidence
+from gpuci.evidence.kinds.engine import gather_evidence
 from gpuci.evidence.mode_reruns import rerun_mode_suspects
 from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer

@@ -1,5 +1,5 @@
 """evidence.json (schema ``gpuci.evidence/1``): what the evidence runs found, written by
-`gpuci.evidence.engine` and read by the diff. Beside `gpuci.formats`, whose JSON helpers it
+`gpuci.evidence.kinds.engine` and read by the diff. Beside `gpuci.formats`, whose JSON helpers it
 uses: run.json and verdict.json are formats', this file is the evidence's own."""
 
 from __future__ import annotations

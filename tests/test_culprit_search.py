@@ -532,7 +532,7 @@ def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -
 
 
 def test_a_waiting_victim_another_search_answered_goes_round_no_more() -> None:
-    from gpuci.evidence.groups import next_round
+    from gpuci.evidence.kinds.groups import next_round
 
     # the second hog waited for the first's culprits (both failed in one interpreter), and
     # the first's pair named it as its partner: it needs no search of its own

@@ -1,4 +1,4 @@
-"""End-to-end: the victims of one culprit are answered by group runs (`gpuci.evidence.groups`).
+"""End-to-end: the victims of one culprit are answered by group runs (`evidence.kinds.groups`).
 
 The suite, built in tmp_path, is pure Python:
 - a polluter that sets a module flag and never clears it, with five victims in two later

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from gpuci.evidence.admission import Admission
-from gpuci.evidence.engine import with_lane_views
+from gpuci.evidence.kinds.engine import with_lane_views
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.reproduce import finding_commands
 from gpuci.evidence.results import ModeResults

@@ -22,7 +22,7 @@ from cli_runner import gpuci
 
 from gpuci.evidence import sanitizer
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.engine import gather_evidence
+from gpuci.evidence.kinds.engine import gather_evidence
 from gpuci.evidence.memcheck import (
     MAX_CHARS,
     MAX_LINES,

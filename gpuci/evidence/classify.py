@@ -18,7 +18,7 @@ from gpuci.run.proc.journal import collected_file, uncollectable
 from gpuci.run.proc.reports import out_of_device_memory
 
 WARNING = re.compile(r"\b\w*Warning\b")
-# a victim answered by group runs (`gpuci.evidence.groups`): its two probes' kinds
+# a victim answered by group runs (`gpuci.evidence.kinds.groups`): its two probes' kinds
 GROUP_WITH = "group after its culprits"
 GROUP_WITHOUT = "group without its culprits"
 

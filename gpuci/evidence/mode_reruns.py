@@ -1,5 +1,5 @@
 """Mode reruns: `gpuci run`'s alone-reruns inside one mode, with the check's rules (a
-check's evidence is `gpuci.evidence.engine`'s); what its runs left behind, said."""
+check's evidence is `gpuci.evidence.kinds.engine`'s); what its runs left behind, said."""
 
 from __future__ import annotations
 

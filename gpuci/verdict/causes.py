@@ -90,7 +90,7 @@ def group_roots(tests: Sequence[TestVerdict]) -> tuple[Root, ...]:
 
 def root_command(victims: Sequence[TestVerdict]) -> str:
     """A root's command: the one most of its victims share (victims answered together by
-    group runs, `gpuci.evidence.groups`, share the command that runs them all), else its
+    group runs, `gpuci.evidence.kinds.groups`, share the command that runs them all), else its
     first victim's with one."""
     shared = Counter(v.reproduce for v in victims if v.reproduce).most_common(1)
     return shared[0][0] if shared else ""

@@ -5,7 +5,7 @@ One budget (`--evidence-budget`) for the whole check, spent most telling first
 suspects' alone-runs (`gpuci.evidence.alone`), poisoned runs and culprit searches (each failing
 interpreter's earlier tests replayed, or the pair with a co-running file), where the later
 victims of one interpreter wait for its first victim's culprits and are answered together
-by group runs (`gpuci.evidence.groups`); then the tests that failed the same way
+by group runs (`gpuci.evidence.kinds.groups`); then the tests that failed the same way
 everywhere, one representative of each fingerprint's group; compute-sanitizer on the roots
 (those known before the searches run beside them: `gpuci.evidence.sanitizer.Sanitizing`);
 the thread-unsafe tests alone in threads; the remaining alone-runs. These are the strict
@@ -27,7 +27,8 @@ from gpuci.evidence.alone import alone_runs_wanted, more_alone, unstable_note
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.early import EarlyEvidence, evidence_prober
-from gpuci.evidence.groups import next_round, run_groups, waiting_victims
+from gpuci.evidence.kinds.groups import next_round, run_groups, waiting_victims
+from gpuci.evidence.kinds.threads import prepare_threaded, run_threaded, thread_unsafe
 from gpuci.evidence.likely import (
     prepare_cascade,
     prepare_likely,
@@ -44,7 +45,6 @@ from gpuci.evidence.priorities import describe_cuts, first_alone, prioritize, ru
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.evidence.sanitizer import Sanitizing, choose_sanitizer, sanitize_roots
-from gpuci.evidence.threads import prepare_threaded, run_threaded, thread_unsafe
 from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
     EVIDENCE_DIR,
@@ -165,7 +165,7 @@ def _gather(
     matters least: the suspects' first alone-runs, poisoned runs and culprit searches
     (`_suspects`), where the later victims of one interpreter that failed alike wait for
     its first victim's culprits, which then answer them all by two group runs
-    (`gpuci.evidence.groups`); those the group runs did not answer go round again, a
+    (`gpuci.evidence.kinds.groups`); those the group runs did not answer go round again, a
     group's first at a time; compute-sanitizer on the roots; each thread-unsafe test alone
     in threads; then the remaining alone-runs."""
     wanted = alone_runs_wanted(results, runs) if runs else {}
