@@ -18,6 +18,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
 # the shared types and files, for all
 SHARED = ("terminal", "shell", "steps", "processes", "model", "formats", "evidence_file")
+# every kind of evidence: a module of evidence/kinds/ besides its Protocol and its engine
+KINDS = tuple(
+    sorted(
+        p.stem
+        for p in (ROOT / "evidence" / "kinds").glob("*.py")
+        if p.stem not in ("__init__", "kind", "engine")
+    )
+)
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # the state ledger: the child's snapshots (host, device, changes, recorder), then what the
@@ -107,12 +115,10 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "early",
         "mode_reruns",
     ),
-    # the kinds of evidence, each built from the parts above, and the engine that runs them
-    "evidence.kinds": (
-        "groups",
-        "threads",
-        "engine",
-    ),
+    # the kinds of evidence, each built from the parts above, behind one Protocol (kind),
+    # and the engine that lists them: the kinds import none of each other, so adding one
+    # touches its module and the engine's list, not this one (tests/test_kinds.py)
+    "evidence.kinds": ("kind", *KINDS, "engine"),
     "verdict": (
         "merge",
         "describe",

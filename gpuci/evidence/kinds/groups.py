@@ -25,10 +25,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import ClassVar, TextIO
 
-from gpuci.evidence.claims import Claim, Standing, judge
+from gpuci.evidence.claims import REPEATS, Claim, Standing, judge
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
+from gpuci.evidence.kinds.kind import Context, Round
 from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
@@ -296,3 +297,39 @@ def _pair(
             Probe(count=index, shown=others[-PROBE_SHOWN:], outcome=alone, kind=GROUP_WITHOUT),
         )
     return agreed
+
+
+class GroupRuns:
+    """The later victims of one interpreter that failed alike, answered by their first
+    victim's culprits in two group runs (with them, without them), the run that shows
+    each victim failing repeated (`gpuci.evidence.claims`)."""
+
+    name: ClassVar[str] = "group runs"
+    phase: ClassVar[str] = PHASE
+    owns: ClassVar[frozenset[str]] = frozenset({"culprits", "search", "probes", "group"})
+    in_rounds: ClassVar[bool] = True
+    repeats: ClassVar[int] = REPEATS
+
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+        pass  # which runs it makes turns on the first victim's culprits, found just before
+
+    def conclude(
+        self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
+    ) -> dict[str, TestEvidence]:
+        waiting = waiting_victims(ctx.results, ctx.orders, state.pending)
+        merged, left = run_groups(ctx.prober, ctx.results, waiting, found, progress=ctx.progress)
+        for answered in {m for w in waiting for m in w.members} - set(left):
+            state.wanted[answered] = 0  # its group runs answered what its alone-runs would
+        state.left = left
+        return merged
+
+    def claim(self, evidence: TestEvidence) -> Claim | None:
+        """The group runs that show the victim failing (after its culprits, or without its
+        providers), against the others; where none was recorded, None."""
+        with_them = tuple(p.outcome for p in evidence.probes if p.kind == GROUP_WITH)
+        without = tuple(p.outcome for p in evidence.probes if p.kind == GROUP_WITHOUT)
+        if not with_them and not without:
+            return None
+        polluted = any(o in NOT_PASSING for o in with_them)
+        failing, other = (with_them, without) if polluted else (without, with_them)
+        return Claim(victim=evidence.id, failing=failing, other=other)

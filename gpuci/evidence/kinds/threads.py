@@ -8,9 +8,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from typing import ClassVar, TextIO
 
+from gpuci.evidence.claims import Claim
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.kinds.kind import Context, Round
 from gpuci.evidence.orders import Order, tests_before
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
@@ -108,3 +110,39 @@ def _earlier_in(order: Order | None, test_id: str) -> list[str]:
     """The tests that ran before `test_id` in its interpreter (real tests only)."""
     before = tests_before(order, test_id) if order is not None else []
     return [i for i in before if "::" in i and not i.endswith(EXIT_ID)]
+
+
+class Threaded:
+    """Each thread-unsafe test alone in the threads mode's threads."""
+
+    name: ClassVar[str] = "threads"
+    phase: ClassVar[str] = "threads"
+    owns: ClassVar[frozenset[str]] = frozenset({"threaded"})
+    in_rounds: ClassVar[bool] = False
+    repeats: ClassVar[int] = 0
+
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+        # once the categories are known: as the searches begin, and again after the rounds
+        if state.classified is not None and self.name not in state.offered:
+            state.offered.add(self.name)
+            prepare_threaded(ctx.prober, *thread_unsafe(ctx.results, state.classified))
+
+    def conclude(
+        self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
+    ) -> dict[str, TestEvidence]:
+        if state.classified is None:
+            return dict(found)
+        unsafe, threads = thread_unsafe(ctx.results, state.classified)
+        if not unsafe:
+            return dict(found)
+        return run_threaded(
+            ctx.prober,
+            unsafe,
+            threads,
+            found,
+            progress=ctx.progress,
+            order=ctx.orders.get(Mode.THREADS),
+        )
+
+    def claim(self, evidence: TestEvidence) -> Claim | None:
+        return None  # it names no other test

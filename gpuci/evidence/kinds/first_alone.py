@@ -1,0 +1,58 @@
+"""The first alone-runs: does an isolation suspect fail with nothing before it, in a fresh
+interpreter? (`gpuci.evidence.alone`, in `gpuci.evidence.priorities`' order: the likely
+failing with nothing beside them, a second run at once for one that fails.)"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from gpuci.evidence.claims import Claim
+from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.likely import prepare_likely, withdraw_unlikely
+from gpuci.evidence.priorities import first_alone, prioritize
+from gpuci.model import TestEvidence
+
+
+class FirstAlone:
+    """The suspects' first alone-runs; the runs known before them start ahead
+    (`gpuci.evidence.likely`: theirs, and the likely failing suspects' searches')."""
+
+    name: ClassVar[str] = "alone"
+    phase: ClassVar[str] = "alone"
+    owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
+    in_rounds: ClassVar[bool] = True
+    repeats: ClassVar[int] = 0
+
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+        if state.plan is None:
+            state.plan = prioritize(ctx.results, state.now)
+            state.likely = prepare_likely(
+                ctx.prober,
+                ctx.results,
+                state.plan,
+                state.now,
+                found,
+                orders=ctx.orders,
+                ledger=ctx.ledger,
+            )
+
+    def conclude(
+        self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
+    ) -> dict[str, TestEvidence]:
+        self.ahead(ctx, state, found)
+        assert state.plan is not None and state.likely is not None
+        likely = state.likely
+        merged, had = first_alone(
+            ctx.prober,
+            state.plan.isolation,
+            found,
+            ctx.progress,
+            likely_failing=state.plan.likely_failing,
+            passed_likely=lambda test_id: withdraw_unlikely(ctx.prober, likely, test_id),
+        )
+        state.had |= had
+        return merged
+
+    def claim(self, evidence: TestEvidence) -> Claim | None:
+        return None  # it names no other test

@@ -1,0 +1,151 @@
+"""A kind of evidence: one kind of question the evidence asks of the suspects, as the
+engine (`gpuci.evidence.kinds.engine`) sees it.
+
+A kind says which runs it wants (`ahead`: the runs it will make, declared to the check's
+one runner, `gpuci.evidence.probe.Prober`, which starts them ahead where a start-up is
+worth hiding, admits them to the GPUs and holds the budget; no kind starts an interpreter
+itself), what they cost (`phase`: the account's phase its runs are counted and timed
+under, evidence.json's `phases`), what it concludes (`conclude`: the evidence with its
+answers) and which fields of a test's evidence it owns (`owns`). A kind whose answer
+names another test (a culprit, a provider, a partner) declares the runs each claim stands
+on (`claim`: the command that shows the finding, each run, and the same command without
+the test it names); the engine records no claim without both halves (`refused`).
+
+The parameters every kind needs (the runner, the screens' results, who ran before whom,
+where progress is told, the state ledger) are one frozen `Context`; what one round of the
+suspects' kinds learns and hands on (which tests it asks about, how many alone-runs each
+has had, their categories so far) is its `Round`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, TextIO
+
+from gpuci.evidence.claims import REPEATS, Claim, Standing, judge
+from gpuci.evidence.classify import Classified
+from gpuci.evidence.likely import Likely, Prepared
+from gpuci.evidence.orders import Order
+from gpuci.evidence.priorities import Priorities
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.results import ModeResults
+from gpuci.evidence.sanitizer import Sanitizing
+from gpuci.model import Mode, TestEvidence
+from gpuci.state.left import Ledger
+
+REFUSED = "not recorded"  # a search note's start where the engine refused its claim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Context:
+    """What every kind of evidence reads, the same for the whole check's evidence."""
+
+    prober: Prober  # the one runner: every run, started ahead, admitted, within the budget
+    results: Mapping[Mode, ModeResults]  # the screens' results
+    orders: Mapping[Mode, Order]  # who ran before whom in each screen's interpreters
+    progress: TextIO  # where each run's line is told
+    ledger: Ledger  # what each test and file left behind (the state ledger)
+    sanitizing: Sanitizing  # memcheck on the roots known early, beside the searches
+    sanitize: bool | None = None  # compute-sanitizer: None where found, False never
+    tool: str | None = None  # the compute-sanitizer found, where it runs
+
+
+@dataclass(slots=True)
+class Round:
+    """What one round of the suspects' kinds asks and learns, handed from kind to kind: the
+    alone-runs each test wants (`wanted`; `now`, those asked this round), those each had,
+    and the categories the alone-runs gave so far."""
+
+    wanted: dict[str, int]  # by test: the alone-runs it wants in all
+    pending: dict[str, int] = field(default_factory=dict)  # this round's suspects
+    now: dict[str, int] = field(default_factory=dict)  # less those waiting for group runs
+    had: dict[str, int] = field(default_factory=dict)  # alone-runs had of those wanted
+    plan: Priorities | None = None  # who runs alone first, and how often
+    likely: Likely | None = None  # what was started ahead for the likely failing
+    split: list[str] = field(default_factory=list)  # a group's members run alone after all
+    classified: Mapping[str, Classified] | None = None  # after this round's alone-runs
+    searches: Prepared | None = None  # the searches' runs started ahead, by victim
+    left: list[str] = field(default_factory=list)  # waiting victims no group run answered
+    offered: set[str] = field(default_factory=set)  # the kinds whose runs were declared once
+    # after the rounds: the categories, the alone-runs still wanted, memcheck's answers
+    rest: dict[str, int] | None = None
+    sanitized: dict[str, str] = field(default_factory=dict)
+
+    def next(self, pending: dict[str, int], now: dict[str, int]) -> Round:
+        """The next round's: what the rounds so far learned, kept; this round's, anew."""
+        return Round(wanted=self.wanted, pending=pending, now=now, had=self.had)
+
+
+class Kind(Protocol):
+    """One kind of question the evidence asks (see the module's docstring)."""
+
+    name: ClassVar[str]  # the question, as the engine's list and the docs say it
+    phase: ClassVar[str]  # the account's phase its runs count under: what they cost
+    owns: ClassVar[frozenset[str]]  # the fields of TestEvidence it writes
+    in_rounds: ClassVar[bool]  # asked of each round's suspects, else once after the rounds
+    repeats: ClassVar[int]  # runs of a claim's failing half it needs; 0: it names no test
+
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+        """Declare to the runner the runs this kind will make, as far as they are known now
+        (called before each earlier kind concludes; an offer already waiting counts)."""
+
+    def conclude(
+        self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
+    ) -> dict[str, TestEvidence]:
+        """Make this kind's runs; the evidence with its answers."""
+
+    def claim(self, evidence: TestEvidence) -> Claim | None:
+        """The runs the culprits named in `evidence` stand on, as this kind recorded them:
+        the command that shows the finding and the same command without what it names
+        (None where it recorded none)."""
+
+
+def standing(kind: Kind, evidence: TestEvidence) -> Standing:
+    """Whether the culprits `kind` named in `evidence` stand on the runs it recorded: its
+    claim's other half is missing or failed, or its failing half went both ways or ran
+    fewer times than `kind.repeats`, and they do not (see `gpuci.evidence.claims`)."""
+    claim = kind.claim(evidence)
+    if claim is None or not claim.other:
+        return Standing.UNASKED
+    judged = judge(claim)
+    if judged is Standing.UNREPEATED and kind.repeats < REPEATS:
+        return Standing.STANDS
+    return judged
+
+
+def refused(
+    kinds: Mapping[str, Kind], before: Mapping[str, TestEvidence], after: Mapping[str, TestEvidence]
+) -> dict[str, TestEvidence]:
+    """`after`, less every claim that its kind's runs do not show both ways (`standing`),
+    `kinds` by the test it is made for: the test keeps the culprits it had `before`, and
+    its search says why the new ones were not recorded."""
+    kept = dict(after)
+    for test_id, kind in kinds.items():
+        evidence = after.get(test_id)
+        if evidence is None or not evidence.culprits:
+            continue
+        judged = standing(kind, evidence)
+        if judged is Standing.STANDS:
+            continue
+        had = before.get(test_id)
+        note = f"{REFUSED}: {kind.name} named {', '.join(evidence.culprits)}: {judged.value}"
+        kept[test_id] = dataclasses.replace(
+            evidence,
+            culprits=had.culprits if had is not None else (),
+            search="; ".join(filter(None, (evidence.search, note))),
+        )
+    return kept
+
+
+def claimed(
+    kind: Kind, before: Mapping[str, TestEvidence], after: Mapping[str, TestEvidence]
+) -> dict[str, Kind]:
+    """The tests `kind` named others for (culprits it set or changed), each with `kind`."""
+    return {
+        test_id: kind
+        for test_id, evidence in after.items()
+        if evidence.culprits
+        and (test_id not in before or before[test_id].culprits != evidence.culprits)
+    }

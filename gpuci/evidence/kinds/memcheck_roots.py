@@ -1,0 +1,46 @@
+"""compute-sanitizer on the roots: does a culprit or a failing test corrupt memory? Each
+alone under memcheck (`gpuci.evidence.sanitizer`): the roots known before the searches
+run beside them, the rest after the rounds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from gpuci.evidence.claims import Claim
+from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.sanitizer import PHASE, sanitize_roots
+from gpuci.model import TestEvidence
+
+
+class MemcheckRoots:
+    """memcheck on each root; where none is found (or --no-sanitize), nothing."""
+
+    name: ClassVar[str] = "memcheck"
+    phase: ClassVar[str] = PHASE
+    owns: ClassVar[frozenset[str]] = frozenset({"sanitizer"})
+    in_rounds: ClassVar[bool] = False
+    repeats: ClassVar[int] = 0
+
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+        # the roots known once a round's alone-runs ended, beside its searches
+        if state.rest is None and state.classified is not None and self.name not in state.offered:
+            state.offered.add(self.name)
+            ctx.sanitizing.start(state.classified, found)
+
+    def conclude(
+        self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
+    ) -> dict[str, TestEvidence]:
+        if ctx.sanitize is False or state.classified is None:
+            return dict(found)
+        return sanitize_roots(
+            ctx.prober,
+            state.classified,
+            found,
+            tool=ctx.tool,
+            progress=ctx.progress,
+            done=state.sanitized,
+        )
+
+    def claim(self, evidence: TestEvidence) -> Claim | None:
+        return None  # it names no other test

@@ -1,0 +1,43 @@
+"""The remaining alone-runs: how often does a suspect pass alone? The runs each test still
+wants once every other kind had its turn (what a tight budget cuts first)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from gpuci.evidence.alone import more_alone
+from gpuci.evidence.claims import Claim
+from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.pairs import PAIRED
+from gpuci.evidence.priorities import describe_cuts
+from gpuci.model import TestEvidence
+
+
+class MoreAlone:
+    """The alone-runs left; what the budget cut of them is described per test."""
+
+    name: ClassVar[str] = "more alone-runs"
+    phase: ClassVar[str] = "alone"
+    owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
+    in_rounds: ClassVar[bool] = False
+    repeats: ClassVar[int] = 0
+
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+        if state.rest is not None and self.name not in state.offered:
+            state.offered.add(self.name)
+            for test_id in state.rest:
+                ctx.prober.prepare([test_id], strict=True)
+
+    def conclude(
+        self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
+    ) -> dict[str, TestEvidence]:
+        # two tests a pair showed contending fail beside each other: their runs go strictly
+        contending = frozenset(i for i, t in found.items() if t.search.startswith(PAIRED))
+        more = more_alone(
+            ctx.prober, state.rest or {}, found, ctx.progress, likely_failing=contending
+        )
+        return describe_cuts(more, state.wanted)
+
+    def claim(self, evidence: TestEvidence) -> Claim | None:
+        return None  # it names no other test

@@ -1,0 +1,202 @@
+"""The kinds of evidence (`gpuci.evidence.kinds`): one module a kind, behind one Protocol,
+listed in one place (the engine's `KINDS`), and the engine's gate: a claim that names
+another test is recorded only where its kind's runs show it both ways."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cli_runner import gpuci, write_files
+
+from gpuci.evidence.claims import Standing
+from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT
+from gpuci.evidence.kinds.culprit_search import CulpritSearch
+from gpuci.evidence.kinds.engine import KINDS
+from gpuci.evidence.kinds.groups import GroupRuns
+from gpuci.evidence.kinds.kind import REFUSED, claimed, refused, standing
+from gpuci.model import Outcome, Probe, TestEvidence
+
+KINDS_DIR = Path(__file__).resolve().parent.parent / "gpuci" / "evidence" / "kinds"
+GPUCI = KINDS_DIR.parent.parent
+NOT_KINDS = {"__init__", "kind", "engine"}  # the Protocol and the engine beside the kinds
+VICTIM = "test_b_victim.py::test_victim"
+CULPRIT = "test_a_culprit.py::test_pollutes"
+P, F = Outcome.PASSED, Outcome.FAILED
+
+
+def _kind_modules() -> dict[str, ast.Module]:
+    return {
+        p.stem: ast.parse(p.read_text(encoding="utf-8"))
+        for p in sorted(KINDS_DIR.glob("*.py"))
+        if p.stem not in NOT_KINDS
+    }
+
+
+def _kind_classes(tree: ast.Module) -> list[str]:
+    """The classes of a module that are kinds: they conclude and declare their claims."""
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        and {"ahead", "conclude", "claim"}
+        <= {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+    ]
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    return {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    }
+
+
+def test_each_kind_module_holds_one_kind_and_the_engine_lists_it_once() -> None:
+    # adding a kind touches its module and the engine's list: the list is complete, and
+    # holds each kind once
+    modules = _kind_modules()
+    defined = {}
+    for name, tree in modules.items():
+        classes = _kind_classes(tree)
+        assert len(classes) == 1, f"evidence/kinds/{name}.py: kinds {classes}, not one"
+        defined[classes[0]] = name
+    listed = [type(kind).__name__ for kind in KINDS]
+    assert sorted(listed) == sorted(defined), "the engine's KINDS and evidence/kinds/ differ"
+    assert len({type(kind).__module__ for kind in KINDS}) == len(KINDS)
+
+
+def test_only_the_engine_enumerates_the_kinds() -> None:
+    # no kind imports another, and nothing outside the engine imports a kind: the
+    # engine's list is the one place a kind is named (the kinds' own tests aside)
+    kinds = {f"gpuci.evidence.kinds.{name}" for name in _kind_modules()}
+    for name, tree in _kind_modules().items():
+        assert not _imported(tree) & kinds, f"evidence/kinds/{name}.py imports another kind"
+    for path in GPUCI.rglob("*.py"):
+        if path == KINDS_DIR / "engine.py":
+            continue
+        found = _imported(ast.parse(path.read_text(encoding="utf-8"))) & kinds
+        assert not found, f"{path.relative_to(GPUCI.parent)} imports the kinds {found}"
+
+
+def test_every_kind_declares_what_the_protocol_asks() -> None:
+    fields = {f.name for f in dataclasses.fields(TestEvidence)}
+    phases = set()
+    for kind in KINDS:
+        assert kind.name and kind.phase, kind
+        assert kind.owns and kind.owns <= fields, (kind.name, kind.owns - fields)
+        assert kind.repeats >= 0
+        phases.add(kind.phase)
+        # a kind that names other tests owns the field it names them in
+        assert (kind.repeats > 0) == ("culprits" in kind.owns), kind.name
+    names = [kind.name for kind in KINDS]
+    assert len(set(names)) == len(names)
+    # the kinds asked in rounds come before those asked once after them
+    rounds = [kind.in_rounds for kind in KINDS]
+    assert rounds == sorted(rounds, reverse=True)
+
+
+def _searched(alone: tuple[Outcome, ...], probes: tuple[Outcome, ...]) -> TestEvidence:
+    """A victim's evidence as the culprit search records it: its alone-runs, the search's
+    runs of it with the culprit (or provider), which it names."""
+    return TestEvidence(
+        id=VICTIM,
+        alone=alone,
+        culprits=(CULPRIT,),
+        search="bisection",
+        probes=tuple(Probe(count=1, shown=(CULPRIT,), outcome=o) for o in probes),
+    )
+
+
+@pytest.mark.parametrize(
+    ("alone", "probes", "expected"),
+    [
+        ((P,), (F,), Standing.STANDS),  # fails after it, passes without it
+        ((P, F), (F,), Standing.FAILS_WITHOUT),  # fails without it too: no claim
+        ((), (F,), Standing.UNASKED),  # never run without it: no claim
+        # one that fails alone depends on what it names: the search's runs with it pass
+        ((F, F), (F, P), Standing.STANDS),
+        ((F, F), (F,), Standing.UNASKED),  # never passed with it: no claim
+    ],
+)
+def test_the_gate_records_a_culprit_search_claim_only_both_ways(
+    alone: tuple[Outcome, ...], probes: tuple[Outcome, ...], expected: Standing
+) -> None:
+    search = CulpritSearch()
+    after = {VICTIM: _searched(alone, probes)}
+    assert standing(search, after[VICTIM]) is expected
+    made = claimed(search, {}, after)
+    assert made == {VICTIM: search}
+    kept = refused(made, {}, after)[VICTIM]
+    if expected is Standing.STANDS:
+        assert kept == after[VICTIM]
+    else:
+        assert kept.culprits == ()
+        assert f"{REFUSED}: culprit search named {CULPRIT}: {expected.value}" in kept.search
+
+
+def test_the_gate_holds_a_group_claim_to_its_repeats() -> None:
+    groups = GroupRuns()
+
+    def grouped(with_them: tuple[Outcome, ...], without: tuple[Outcome, ...]) -> TestEvidence:
+        probes = [Probe(count=1, shown=(CULPRIT,), outcome=o, kind=GROUP_WITH) for o in with_them]
+        probes += [Probe(count=0, shown=(), outcome=o, kind=GROUP_WITHOUT) for o in without]
+        return TestEvidence(id=VICTIM, culprits=(CULPRIT,), probes=tuple(probes))
+
+    assert standing(groups, grouped((F, F), (P,))) is Standing.STANDS
+    # one failing run: a group claim needs its failing run repeated
+    assert standing(groups, grouped((F,), (P,))) is Standing.UNREPEATED
+    assert standing(groups, grouped((F, F), (F,))) is Standing.FAILS_WITHOUT
+    assert standing(groups, grouped((F, F), ())) is Standing.UNASKED
+    # a claim kept from before is no new claim of this kind's
+    before = {VICTIM: grouped((F, F), (P,))}
+    assert claimed(groups, before, before) == {}
+
+
+# A victim an earlier file's test pollutes (an environment variable, in-process state), and
+# whose runs in the evidence with nothing before it alternate: its first alone-run passes,
+# its second fails. Its culprit search runs it after the culprit, where it fails: the
+# search names the culprit, and only the later alone-run shows it failing without it.
+ALTERNATING = {
+    "test_a_culprit.py": """
+        import os
+
+        def test_pollutes():
+            os.environ["KINDS_POLLUTED"] = "1"
+    """,
+    "test_b_victim.py": """
+        import os
+        from pathlib import Path
+
+        def test_victim():
+            assert "KINDS_POLLUTED" not in os.environ, "polluted by an earlier test"
+            if os.environ.get("GPUCI_MODE") == "evidence":
+                counter = Path(os.environ["KINDS_COUNTER"])
+                n = int(counter.read_text()) + 1 if counter.exists() else 1
+                counter.write_text(str(n))
+                assert n % 2, f"run {n} with nothing before it failed"
+    """,
+}
+
+
+@pytest.mark.slow
+def test_a_culprit_whose_victim_later_fails_without_it_is_not_recorded(tmp_path: Path) -> None:
+    suite = write_files(tmp_path / "suite", ALTERNATING)
+    env = dict(os.environ, KINDS_COUNTER=str(tmp_path / "counter"))
+    proc = gpuci("check", ".", "--out", "out", "--timeout", "30", cwd=suite, env=env)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    evidence = json.loads((suite / "out" / "evidence" / "evidence.json").read_text())
+    victim = next(t for t in evidence["tests"] if t["id"] == VICTIM)
+    # the search's runs after the culprit failed, its alone-runs went both ways
+    assert victim["alone"] == ["passed", "failed"], victim
+    assert any(p["outcome"] == "failed" for p in victim["probes"]), victim
+    assert not victim.get("culprits"), victim
+    assert f"{REFUSED}: culprit search named {CULPRIT}" in victim["search"], victim
+    verdict = json.loads((suite / "out" / "verdict.json").read_text())
+    tests = {t["id"]: t for t in verdict["tests"]}
+    assert tests[VICTIM]["category"] == "flaky", tests[VICTIM]
+    assert not tests[VICTIM].get("culprits"), tests[VICTIM]
