@@ -93,6 +93,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "account",
         "ahead",
         "probe",
+        "context",
         "alone",
         "priorities",
         "beside",

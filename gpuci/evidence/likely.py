@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from gpuci.evidence.classify import Classified, classify_results
 from gpuci.evidence.collected import prepare_collected, withdraw_collected
+from gpuci.evidence.context import Context
 from gpuci.evidence.hinted import hint_tasks, hinted_runs, prepare_hinted, withdraw_hinted
-from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import pair_order, prepare_first_pairs
 from gpuci.evidence.poisoned import poisonable, worth_poisoning
 from gpuci.evidence.priorities import Priorities, poisoned_after
@@ -41,7 +41,6 @@ from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, diagnosed, plan_searches
 from gpuci.model import Category, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import POISON_ENV, file_of
-from gpuci.state.left import Ledger
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +53,11 @@ class Likely:
 
 
 def prepare_likely(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
-    plan: Priorities,
-    wanted: Mapping[str, int],
-    found: Mapping[str, TestEvidence],
-    *,
-    orders: Mapping[Mode, Order],
-    ledger: Ledger,
+    ctx: Context, plan: Priorities, wanted: Mapping[str, int], found: Mapping[str, TestEvidence]
 ) -> Likely:
     """Start ahead the runs `plan` will make first (one per test where start-ups are cheap
     but worth hiding, more where they are expensive), in the order they will run."""
+    prober, results = ctx.prober, ctx.results
     if not prober.hides_start_ups:
         return Likely(results)
     in_a_row: dict[str, int] = {}  # by file: the interpreters its runs so far need
@@ -83,7 +76,7 @@ def prepare_likely(
         offer(group.representatives[0], 1)
         for member in poisoned_after(group, group.representatives[0]):  # likely split
             offer(member, 1)
-    likely = Likely(results, _depends_on_others(results, plan, found, orders, ledger))
+    likely = Likely(results, _depends_on_others(ctx, plan, found))
     searches = likely.searches.values()  # where it passed in the suite
     prepare_hinted(prober, [t for t in searches if t.hinted])  # their copies add up
     for task in (t for t in searches if not t.hinted):
@@ -95,29 +88,26 @@ def prepare_likely(
             prober.prepare([test_id], strict=True, env={POISON_ENV: "1"})
     # its culprit search's hinted runs, where it turns out order-dependent
     passing = dict.fromkeys(plan.isolation, (Outcome.PASSED,))
-    maybe = plan_searches(results, classify_results(results, passing, orders), found, orders)
-    prepare_hinted(prober, hint_tasks(maybe, results, ledger))
+    classified = classify_results(results, passing, ctx.orders)
+    maybe = plan_searches(results, classified, found, ctx.orders)
+    prepare_hinted(prober, hint_tasks(maybe, results, ctx.ledger))
     return likely
 
 
 def _depends_on_others(
-    results: Mapping[Mode, ModeResults],
-    plan: Priorities,
-    found: Mapping[str, TestEvidence],
-    orders: Mapping[Mode, Order],
-    ledger: Ledger,
+    ctx: Context, plan: Priorities, found: Mapping[str, TestEvidence]
 ) -> dict[str, Task]:
     """The searches of the likely failing suspects, were they to fail alone: those that
     passed in the suite depend on others. A hint of more tests than are started ahead
     gets neither its runs nor the collected ones (its search tries the hint first)."""
     failing = dict.fromkeys(plan.likely_failing, (Outcome.FAILED,))
-    classified = classify_results(results, failing, orders)
+    classified = classify_results(ctx.results, failing, ctx.orders)
     tasks = [
         t
-        for t in plan_searches(results, classified, found, orders)
+        for t in plan_searches(ctx.results, classified, found, ctx.orders)
         if t.victim in plan.likely_failing and t.category is Category.DEPENDS_ON_OTHERS
     ]
-    hinted = hint_tasks(tasks, results, ledger)
+    hinted = hint_tasks(tasks, ctx.results, ctx.ledger)
     return {t.victim: t for t in hinted if hinted_runs(t) or not t.hinted}
 
 
@@ -134,27 +124,22 @@ def withdraw_unlikely(prober: Prober, likely: Likely, test_id: str) -> None:
 
 
 def prepare_poisoned(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
-    found: Mapping[str, TestEvidence],
-    orders: Mapping[Mode, Order],
-    *,
-    only: Collection[str],
+    ctx: Context, found: Mapping[str, TestEvidence], *, only: Collection[str]
 ) -> None:
     """The poisoned runs of the suspects (`only`) that passed their first alone-run and are
     order-dependent victims, started ahead while the other alone-runs go on (the poisoned
     runs start at once after them, beside each other; cold, five took 3 s on the H100).
     Again after each stage: one started already counts."""
-    if not prober.hides_start_ups or prober.poisoned:
+    if not ctx.prober.hides_start_ups or ctx.prober.poisoned:
         return
     alone = {i: t.alone for i, t in found.items() if t.alone}
-    classified = classify_results(results, alone, orders)
+    classified = classify_results(ctx.results, alone, ctx.orders)
     victims = [
         t.id
         for t in classified.values()
         if t.category is Category.ORDER_DEPENDENT and t.id in only and Outcome.PASSED in t.reruns
     ]
-    _offer_poisoned(prober, results, victims)
+    _offer_poisoned(ctx.prober, ctx.results, victims)
 
 
 def prepare_cascade(prober: Prober, results: Mapping[Mode, ModeResults], split: list[str]) -> None:
@@ -175,13 +160,10 @@ Prepared = dict[str, list[tuple[list[str], int]]]  # by victim: the runs started
 
 
 def prepare_searches(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
+    ctx: Context,
     classified: Mapping[str, Classified],
     found: Mapping[str, TestEvidence],
     *,
-    orders: Mapping[Mode, Order],
-    ledger: Ledger,
     only: Collection[str],
 ) -> Prepared:
     """The culprit searches of the victims (`only`) as classified after their alone-runs:
@@ -189,9 +171,10 @@ def prepare_searches(
     pair start ahead while the poisoned runs go on (as the search began, a right hint's
     first run paid its start-up: 2-3 s of an H100's idle GPU each). The runs started, for
     `withdraw_diagnosed`."""
+    prober, results = ctx.prober, ctx.results
     if not prober.hides_start_ups:
         return {}
-    tasks = [t for t in plan_searches(results, classified, found, orders) if t.victim in only]
+    tasks = [t for t in plan_searches(results, classified, found, ctx.orders) if t.victim in only]
     parallel = results.get(Mode.PARALLEL)
     if parallel is not None:  # each contention's first pair: the likeliest contender
         peaks = prober.admission.peaks
@@ -202,7 +185,7 @@ def prepare_searches(
         ]
         prepare_first_pairs(prober, parallel, pairs)
     prepared: Prepared = {}
-    for task in hint_tasks(tasks, results, ledger):
+    for task in hint_tasks(tasks, results, ctx.ledger):
         if task.hinted:
             prepared[task.victim] = hinted_runs(task)
         elif task.category is Category.ORDER_DEPENDENT and _within_its_file(task):

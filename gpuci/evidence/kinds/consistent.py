@@ -8,7 +8,8 @@ from typing import ClassVar
 
 from gpuci.evidence.alone import more_alone
 from gpuci.evidence.claims import Claim
-from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.context import Context
+from gpuci.evidence.kinds.kind import Round
 from gpuci.model import TestEvidence
 
 

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from gpuci.evidence.claims import Claim
+from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import search_culprits
-from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.likely import prepare_searches, withdraw_diagnosed
 from gpuci.model import NOT_PASSING, Outcome, TestEvidence
 
@@ -28,15 +29,7 @@ class CulpritSearch:
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         if state.classified is not None and state.searches is None:
-            state.searches = prepare_searches(
-                ctx.prober,
-                ctx.results,
-                state.classified,
-                found,
-                orders=ctx.orders,
-                ledger=ctx.ledger,
-                only=state.now.keys(),
-            )
+            state.searches = prepare_searches(ctx, state.classified, found, only=state.now.keys())
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

@@ -28,12 +28,13 @@ from typing import TextIO
 from gpuci.evidence.account import RUNS_FILE
 from gpuci.evidence.alone import alone_runs_wanted, unstable_note
 from gpuci.evidence.classify import classify_results, together_outcomes
+from gpuci.evidence.context import Context
 from gpuci.evidence.early import EarlyEvidence, evidence_prober
 from gpuci.evidence.kinds.consistent import Consistent
 from gpuci.evidence.kinds.culprit_search import CulpritSearch
 from gpuci.evidence.kinds.first_alone import FirstAlone
 from gpuci.evidence.kinds.groups import GroupRuns, next_round, waiting_victims
-from gpuci.evidence.kinds.kind import Context, Kind, Round, claimed, refused
+from gpuci.evidence.kinds.kind import Kind, Round, claimed, refused
 from gpuci.evidence.kinds.memcheck_roots import MemcheckRoots
 from gpuci.evidence.kinds.more_alone import MoreAlone
 from gpuci.evidence.kinds.poisoned_runs import PoisonedRuns
@@ -177,19 +178,10 @@ def _gather(
     wanted = alone_runs_wanted(results, runs) if runs else {}
     orders = {mode: interpreter_order(results[mode]) for mode in results}  # built once
     found: dict[str, TestEvidence] = {}
-    state = Round(wanted=dict(wanted))
+    ctx = Context(prober=prober, results=results, orders=orders, progress=progress, ledger=ledger)
     pending = dict(wanted)
     with Sanitizing(prober, tool if sanitize is not False else None) as sanitizing:
-        ctx = Context(
-            prober=prober,
-            results=results,
-            orders=orders,
-            progress=progress,
-            ledger=ledger,
-            sanitizing=sanitizing,
-            sanitize=sanitize,
-            tool=tool,
-        )
+        state = Round(wanted=dict(wanted), sanitizing=sanitizing, sanitize=sanitize, tool=tool)
         rounds = [k for k in KINDS if k.in_rounds]
         once = [k for k in KINDS if not k.in_rounds]
         claims: dict[str, Kind] = {}  # by test: the kind whose claim its culprits are

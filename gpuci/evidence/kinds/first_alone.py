@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from gpuci.evidence.claims import Claim
-from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.context import Context
+from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.likely import prepare_likely, withdraw_unlikely
 from gpuci.evidence.priorities import first_alone, prioritize
 from gpuci.model import TestEvidence
@@ -27,15 +28,7 @@ class FirstAlone:
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         if state.plan is None:
             state.plan = prioritize(ctx.results, state.now)
-            state.likely = prepare_likely(
-                ctx.prober,
-                ctx.results,
-                state.plan,
-                state.now,
-                found,
-                orders=ctx.orders,
-                ledger=ctx.ledger,
-            )
+            state.likely = prepare_likely(ctx, state.plan, state.now, found)
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

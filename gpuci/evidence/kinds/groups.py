@@ -25,11 +25,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TextIO
+from typing import ClassVar
 
 from gpuci.evidence.claims import REPEATS, Claim, Standing, judge
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
-from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.context import Context
+from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
@@ -100,15 +101,11 @@ def next_round(
 
 
 def run_groups(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
-    waiting: Sequence[Waiting],
-    found: Mapping[str, TestEvidence],
-    *,
-    progress: TextIO,
+    ctx: Context, waiting: Sequence[Waiting], found: Mapping[str, TestEvidence]
 ) -> tuple[dict[str, TestEvidence], list[str]]:
     """Each group answered by its first victim's culprits: the evidence, and the members
     whose runs disagreed (or that no run answered: no culprits, a cut budget)."""
+    prober, results, progress = ctx.prober, ctx.results, ctx.progress
     merged = dict(found)
     left: list[str] = []
     place = {t.id: i for i, t in enumerate(_reference(results).run.tests)}
@@ -317,7 +314,7 @@ class GroupRuns:
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
         waiting = waiting_victims(ctx.results, ctx.orders, state.pending)
-        merged, left = run_groups(ctx.prober, ctx.results, waiting, found, progress=ctx.progress)
+        merged, left = run_groups(ctx, waiting, found)
         for answered in {m for w in waiting for m in w.members} - set(left):
             state.wanted[answered] = 0  # its group runs answered what its alone-runs would
         state.left = left

@@ -12,9 +12,9 @@ on (`claim`: the command that shows the finding, each run, and the same command 
 the test it names); the engine records no claim without both halves (`refused`).
 
 The parameters every kind needs (the runner, the screens' results, who ran before whom,
-where progress is told, the state ledger) are one frozen `Context`; what one round of the
-suspects' kinds learns and hands on (which tests it asks about, how many alone-runs each
-has had, their categories so far) is its `Round`.
+where progress is told, the state ledger) are one frozen `gpuci.evidence.context.Context`;
+what one round of the suspects' kinds learns and hands on (which tests it asks about, how
+many alone-runs each has had, their categories so far) is its `Round`.
 """
 
 from __future__ import annotations
@@ -22,34 +22,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, TextIO
+from typing import ClassVar, Protocol
 
 from gpuci.evidence.claims import REPEATS, Claim, Standing, judge
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.likely import Likely, Prepared
-from gpuci.evidence.orders import Order
 from gpuci.evidence.priorities import Priorities
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.results import ModeResults
 from gpuci.evidence.sanitizer import Sanitizing
-from gpuci.model import Mode, TestEvidence
-from gpuci.state.left import Ledger
+from gpuci.model import TestEvidence
 
 REFUSED = "not recorded"  # a search note's start where the engine refused its claim
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Context:
-    """What every kind of evidence reads, the same for the whole check's evidence."""
-
-    prober: Prober  # the one runner: every run, started ahead, admitted, within the budget
-    results: Mapping[Mode, ModeResults]  # the screens' results
-    orders: Mapping[Mode, Order]  # who ran before whom in each screen's interpreters
-    progress: TextIO  # where each run's line is told
-    ledger: Ledger  # what each test and file left behind (the state ledger)
-    sanitizing: Sanitizing  # memcheck on the roots known early, beside the searches
-    sanitize: bool | None = None  # compute-sanitizer: None where found, False never
-    tool: str | None = None  # the compute-sanitizer found, where it runs
 
 
 @dataclass(slots=True)
@@ -72,10 +55,23 @@ class Round:
     # after the rounds: the categories, the alone-runs still wanted, memcheck's answers
     rest: dict[str, int] | None = None
     sanitized: dict[str, str] = field(default_factory=dict)
+    # memcheck: on the roots known early, beside the searches (None: not run), and whether
+    # to run it after the rounds (None where it is found, False never) with which tool
+    sanitizing: Sanitizing | None = None
+    sanitize: bool | None = None
+    tool: str | None = None
 
     def next(self, pending: dict[str, int], now: dict[str, int]) -> Round:
         """The next round's: what the rounds so far learned, kept; this round's, anew."""
-        return Round(wanted=self.wanted, pending=pending, now=now, had=self.had)
+        return Round(
+            wanted=self.wanted,
+            pending=pending,
+            now=now,
+            had=self.had,
+            sanitizing=self.sanitizing,
+            sanitize=self.sanitize,
+            tool=self.tool,
+        )
 
 
 class Kind(Protocol):

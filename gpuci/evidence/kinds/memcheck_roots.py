@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from gpuci.evidence.claims import Claim
-from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.context import Context
+from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.sanitizer import PHASE, sanitize_roots
 from gpuci.model import TestEvidence
 
@@ -24,20 +25,22 @@ class MemcheckRoots:
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         # the roots known once a round's alone-runs ended, beside its searches
+        sanitizing = state.sanitizing
         if state.rest is None and state.classified is not None and self.name not in state.offered:
             state.offered.add(self.name)
-            ctx.sanitizing.start(state.classified, found)
+            if sanitizing is not None:
+                sanitizing.start(state.classified, found)
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
-        if ctx.sanitize is False or state.classified is None:
+        if state.sanitize is False or state.classified is None:
             return dict(found)
         return sanitize_roots(
             ctx.prober,
             state.classified,
             found,
-            tool=ctx.tool,
+            tool=state.tool,
             progress=ctx.progress,
             done=state.sanitized,
         )

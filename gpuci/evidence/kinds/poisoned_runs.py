@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from gpuci.evidence.claims import Claim
-from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.context import Context
+from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.likely import prepare_poisoned
 from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.model import Category, TestEvidence
@@ -25,7 +26,7 @@ class PoisonedRuns:
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         # again before each kind: those whose first alone-runs passed since start now
-        prepare_poisoned(ctx.prober, ctx.results, found, ctx.orders, only=state.now.keys())
+        prepare_poisoned(ctx, found, only=state.now.keys())
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, TextIO
+from typing import ClassVar
 
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.kinds.kind import Context, Round
+from gpuci.evidence.context import Context
+from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.orders import Order, tests_before
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
@@ -45,13 +46,7 @@ def prepare_threaded(prober: Prober, tests: Sequence[str], threads: Sequence[str
 
 
 def run_threaded(
-    prober: Prober,
-    tests: Sequence[str],
-    threads: Sequence[str],
-    found: Mapping[str, TestEvidence],
-    *,
-    progress: TextIO,
-    order: Order | None = None,
+    ctx: Context, tests: Sequence[str], threads: Sequence[str], found: Mapping[str, TestEvidence]
 ) -> dict[str, TestEvidence]:
     """Each thread-unsafe test alone in the threads mode's threads, as its reproduce command
     runs it: whether that command shows the race, or only its file's order in threads does.
@@ -59,6 +54,7 @@ def run_threaded(
     Where it passes alone in threads, its threads interpreter's earlier tests are replayed
     before it, in threads, strictly (nothing else running): a threads screen ran beside
     other interpreters, and only a strict run makes its failure a finding (a Probe)."""
+    prober, progress, order = ctx.prober, ctx.progress, ctx.orders.get(Mode.THREADS)
     merged = dict(found)
     env = threads_env(threads)
     say(progress, f"threads: running {len(tests)} thread-unsafe test(s) alone in threads")
@@ -117,7 +113,7 @@ class Threaded:
 
     name: ClassVar[str] = "threads"
     phase: ClassVar[str] = "threads"
-    owns: ClassVar[frozenset[str]] = frozenset({"threaded"})
+    owns: ClassVar[frozenset[str]] = frozenset({"threaded", "probes"})
     in_rounds: ClassVar[bool] = False
     repeats: ClassVar[int] = 0
 
@@ -135,14 +131,7 @@ class Threaded:
         unsafe, threads = thread_unsafe(ctx.results, state.classified)
         if not unsafe:
             return dict(found)
-        return run_threaded(
-            ctx.prober,
-            unsafe,
-            threads,
-            found,
-            progress=ctx.progress,
-            order=ctx.orders.get(Mode.THREADS),
-        )
+        return run_threaded(ctx, unsafe, threads, found)
 
     def claim(self, evidence: TestEvidence) -> Claim | None:
         return None  # it names no other test
