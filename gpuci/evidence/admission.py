@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from gpuci.run.proc.gpumem import with_margin
 
-# an interpreter whose start-up takes this long (PyTorch's common_utils: 15-20 s) is paid
+# an interpreter whose start-up takes this long (PyTorch's common_utils' can) is paid
 # once per wave: the evidence runs side by side up to the machine's cores, not the slots
 EXPENSIVE_START_S = 5.0
 

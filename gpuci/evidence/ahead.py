@@ -2,7 +2,7 @@
 
 A strict run has nothing beside it on its GPUs, so strict runs go one after another, and
 each fresh interpreter pays its start-up (Python, the suite's imports, CuPy's, collection:
-2-3 s on an H100 machine, most of a short test's run) while the GPU idles. As the screens
+often most of a short test's run) while the GPU idles. As the screens
 do (DESIGN, "Fresh interpreters, started ahead"), the next interpreter starts while the
 current run goes on and is held after its collection until its turn: a run that must wait
 for its admission starts its own ahead (`for_run`), and a caller that knows its next run
@@ -11,7 +11,7 @@ files with its run's environment and GPUs and learns its tests only when release
 later run of the same files, environment and view takes it; it runs fresh, as if started
 then.
 
-Only where a start-up is worth hiding (`AHEAD_START_S`: a CPU suite's 0.3 s is not, and
+Only where a start-up is worth hiding (`AHEAD_START_S`: a plain CPU suite's is not, and
 on a small machine the extra start-ups would take the cores its runs need), and no more
 started ahead at once than the check's slots or the cores (`ahead_limit`: a CuPy
 section's strict runs one after another each take one, held idle once collected); those
@@ -40,9 +40,9 @@ from gpuci.run.proc.launch import Launch
 AHEAD_START_S = WORTH_HIDING_S
 # an interpreter held idle this long gives its place to one offered later, where the limit
 # is reached: the run it was offered for may never come (a victim whose hint answered
-# before its depends-on-others search; on the H100 nine such filled the limit of nine,
-# and every later run started cold; at 10 s a strict hog's runs outlasted the offers for
-# the runs after them, which were ended before their turn)
+# before its depends-on-others search: such offers can fill the limit, and every later
+# run starts cold; shorter, a strict hog's runs outlast the offers for the runs after
+# them, which are ended before their turn)
 STALE_S = 20.0
 START_WAIT_S = 10.0  # the longest a run waits for its interpreter's start (a fork) to return
 
@@ -51,8 +51,8 @@ def ahead_limit(slots: int, cpus: int | None) -> int:
     """How many evidence interpreters may be out started ahead at once: the check's
     `slots`, or the machine's cores where more (an interpreter starting takes a core, at
     a lower priority than the runs'; one held after its collection waits idle. At half
-    the cores, on the H100's 16, the interpreters of a pair search's sides filled the
-    limit for the hinted searches' runs after them, which started cold)."""
+    the cores, the interpreters of a pair search's sides can fill the limit for the
+    hinted searches' runs after them, which then start cold)."""
     return max(1, slots, cpus or 1)
 
 
@@ -237,9 +237,8 @@ class Ahead:
 
     def _stalest(self) -> Held | None:
         """The interpreter pooled longest whose run is not certain, taken out, where it
-        waited STALE_S or more. On the H100 gpu_polluted's first run in threads, offered as
-        the classification knew it, waited 35 s for its turn, was ended for another offer
-        and started again cold (4.1 s)."""
+        waited STALE_S or more (a run in threads, offered as the classification knows it,
+        may wait long for its turn: ended for another offer, it starts again cold)."""
         now = time.monotonic()
         for index, (key, held) in enumerate(self._pool):
             if key in self._certain:

@@ -174,8 +174,8 @@ def fastest_start_up(results: Mapping[Mode, ModeResults]) -> float:
     interpreters that started in their turn (one started ahead shows only what was not
     hidden, if anything): what one
     interpreter needs where others do not crowd the machine. The screens start many at
-    once (a check on 4 GPUs: 23, each 5 s where one alone takes 1-2 s), so their median
-    is the crowd's; an import that is expensive (PyTorch's 15-20 s) is so in every one."""
+    once, each slowed by the others, so their median is the crowd's; an import that is
+    expensive (PyTorch's) is so in every one."""
     seen = [
         i.startup_s
         for mode in PER_FILE

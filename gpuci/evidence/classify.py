@@ -133,7 +133,7 @@ def ran_outcomes(
     parallel (its file passed there, or failed alike in every screen) is `not-run`, so the
     category is what it would be had isolated not been asked. Read as a fresh isolated
     failure, the first test of a file that failed alike in every screen and passes alone
-    was `flaky` (H100, 2026-11-24: both memory hogs)."""
+    would be `flaky` (a memory hog is such a test)."""
     return {
         m: Outcome.NOT_RUN if m in results and results[m].inferred else o
         for m, o in outcomes.items()
@@ -237,9 +237,8 @@ def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in
     6. Failed in `isolated` but passed in `parallel`: it runs the file in the same order,
        with more going on beside it, not less; only chance differs: `flaky`. Not so for
        `threads`: each test runs in fresh worker threads, so thread-local state an earlier
-       test left (CuPy's current stream, a per-thread cache) does not reach it there; on
-       an H100 a leaked non-blocking stream's victim failed in isolated and passed in
-       threads, every time.
+       test left (CuPy's current stream, a per-thread cache) does not reach it there: a
+       leaked non-blocking stream's victim fails in isolated and passes in threads.
     7. Alone it fails (every rerun): `depends-on-others` if it passed somewhere other
        tests ran before it in its interpreter (`suite`; `isolated` or `parallel` unless
        `first_in_file`); `flaky` if it passed only where nothing ran before it (identical

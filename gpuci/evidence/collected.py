@@ -10,8 +10,8 @@ that imports `cupy.cuda.nccl`, which preloads NCCL, was collected with it.) Wher
 so, the files are halved as the tests are (`gpuci.evidence.bisect`), keeping a part with
 which it passes, down to the smallest set; the answer is confirmed twice, fresh. One run,
 and no test of theirs, where it does not. Where start-ups are worth hiding the halving's
-first runs start while that run goes on (a CuPy section: three start-ups one after
-another, 12 s, against a test of 0.4 s).
+first runs start while that run goes on (three start-ups one after another would cost
+far more than the short test each runs).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 pass runs, where a start-up is worth hiding.
 
 The evidence begins once the isolated pass ends, and its first runs would start cold: a
-PyTorch suite whose test utilities initialize CUDA waits 15-20 s for each (on an H100,
-torch_polluted's check took 57.7 s, 52.1 s with these). The screens already name the
+PyTorch suite whose test utilities initialize CUDA waits for that start-up in each. The
+screens already name the
 likely suspects, so the evidence's prober starts then, and each suspect's first alone-run
 starts ahead, held after its collection while the isolated pass goes on: as many as start
 at once, nothing queued (the isolated pass may change the plan). The evidence takes that
@@ -64,8 +64,8 @@ def first_alone_runs(
     """The tests whose first alone-runs begin the evidence, in order: the isolation suspects,
     then (`then` of them, None: all) those that failed the same way everywhere and each
     large group's representative. Without the isolated pass's results a test that failed in
-    every screen looks consistent (on the H100 gpu_polluted's first hog, the evidence's
-    first run, then started cold: 3 s)."""
+    every screen looks consistent (a memory hog, the evidence's first run, would start
+    cold)."""
     plan = prioritize(results, wanted)
     later = [*plan.consistent, *(g.representatives[0] for g in plan.groups)]
     return [*plan.isolation, *later[:then]]
@@ -118,7 +118,7 @@ class EarlyEvidence:
                 prober.ahead.early = prober.ahead.started
                 # the consistent failures' next one, at most, while the isolation suspects
                 # run: each starts the one after it (`prepare_next`), and idle they kept
-                # the room a strict confirmation needed (on the H100 it started cold, 3 s)
+                # the room a strict confirmation needed, which then started cold
                 wanted = alone_runs_wanted(results, self.runs)
                 first = first_alone_runs(results, wanted, then=1)
                 prober.ahead.renew({file_of(i) for i in first})

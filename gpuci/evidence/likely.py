@@ -2,8 +2,7 @@
 start-up is worth hiding (`Prober.hides_start_ups`).
 
 Strict runs go one after another, and each fresh interpreter pays its start-up while the
-GPU idles (CuPy: 3-4 s on an H100 machine, against a test of 0.4 s: a CuPy section's
-eight evidence runs took 25 s, six of them started cold). So these start at once, held
+GPU idles (CuPy's start-up can be many times a short test's run). So these start at once, held
 after their collection (`gpuci.evidence.ahead`), in the order they will run:
 - each isolation suspect's first alone-run, and where it failed in every interpreter of
   its own file its second (the first will likely fail, and the test wants two);
@@ -12,11 +11,11 @@ after their collection (`gpuci.evidence.ahead`), in the order they will run:
   depends-on-others search, its hint's (`gpuci.evidence.hinted`) where its failure points
   at a few earlier tests, else its run with the suite's other files collected and the
   halving's first wave (`gpuci.evidence.collected`);
-- where start-ups are expensive (PyTorch's 15-20 s), every suspect's runs it may need:
+- where start-ups are expensive (PyTorch's), every suspect's runs it may need:
   its second alone-run, its poisoned run, its hinted culprits' runs.
 Once a suspect passed its first alone-run, what was started for it as a likely failure is
-ended (`withdraw_unlikely`: on the H100 fourteen such interpreters held the places of the
-confirmations after them, which started cold), and an order-dependent victim's poisoned
+ended (`withdraw_unlikely`: held, they would take the places of the confirmations after
+them, which would start cold), and an order-dependent victim's poisoned
 run starts (`prepare_poisoned`).
 
 An interpreter serves any run of its files, so a file gets as many as its runs in a row
@@ -128,7 +127,7 @@ def prepare_poisoned(
 ) -> None:
     """The poisoned runs of the suspects (`only`) that passed their first alone-run and are
     order-dependent victims, started ahead while the other alone-runs go on (the poisoned
-    runs start at once after them, beside each other; cold, five took 3 s on the H100).
+    runs start at once after them, beside each other, and would otherwise start cold).
     Again after each stage: one started already counts."""
     if not ctx.prober.hides_start_ups or ctx.prober.poisoned:
         return
@@ -168,8 +167,8 @@ def prepare_searches(
 ) -> Prepared:
     """The culprit searches of the victims (`only`) as classified after their alone-runs:
     the hinted ones' runs, a bisection's within its own file, and each contention's first
-    pair start ahead while the poisoned runs go on (as the search began, a right hint's
-    first run paid its start-up: 2-3 s of an H100's idle GPU each). The runs started, for
+    pair start ahead while the poisoned runs go on (else, as the search began, a right
+    hint's first run would pay its start-up while the GPU idles). The runs started, for
     `withdraw_diagnosed`."""
     prober, results = ctx.prober, ctx.results
     if not prober.hides_start_ups:

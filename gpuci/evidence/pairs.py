@@ -12,7 +12,7 @@ Which GPUs each side sees: its own parallel view (the slot it ran in), unless th
 ran the device out of memory. Then every side sees the victim's view: the finding is about
 two interpreters asking one device for more than it has, and with several GPUs the parallel
 slots' rotated views put each side on a different first device, where they never meet
-(gpu_polluted's hogs on 2 H100s: 8 pair runs, never reproduced). The shared view is the
+(two memory hogs' pair runs then never reproduce). The shared view is the
 search's `gpu`, so that the printed command runs every side with it too.
 
 A pair names its partner file only where it shows the finding twice in a row; a pair
@@ -280,8 +280,8 @@ def prepare_first_pairs(
 ) -> None:
     """The sides of each pair search's (victim, candidates in pair order, failure kind)
     first run and its confirmation, started ahead before the searches begin
-    (`search_pairs` starts the rest as it goes: on the H100 a pair's first round took
-    6.7 s cold, 3.8 s warm). Two files paired already count once (the other side's own
+    (`search_pairs` starts the rest as it goes: a pair's first round started cold pays
+    both sides' start-ups). Two files paired already count once (the other side's own
     search, which its partner's answers); a file several searches pair with, once each."""
     met: set[frozenset[str]] = set()
     copies: dict[tuple[tuple[str, ...], str | None], int] = {}

@@ -22,7 +22,7 @@ from gpuci.run.sched.progress import say
 def worth_poisoning(results: Mapping[Mode, ModeResults], victims: Sequence[str]) -> list[str]:
     """The victims a poisoned run may tell something of: not one whose every failure in
     the screens ran the device out of memory (filling fresh allocations changes no size,
-    and such a run needs the whole GPU: 7 s for examples/gpu_polluted's hog on an H100)."""
+    and such a run needs the whole GPU for as long as the hog holds it)."""
     failures: dict[str, list[str]] = {}
     for mode_results in results.values():
         for test in mode_results.run.tests:

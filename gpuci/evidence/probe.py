@@ -444,7 +444,7 @@ def prepare_next(prober: Prober, after: str, current: str, *, strict: bool) -> N
 def prepare_each(prober: Prober, runs: Iterable[tuple[Sequence[str], int]]) -> None:
     """Start ahead the strict runs of `runs` (ids, copies): one interpreter serves any run of
     its files, so the copies of runs of the same files add up (two searches whose runs
-    share a file each get theirs; on the H100 the second one's started cold)."""
+    share a file each get theirs; else the second one's starts cold)."""
     need: dict[tuple[str, ...], int] = {}
     for ids, copies in runs:
         files = tuple(_files(ids, ()))

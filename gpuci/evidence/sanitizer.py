@@ -36,7 +36,7 @@ CUDA_HOME_VARS = ("CUDA_HOME", "CUDA_PATH")  # toolkit roots, as CuPy and PyTorc
 CUDA_DEFAULT = Path("/usr/local/cuda/bin") / TOOL  # where the CUDA toolkit puts it
 TIMEOUT_S = 300.0  # one memcheck run, never more than the budget left
 NOT_RUN = "not run (budget)"
-MIN_RUN_S = 15.0  # less budget left than this: not started (memcheck took 4-5 s on an H100)
+MIN_RUN_S = 15.0  # less budget left than this: not started (cut half way, it tells nothing)
 # boost-style `--opt=value`: one argument each. No --error-exitcode: an exit code other
 # than pytest's own would read as an interpreter dying after pytest finished.
 OPTIONS = (
@@ -111,7 +111,7 @@ class Sanitizing:
     """compute-sanitizer on the roots known before the searches (tests that failed alone
     with a CUDA fault), in a thread of its own while the poisoned runs and the searches go
     on (`start`); `sanitize_roots` takes what it found (`finish`) and runs the roots named
-    later. On the H100 gpu_polluted's root took memcheck 5.7 s at the end of the evidence,
+    later: a memcheck run is slow, and beside the searches it no longer comes at the end
     with nothing beside it. Beside other runs its report is still the root's own: memcheck
     follows the root's process tree only."""
 

@@ -94,9 +94,9 @@ def next_round(
     left: Sequence[str], wanted: Mapping[str, int], found: Mapping[str, TestEvidence]
 ) -> dict[str, int]:
     """The waiting victims that go round again, with the alone-runs each wants: those their
-    group runs left, but not one that another's search answered (a pair's partner:
-    gpu_polluted's second hog, searched again on the H100, 11 s); its alone-runs come with
-    the rest at the end."""
+    group runs left, but not one that another's search answered (a pair's partner: its
+    own search would ask again what its victim's pair runs showed); its alone-runs come
+    with the rest at the end."""
     return {i: wanted[i] for i in left if not (i in found and found[i].culprits)}
 
 
