@@ -47,7 +47,6 @@ class Round:
     had: dict[str, int] = field(default_factory=dict)  # alone-runs had of those wanted
     plan: Priorities | None = None  # who runs alone first, and how often
     likely: Likely | None = None  # what was started ahead for the likely failing
-    split: list[str] = field(default_factory=list)  # a group's members run alone after all
     classified: Mapping[str, Classified] | None = None  # after this round's alone-runs
     searches: Prepared | None = None  # the searches' runs started ahead, by victim
     left: list[str] = field(default_factory=list)  # waiting victims no group run answered
