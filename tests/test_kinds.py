@@ -83,6 +83,27 @@ def test_only_the_engine_enumerates_the_kinds() -> None:
         assert not found, f"{path.relative_to(GPUCI.parent)} imports the kinds {found}"
 
 
+# what starts a process: a kind asks the runner (`Prober`) for its runs instead
+STARTERS = {
+    "subprocess",
+    "multiprocessing",
+    "gpuci.run.proc.spawn",
+    "gpuci.run.proc.interpreter",
+    "gpuci.run.proc.held",
+    "gpuci.run.proc.launch",
+    "gpuci.run.proc.reaper",
+}
+
+
+def test_no_kind_starts_an_interpreter_itself() -> None:
+    for path in sorted(KINDS_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = _imported(tree) | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        }
+        assert not modules & STARTERS, f"evidence/kinds/{path.name}: {modules & STARTERS}"
+
+
 def test_every_kind_declares_what_the_protocol_asks() -> None:
     fields = {f.name for f in dataclasses.fields(TestEvidence)}
     phases = set()
