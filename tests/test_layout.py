@@ -81,6 +81,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "fingerprints",
         "claims",
         "classify",
+        "latent",
         "admission",
         "account",
         "ahead",
