@@ -50,3 +50,19 @@ def found_in(
     if mode is None or mode not in results:
         return ""
     return order_label(mode, results[mode].run.shuffle_seed)
+
+
+def latent_note(order: str, category: Category) -> tuple[str, ...]:
+    """What a latent finding's report, note and terminal lines say of it."""
+    if not order:
+        return ()
+    policy = "it warns unless --fail-on names latent or its category"
+    if category is Category.DEPENDS_ON_OTHERS:
+        return (
+            f"latent: passes only in the {order} order, which plain pytest did not run: its"
+            f" provider is collected after it; {policy}",
+        )
+    return (
+        f"latent: found in the {order} order, which plain pytest did not run (the plain"
+        f" order passed it); {policy}",
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuci.evidence.classify import classify_results, ran_outcomes, together_outcomes
 from gpuci.evidence.fingerprints import first_fingerprint
-from gpuci.evidence.latent import found_in
+from gpuci.evidence.latent import found_in, latent_note
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.reproduce import finding_commands
 from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
@@ -124,6 +124,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
         new = None
         if baseline is not None and category in ISOLATION_CATEGORIES:
             new = test_id not in known
+        latent = found_in(category, ran_outcomes(test.outcomes, test.results), results)
         commands = finding_commands(
             test_id,
             category,
@@ -147,7 +148,8 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 log=_crash_log(test.seen, category),
                 reproduce=commands.reproduce,
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
-                notes=test.notes
+                notes=latent_note(latent, category)
+                + test.notes
                 + _isolated_note(category, ran_outcomes(test.outcomes, test.results))
                 + ((strict.note,) if strict.note else ())
                 + contention_note(category, test.seen[0].file, ev.culprits if ev else (), results),
@@ -157,7 +159,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, category) if ev else {}),
                 strict=strict.strict,
-                found_in=found_in(category, ran_outcomes(test.outcomes, test.results), results),
+                found_in=latent,
             )
         )
     verdicts.sort(key=_sort_key)
