@@ -40,6 +40,22 @@ def test_the_suite_slot_sees_what_the_plain_run_sees() -> None:
     assert plain_gpus([]) is None
 
 
+def test_a_latent_order_sees_every_gpu_first_on_one_the_suite_does_not_use() -> None:
+    # reversed (slot 1) sees both GPUs, for its multi-GPU tests, the other one first, even
+    # where the files' slots have windows of one; the files' slots start after it
+    assert screen_gpus(["0", "1"], 4, 1, suite=True, orders=1) == ("0,1", "1,0", "0", "1")
+    assert screen_gpus(FOUR, 4, None, suite=True, orders=2) == (
+        "0,1,2,3",
+        "1,2,3,0",
+        "2,3,0,1",
+        "3,0,1,2",
+    )
+    # without the suite interpreter, the first latent order takes slot 0
+    assert screen_gpus(["0", "1"], 2, None, suite=False, orders=1) == ("0,1", "1,0")
+    # one GPU: shared, as every slot shares it
+    assert screen_gpus(["0"], 3, None, suite=True, orders=1) == ("0", "0", "0")
+
+
 def test_only_a_failure_for_an_unseen_device_in_a_narrower_view_is_set_aside() -> None:
     ordinal = "CUDARuntimeError: cudaErrorInvalidDevice: invalid device ordinal"
     results = [
