@@ -135,11 +135,6 @@ def _discover_and_run(
         raise
     modes, why = choose_modes(asked, discovery, len(detect_gpus(opts.gpus, os.environ)))
     opts = replace(opts, mode_plan=(tuple(modes), why), randomly_seed=discovery.randomly_seed)
-    if Mode.SHUFFLED in modes:
-        seed = asked.seed if asked.seed is not None else draw_seed()
-        opts = replace(opts, shuffle_seed=seed)
-        drawn = "" if asked.seed is not None else ", drawn by this check"
-        say(f"shuffled: seed {seed}{drawn} (--modes ...,{order_label(Mode.SHUFFLED, seed)})")
     threads = threads_from_suite(opts.settings, discovery)
     if threads is not None:
         opts = replace(opts, threads=threads.value, settings={**opts.settings, "threads": threads})
@@ -148,6 +143,9 @@ def _discover_and_run(
         opts = replace(opts, run_id=run_id)
     else:  # only now: a suite that cannot be collected replaces nothing
         opts, earlier = _replace_earlier(opts), {}
+    if Mode.SHUFFLED in modes:  # an interrupted shuffle resumes in its own order
+        prior = earlier.get(Mode.SHUFFLED)
+        opts = _shuffled(opts, asked.seed if prior is None else prior.shuffle_seed)
     shown = [*modes, *(m for m in Mode if m not in modes)]
     say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel runs lazily: only the files that did not pass in the screens
@@ -161,6 +159,15 @@ def _discover_and_run(
         _, workers = _run_screened(opts, modes, lazy, earlier, discovery, isolating=isolating)
     forget_replaced(opts.out)  # the check has results of its own now
     return workers
+
+
+def _shuffled(opts: ModeOptions, seed: int | None) -> ModeOptions:
+    """The options with the shuffled mode's seed: the one asked for (shuffled:SEED), else
+    one drawn here, printed so that the order can be asked for again."""
+    drawn = "" if seed is not None else ", drawn by gpuci"
+    seed = seed if seed is not None else draw_seed()
+    say(f"shuffled: seed {seed}{drawn} ({order_label(Mode.SHUFFLED, seed)} runs this order again)")
+    return replace(opts, shuffle_seed=seed)
 
 
 def _stages(options: Options) -> tuple[ModeOptions, EvidenceOptions]:
@@ -362,6 +369,8 @@ def run_mode_with_reruns(options: Options, mode: Mode) -> ModeRun:
             f"replacing the earlier {mode.value} results in {mode_dir}"
             " (--resume continues an interrupted run instead)"
         )
+    if mode is Mode.SHUFFLED:  # gpuci run --mode shuffled: the interrupted run's, or drawn
+        opts = _shuffled(opts, prior.shuffle_seed if prior is not None else None)
     with held_beside_discovery(opts, suite=mode is Mode.SUITE and prior is None, files=False):
         run = run_one_mode(replace(opts, run_id=run_id), mode, resume=prior)
     return rerun_mode_suspects(
