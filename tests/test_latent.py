@@ -274,6 +274,11 @@ def test_polluters_collected_after_their_victims_are_latent_with_their_culprits(
     assert fails.returncode == 1 and "1 failed, 1 passed" in fails.stdout, fails.stdout
     passes = shell(first["passes_alone"], out.parent)
     assert passes.returncode == 0 and "1 passed" in passes.stdout, passes.stdout
+    # the state ledger says what the environment polluter left, read from the reversed run
+    roots = {tuple(r["culprits"]): r for r in verdict["roots"]}
+    assert roots[("test_z_polluters.py::test_sets_env",)]["left"] == [
+        "left environment variables set LATENT_MODE"
+    ]
     for clean in ("test_a_victims.py::test_unrelated", "test_m_clean.py::test_clean"):
         assert tests[clean]["category"] == "passed" and "latent" not in tests[clean]
     # the terminal, the note and the report say in which order it was found
