@@ -124,7 +124,14 @@ def test_a_multi_gpu_test_under_gpus_per_slot_is_no_finding(tmp_path: Path) -> N
     assert verdict["verdict"] == "pass"
     seen = [tuple(json.loads(line)) for line in views.read_text().splitlines()]
     assert ("suite", "0,1", None) in seen  # the plain run's view
-    assert all(view == "0,1" and not limit for mode, view, limit in seen if mode != "parallel")
+    assert all(
+        view == "0,1" and not limit
+        for mode, view, limit in seen
+        if mode not in ("parallel", "reversed")
+    )
+    # reversed (on by default with two GPUs) sees both, the other first, and no limit: its
+    # multi-GPU tests run there
+    assert {(view, limit) for mode, view, limit in seen if mode == "reversed"} == {("1,0", None)}
     # a window of one GPU tells CuPy's multi-GPU tests to skip there
     assert all(limit == "1" for mode, view, limit in seen if mode == "parallel")
     parallel = json.loads((out / "parallel" / "run.json").read_text())
