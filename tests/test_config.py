@@ -17,7 +17,7 @@ import pytest
 from cli_runner import gpuci, needs_run_parallel
 
 from gpuci.config import find_pyproject, load_config, parse_config
-from gpuci.model import Mode, UsageError
+from gpuci.model import UsageError
 
 SUITE = {
     "pytest.ini": "[pytest]\n",
