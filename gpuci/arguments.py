@@ -231,7 +231,10 @@ def _add_policy(group: Group) -> None:
         help="the target branch's verdict.json: each isolation problem is new or known",
     )
     group.add_argument(
-        "--fail-on", metavar="CATEGORIES", help="categories that fail the verdict (comma list)"
+        "--fail-on",
+        metavar="CATEGORIES",
+        help="categories that fail the verdict (comma list); 'latent': a finding only an order"
+        " plain pytest did not run showed (reversed, shuffled) fails too, not only warns",
     )
     group.add_argument(
         "--allow", metavar="CATEGORIES", help="categories (or 'known') that never fail it"
@@ -255,8 +258,10 @@ def _add_check(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="LIST",
         help="modes to run, in order (comma list; default suite,parallel,isolated, with"
         " threads before isolated where the suite's pytest configuration sets"
-        " --parallel-threads); isolated after parallel or threads runs only the files that"
-        " did not pass there, isolated first runs them all",
+        " --parallel-threads, and reversed after suite with two or more GPUs); isolated after"
+        " parallel or threads runs only the files that did not pass there, isolated first"
+        " runs them all; reversed runs the files in reverse collection order in one"
+        " interpreter beside the suite's, shuffled (or shuffled:SEED) in a seeded shuffle",
     )
     _add_how(groups["how"])
     groups["how"].add_argument("--serial-modes", action="store_true", help="one mode after another")

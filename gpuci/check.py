@@ -29,7 +29,7 @@ from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import choose_sanitizer
 from gpuci.judge import write_verdict
 from gpuci.lazy_isolated import CONFIRMED_BY, INFERRED_FROM, IsolatedAhead, lazy_isolated
-from gpuci.model import InputError, Mode, ModeRun, UsageError
+from gpuci.model import WHOLE_SUITE_MODES, InputError, Mode, ModeRun, UsageError
 from gpuci.options import EvidenceOptions, Options
 from gpuci.run.disk.durations import write_durations
 from gpuci.run.disk.outdir import check_run_id, forget_replaced, new_run_id, replace_earlier
@@ -42,6 +42,8 @@ from gpuci.run.sched.modes import (
     AskedModes,
     asked_modes,
     choose_modes,
+    draw_seed,
+    order_label,
     require_run_parallel,
     runs_or_not,
     threads_from_suite,
@@ -62,7 +64,7 @@ from gpuci.run.sched.plan_mode import (
     shard_of,
     threads_of,
 )
-from gpuci.run.sched.screens import run_screens
+from gpuci.run.sched.screens import SCREEN_ORDER, run_screens
 from gpuci.run.sched.views import screen_gpus
 from gpuci.terminal import QUIET
 
@@ -131,7 +133,7 @@ def _discover_and_run(
         if not options.resume:  # its verdict is this check's: no earlier mode beside it
             _replace_earlier(opts)
         raise
-    modes, why = choose_modes(asked, discovery)
+    modes, why = choose_modes(asked, discovery, len(detect_gpus(opts.gpus, os.environ)))
     opts = replace(opts, mode_plan=(tuple(modes), why), randomly_seed=discovery.randomly_seed)
     threads = threads_from_suite(opts.settings, discovery)
     if threads is not None:
@@ -141,6 +143,9 @@ def _discover_and_run(
         opts = replace(opts, run_id=run_id)
     else:  # only now: a suite that cannot be collected replaces nothing
         opts, earlier = _replace_earlier(opts), {}
+    if Mode.SHUFFLED in modes:  # an interrupted shuffle resumes in its own order
+        prior = earlier.get(Mode.SHUFFLED)
+        opts = _shuffled(opts, asked.seed if prior is None else prior.shuffle_seed)
     shown = [*modes, *(m for m in Mode if m not in modes)]
     say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel runs lazily: only the files that did not pass in the screens
@@ -154,6 +159,15 @@ def _discover_and_run(
         _, workers = _run_screened(opts, modes, lazy, earlier, discovery, isolating=isolating)
     forget_replaced(opts.out)  # the check has results of its own now
     return workers
+
+
+def _shuffled(opts: ModeOptions, seed: int | None) -> ModeOptions:
+    """The options with the shuffled mode's seed: the one asked for (shuffled:SEED), else
+    one drawn here, printed so that the order can be asked for again."""
+    drawn = "" if seed is not None else ", drawn by gpuci"
+    seed = seed if seed is not None else draw_seed()
+    say(f"shuffled: seed {seed}{drawn} ({order_label(Mode.SHUFFLED, seed)} runs this order again)")
+    return replace(opts, shuffle_seed=seed)
 
 
 def _stages(options: Options) -> tuple[ModeOptions, EvidenceOptions]:
@@ -216,15 +230,25 @@ def _run_screened(
     per_slot = parse_gpus_per_slot(opts.gpus_per_slot, gpus)
     screened = [m for m in modes if m is not Mode.ISOLATED and m not in runs]
     # W slots for each screen of files (the parallel files still run W at a time, the
-    # threads files W of their own beside them), and one for the suite interpreter, which
-    # holds its slot from start to end; never more than the units
-    units = sum(1 if m is Mode.SUITE else len(discovery.files) for m in screened)
+    # threads files W of their own beside them), and one for each whole suite's
+    # interpreter (the suite's, reversed, shuffled), which holds its slot from start to
+    # end; never more than the units
+    whole = [m for m in SCREEN_ORDER if m in WHOLE_SUITE_MODES and m in screened]
+    units = sum(1 if m in whole else len(discovery.files) for m in screened)
     per_screen, _ = pool_workers(parse_workers(opts.workers), gpus, per_slot, units)
-    of_files = sum(m is not Mode.SUITE for m in screened)
-    workers = min(per_screen * max(of_files, 1) + (Mode.SUITE in screened and of_files > 0), units)
-    slot_gpus = screen_gpus(gpus, workers, per_slot, suite=Mode.SUITE in screened)
+    of_files = len(screened) - len(whole)
+    workers = min(per_screen * of_files + len(whole), units) if of_files else len(whole)
+    suite = Mode.SUITE in screened
+    slot_gpus = screen_gpus(gpus, workers, per_slot, suite=suite, orders=len(whole) - suite)
     screens = [
-        plan_mode(opts, mode, discovery, resume=earlier.get(mode), pool=slot_gpus)[0]
+        plan_mode(
+            opts,
+            mode,
+            discovery,
+            resume=earlier.get(mode),
+            pool=slot_gpus,
+            slot=whole.index(mode) if mode in whole else 0,
+        )[0]
         for mode in screened
     ]
     # the isolated pass's first files start while the screens go on
@@ -345,6 +369,8 @@ def run_mode_with_reruns(options: Options, mode: Mode) -> ModeRun:
             f"replacing the earlier {mode.value} results in {mode_dir}"
             " (--resume continues an interrupted run instead)"
         )
+    if mode is Mode.SHUFFLED:  # gpuci run --mode shuffled: the interrupted run's, or drawn
+        opts = _shuffled(opts, prior.shuffle_seed if prior is not None else None)
     with held_beside_discovery(opts, suite=mode is Mode.SUITE and prior is None, files=False):
         run = run_one_mode(replace(opts, run_id=run_id), mode, resume=prior)
     return rerun_mode_suspects(

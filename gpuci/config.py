@@ -20,7 +20,7 @@ from typing import Any
 
 from gpuci.formats import read_mode_run
 from gpuci.model import Category, GpuciError, Mode, UsageError
-from gpuci.run.sched.modes import Setting
+from gpuci.run.sched.modes import SEED_SEP, Setting, parse_modes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,7 +44,7 @@ class Config:
     """The checked `[tool.gpuci]` table; None (or empty) where a key is not set."""
 
     path: Path | None = None  # the pyproject.toml it came from; None: none found
-    modes: tuple[Mode, ...] | None = None
+    modes: str | None = None  # as --modes spells them: "suite,parallel,shuffled:7"
     workers: str | None = None  # "auto" or a whole number, as --workers takes it
     timeout: float | None = None
     threads: int | None = None
@@ -185,12 +185,20 @@ def _names(what: str, valid: Callable[[str], bool]) -> Callable[[Any], tuple[str
     return parse
 
 
-def _modes(value: Any) -> tuple[Mode, ...]:
+def _modes(value: Any) -> str:
     valid = {m.value for m in Mode}
-    names = _names(f"modes ({', '.join(m.value for m in Mode)})", valid.__contains__)(value)
+
+    def known(name: str) -> bool:  # `shuffled:SEED` names its seed (parse_modes checks it)
+        return name.partition(SEED_SEP)[0] in valid
+
+    names = _names(f"modes ({', '.join(m.value for m in Mode)})", known)(value)
     if not names:
         raise ValueError("expected at least one mode")
-    return tuple(Mode(n) for n in names)
+    try:
+        parse_modes(",".join(names))
+    except UsageError as exc:
+        raise ValueError(str(exc).removeprefix("--modes ")) from None
+    return ",".join(names)
 
 
 def _categories(*words: str) -> Callable[[Any], str]:
@@ -222,7 +230,7 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "evidence-budget": ("evidence_budget", _seconds(zero=True)),
     "gpus": ("gpus", _gpus),
     "gpus-per-slot": ("gpus_per_slot", _whole(1)),
-    "fail-on": ("fail_on", _categories()),
+    "fail-on": ("fail_on", _categories("latent")),
     "allow": ("allow", _categories(KNOWN)),
     "secrets": (
         "secrets",

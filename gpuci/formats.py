@@ -143,6 +143,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"threads": run.threads} if run.threads else {}),
         **({"poison": True} if run.poison else {}),
         **({"randomly_seed": run.randomly_seed} if run.randomly_seed is not None else {}),
+        **({"shuffle_seed": run.shuffle_seed} if run.shuffle_seed is not None else {}),
         **({"settings": run.settings} if run.settings else {}),
     }
 
@@ -207,6 +208,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             threads=int(data["threads"]) if data.get("threads") else None,
             poison=bool(data.get("poison", False)),
             randomly_seed=_seed(data.get("randomly_seed")),
+            shuffle_seed=_seed(data.get("shuffle_seed")),
             settings=dict(data.get("settings", {})),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -258,6 +260,7 @@ def verdict_to_json(verdict: Verdict) -> dict[str, Any]:
                 **({"pytest": {m: list(w) for m, w in t.pytest.items()}} if t.pytest else {}),
                 "reruns": list(t.reruns),
                 "new": t.new,
+                **({"latent": True, "found_in": t.found_in} if t.found_in else {}),
                 "message": t.message,
                 "reproduce": t.reproduce,
                 **({"inferred": list(t.inferred)} if t.inferred else {}),
@@ -341,6 +344,7 @@ def verdict_from_json(data: dict[str, Any], source: Path) -> Verdict:
                     fingerprint=str(t.get("fingerprint", "")),
                     inferred_from=tuple(str(i) for i in t.get("inferred_from", ())),
                     strict=str(t.get("strict", "")),
+                    found_in=str(t.get("found_in", "")),
                 )
                 for t in data["tests"]
             ),

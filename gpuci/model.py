@@ -38,6 +38,8 @@ class Mode(str, Enum):
     PARALLEL = "parallel"
     SUITE = "suite"
     THREADS = "threads"
+    REVERSED = "reversed"  # one interpreter: the files in reverse collection order
+    SHUFFLED = "shuffled"  # one interpreter: the files in a seeded shuffle of that order
 
 
 class Outcome(str, Enum):
@@ -69,6 +71,24 @@ class Category(str, Enum):
 
 NOT_PASSING = frozenset({Outcome.FAILED, Outcome.CRASHED, Outcome.TIMED_OUT})
 SUITE_UNIT = "(suite)"  # the one scheduled unit of suite mode, in place of a test file
+# The orders plain pytest did not run: one interpreter each, like the suite's, with the files
+# in another order; what only they show is latent (the plain run passed it).
+LATENT_ORDERS = (Mode.REVERSED, Mode.SHUFFLED)
+WHOLE_SUITE_MODES = (Mode.SUITE, *LATENT_ORDERS)  # one interpreter runs every file
+# each one's single scheduled unit, in place of a test file
+WHOLE_SUITE_UNITS = {mode: f"({mode.value})" for mode in WHOLE_SUITE_MODES}
+
+
+def whole_suite_unit(key: str) -> bool:
+    """Whether a scheduled unit is a whole suite in one interpreter, not a test file."""
+    return key in WHOLE_SUITE_UNITS.values()
+
+
+def unit_of(mode: Mode) -> str | None:
+    """The one unit of a mode that runs every file in one interpreter (None: files)."""
+    return WHOLE_SUITE_UNITS.get(mode)
+
+
 INTERRUPTED = "gpuci was interrupted"  # how a not-run test's message starts when gpuci stopped
 
 # Escape sequences (CSI, OSC, two-character) and other control characters, including
@@ -220,6 +240,7 @@ class ModeRun:
     # pytest-randomly's seed in the plain run, every other interpreter's (-p randomly
     # --randomly-seed=N): every command that reproduces a run carries it
     randomly_seed: int | None = None
+    shuffle_seed: int | None = None  # the shuffled mode's: the seed its file order came from
     run_id: str = ""  # the check (or `gpuci run`) that made it: what --resume keeps
     # the effective settings: key -> {"value", "from"} (command line, [tool.gpuci], default);
     # "modes" adds "why": mode -> why it ran or did not
@@ -295,6 +316,13 @@ class TestVerdict:
     fingerprint: str = ""  # how it failed, normalized (evidence.fingerprints): its group's key
     inferred_from: tuple[str, ...] = ()  # not run alone: its group's representatives were
     strict: str = ""  # the strict runs (nothing else on its GPUs) that decided its category
+    # the order plain pytest did not run that alone showed it (reversed, shuffled:SEED)
+    found_in: str = ""
+
+    @property
+    def latent(self) -> bool:
+        """Whether only an order plain pytest did not run showed it."""
+        return bool(self.found_in)
 
     def said(self, mode: str) -> str:
         """Its outcome in `mode` in pytest's words: `error`, `passed+error`, `xfailed`."""

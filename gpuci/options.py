@@ -88,8 +88,7 @@ def build_options(args: argparse.Namespace) -> Options:
         setting = settings.get(name)
         return setting.value if setting is not None else given.get(name)
 
-    modes = value("modes")
-    asked = ",".join(m.value for m in modes) if isinstance(modes, tuple) else modes
+    asked: str | None = value("modes")  # as --modes spells them, or [tool.gpuci] joined
     python: str = given.get("python", sys.executable)
     pytest_args: tuple[str, ...] = given.get("pytest_args", ())
     mode_options = None

@@ -17,7 +17,7 @@ import pytest
 from cli_runner import gpuci, needs_run_parallel
 
 from gpuci.config import find_pyproject, load_config, parse_config
-from gpuci.model import Mode, UsageError
+from gpuci.model import UsageError
 
 SUITE = {
     "pytest.ini": "[pytest]\n",
@@ -117,7 +117,7 @@ def test_a_full_table_is_read_with_every_key(tmp_path: Path) -> None:
     (tmp_path / "tests").mkdir()
     config = load_config([tmp_path / "tests"])
     assert config.path == tmp_path / "pyproject.toml"
-    assert config.modes == (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
+    assert config.modes == "suite,parallel,threads,isolated"  # as --modes spells them
     assert (config.workers, config.timeout, config.threads, config.reruns) == ("4", 120.0, 8, 3)
     assert (config.evidence_budget, config.gpus, config.gpus_per_slot) == (600.0, "0,1", 1)
     assert (config.fail_on, config.allow) == ("order-dependent,failed", "known,flaky")
@@ -149,6 +149,8 @@ def test_the_search_stops_at_the_suites_own_rootdir(tmp_path: Path) -> None:
         ({"modes": "suite"}, "modes: expected a list of modes"),
         ({"modes": ["suite", "serial"]}, "modes: expected a list of modes"),
         ({"modes": []}, "modes: expected at least one mode"),
+        ({"modes": ["suite", "shuffled:x"]}, "whole number from 0 to"),
+        ({"modes": ["reversed:3"]}, "only shuffled takes a seed"),
         ({"evidence-budget": -1}, "evidence-budget: expected a number of seconds"),
         ({"gpus": {}}, "gpus: expected a list of GPU indices"),
         ({"gpus-per-slot": 0}, "gpus-per-slot: expected a whole number"),

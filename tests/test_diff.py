@@ -893,7 +893,7 @@ def test_format_summary(scenario: Path) -> None:
     # which modes ran, and which did not (no check recorded why: only OUT tells)
     assert lines[-3:-1] == [
         "modes: isolated, parallel, suite ran: results in OUT",
-        "modes: threads not run: no results in OUT",
+        "modes: threads, reversed, shuffled not run: no results in OUT",
     ]
     listed = [line.split()[0] for line in lines[1:-3] if not line.startswith("    ")]
     assert listed == [

@@ -95,10 +95,12 @@ def test_a_test_that_needs_both_gpus_passes_in_every_mode(checked: tuple[Path, s
     assert set(tests[MULTI]["outcomes"].values()) == {"passed"}
     parallel = read(out / "parallel" / "run.json")
     # every slot saw both GPUs, rotated so that slot k starts at GPU k (mod 2); slot 0 is
-    # the suite interpreter's in the screens, the parallel files share the others
+    # the suite interpreter's in the screens, slot 1 the reversed one's (on by default with
+    # two GPUs: first on the GPU the suite's is not), the parallel files share the others
     assert all(f["gpu"] == ("0,1", "1,0")[f["slot"] % 2] for f in parallel["files"])
-    assert {f["slot"] for f in parallel["files"]} <= {1, 2}
+    assert {f["slot"] for f in parallel["files"]} <= {2, 3}
     assert {f["gpu"] for f in read(out / "suite" / "run.json")["files"]} == {"0,1"}
+    assert {f["gpu"] for f in read(out / "reversed" / "run.json")["files"]} == {"1,0"}
     assert read(out / "evidence" / "evidence.json")["gpu"] == "0,1"
 
 

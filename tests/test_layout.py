@@ -89,6 +89,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "fingerprints",
         "claims",
         "classify",
+        "latent",
         "admission",
         "account",
         "ahead",

@@ -40,6 +40,22 @@ def test_the_suite_slot_sees_what_the_plain_run_sees() -> None:
     assert plain_gpus([]) is None
 
 
+def test_a_latent_order_sees_every_gpu_first_on_one_the_suite_does_not_use() -> None:
+    # reversed (slot 1) sees both GPUs, for its multi-GPU tests, the other one first, even
+    # where the files' slots have windows of one; the files' slots start after it
+    assert screen_gpus(["0", "1"], 4, 1, suite=True, orders=1) == ("0,1", "1,0", "0", "1")
+    assert screen_gpus(FOUR, 4, None, suite=True, orders=2) == (
+        "0,1,2,3",
+        "1,2,3,0",
+        "2,3,0,1",
+        "3,0,1,2",
+    )
+    # without the suite interpreter, the first latent order takes slot 0
+    assert screen_gpus(["0", "1"], 2, None, suite=False, orders=1) == ("0,1", "1,0")
+    # one GPU: shared, as every slot shares it
+    assert screen_gpus(["0"], 3, None, suite=True, orders=1) == ("0", "0", "0")
+
+
 def test_only_a_failure_for_an_unseen_device_in_a_narrower_view_is_set_aside() -> None:
     ordinal = "CUDARuntimeError: cudaErrorInvalidDevice: invalid device ordinal"
     results = [
@@ -108,7 +124,14 @@ def test_a_multi_gpu_test_under_gpus_per_slot_is_no_finding(tmp_path: Path) -> N
     assert verdict["verdict"] == "pass"
     seen = [tuple(json.loads(line)) for line in views.read_text().splitlines()]
     assert ("suite", "0,1", None) in seen  # the plain run's view
-    assert all(view == "0,1" and not limit for mode, view, limit in seen if mode != "parallel")
+    assert all(
+        view == "0,1" and not limit
+        for mode, view, limit in seen
+        if mode not in ("parallel", "reversed")
+    )
+    # reversed (on by default with two GPUs) sees both, the other first, and no limit: its
+    # multi-GPU tests run there
+    assert {(view, limit) for mode, view, limit in seen if mode == "reversed"} == {("1,0", None)}
     # a window of one GPU tells CuPy's multi-GPU tests to skip there
     assert all(limit == "1" for mode, view, limit in seen if mode == "parallel")
     parallel = json.loads((out / "parallel" / "run.json").read_text())

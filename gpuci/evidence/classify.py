@@ -13,7 +13,15 @@ from dataclasses import dataclass
 
 from gpuci.evidence.orders import Order, first_in_interpreter, interpreter_order
 from gpuci.evidence.results import ModeResults, keep_worse
-from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
+from gpuci.model import (
+    NOT_PASSING,
+    WHOLE_SUITE_MODES,
+    Category,
+    Mode,
+    Outcome,
+    TestEvidence,
+    TestResult,
+)
 from gpuci.run.proc.journal import collected_file, uncollectable
 from gpuci.run.proc.reports import out_of_device_memory
 
@@ -240,14 +248,15 @@ def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in
        test left (CuPy's current stream, a per-thread cache) does not reach it there: a
        leaked non-blocking stream's victim fails in isolated and passes in threads.
     7. Alone it fails (every rerun): `depends-on-others` if it passed somewhere other
-       tests ran before it in its interpreter (`suite`; `isolated` or `parallel` unless
-       `first_in_file`); `flaky` if it passed only where nothing ran before it (identical
-       conditions); `failed` if it passed nowhere. A pass in `threads` counts for nothing
-       here: it only ever clears a test of being thread-unsafe (fresh worker threads see
-       no earlier test's thread-local state, and pytest-run-parallel 0.10 reports a test
-       that fails by a warning as passed).
+       tests ran before it in its interpreter (`suite`, `reversed`, `shuffled`;
+       `isolated` or `parallel` unless `first_in_file`); `flaky` if it passed only where
+       nothing ran before it (identical conditions); `failed` if it passed nowhere. A pass
+       in `threads` counts for nothing here: it only ever clears a test of being
+       thread-unsafe (fresh worker threads see no earlier test's thread-local state, and
+       pytest-run-parallel 0.10 reports a test that fails by a warning as passed).
     8. Alone it passes: `flaky` if it failed in `isolated` with `first_in_file` (identical
-       conditions); `order-dependent` if it failed in `suite` or `isolated`;
+       conditions); `order-dependent` if it failed in `suite`, `isolated` or a latent
+       order (`reversed`, `shuffled`: `gpuci.evidence.latent` marks those);
        `concurrency` if it failed in `parallel` (with or without `threads`: a failure
        with no threads needs none to explain it, and the culprit search can pair files);
        `thread-unsafe` if it failed only in `threads`.
@@ -289,13 +298,13 @@ def classify_test(  # noqa: PLR0911, PLR0912 -- a precedence table reads best in
 
     if not alone_passes:
         # every mode runs the earlier tests of the file first, unless it was first in it
-        after_others = {Mode.SUITE} if first_in_file else set(Mode)
+        after_others = set(WHOLE_SUITE_MODES) if first_in_file else set(Mode)
         if passed & after_others:
             return Category.DEPENDS_ON_OTHERS
         return Category.FLAKY if passed else Category.FAILED
     if Mode.ISOLATED in failed and first_in_file:
         return Category.FLAKY
-    if failed & {Mode.SUITE, Mode.ISOLATED}:
+    if failed & {*WHOLE_SUITE_MODES, Mode.ISOLATED}:
         return Category.ORDER_DEPENDENT
     if Mode.PARALLEL in failed:
         return Category.CONCURRENCY

@@ -24,7 +24,7 @@ from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search import Search, probe_after
 from gpuci.evidence.source_hints import writers
 from gpuci.evidence.victims import Task
-from gpuci.model import NOT_PASSING, Category, Mode
+from gpuci.model import LATENT_ORDERS, NOT_PASSING, Category, Mode
 from gpuci.run.proc.discover import file_of
 from gpuci.state.hints import failure_text, hinted_candidates
 from gpuci.state.left import Ledger
@@ -32,7 +32,7 @@ from gpuci.state.left import Ledger
 LEDGER = "ledger"  # a probe that ran the tests the ledger pointed at
 SOURCE = "source"  # a probe that ran the tests whose source writes what the failure quotes
 # the failure read for a hint: the plain run's first, where the victim failed there
-MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)
+MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS, *LATENT_ORDERS)
 MOST_PREPARED = 4  # hinted tests whose runs start ahead: more would take the slots' cores
 
 

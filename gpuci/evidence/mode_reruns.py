@@ -14,7 +14,7 @@ from gpuci.evidence.priorities import describe_cuts
 from gpuci.evidence.probe import Prober, start_prober
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import mode_run_to_json, write_json_atomic
-from gpuci.model import SUITE_UNIT, FileRun, Mode, ModeRun, TestEvidence, TestResult
+from gpuci.model import FileRun, Mode, ModeRun, TestEvidence, TestResult, unit_of
 from gpuci.run.proc.strays import leftover_line, stranger_line
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.progress import say
@@ -77,8 +77,8 @@ def rerun_mode_suspects(
 def _with_strays(file_run: FileRun, runner: Prober, mode: Mode) -> FileRun:
     """The file's run with what its alone-reruns left behind (suite: all of them)."""
     files = list(runner.leftovers) + list(runner.strangers)
-    if mode is Mode.SUITE:
-        keys = dict.fromkeys(files) if file_run.file == SUITE_UNIT else {}
+    if unit_of(mode) is not None:
+        keys = dict.fromkeys(files) if file_run.file == unit_of(mode) else {}
     else:
         keys = {file_run.file: None}
     leftovers = tuple(x for k in keys for x in runner.leftovers.get(k, ()))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuci.evidence.results import ModeResults
-from gpuci.model import Mode, Outcome, TestResult
+from gpuci.model import WHOLE_SUITE_MODES, Outcome, TestResult
 
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
@@ -27,9 +27,10 @@ class Order:
 
 
 def interpreter_order(results: ModeResults) -> Order:
-    """Split a mode's tests into interpreters: per file (but in suite), and at crashes."""
+    """Split a mode's tests into interpreters: per file (but in the whole suite's: suite,
+    reversed, shuffled), and at crashes."""
     order = Order(segments=[], blocks=[], mid_file=[], where={})
-    per_file = results.run.mode is not Mode.SUITE
+    per_file = results.run.mode not in WHOLE_SUITE_MODES
     for part in results.parts:
         current: list[TestResult] = []
         blocks: list[tuple[str, int]] = []

@@ -15,13 +15,16 @@ from gpuci import shell
 from gpuci.evidence.orders import Order, ran_before, ran_beside
 from gpuci.evidence.results import ModeResults
 from gpuci.model import (
+    LATENT_ORDERS,
     NOT_PASSING,
-    SUITE_UNIT,
+    WHOLE_SUITE_MODES,
     Category,
     Mode,
     ModeRun,
     Outcome,
     TestEvidence,
+    unit_of,
+    whole_suite_unit,
 )
 from gpuci.run.disk.side_outputs import command_args, seed_args
 from gpuci.run.proc.discover import POISON_ENV
@@ -41,7 +44,7 @@ def _selectable(test_id: str) -> str:
     # No real test's name starts with "[": such an id is the runner's stand-in for an
     # interpreter that died between tests, and only its file can be run.
     if name.startswith("["):
-        return "" if file == SUITE_UNIT else file
+        return "" if whole_suite_unit(file) else file
     return test_id
 
 
@@ -85,16 +88,18 @@ def reproduce_command(
     before: list[str] = []
     omitted = 0
     wanted = _shown_only_in_order(category, outcomes, reruns)
-    for failing in (Mode.ISOLATED, Mode.SUITE):
-        if wanted is not None and outcomes.get(failing) is wanted:
-            before, omitted = ran_before(orders[failing], test_id, by_file=failing is Mode.SUITE)
+    # the plain run's orders first, then a latent order's (the files in the order it ran)
+    for failing in (Mode.ISOLATED, Mode.SUITE, *LATENT_ORDERS):
+        if wanted is not None and outcomes.get(failing) is wanted and failing in orders:
+            whole = failing in WHOLE_SUITE_MODES
+            before, omitted = ran_before(orders[failing], test_id, by_file=whole)
             if before:
                 mode = failing
                 break
     run = results[mode].run
     # alone, a test sees what every serial interpreter of the check sees
     if before:
-        gpu = gpu_of(results[mode], SUITE_UNIT if mode is Mode.SUITE else file)
+        gpu = gpu_of(results[mode], unit_of(mode) or file)
     command = pytest_command(run, [*before, target], gpu or serial_gpu(run))
     if omitted:
         command += f"  # {omitted} earlier in the {mode.value} order left out, see its run.json"

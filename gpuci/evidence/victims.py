@@ -12,7 +12,15 @@ from gpuci.evidence.fingerprints import failure_kind
 from gpuci.evidence.orders import Order, tests_before
 from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS
 from gpuci.evidence.results import ModeResults
-from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence, TestResult
+from gpuci.model import (
+    LATENT_ORDERS,
+    NOT_PASSING,
+    Category,
+    Mode,
+    Outcome,
+    TestEvidence,
+    TestResult,
+)
 from gpuci.run.proc.reports import out_of_device_memory, pool_limited
 
 SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
@@ -107,12 +115,13 @@ def _plan(
     wanted: set[Outcome] = (
         set(NOT_PASSING) if test.category is Category.ORDER_DEPENDENT else {Outcome.PASSED}
     )
-    modes: tuple[Mode, ...] = (Mode.ISOLATED, Mode.SUITE)
+    # a latent order's victim is searched among the tests before it there (reversed)
+    modes: tuple[Mode, ...] = (Mode.ISOLATED, Mode.SUITE, *LATENT_ORDERS)
     isolated = test.results.get(Mode.ISOLATED)
     if test.category is Category.DEPENDS_ON_OTHERS or (isolated is not None and isolated.inferred):
         # parallel ran its file as isolated would have, fresh: the fewest tests before it
         # where a lazy isolated pass left the file to it
-        modes = (Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE)
+        modes = (Mode.ISOLATED, Mode.PARALLEL, Mode.SUITE, *LATENT_ORDERS)
     best: Task | None = None
     for mode in modes:
         if mode not in orders or test.outcomes.get(mode) not in wanted:

@@ -64,6 +64,7 @@ class Card:
     key: str  # the card's HTML id
     category: str
     badge: str  # "new", "known" or ""
+    latent: str  # the order plain pytest did not run that alone showed it, or ""
     lead: str
     named: tuple[Ref, ...]  # the culprits the headline names
     more: int
@@ -131,6 +132,7 @@ def _card(blame: Blame, anchors: Mapping[str, str]) -> Card:
         key=blame.key,
         category=blame.root.category.value,
         badge="" if blame.new is None else ("new" if blame.new else "known"),
+        latent=blame.latent,
         lead=blame.headline.lead,
         named=named,
         more=blame.headline.more,

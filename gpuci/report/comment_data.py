@@ -68,6 +68,7 @@ class RootSection:
     headline: Headline
     category: str
     new: bool | None
+    latent: str  # the order plain pytest did not run that alone showed it, or ""
     sanitizer: str  # the first line of a culprit's compute-sanitizer error, or ""
     victims: tuple[Row, ...]  # each with its outcomes and failure message
     more: int  # victims not listed
@@ -161,6 +162,7 @@ def _root_section(
         headline=blame.headline,
         category=blame.root.category.value,
         new=blame.new,
+        latent=blame.latent,
         sanitizer=errors[0] if errors else "",
         victims=tuple(row_of(v) for v in blame.victims[:victims]),
         more=max(0, len(blame.victims) - victims),

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import strays_to_json
-from gpuci.model import SUITE_UNIT, Evidence, Mode, TestVerdict
+from gpuci.model import Evidence, Mode, TestVerdict, whole_suite_unit
 from gpuci.run.sched.progress import count_tests
 
 
@@ -54,7 +54,9 @@ def describe_evidence(evidence: Evidence | None, tests: Sequence[TestVerdict]) -
 def describe_mode(results: ModeResults) -> dict[str, Any]:
     """verdict.json's entry for one mode."""
     run = results.run
-    files = {f.file for f in run.files if f.file != SUITE_UNIT} | {t.file for t in run.tests}
+    files = {f.file for f in run.files if not whole_suite_unit(f.file)} | {
+        t.file for t in run.tests
+    }
     return {
         "wall_s": round(run.wall_s, 3),
         "files": len(files),

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuci.evidence.classify import classify_results, ran_outcomes, together_outcomes
 from gpuci.evidence.fingerprints import first_fingerprint
+from gpuci.evidence.latent import found_in, latent_note
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.reproduce import finding_commands
 from gpuci.evidence.results import ModeResults, load_mode_results, mask_results
@@ -123,6 +124,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
         new = None
         if baseline is not None and category in ISOLATION_CATEGORIES:
             new = test_id not in known
+        latent = found_in(category, ran_outcomes(test.outcomes, test.results), results)
         commands = finding_commands(
             test_id,
             category,
@@ -146,7 +148,8 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 log=_crash_log(test.seen, category),
                 reproduce=commands.reproduce,
                 inferred=tuple(m.value for m, t in test.results.items() if t.inferred),
-                notes=test.notes
+                notes=latent_note(latent, category)
+                + test.notes
                 + _isolated_note(category, ran_outcomes(test.outcomes, test.results))
                 + ((strict.note,) if strict.note else ())
                 + contention_note(category, test.seen[0].file, ev.culprits if ev else (), results),
@@ -156,6 +159,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
                 **(_evidence_fields(ev, category) if ev else {}),
                 strict=strict.strict,
+                found_in=latent,
             )
         )
     verdicts.sort(key=_sort_key)
@@ -313,9 +317,12 @@ def _allowed(key: str, tests: Sequence[TestVerdict]) -> str:
 
 def _reason_key(test: TestVerdict, *, with_baseline: bool) -> str:
     if test.category in ISOLATION_CATEGORIES:
+        latent = "latent " if test.latent else ""  # found only in an order pytest did not run
         if not with_baseline:
-            return "isolation"
-        return "known isolation" if test.new is False else "new isolation"
+            return f"{latent}isolation"
+        return f"known {latent}isolation" if test.new is False else f"new {latent}isolation"
+    if test.latent:
+        return f"latent {test.category.value}"
     return test.category.value
 
 
@@ -323,7 +330,11 @@ REASON_ORDER = (
     "new isolation",
     "known isolation",
     "isolation",
+    "new latent isolation",
+    "known latent isolation",
+    "latent isolation",
     *(c.value for c in Category if c not in ISOLATION_CATEGORIES),
+    *(f"latent {c.value}" for c in (Category.CRASHED, Category.TIMED_OUT)),
 )
 
 
@@ -336,12 +347,25 @@ def _reason(key: str, tests: Sequence[TestVerdict]) -> str:
     # are regressions and known ones problems the target branch has too; counted by cause.
     n = len(tests)
     if "isolation" in key:
-        what = "new isolation regression" if key == "new isolation" else f"{key} problem"
-        return isolation_headline(what, tests)
+        regression = key.startswith("new ")
+        what = f"{key} regression" if regression else f"{key} problem"
+        return isolation_headline(what, tests) + _found_in(tests)
+    if key.startswith("latent "):  # a latent crash or hang
+        return f"{n} {key} test{'s' if n != 1 else ''}{_found_in(tests)}"
     if key == Category.NOT_RUN.value:
         return f"{n} test{'s' if n != 1 else ''} not run"
     said = _in_pytests_words(tests)
     return f"{n} {key} test{'s' if n != 1 else ''}" + (f" ({said})" if said else "")
+
+
+def _found_in(tests: Sequence[TestVerdict]) -> str:
+    """Where latent findings were found: ` (found in the reversed order, which plain pytest
+    did not run)`."""
+    orders = list(dict.fromkeys(t.found_in for t in tests if t.found_in))
+    if not orders:
+        return ""
+    named = " and ".join(orders) + (" orders" if len(orders) > 1 else " order")
+    return f" (found in the {named}, which plain pytest did not run)"
 
 
 def _in_pytests_words(tests: Sequence[TestVerdict]) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.evidence.results import ModeResults
-from gpuci.model import NOT_PASSING, Mode, Root
+from gpuci.model import LATENT_ORDERS, NOT_PASSING, Mode, Root
 from gpuci.state.hints import failure_text, touched_keys
 from gpuci.state.left import Ledger, describe
 
@@ -27,7 +27,7 @@ from gpuci.state.left import Ledger, describe
 HELD = ("cupy.pool_used", "cupy.pool_total", "torch.allocated", "torch.reserved", "cuda.error")
 RUNNING = ("threads", "children", "gpu.processes")
 FILES_SHOWN = 20
-MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS)
+MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS, *LATENT_ORDERS)
 
 
 def explain_roots(

@@ -49,6 +49,13 @@ class Blame:
     culprits: tuple[TestVerdict | None, ...]  # each culprit's own verdict, None for a file
     new: bool | None  # any victim new; None without a baseline
 
+    @property
+    def latent(self) -> str:
+        """The latent order(s) that alone showed every victim (`reversed`), else ""."""
+        if not self.victims or not all(v.latent for v in self.victims):
+            return ""
+        return " and ".join(dict.fromkeys(v.found_in for v in self.victims))
+
 
 def headline(category: Category, culprits: Sequence[str], victims: int) -> Headline:
     """The words for a root of `category` with `victims` victims."""

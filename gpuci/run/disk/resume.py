@@ -16,7 +16,6 @@ from gpuci import shell
 from gpuci.formats import read_mode_run
 from gpuci.model import (
     INTERRUPTED,
-    SUITE_UNIT,
     FileRun,
     InputError,
     Mode,
@@ -24,6 +23,7 @@ from gpuci.model import (
     Outcome,
     TestResult,
     UsageError,
+    unit_of,
 )
 
 
@@ -40,7 +40,7 @@ class Earlier:
         tests: dict[str, list[TestResult]] = {}
         for test in run.tests:
             if not test.inferred:
-                key = SUITE_UNIT if run.mode is Mode.SUITE else test.file
+                key = unit_of(run.mode) or test.file
                 tests.setdefault(key, []).append(test)
         return cls(files={f.file: f for f in run.files if not f.inferred}, tests=tests)
 

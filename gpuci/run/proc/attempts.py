@@ -13,11 +13,11 @@ from typing import Any
 
 from gpuci.model import (
     NOT_PASSING,
-    SUITE_UNIT,
     FileStatus,
     Interpreter,
     Outcome,
     TestResult,
+    whole_suite_unit,
 )
 from gpuci.run.proc.deadline import Deadline
 from gpuci.run.proc.discover import file_of
@@ -164,8 +164,8 @@ def _unit_failure(
 ) -> TestResult:
     """A pseudo test for what went wrong outside any test, so no report can miss it: in
     a suite interpreter, of the last file it was given (or collected)."""
-    last = launch.ids or collected or (SUITE_UNIT,)
-    file = launch.key if launch.key != SUITE_UNIT else last[-1]
+    last = launch.ids or collected or (launch.key,)
+    file = last[-1] if whole_suite_unit(launch.key) else launch.key
     return TestResult(
         id=f"{file_of(file)}::{EXIT_ID}",
         file=file_of(file),

@@ -7,13 +7,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.model import SUITE_UNIT, FileStatus, Interpreter, TestResult
+from gpuci.model import SUITE_UNIT, FileStatus, Interpreter, TestResult, whole_suite_unit
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.disk.outdir import CACHES, STATE_DIR
 from gpuci.run.disk.side_outputs import interpreter_args
 from gpuci.run.proc.plugin_env import JUNIT_ENV, PLAIN_ENV, with_plugin
 
 SUITE_STEM = "suite"  # its journal, log and JUnit file names
+
+
+def unit_stem(key: str) -> str:
+    """The name of a unit's journal, log and JUnit files: its file, or the whole suite's
+    mode (`suite`, `reversed`, `shuffled`)."""
+    return key.strip("()") if whole_suite_unit(key) else key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,7 +46,7 @@ class Launch:
     @property
     def stem(self) -> str:
         """The name of its journal, log and JUnit files."""
-        stem = SUITE_STEM if self.key == SUITE_UNIT else self.key
+        stem = unit_stem(self.key)
         return f"{stem}.{self.lane}" if self.lane else stem
 
 

@@ -15,7 +15,7 @@ from junitparser.junitparser import JUnitXmlError
 
 from gpuci.model import SUITE_UNIT, Outcome, TestResult
 from gpuci.run.disk.side_outputs import write_plain_junit
-from gpuci.run.proc.launch import SUITE_STEM, Attempt
+from gpuci.run.proc.launch import Attempt, unit_stem
 
 
 def kept_junit(path: Path, ids: Iterable[str]) -> list[TestCase]:
@@ -125,7 +125,7 @@ def write_mode_junit(out: Path, keys: Sequence[str]) -> None:
     """The mode's `junit.xml`: every unit's suite, counts recomputed once."""
     merged = JUnitXml()
     for key in keys:
-        path = out / "junit" / f"{SUITE_STEM if key == SUITE_UNIT else key}.xml"
+        path = out / "junit" / f"{unit_stem(key)}.xml"
         if path.exists():
             for suite in JUnitXml.fromfile(str(path)):
                 merged.append(suite)  # names are unique per file: no merging search

@@ -43,3 +43,4 @@ class ModeOptions:
     history: Path | None = None
     mode_plan: tuple[tuple[Mode, ...], Mapping[Mode, str]] | None = None
     randomly_seed: int | None = None  # the plain run's pytest-randomly seed, once collected
+    shuffle_seed: int | None = None  # the shuffled mode's: asked (shuffled:SEED) or drawn

@@ -15,14 +15,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from gpuci.model import GpuciError, Mode, ModeRun
+from gpuci.model import WHOLE_SUITE_MODES, GpuciError, Mode, ModeRun
 from gpuci.run.disk.outdir import prepare_out
 from gpuci.run.disk.resume import given_paths, was_interrupted
 from gpuci.run.proc.discover import Discovery, discover_tests, discovered
 from gpuci.run.proc.gpumem import earlier_peaks, screen_peaks
 from gpuci.run.proc.gpus import detect_gpus
 from gpuci.run.proc.held import held_collection
-from gpuci.run.sched.modes import mode_settings
+from gpuci.run.sched.modes import files_in_order, mode_settings, order_label
 from gpuci.run.sched.one_mode import run_mode
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import (
@@ -138,7 +138,7 @@ def run_one_mode(
     )
 
 
-def plan_mode(
+def plan_mode(  # -- each step needs the one before: files, order, slots, views, directory
     options: ModeOptions,
     mode: Mode,
     discovery: Discovery | None = None,
@@ -150,6 +150,7 @@ def plan_mode(
     pool: tuple[str | None, ...] | None = None,  # the screens' slots: each one's GPUs
     beside: bool = False,  # isolated side by side: the check's slots, the serial view
     alone_first: frozenset[str] = frozenset(),  # ... but these one at a time, from the start
+    slot: int = 0,  # a whole suite's slot of its own in `pool` (reversed beside the suite)
 ) -> tuple[Screen, bool]:
     """Plan one mode (a screen in a pool of `pool` slots), and prepare its directory."""
     requested_workers = parse_workers(options.workers)
@@ -167,8 +168,10 @@ def plan_mode(
     estimates = estimate_durations(files, durations, counts)
     if shard:
         files = shard_files(files, estimates, *shard)
-    if only is not None:
-        files = [f for f in files if f in only]
+    # the files asked for, in a latent order's order (reversed, shuffled), else as they are
+    files = files_in_order(
+        mode, [f for f in files if only is None or f in only], options.shuffle_seed
+    )
     workers, why = (1, "one at a time")
     if mode is Mode.PARALLEL:
         workers, why = pool_workers(requested_workers, gpus, per_slot, len(files))
@@ -188,18 +191,20 @@ def plan_mode(
     if beside:
         alone = discovery.serial | alone_first
         schedule, why = _side_by_side(schedule, alone, requested_workers, gpus, per_slot)
+    whole = mode in WHOLE_SUITE_MODES
     if pool is not None:  # every screen's units take the pool's slots and their GPUs
-        views, workers = (pool[:1], 1) if mode is Mode.SUITE else (pool, len(pool))
+        views, workers = (pool[slot : slot + 1], 1) if whole else (pool, len(pool))
         schedule = replace(schedule, workers=workers, slot_gpus=views)
     prepare_out(mode_dir, keep=resume is not None)
     if inferred_from is None:  # about old runs (a lazy pass's check's are new: evidence.early)
         shutil.rmtree(options.out / "evidence", ignore_errors=True)
-    if mode is Mode.SUITE:
+    if whole:
         discovery = _restrict(discovery, files)
     tests = sum(len(discovery.tests.get(f, ())) for f in files)
     where = f"shard {shard[0]}/{shard[1]}, " if shard else ""
     gpu_text = describe_views(schedule.slot_gpus) if gpus else "no GPU pinning"
-    lazy = f" (the rest inferred from {inferred_from.mode.value})" if inferred_from else ""
+    lazy = _order_text(mode, options.shuffle_seed)
+    lazy += f" (the rest inferred from {inferred_from.mode.value})" if inferred_from else ""
     kept = (
         sum(1 for t in resume.tests if not t.inferred and not was_interrupted(t)) if resume else 0
     )
@@ -272,6 +277,7 @@ def run_options(
         settings=mode_settings(options.settings, options.mode_plan, mode),
         peaks=earlier_peaks(options.durations, history_of(options)),
         randomly_seed=options.randomly_seed,
+        shuffle_seed=options.shuffle_seed if mode is Mode.SHUFFLED else None,
     )
 
 
@@ -311,6 +317,16 @@ def discover(options: ModeOptions) -> Discovery:
 
 
 def _restrict(discovery: Discovery, files: list[str]) -> Discovery:
-    """The discovery of a shard: suite mode runs only the shard's files."""
-    keep = set(files)
-    return replace(discovery, files=tuple(f for f in discovery.files if f in keep))
+    """The discovery of a whole suite's interpreter: only the shard's files, in the order
+    it runs them (collection order, reversed, shuffled)."""
+    keep = set(discovery.files)
+    return replace(discovery, files=tuple(f for f in files if f in keep))
+
+
+def _order_text(mode: Mode, seed: int | None) -> str:
+    """What the plan line says of a latent order."""
+    if mode is Mode.REVERSED:
+        return " in reverse collection order"
+    if mode is Mode.SHUFFLED:
+        return f" shuffled by seed {seed} ({order_label(mode, seed)})"
+    return ""

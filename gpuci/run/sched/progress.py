@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from gpuci.model import (
-    SUITE_UNIT,
     FileRun,
     FileStatus,
     Mode,
@@ -18,6 +17,7 @@ from gpuci.model import (
     Outcome,
     TestResult,
     printable,
+    unit_of,
 )
 from gpuci.run.proc.strays import run_lines
 from gpuci.run.sched.plan import Schedule
@@ -109,9 +109,10 @@ class Progress:
         with_startup: bool = True,
     ) -> Progress:
         """The progress of one mode run on its own."""
-        units = [SUITE_UNIT] if mode is Mode.SUITE else list(schedule.files)
-        if mode is Mode.SUITE:  # its estimate: the suite's files, one after the other
-            estimates = {SUITE_UNIT: sum(estimates.get(f, 0.0) for f in schedule.files)}
+        unit = unit_of(mode)
+        units = [unit] if unit is not None else list(schedule.files)
+        if unit is not None:  # its estimate: the suite's files, one after the other
+            estimates = {unit: sum(estimates.get(f, 0.0) for f in schedule.files)}
         return cls(out, units, schedule.workers, estimates, zero, with_startup=with_startup)
 
     def eta(self, elapsed: float) -> float:

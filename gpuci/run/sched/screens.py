@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from gpuci.model import SUITE_UNIT, FileRun, Mode, ModeRun
+from gpuci.model import WHOLE_SUITE_MODES, FileRun, Mode, ModeRun, unit_of
 from gpuci.run.proc.deadline import hang_limit_of
 from gpuci.run.proc.discover import Discovery, pytest_target
 from gpuci.run.proc.held import held_file_slot
@@ -31,8 +31,8 @@ from gpuci.run.sched.pool import ahead_count, run_beside, run_slots, same_gpus, 
 from gpuci.run.sched.progress import Progress
 from gpuci.run.sched.session import Interrupted, ModeSession, RunOptions
 
-# the order screens fill the pool: the longest unit (the whole suite) first
-SCREEN_ORDER = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
+# the order screens fill the pool: the longest units (the whole suite, in each order) first
+SCREEN_ORDER = (*WHOLE_SUITE_MODES, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +128,7 @@ def learned_orders(
         if mode is not Mode.SUITE:
             # a test the suite interpreter passed quickly is not waited on for the timeout
             sessions[mode].interpreters.hang_limit = hang_limit_of(clock.took, os.environ)
+        if mode not in WHOLE_SUITE_MODES:
             counts = {f: len(screen.discovery.tests.get(f, ())) for f in screen.schedule.files}
             orders[mode] = LearnedOrder(screen.schedule.pool, screen.estimates, counts, clock)
     return orders
@@ -168,9 +169,10 @@ def _estimates(screens: Sequence[Screen]) -> dict[str, float]:
         mode = screen.options.mode
         if not screen.estimates:
             continue
-        if mode is Mode.SUITE:  # the suite's files, one after the other
+        unit = unit_of(mode)
+        if unit is not None:  # the suite's files, one after the other
             total = sum(screen.estimates.get(f, 0.0) for f in screen.schedule.files)
-            found[f"{mode.value} {SUITE_UNIT}"] = total
+            found[f"{mode.value} {unit}"] = total
         else:
             for file in screen.schedule.files:
                 if file in screen.estimates:
@@ -190,9 +192,10 @@ def _run_jobs(
     slot_gpus: Sequence[str | None],
     early: Sequence[tuple[Job, int]] = (),
 ) -> None:
-    """The suite interpreter in slot 0 from start to end, the other screens' files in the
-    rest, started ahead where a slot sees the same GPUs (the `early` ones beside discovery,
-    each by the slot it names); then the files that run alone."""
+    """The suite interpreter in slot 0 from start to end (and each other order of the whole
+    suite in the next slot, `reversed`, `shuffled`), the other screens' files in the rest,
+    started ahead where a slot sees the same GPUs (the `early` ones beside discovery, each
+    by the slot it names); then the files that run alone."""
 
     by_mode = functools.partial(
         run_by_mode,
@@ -203,14 +206,20 @@ def _run_jobs(
         alike=same_gpus(slot_gpus),
         early=early,
     )
-    suite = next((j for j in pool if j[0] is Mode.SUITE), None)
-    rest = [j for j in pool if j is not suite]
-    if suite is None:
-        by_mode(rest, workers)
-    else:  # slot 0 is the suite's, from start to end; the rest share slots 1..W-1
-        run_beside(
-            suite, 0, run_one, lambda: by_mode(rest, workers - 1, first_slot=1, choose=choose)
-        )
+    whole = [j for j in pool if j[0] in WHOLE_SUITE_MODES]
+    rest = [j for j in pool if j not in whole]
+
+    def beside_the_rest(held: int) -> None:
+        """Each whole suite holds a slot of its own from start to end (slot 0 the suite's);
+        the rest share the slots after them."""
+        if held < len(whole):
+            run_beside(whole[held], held, run_one, lambda: beside_the_rest(held + 1))
+        elif held:
+            by_mode(rest, workers - held, first_slot=held, choose=choose)
+        else:
+            by_mode(rest, workers)
+
+    beside_the_rest(0)
     run_slots(alone, 1, run_one, supervisor, ahead=start_ahead)
 
 

@@ -19,7 +19,6 @@ from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import (
     INTERRUPTED,
     NOT_PASSING,
-    SUITE_UNIT,
     FileRun,
     FileStatus,
     GpuciError,
@@ -27,6 +26,8 @@ from gpuci.model import (
     ModeRun,
     Outcome,
     TestResult,
+    unit_of,
+    whole_suite_unit,
 )
 from gpuci.run.disk.resume import Earlier
 from gpuci.run.proc.discover import Discovery, file_of
@@ -86,8 +87,9 @@ class ModeSession:
 
     def units(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Its units: those that may run beside others, then those that run alone."""
-        if self.mode is Mode.SUITE:
-            return (SUITE_UNIT,), ()
+        unit = unit_of(self.mode)
+        if unit is not None:
+            return (unit,), ()
         return self.schedule.pool, self.schedule.serial
 
     def run_unit(self, key: str, slot: int, gpu: str | None) -> tuple[FileRun, list[TestResult]]:
@@ -135,7 +137,7 @@ class ModeSession:
     def held(self, key: str) -> bool:
         """Whether an interpreter started before this mode began waits for `key` (the
         screens started it for the isolated pass, `gpuci.lazy_isolated.IsolatedAhead`)."""
-        return key != SUITE_UNIT and self.runner.held(key)
+        return not whole_suite_unit(key) and self.runner.held(key)
 
     def finish(self, beside: tuple[Mode, ...] = ()) -> ModeRun:
         """The mode's run from its units, written to its directory (run.json, JUnit)."""
@@ -159,6 +161,7 @@ class ModeSession:
             threads=options.threads,
             poison=options.poison,
             randomly_seed=options.randomly_seed,
+            shuffle_seed=options.shuffle_seed,
             rootdir=str(self.discovery.rootdir),
             workdir=str(Path.cwd()),
             workers=self.schedule.workers,
@@ -238,4 +241,5 @@ def _never_started(
 
 
 def _keys(mode: Mode, schedule: Schedule) -> list[str]:
-    return [SUITE_UNIT] if mode is Mode.SUITE else list(schedule.files)
+    unit = unit_of(mode)
+    return [unit] if unit is not None else list(schedule.files)

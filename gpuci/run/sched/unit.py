@@ -23,6 +23,7 @@ from gpuci.model import (
     ModeRun,
     Outcome,
     TestResult,
+    whole_suite_unit,
 )
 from gpuci.run.disk.resume import Earlier
 from gpuci.run.disk.side_outputs import plain_junit, seed_args, selects_by_cache
@@ -32,7 +33,7 @@ from gpuci.run.proc.held import held_file_slot
 from gpuci.run.proc.ids import match_ids
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.journal import collection_error, not_run
-from gpuci.run.proc.launch import SUITE_STEM, Attempt, Launch, junit_part
+from gpuci.run.proc.launch import Attempt, Launch, junit_part, unit_stem
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import kept_junit, write_file_junit
 from gpuci.run.sched.plan import thread_args
@@ -67,6 +68,7 @@ class RunOptions:
     settings: dict[str, Any] = field(default_factory=dict)  # run.json's effective settings
     peaks: Mapping[str, int] = field(default_factory=dict)  # MiB per file, an earlier run
     randomly_seed: int | None = None  # the plain run's pytest-randomly seed: every other's
+    shuffle_seed: int | None = None  # the shuffled mode's seed of its file order
 
 
 def start_interpreters(
@@ -145,7 +147,7 @@ class UnitRunner:
             return FileRun(file=key, status=status, slot=slot, gpu=gpu, start=now, end=now), [error]
         earlier = self.earlier
         junit_dir = self.interpreters.out / "junit"
-        stem = SUITE_STEM if key == SUITE_UNIT else key
+        stem = unit_stem(key)
         kept = earlier.finished(key) if earlier is not None else []
         results: dict[str, TestResult] = {t.id: t for t in kept}
         kept_cases = kept_junit(junit_dir / f"{stem}.xml", results) if kept else []
@@ -185,7 +187,7 @@ class UnitRunner:
             # interpreter here collected (the suite's own hooks decided so) did not run
             for test_id in ids:
                 results.setdefault(test_id, not_run(test_id, UNCOLLECTED))
-        if key == SUITE_UNIT:
+        if whole_suite_unit(key):
             results.update((f, collection_error(f, self.discovery.errors[f])) for f in broken)
         ordered = list(results.values())
         if kept:  # in the order of an uninterrupted run
@@ -202,7 +204,7 @@ class UnitRunner:
         `run_unit` to take when `slot` frees (not after --resume, nor for a broken folder,
         nor where one waits for it already: started beside discovery, or for the isolated
         pass during the screens)."""
-        if self.earlier is not None or key in self.discovery.broken_dirs or key == SUITE_UNIT:
+        if self.earlier is not None or key in self.discovery.broken_dirs or whole_suite_unit(key):
             return
         if not self.held(key):
             self.interpreters.start_ahead(self._first_launch(key, slot, gpu))
@@ -213,17 +215,20 @@ class UnitRunner:
         return held_file_slot((self.target(key),)) is not None
 
     def _targets(self, key: str) -> tuple[str, ...]:
-        """What pytest is handed for a unit: its file, or every file of the suite."""
-        if key != SUITE_UNIT:
+        """What pytest is handed for a unit: its file, or every file of the suite in the
+        unit's order (discovery's: collection order, reversed or shuffled for those modes)."""
+        if not whole_suite_unit(key):
             return (self.target(key),)
         broken = self.discovery.broken_dirs
         return tuple(self.target(f) for f in self.discovery.files if f not in broken)
 
     def _first_launch(self, key: str, slot: int, gpu: str | None) -> Launch:
         """A unit's first interpreter: its files with the user's arguments, as plain pytest
-        would run them (no list of ids)."""
-        stem = SUITE_STEM if key == SUITE_UNIT else key
-        by_ids = self.by_ids and key != SUITE_UNIT
+        would run them (no list of ids). A whole suite in another order than the plain
+        run's is handed its files in that order and keeps the plain run's tests (where
+        PATHS named single tests, its files hold more)."""
+        stem = unit_stem(key)
+        by_ids = key != SUITE_UNIT and (self.by_ids or whole_suite_unit(key))
         return Launch(
             key=key,
             ids=discovery_ids(self.discovery, key) if by_ids else None,
@@ -245,11 +250,11 @@ class UnitRunner:
     ) -> Launch:
         """An interpreter after a crash or a timeout, or after --resume: the tests left."""
         targets = self._targets(key)
-        stem = SUITE_STEM if key == SUITE_UNIT else key
+        stem = unit_stem(key)
         return Launch(
             key=key,
             ids=todo,
-            targets=targets if key != SUITE_UNIT else self._suite_targets(todo, targets),
+            targets=self._suite_targets(todo, targets) if whole_suite_unit(key) else targets,
             slot=slot,
             gpu=gpu,
             env=self._window_env(gpu),
@@ -296,7 +301,7 @@ class UnitRunner:
 
 def discovery_ids(discovery: Discovery, key: str) -> tuple[str, ...]:
     """The test ids of a scheduled unit."""
-    if key == SUITE_UNIT:
+    if whole_suite_unit(key):
         return tuple(i for f in discovery.files for i in discovery.tests.get(f, ()))
     return discovery.tests.get(key, ())
 

@@ -49,13 +49,22 @@ def visible_gpus(
 
 
 def screen_gpus(
-    gpus: Sequence[str], slots: int, per_slot: int | None, *, suite: bool
+    gpus: Sequence[str], slots: int, per_slot: int | None, *, suite: bool, orders: int = 0
 ) -> tuple[str | None, ...]:
     """The screens' slots: slot 0 is the suite interpreter's where it runs (every GPU, as
-    the plain run sees them), the others run files (`visible_gpus`, starting at slot 1's
-    view so that the files' first slot is not on the suite's first GPU)."""
+    the plain run sees them); the next `orders` slots run the whole suite in another order
+    (reversed, shuffled): every GPU too, for its multi-GPU tests, rotated so that its first
+    device is one the suite interpreter's first is not, where there are two or more; the
+    others run files (`visible_gpus`, starting at their slot's view so that the files'
+    first slot is not on the suite's first GPU)."""
     views = visible_gpus(gpus, slots, per_slot)
-    return (plain_gpus(gpus), *views[1:]) if suite and views else views
+    whole = visible_gpus(gpus, slots)  # every GPU, slot k's first device GPU k (wrapped)
+    first = 1 if suite and views else 0
+    return (
+        *((plain_gpus(gpus),) if first else ()),
+        *whole[first : first + orders],
+        *views[first + orders :],
+    )
 
 
 def describe_views(views: Sequence[str | None]) -> str:
