@@ -95,6 +95,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "victims",
         "search",
         "waves",
+        "by_files",
         "checked",
         "bisect",
         "source_hints",

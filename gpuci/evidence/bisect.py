@@ -24,11 +24,19 @@ confirmation that goes the other way makes the victim flaky. Either way nothing 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from gpuci.evidence.by_files import (
+    Files,
+    FileStage,
+    by_file,
+    checked_by_files,
+    halve_files,
+)
 from gpuci.evidence.checked import checked_halving
 from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober
@@ -137,14 +145,27 @@ def _confirmed_again(
 def bisect(
     prober: Prober, task: Task, search: Search | None = None, *, shown: bool = False
 ) -> Search:
-    """Halve the candidates, keeping a half that shows the finding; then confirm. `shown`:
-    a run of `search` ran exactly the candidates and showed it (not run again). The search
-    ends with its `steps`: its runs since it began against its bound."""
+    """Halve the candidates, keeping a half that shows the finding; then confirm. Tests of
+    several files are halved by files first, then inside the one kept
+    (`gpuci.evidence.by_files`). `shown`: a run of `search` ran exactly the candidates and
+    showed it (not run again). The search ends with its `steps`: its runs since it began
+    against its bound."""
     search = search or Search([])
     tries = len(search.probes)
     held: dict[str, Held] = {}  # confirmations started ahead, by candidate, until taken
+    # a screen's failure that files beside it may explain has its whole replay in its first
+    # wave (`_halve`): its tests are halved as they are
+    files = None if shown or task.pairs else by_file(task.candidates)
+    stage: FileStage | None = None
+    inner = task
     try:
-        _halve(prober, task, search, held, shown=shown)
+        if files is None:
+            _halve(prober, task, search, held, shown=shown)
+        else:
+            stage = halve_files(prober, task, files, search)
+            if not stage.cut:
+                inner = dataclasses.replace(task, candidates=files.tests[stage.files[0]])
+                _halve(prober, inner, search, held, shown=stage.confirmed, by=(task, files, stage))
     finally:
         for candidate, interpreter in held.items():
             label = f"culprits of {task.victim}: held for {candidate}"
@@ -153,25 +174,48 @@ def bisect(
             search.killed += 1
     n = len(task.candidates)
     runs = len(search.probes) - tries
+    in_file = 0
+    if files is not None and stage is not None:
+        in_file = (
+            max(len(files.tests[f]) for f in stage.files) if stage.cut else len(inner.candidates)
+        )
+        bound = _levels(len(files.names)) + _levels(in_file) + CONFIRMING + search.checked
+    else:
+        bound = _levels(n) + CONFIRMING + search.whole
     search.steps = Steps(
         n=n,
-        bound=math.ceil(math.log2(max(n, 1))) + CONFIRMING + search.whole,
+        bound=bound,
         runs=runs,
         waves=search.waves + runs - search.in_waves,  # every run outside a wave is one
         ahead=search.ahead,
         losers=search.losers,
         killed=search.killed,
         tries=tries,
+        files=len(files.names) if files is not None else 0,
+        in_file=in_file,
+        checked=search.checked,
     )
     return search
 
 
+def _levels(n: int) -> int:
+    return math.ceil(math.log2(max(n, 1)))
+
+
 def _halve(
-    prober: Prober, task: Task, search: Search, held: dict[str, Held], *, shown: bool
+    prober: Prober,
+    task: Task,
+    search: Search,
+    held: dict[str, Held],
+    *,
+    shown: bool,
+    by: tuple[Task, Files, FileStage] | None = None,
 ) -> None:
     """The inferred halving in waves, its last candidate run where inferred, confirmed; the
     checked halving where that run refutes it. Where a start-up is worth hiding the last wave
-    starts each candidate's confirmation ahead, into `held` (it takes its own)."""
+    starts each candidate's confirmation ahead, into `held` (it takes its own). `by`: the
+    tests of the file a halving of files kept (the whole search's task, its files, what the
+    halving of files left): a refutation is checked over the files."""
     current = list(task.candidates)
     confirmed = shown  # whether a probe ran exactly `current` and showed it
     refuted = False
@@ -212,8 +256,8 @@ def _halve(
         refuted = not probe_after(prober, task, search, current)
         confirmed = not refuted
     several = False
-    if refuted and len(task.candidates) > 1:
-        found = checked_halving(prober, task, search, whole_shown=shown or search.whole)
+    if refuted and (by is not None or len(task.candidates) > 1):
+        found = _checked(prober, task, search, shown=shown, by=by)
         if found is None:
             return
         current, several = found
@@ -225,10 +269,29 @@ def _halve(
         return
     search.culprits = tuple(current)
     search.note = (
-        f"bisection: {len(search.probes)} run(s)"
+        ("bisection by files" if by is not None else "bisection")
+        + f": {len(search.probes)} run(s)"
         + (f"; needs all {len(current)} together" if several else "")
         + ("; " + REFUTED if refuted else "")
     )
+
+
+def _checked(
+    prober: Prober,
+    task: Task,
+    search: Search,
+    *,
+    shown: bool,
+    by: tuple[Task, Files, FileStage] | None,
+) -> tuple[list[str], bool] | None:
+    """Where the run of the inferred last candidate refuted the halving: the checked one,
+    over the files where files were halved first (bounded, `gpuci.evidence.by_files`)."""
+    if by is None:
+        return checked_halving(prober, task, search, whole_shown=shown or search.whole)
+    outer, files, stage = by
+    # the file kept showed it alone: the refutation is inside it; else over every file
+    units = stage.files if stage.confirmed else list(files.names)
+    return checked_by_files(prober, outer, files, units, search)
 
 
 def _wave(

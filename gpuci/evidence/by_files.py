@@ -1,0 +1,213 @@
+"""A culprit search by files, then tests: the tests before a victim halved file by file
+first, then inside the one file kept.
+
+Among thousands of earlier tests a culprit sits in one file. The files are halved first:
+a level runs the whole files of its first half before the victim (`gpuci.evidence.waves`,
+in waves of speculated levels where slots are idle), keeping that half where the victim
+shows its finding, else the second half, inferred; ceil(log2 files) levels. The file kept is
+never run alone: the halving of its tests (`gpuci.evidence.bisect`) runs what that run
+would, ceil(log2 tests in the file) levels, then its last candidate and the confirmations.
+Every step is a replay of whole files in the suite's order, the victim's own file cut at
+the victim: the interpreter imports only the files it needs.
+
+Where the run of the last candidate refutes the inference (the finding needs tests of two
+files, or of two parts of one), the search starts again checked (`checked_by_files`):
+the whole replay, unless a run showed it already; then each level's halves of the files,
+the second run only where the first does not show it, keeping one that shows it, or both
+where neither does (the finding needs tests of each); then, inside each file kept, its
+tests halved the same way with the other files' tests before them. Its runs are bounded
+too (`checked_bound`), and the set it names needs every one of its tests together.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.search import Search, never_shown, probe_after, record, run_step, shows
+from gpuci.evidence.victims import Task
+from gpuci.evidence.waves import run_wave
+from gpuci.model import Probe
+from gpuci.run.proc.discover import file_of
+
+
+@dataclass(frozen=True, slots=True)
+class Files:
+    """The tests before a victim by file, in the order they ran (a file's tests together)."""
+
+    names: tuple[str, ...]
+    tests: dict[str, tuple[str, ...]]
+
+    def before(self, files: Sequence[str]) -> list[str]:
+        """The tests of `files`, in the order they ran."""
+        return [t for f in files for t in self.tests[f]]
+
+
+def by_file(candidates: Sequence[str]) -> Files | None:
+    """The candidates grouped by file, where halving files first takes fewer runs of fewer
+    files: two files or more, one of them with several tests, each file's tests together in
+    the order they ran. None otherwise (the tests are halved as they are)."""
+    tests: dict[str, list[str]] = {}
+    last = ""
+    for test in candidates:
+        file = file_of(test)
+        if "::" not in test or (file in tests and file != last):
+            return None  # a collected file, or a file whose tests did not run together
+        tests.setdefault(file, []).append(test)
+        last = file
+    if len(tests) < 2 or all(len(t) == 1 for t in tests.values()):
+        return None
+    return Files(tuple(tests), {f: tuple(t) for f, t in tests.items()})
+
+
+@dataclass(slots=True)
+class FileStage:
+    """What the halving of files left: the files still in question, and whether a run
+    showed the finding after exactly their tests (else the last file was inferred)."""
+
+    files: list[str]
+    confirmed: bool
+    cut: bool = False  # the budget (or a stop) ended it before one file was left
+
+
+def halve_files(prober: Prober, task: Task, files: Files, search: Search) -> FileStage:
+    """The files halved, in waves, down to one (never run alone: inferred)."""
+    current, confirmed = list(files.names), False
+    speculates = not task.strict and not task.loadable  # as the halving of tests does
+
+    def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
+        return run_step(prober, task, files.before(part), cancel=cancel)
+
+    while len(current) > 1:
+        if prober.exhausted() or prober.stopping():
+            search.note = (
+                f"search cut by budget after {len(search.probes)} run(s), down to"
+                f" {len(current)} of {len(files.names)} files"
+            )
+            return FileStage(current, confirmed, cut=True)
+        width = max(1, prober.admission.idle()) if speculates else 1
+        wave = run_wave(
+            prober, current, width, step, lambda p: bool(shows(task, p.outcome)), singles=False
+        )
+        for probe, ran in wave.used:
+            record(task, search, probe, ran)
+        search.waves += 1
+        search.in_waves += len(wave.used)
+        search.ahead += len(wave.used) - 1 + wave.losers
+        search.losers += wave.losers
+        search.killed += wave.killed
+        current, confirmed = wave.current, wave.confirmed
+    return FileStage(current, confirmed)
+
+
+def checked_bound(files: int, kept: Sequence[tuple[int, int]], *, whole: bool) -> int:
+    """The most runs `checked_by_files` takes: the whole replay (unless a run showed it
+    already), then for each file it keeps two runs a level over the `files`, and inside it,
+    for each of its tests kept, two runs a level over its tests. `kept`: each file kept,
+    its tests and how many of them it kept."""
+    return int(whole) + 2 * len(kept) * _levels(files) + sum(2 * k * _levels(n) for n, k in kept)
+
+
+def _levels(n: int) -> int:
+    return math.ceil(math.log2(max(n, 1)))
+
+
+def checked_by_files(
+    prober: Prober, task: Task, files: Files, units: Sequence[str], search: Search
+) -> tuple[list[str], bool] | None:
+    """Where the inferred halving was refuted: among `units` (files), the smallest set of
+    tests after which the victim shows its finding, each level checked (`_smallest`): the
+    files first, then inside each file kept, the other files' tests before it; the set and
+    whether it needs several tests, or None (the note says why). The whole replay of
+    `units` runs first where no run showed it yet. The bound of what it runs goes into the
+    search's `checked` (`checked_bound`; until it knows what it kept, as if it kept all)."""
+    whole = files.before(units)
+    shown_whole = any(
+        p.count == len(whole)
+        and p.shown == tuple(whole[-len(p.shown) :])
+        and shows(task, p.outcome)
+        for p in search.probes
+    )
+    search.checked = checked_bound(
+        len(units), [(len(files.tests[f]),) * 2 for f in units], whole=not shown_whole
+    )
+    if not shown_whole and not probe_after(prober, task, search, whole):
+        search.note = never_shown(task, search)
+        return None
+
+    def shown_after(tests: frozenset[str]) -> bool:
+        return probe_after(prober, task, search, [t for t in whole if t in tests])
+
+    kept = _smallest(
+        prober,
+        search,
+        list(units),
+        frozenset(),
+        tests_of=files.tests.__getitem__,
+        shown_after=shown_after,
+    )
+    if kept is None:
+        return None
+    chosen = {f: files.tests[f] for f in kept}
+    for file in kept:  # inside each file, the other files' tests (as narrowed) before it
+        others = frozenset(t for f in kept if f != file for t in chosen[f])
+        narrowed = _smallest(
+            prober, search, list(chosen[file]), others, tests_of=_one, shown_after=shown_after
+        )
+        if narrowed is None:
+            return None
+        chosen[file] = tuple(narrowed)
+    search.checked = checked_bound(
+        len(units), [(len(files.tests[f]), len(chosen[f])) for f in kept], whole=not shown_whole
+    )
+    tests = frozenset(t for f in kept for t in chosen[f])
+    return [t for t in whole if t in tests], len(tests) > 1
+
+
+def _one(test: str) -> tuple[str, ...]:
+    return (test,)
+
+
+def _smallest(
+    prober: Prober,
+    search: Search,
+    items: list[str],
+    fixed: frozenset[str],
+    *,
+    tests_of: Callable[[str], Sequence[str]],
+    shown_after: Callable[[frozenset[str]], bool],
+) -> list[str] | None:
+    """The fewest of `items` (files or tests) after whose tests, with the `fixed` tests,
+    the victim shows its finding: a half that shows it with them is kept (the second run
+    only where the first does not); where neither does it needs some of each: the first
+    half narrowed with the whole second before it, then the second with what was kept of
+    the first. Each node of the halving runs at most twice: 2 runs a level for each item
+    kept. None where the budget cut it (the note says so)."""
+    if len(items) == 1:
+        return items
+    if prober.exhausted() or prober.stopping():
+        search.note = f"search cut by budget after {len(search.probes)} run(s)"
+        return None
+    middle = (len(items) + 1) // 2
+    first, second = items[:middle], items[middle:]
+
+    def tests(part: Sequence[str]) -> frozenset[str]:
+        return frozenset(t for item in part for t in tests_of(item))
+
+    if shown_after(fixed | tests(first)):
+        return _smallest(prober, search, first, fixed, tests_of=tests_of, shown_after=shown_after)
+    if shown_after(fixed | tests(second)):
+        return _smallest(prober, search, second, fixed, tests_of=tests_of, shown_after=shown_after)
+    kept = _smallest(
+        prober, search, first, fixed | tests(second), tests_of=tests_of, shown_after=shown_after
+    )
+    if kept is None:
+        return None
+    rest = _smallest(
+        prober, search, second, fixed | tests(kept), tests_of=tests_of, shown_after=shown_after
+    )
+    return None if rest is None else kept + rest
