@@ -43,6 +43,7 @@ def test_a_culprit_among_twelve_files_is_found_by_files_then_tests(place: int) -
     prober = fails_after(culprit)
     search = bisect(prober, task())  # type: ignore[arg-type]
     assert search.culprits == (culprit,)
+    assert search.note.startswith("bisection: ") and "by files, then tests" in search.note
     steps = search.steps
     assert steps is not None and (steps.files, steps.in_file) == (FILES, PER_FILE)
     levels = math.ceil(math.log2(FILES)) + math.ceil(math.log2(PER_FILE))

@@ -27,8 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 
 from gpuci.evidence.by_files import (
     Files,
@@ -36,6 +35,7 @@ from gpuci.evidence.by_files import (
     by_file,
     checked_by_files,
     halve_files,
+    searched_wave,
 )
 from gpuci.evidence.checked import checked_halving
 from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
@@ -51,10 +51,9 @@ from gpuci.evidence.search import (
     probe_after,
     record,
     run_step,
-    shows,
 )
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import Step, Wave, run_wave
+from gpuci.evidence.waves import Step
 from gpuci.model import NOT_PASSING, Category, Probe
 from gpuci.run.proc.held import Held
 from gpuci.steps import Steps
@@ -153,9 +152,7 @@ def bisect(
     search = search or Search([])
     tries = len(search.probes)
     held: dict[str, Held] = {}  # confirmations started ahead, by candidate, until taken
-    # a screen's failure that files beside it may explain has its whole replay in its first
-    # wave (`_halve`): its tests are halved as they are
-    files = None if shown or task.pairs else by_file(task.candidates)
+    files = None if shown else by_file(task.candidates)
     stage: FileStage | None = None
     inner = task
     try:
@@ -163,8 +160,11 @@ def bisect(
             _halve(prober, task, search, held, shown=shown)
         else:
             stage = halve_files(prober, task, files, search)
-            if not stage.cut:
-                inner = dataclasses.replace(task, candidates=files.tests[stage.files[0]])
+            if stage is not None and not stage.cut:
+                # the whole replay beside the first wave, where a screen's failure that files
+                # beside it may explain, ran with the files' halving: not again
+                kept = files.tests[stage.files[0]]
+                inner = dataclasses.replace(task, candidates=kept, pairs=())
                 _halve(prober, inner, search, held, shown=stage.confirmed, by=(task, files, stage))
     finally:
         for candidate, interpreter in held.items():
@@ -175,11 +175,18 @@ def bisect(
     n = len(task.candidates)
     runs = len(search.probes) - tries
     in_file = 0
-    if files is not None and stage is not None:
+    if files is not None:
+        left = stage.files if stage is not None else files.names
         in_file = (
-            max(len(files.tests[f]) for f in stage.files) if stage.cut else len(inner.candidates)
+            len(inner.candidates) if inner is not task else max(len(files.tests[f]) for f in left)
         )
-        bound = _levels(len(files.names)) + _levels(in_file) + CONFIRMING + search.checked
+        bound = (
+            _levels(len(files.names))
+            + _levels(in_file)
+            + CONFIRMING
+            + search.whole
+            + search.checked
+        )
     else:
         bound = _levels(n) + CONFIRMING + search.whole
     search.steps = Steps(
@@ -241,7 +248,15 @@ def _halve(
                 held[candidate] = hold_step(prober, task, candidate, label)
             search.ahead += len(current)
         width = max(1, prober.admission.idle()) if speculates else 1
-        wave = _wave(prober, task, search, current, width, whole=doubted and width > 1)
+        wave = searched_wave(
+            prober,
+            task,
+            search,
+            current,
+            width,
+            whole=doubted and width > 1,
+            step=_step(prober, task),
+        )
         doubted = False
         if wave is None:  # the whole replay never showed it: nothing to halve
             return
@@ -269,8 +284,8 @@ def _halve(
         return
     search.culprits = tuple(current)
     search.note = (
-        ("bisection by files" if by is not None else "bisection")
-        + f": {len(search.probes)} run(s)"
+        f"bisection: {len(search.probes)} run(s)"
+        + ("; by files, then tests" if by is not None else "")
         + (f"; needs all {len(current)} together" if several else "")
         + ("; " + REFUTED if refuted else "")
     )
@@ -294,65 +309,8 @@ def _checked(
     return checked_by_files(prober, outer, files, units, search)
 
 
-def _wave(
-    prober: Prober,
-    task: Task,
-    search: Search,
-    current: list[str],
-    width: int,
-    *,
-    whole: bool,
-) -> Wave | None:
-    """One wave of the halving, recorded; with the `whole` replay in one of its places: None
-    where that run did not show the finding (the note says so)."""
-
+def _step(prober: Prober, task: Task) -> Step:
     def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
         return run_step(prober, task, part, cancel=cancel)
 
-    if whole:
-        wave, replayed = _beside_the_whole(prober, task, current, width, step)
-    else:
-        wave, replayed = run_wave(prober, current, width, step, _shows(task)), None
-    for probe, ran in wave.used:
-        record(task, search, probe, ran)
-    search.waves += 1
-    search.in_waves += len(wave.used)
-    search.ahead += len(wave.used) - 1 + wave.losers  # all but each wave's first
-    search.losers += wave.losers
-    search.killed += wave.killed
-    if replayed is None:
-        return wave
-    search.whole = True
-    search.in_waves += 1
-    search.ahead += 1
-    if not record(task, search, *replayed):
-        search.note = never_shown(task, search)
-        return None
-    return wave
-
-
-def _beside_the_whole(
-    prober: Prober, task: Task, current: list[str], width: int, step: Step
-) -> tuple[Wave, tuple[Probe, ProbeRun] | None]:
-    """A wave with every candidate's replay beside it, in one of its places. Where a run of
-    the wave showed the finding, the replay is killed (a loser of the wave, never counted);
-    otherwise the wave's answer waits for it: where it does not show the finding either,
-    the halving has nothing to find."""
-    cancel = threading.Event()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuci-whole") as pool:
-        replay = pool.submit(step, current, cancel)
-        wave = run_wave(prober, current, width - 1, step, _shows(task))
-        reproduced = any(shows(task, probe.outcome) for probe, _ in wave.used)
-        if reproduced:
-            cancel.set()
-        probe, ran = replay.result()
-    prober.settle(ran, used=not reproduced)
-    if not reproduced:
-        return wave, (probe, ran)
-    wave.losers += 1
-    wave.killed += ran.killed
-    return wave, None
-
-
-def _shows(task: Task) -> Callable[[Probe], bool]:
-    return lambda probe: bool(shows(task, probe.outcome))
+    return step

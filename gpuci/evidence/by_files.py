@@ -30,7 +30,7 @@ from gpuci.evidence.probe import Prober
 from gpuci.evidence.probe_run import ProbeRun
 from gpuci.evidence.search import Search, never_shown, probe_after, record, run_step, shows
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import run_wave
+from gpuci.evidence.waves import Step, Wave, run_wave, run_wave_with_whole
 from gpuci.model import Probe
 from gpuci.run.proc.discover import file_of
 
@@ -74,10 +74,12 @@ class FileStage:
     cut: bool = False  # the budget (or a stop) ended it before one file was left
 
 
-def halve_files(prober: Prober, task: Task, files: Files, search: Search) -> FileStage:
-    """The files halved, in waves, down to one (never run alone: inferred)."""
+def halve_files(prober: Prober, task: Task, files: Files, search: Search) -> FileStage | None:
+    """The files halved, in waves, down to one (never run alone: inferred); None where the
+    whole replay, run beside the first wave, never showed the finding (the note says so)."""
     current, confirmed = list(files.names), False
     speculates = not task.strict and not task.loadable  # as the halving of tests does
+    doubted = speculates and bool(task.pairs)  # as `gpuci.evidence.bisect` does
 
     def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
         return run_step(prober, task, files.before(part), cancel=cancel)
@@ -90,18 +92,60 @@ def halve_files(prober: Prober, task: Task, files: Files, search: Search) -> Fil
             )
             return FileStage(current, confirmed, cut=True)
         width = max(1, prober.admission.idle()) if speculates else 1
-        wave = run_wave(
-            prober, current, width, step, lambda p: bool(shows(task, p.outcome)), singles=False
+        wave = searched_wave(
+            prober,
+            task,
+            search,
+            current,
+            width,
+            whole=doubted and width > 1,
+            step=step,
+            singles=False,
         )
-        for probe, ran in wave.used:
-            record(task, search, probe, ran)
-        search.waves += 1
-        search.in_waves += len(wave.used)
-        search.ahead += len(wave.used) - 1 + wave.losers
-        search.losers += wave.losers
-        search.killed += wave.killed
+        doubted = False
+        if wave is None:
+            return None
         current, confirmed = wave.current, wave.confirmed
     return FileStage(current, confirmed)
+
+
+def searched_wave(
+    prober: Prober,
+    task: Task,
+    search: Search,
+    current: list[str],
+    width: int,
+    *,
+    whole: bool,
+    step: Step,
+    singles: bool = True,
+) -> Wave | None:
+    """One wave of a halving, recorded in `search`; with the `whole` replay in one of its
+    places: None where that run did not show the finding (the note says so)."""
+
+    def shown(probe: Probe) -> bool:
+        return bool(shows(task, probe.outcome))
+
+    if whole:
+        wave, replayed = run_wave_with_whole(prober, current, width, step, shown, singles=singles)
+    else:
+        wave, replayed = run_wave(prober, current, width, step, shown, singles=singles), None
+    for probe, ran in wave.used:
+        record(task, search, probe, ran)
+    search.waves += 1
+    search.in_waves += len(wave.used)
+    search.ahead += len(wave.used) - 1 + wave.losers  # all but each wave's first
+    search.losers += wave.losers
+    search.killed += wave.killed
+    if replayed is None:
+        return wave
+    search.whole = True
+    search.in_waves += 1
+    search.ahead += 1
+    if not record(task, search, *replayed):
+        search.note = never_shown(task, search)
+        return None
+    return wave
 
 
 def checked_bound(files: int, kept: Sequence[tuple[int, int]], *, whole: bool) -> int:

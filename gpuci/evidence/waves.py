@@ -156,3 +156,32 @@ def run_wave(
             wave.killed += probe_run.killed
     wave.used = [ran[node] for node in path]
     return wave
+
+
+def run_wave_with_whole(
+    prober: Prober,
+    current: list[str],
+    width: int,
+    step: Step,
+    shows: Shows,
+    *,
+    singles: bool = True,
+) -> tuple[Wave, tuple[Probe, ProbeRun] | None]:
+    """A wave with every candidate's replay beside it, in one of its places. Where a run of
+    the wave showed the finding, the replay is killed (a loser of the wave, never counted);
+    otherwise the wave's answer waits for it, and it is returned: where it does not show
+    the finding either, the halving has nothing to find."""
+    cancel = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuci-whole") as pool:
+        replay = pool.submit(step, current, cancel)
+        wave = run_wave(prober, current, width - 1, step, shows, singles=singles)
+        reproduced = any(shows(probe) for probe, _ in wave.used)
+        if reproduced:
+            cancel.set()
+        probe, ran = replay.result()
+    prober.settle(ran, used=not reproduced)
+    if not reproduced:
+        return wave, (probe, ran)
+    wave.losers += 1
+    wave.killed += ran.killed
+    return wave, None
