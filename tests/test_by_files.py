@@ -75,10 +75,31 @@ def test_a_finding_that_needs_tests_of_two_files_is_checked_within_its_bound() -
     assert search.culprits == needed
     assert REFUTED in search.note and "needs all 2 together" in search.note
     steps = search.steps
-    assert steps is not None and steps.checked > 0
-    assert steps.checked == checked_bound(FILES, [(PER_FILE, 1)] * 2, whole=True)
+    assert steps is not None and steps.checked == checked_bound(FILES, PER_FILE, whole=True)
     assert steps.runs == len(prober.runs) <= steps.bound
     assert prober.runs[-1] == [*needed, VICTIM]
+    # the checked stage's runs had nothing beside them (a refutation may be the load's)
+    assert all(prober.strict[-(steps.runs - 6) :])
+
+
+def test_a_checked_stage_whose_answers_go_both_ways_stops_at_its_bound() -> None:
+    # the halving is refuted (it needs a test of file 2 and one of file 9); from the
+    # checked stage's whole replay on, it fails every other run whatever ran before it:
+    # no part is consistent, and the stage stops at its bound, naming nothing
+    needed = {CANDIDATES[2 * PER_FILE + 3], CANDIDATES[9 * PER_FILE + 1]}
+    checking = [False]
+
+    def victim(ids: Sequence[str], n: int) -> Outcome:
+        checking[0] = checking[0] or len(ids) - 1 == len(CANDIDATES)
+        if checking[0]:
+            return Outcome.FAILED if n % 2 else Outcome.PASSED
+        return Outcome.FAILED if needed <= set(ids) else Outcome.PASSED
+
+    prober = FakeProber(victim)
+    search = bisect(prober, task())  # type: ignore[arg-type]
+    assert search.culprits == ()
+    assert search.steps is not None and search.steps.runs == len(prober.runs)
+    assert search.steps.runs <= search.steps.bound, search.note
 
 
 def test_a_finding_that_needs_two_tests_of_one_file_is_checked_inside_it() -> None:

@@ -304,9 +304,11 @@ def _checked(
     if by is None:
         return checked_halving(prober, task, search, whole_shown=shown or search.whole)
     outer, files, stage = by
-    # the file kept showed it alone: the refutation is inside it; else over every file
+    # the file kept showed it alone: the refutation is inside it; else over every file. A
+    # run that showed it beside others may have shown the load's doing: run again, strictly
     units = stage.files if stage.confirmed else list(files.names)
-    return checked_by_files(prober, outer, files, units, search)
+    shown_alone = stage.confirmed and not search.loaded
+    return checked_by_files(prober, outer, files, units, search, shown=shown_alone)
 
 
 def _step(prober: Prober, task: Task) -> Step:

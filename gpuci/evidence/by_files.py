@@ -148,12 +148,16 @@ def searched_wave(
     return wave
 
 
-def checked_bound(files: int, kept: Sequence[tuple[int, int]], *, whole: bool) -> int:
-    """The most runs `checked_by_files` takes: the whole replay (unless a run showed it
-    already), then for each file it keeps two runs a level over the `files`, and inside it,
-    for each of its tests kept, two runs a level over its tests. `kept`: each file kept,
-    its tests and how many of them it kept."""
-    return int(whole) + 2 * len(kept) * _levels(files) + sum(2 * k * _levels(n) for n, k in kept)
+MOST_SET = 2  # the items a checked stage may keep at a level (a culprit set of two)
+
+
+def checked_bound(files: int, in_file: int, *, whole: bool) -> int:
+    """The most runs `checked_by_files` may take, stated before it runs: the whole replay
+    (unless the file kept showed it alone already), then two runs a level over the `files`
+    for each of up to MOST_SET items kept, and the same over the tests of a file (the
+    largest, `in_file` tests). A finding that needs more, or answers that went both ways,
+    stop it there, and nothing is named."""
+    return int(whole) + 2 * MOST_SET * (_levels(files) + _levels(in_file))
 
 
 def _levels(n: int) -> int:
@@ -161,34 +165,46 @@ def _levels(n: int) -> int:
 
 
 def checked_by_files(
-    prober: Prober, task: Task, files: Files, units: Sequence[str], search: Search
+    prober: Prober, task: Task, files: Files, units: Sequence[str], search: Search, *, shown: bool
 ) -> tuple[list[str], bool] | None:
     """Where the inferred halving was refuted: among `units` (files), the smallest set of
     tests after which the victim shows its finding, each level checked (`_smallest`): the
     files first, then inside each file kept, the other files' tests before it; the set and
-    whether it needs several tests, or None (the note says why). The whole replay of
-    `units` runs first where no run showed it yet. The bound of what it runs goes into the
-    search's `checked` (`checked_bound`; until it knows what it kept, as if it kept all)."""
+    whether it needs several tests, or None (the note says why). Every run has nothing
+    beside it (a refutation may be the load's doing); the whole replay of `units` runs
+    first unless `shown` (a strict run of it showed the finding). Its bound goes into the
+    search's `checked` (`checked_bound`), and it never runs past it."""
     whole = files.before(units)
-    shown_whole = any(
-        p.count == len(whole)
-        and p.shown == tuple(whole[-len(p.shown) :])
-        and shows(task, p.outcome)
-        for p in search.probes
-    )
-    search.checked = checked_bound(
-        len(units), [(len(files.tests[f]),) * 2 for f in units], whole=not shown_whole
-    )
-    if not shown_whole and not probe_after(prober, task, search, whole):
-        search.note = never_shown(task, search)
-        return None
+    largest = max(len(files.tests[f]) for f in units)
+    search.checked = checked_bound(len(units), largest, whole=not shown)
+    end = len(search.probes) + search.checked
 
-    def shown_after(tests: frozenset[str]) -> bool:
-        return probe_after(prober, task, search, [t for t in whole if t in tests])
+    def runs_left() -> bool:
+        if prober.exhausted() or prober.stopping():
+            search.note = f"search cut by budget after {len(search.probes)} run(s)"
+            return False
+        if len(search.probes) >= end:
+            search.note = (
+                f"search stopped at its bound after {len(search.probes)} run(s): the finding"
+                f" needs more than {MOST_SET} tests of as many parts, or went both ways"
+            )
+            return False
+        return True
 
+    def shown_after(tests: frozenset[str]) -> bool | None:
+        """Whether it shows the finding after `tests` (strictly); None: no run left."""
+        if not runs_left():
+            return None
+        before = [t for t in whole if t in tests]
+        return probe_after(prober, task, search, before, strict=True)
+
+    if not shown:
+        whole_shown = shown_after(frozenset(whole))
+        if not whole_shown:
+            if whole_shown is not None:
+                search.note = never_shown(task, search)
+            return None
     kept = _smallest(
-        prober,
-        search,
         list(units),
         frozenset(),
         tests_of=files.tests.__getitem__,
@@ -199,15 +215,10 @@ def checked_by_files(
     chosen = {f: files.tests[f] for f in kept}
     for file in kept:  # inside each file, the other files' tests (as narrowed) before it
         others = frozenset(t for f in kept if f != file for t in chosen[f])
-        narrowed = _smallest(
-            prober, search, list(chosen[file]), others, tests_of=_one, shown_after=shown_after
-        )
+        narrowed = _smallest(list(chosen[file]), others, tests_of=_one, shown_after=shown_after)
         if narrowed is None:
             return None
         chosen[file] = tuple(narrowed)
-    search.checked = checked_bound(
-        len(units), [(len(files.tests[f]), len(chosen[f])) for f in kept], whole=not shown_whole
-    )
     tests = frozenset(t for f in kept for t in chosen[f])
     return [t for t in whole if t in tests], len(tests) > 1
 
@@ -217,41 +228,35 @@ def _one(test: str) -> tuple[str, ...]:
 
 
 def _smallest(
-    prober: Prober,
-    search: Search,
     items: list[str],
     fixed: frozenset[str],
     *,
     tests_of: Callable[[str], Sequence[str]],
-    shown_after: Callable[[frozenset[str]], bool],
+    shown_after: Callable[[frozenset[str]], bool | None],
 ) -> list[str] | None:
     """The fewest of `items` (files or tests) after whose tests, with the `fixed` tests,
     the victim shows its finding: a half that shows it with them is kept (the second run
     only where the first does not); where neither does it needs some of each: the first
     half narrowed with the whole second before it, then the second with what was kept of
     the first. Each node of the halving runs at most twice: 2 runs a level for each item
-    kept. None where the budget cut it (the note says so)."""
+    kept. None where no run was left (`shown_after` said None; the note says why)."""
     if len(items) == 1:
         return items
-    if prober.exhausted() or prober.stopping():
-        search.note = f"search cut by budget after {len(search.probes)} run(s)"
-        return None
     middle = (len(items) + 1) // 2
     first, second = items[:middle], items[middle:]
 
     def tests(part: Sequence[str]) -> frozenset[str]:
         return frozenset(t for item in part for t in tests_of(item))
 
-    if shown_after(fixed | tests(first)):
-        return _smallest(prober, search, first, fixed, tests_of=tests_of, shown_after=shown_after)
-    if shown_after(fixed | tests(second)):
-        return _smallest(prober, search, second, fixed, tests_of=tests_of, shown_after=shown_after)
-    kept = _smallest(
-        prober, search, first, fixed | tests(second), tests_of=tests_of, shown_after=shown_after
-    )
-    if kept is None:
-        return None
-    rest = _smallest(
-        prober, search, second, fixed | tests(kept), tests_of=tests_of, shown_after=shown_after
-    )
-    return None if rest is None else kept + rest
+    def smallest(part: list[str], with_: frozenset[str]) -> list[str] | None:
+        return _smallest(part, with_, tests_of=tests_of, shown_after=shown_after)
+
+    for part in (first, second):
+        shown = shown_after(fixed | tests(part))
+        if shown is None:
+            return None
+        if shown:
+            return smallest(part, fixed)
+    kept = smallest(first, fixed | tests(second))
+    rest = None if kept is None else smallest(second, fixed | tests(kept))
+    return None if kept is None or rest is None else kept + rest
