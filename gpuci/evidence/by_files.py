@@ -11,12 +11,13 @@ Every step is a replay of whole files in the suite's order, the victim's own fil
 the victim: the interpreter imports only the files it needs.
 
 Where the run of the last candidate refutes the inference (the finding needs tests of two
-files, or of two parts of one), the search starts again checked (`checked_by_files`):
-the whole replay, unless a run showed it already; then each level's halves of the files,
-the second run only where the first does not show it, keeping one that shows it, or both
-where neither does (the finding needs tests of each); then, inside each file kept, its
-tests halved the same way with the other files' tests before them. Its runs are bounded
-too (`checked_bound`), and the set it names needs every one of its tests together.
+files, or of two parts of one), the search starts again checked (`checked_by_files`),
+every run with nothing beside it: the whole replay, unless the file kept showed it alone;
+then each level's halves of the files, the second run only where the first does not show
+it, keeping one that shows it, or both where neither does (the finding needs tests of
+each); then, inside each file kept, its tests halved the same way with the other files'
+tests before them. Its runs are bounded too, before it starts (`checked_bound`), and the
+set it names needs every one of its tests together.
 """
 
 from __future__ import annotations
