@@ -9,8 +9,9 @@ imports `multiprocessing`: structlog names the process only where that module is
   the name without setting it (test_testing.py): depends-on-others, by a test, not an
   import, its message quoting nothing a source writes.
 - a contention: the two largest files (processors/test_processors.py, test_stdlib.py,
-  which a first check starts together) share a hard-coded scratch file; each writes its
-  name there for its whole run and checks it at the end: concurrency, each naming the other.
+  which a first check starts together) share a hard-coded scratch file, each taking it for
+  its whole run: where both run at once the second fails
+  (concurrency, each naming the other); one after the other, plain pytest's, both pass.
 
     python benchmarks/plant_structlog.py STRUCTLOG_SDIST_DIR   (then: gpuci check tests)
 """
@@ -52,24 +53,29 @@ def test_plant_level_25_has_a_name():
 }
 SCRATCH = """
 
+import fcntl as _fcntl
 import pathlib as _pathlib
 import tempfile as _tempfile
-import time as _time
 
 import pytest as _pytest
 
-_SCRATCH = _pathlib.Path(_tempfile.gettempdir()) / "structlog-scratch.txt"
+_LOCK = _pathlib.Path(_tempfile.gettempdir()) / "structlog-scratch.lock"
 
 
 @_pytest.fixture(scope="module", autouse=True)
 def _scratch_owner():
-    _SCRATCH.write_text(__name__)  # a hard-coded path: every test file shares it
-    yield
+    # a hard-coded scratch file every test file shares, taken for the whole file
+    with _LOCK.open("a") as handle:
+        try:
+            _fcntl.flock(handle, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
 
 
-def test_plant_scratch_is_ours():
-    _time.sleep(0.5)
-    assert _SCRATCH.read_text() == __name__, f"{_SCRATCH} was taken over"
+def test_plant_scratch_is_ours(_scratch_owner):
+    assert _scratch_owner, f"another interpreter holds {_LOCK}"
 """
 
 
