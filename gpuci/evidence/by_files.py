@@ -49,9 +49,12 @@ class Files:
 
 
 def by_file(candidates: Sequence[str]) -> Files | None:
-    """The candidates grouped by file, where halving files first takes fewer runs of fewer
-    files: two files or more, one of them with several tests, each file's tests together in
-    the order they ran. None otherwise (the tests are halved as they are)."""
+    """The candidates grouped by file, where the files are worth halving first (each step a
+    replay of whole files, the later ones of one): two files or more, one of them with
+    several tests, each file's tests together in the order they ran. None otherwise (the
+    tests are halved as they are). Its levels, ceil(log2 files) + ceil(log2 tests in the
+    file kept), are at least ceil(log2 n): as many where files are even, one more where the
+    two ceilings each round up."""
     tests: dict[str, list[str]] = {}
     last = ""
     for test in candidates:
