@@ -7,9 +7,11 @@ waves, the runs it started ahead and the losers it killed, read from evidence.js
 `--plant` builds, for each size n, a suite of n tests in files of 16 with one polluter at
 a seeded random place and a victim in a last file, and runs `gpuci check` on it (with this
 Python, --workers as given). It exits 1 where a search took more runs than the bound its
-evidence.json states (`steps.bound`, ceil(log2 n) + 3), and says why where the note does
-(a refuted inference falls back to the checked halving). Runs are counts, not timings;
-the wall of each check is printed beside them for reading, never compared.
+evidence.json states (`steps.bound`: ceil(log2 n) + 3, or searched by files first,
+ceil(log2 files) + ceil(log2 tests in the file) + 3, plus a checked stage's where one ran),
+and says why where the note does (a refuted inference falls back to the checked halving).
+Runs are counts, not timings; the wall of each check is printed beside them for reading,
+never compared.
 """
 
 from __future__ import annotations
@@ -90,7 +92,10 @@ def report(name: str, found: list[dict[str, Any]]) -> bool:
             f"{name:>12}  {test['id'][-48:]:48}  n={s['n']:<5} ceil(log2 n)={log2:<3}"
             f" runs={s['runs']:<3} bound={s['bound']:<3} waves={s['waves']:<3}"
             f" ahead={s.get('ahead', 0):<3} losers={s['losers']:<3} killed={s['killed']:<3}"
-            f" tries={s['tries']:<2} {'ok' if ok else 'OVER: ' + test.get('search', '')}"
+            f" tries={s['tries']:<2}"
+            + (f" files={s['files']} in_file={s['in_file']}" if s.get("files") else "")
+            + (f" checked={s['checked']}" if s.get("checked") else "")
+            + f" {'ok' if ok else 'OVER: ' + test.get('search', '')}"
         )
     return within
 

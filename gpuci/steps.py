@@ -1,7 +1,9 @@
 """Steps: a culprit search's runs against its bound, as evidence.json records them.
 
 A search over n candidates halves them in ceil(log2 n) levels of one counted run each, then
-confirms (`gpuci.evidence.bisect`); its levels may run in waves of speculated runs, whose
+confirms (`gpuci.evidence.bisect`); over tests of several files it halves the files first,
+then the tests of the one file kept: ceil(log2 files) + ceil(log2 tests in that file)
+levels (`gpuci.evidence.by_files`). Its levels may run in waves of speculated runs, whose
 losers are killed and never counted (`gpuci.evidence.waves`). The record says the bound,
 what the search took, and what speculation cost, so that a benchmark can hold it to them.
 Shared like the model (which holds it in each test's evidence), and imports nothing.
@@ -26,6 +28,9 @@ class Steps:
     losers: int = 0  # speculated runs whose answer the search did not need, never counted
     killed: int = 0  # of them, those still running when the search knew: killed
     tries: int = 0  # runs before the halving: an earlier victim's culprits, collected files
+    files: int = 0  # searched by files first: the files halved (0: the tests were halved)
+    in_file: int = 0  # then the tests of the file kept, before the victim
+    checked: int = 0  # of the bound, the checked stage's where the file halving was refuted
 
     def to_json(self) -> dict[str, int]:
         """The evidence.json form."""
@@ -38,6 +43,9 @@ class Steps:
             "losers": self.losers,
             "killed": self.killed,
             "tries": self.tries,
+            "files": self.files,
+            "in_file": self.in_file,
+            "checked": self.checked,
         }
 
     @classmethod
@@ -52,4 +60,7 @@ class Steps:
             losers=int(data.get("losers", 0)),
             killed=int(data.get("killed", 0)),
             tries=int(data.get("tries", 0)),
+            files=int(data.get("files", 0)),
+            in_file=int(data.get("in_file", 0)),
+            checked=int(data.get("checked", 0)),
         )

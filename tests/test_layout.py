@@ -30,7 +30,7 @@ KINDS = tuple(
 PACKAGES: dict[str, tuple[str, ...]] = {
     # the state ledger: the child's snapshots (host, device, changes, recorder), then what the
     # parent reads of them (left) and what a failure points at (hints)
-    "state": ("host", "device", "changes", "recorder", "left", "hints"),
+    "state": ("host", "device", "changes", "modules", "recorder", "left", "hints"),
     # run/ is split by job: what a run leaves on disk, one interpreter from start to end,
     # then what runs where and when; a subpackage may import the ones before it
     "run.disk": (
@@ -103,6 +103,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "victims",
         "search",
         "waves",
+        "by_files",
         "checked",
         "bisect",
         "source_hints",
@@ -172,6 +173,7 @@ CHILD_SIDE = (
     "state.host",
     "state.device",
     "state.changes",
+    "state.modules",
     "state.recorder",
 )
 MAX_MODULE_LINES = 400

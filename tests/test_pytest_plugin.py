@@ -96,7 +96,10 @@ def run_pytest(tmp_path: Path, only: list[str] | None = None) -> list[dict[str, 
 
 
 def test_every_event_is_journaled(tmp_path: Path) -> None:
-    events = run_pytest(tmp_path)
+    journaled = run_pytest(tmp_path)
+    # the ledger's: what importing the file brought to sys.modules (itself, at least)
+    assert any(e["e"] == "modules" and e.get("import") == "test_x.py" for e in journaled)
+    events = [e for e in journaled if e["e"] != "modules"]
     kinds = [e["e"] for e in events]
     assert kinds[0] == "collect-error"
     assert kinds[1] == "collected"
@@ -437,7 +440,7 @@ def test_fails_in_one_thread(thread_index):
 @needs_run_parallel
 def test_a_failure_in_one_thread_is_the_tests_failure(tmp_path: Path) -> None:
     events = run_child(tmp_path, {"test_race.py": RACE}, "--parallel-threads=4", ".")
-    collected = events[0]
+    collected = next(e for e in events if e["e"] == "collected")
     assert collected["threads"] == 4
     assert collected["single_threaded"] == ["test_race.py::test_race_marked_unsafe"]
     # pytest-run-parallel reports these as errors at call ("PARALLEL FAILED")
@@ -457,6 +460,7 @@ def test_a_failure_in_one_thread_is_the_tests_failure(tmp_path: Path) -> None:
 @pytest.mark.parametrize("threads", [[], ["--parallel-threads=1"]])
 def test_one_thread_journals_as_before(tmp_path: Path, threads: list[str]) -> None:
     events = run_child(tmp_path, {"test_race.py": RACE}, *threads, ".")
-    assert "threads" not in events[0]
-    assert "single_threaded" not in events[0]
+    collected = next(e for e in events if e["e"] == "collected")
+    assert "threads" not in collected
+    assert "single_threaded" not in collected
     assert set(outcomes(events).values()) == {"passed"}

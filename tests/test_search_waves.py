@@ -180,7 +180,9 @@ def test_an_expensive_interpreter_starts_the_confirmations_ahead(tmp_path: Path)
     # (the victim's own runs started ahead hold test_c.py alone: not confirmations)
     journals = sorted((out / "evidence" / "journal").glob("test_c.py.held-*.jsonl"))
     read = [[json.loads(line) for line in j.read_text().splitlines()] for j in journals]
-    events = [e for e in read if any("test_a.py" in str(x.get("ids")) for x in e[:1])]
+    # the ids each interpreter held after its collection (the ledger's import events first)
+    held_ids = [next((str(x.get("ids")) for x in e if x["e"] == "held"), "") for e in read]
+    events = [e for e, ids in zip(read, held_ids, strict=True) if "test_a.py" in ids]
     ran = [e for e in events if any(x.get("id") == "test_c.py::test_victim" for x in e)]
     assert len(events) >= 2 and len(ran) == 1, events
     finished = [x for x in ran[0] if x["e"] == "finish"]

@@ -165,7 +165,8 @@ def test_threads_mode_runs_each_test_in_threads_and_honours_the_marker(
     log = (out / "threads" / "logs" / "test_race.py.log").read_text(encoding="utf-8")
     assert "--parallel-threads 4" in log.splitlines()[0]
     journal = (out / "threads" / "journal" / "test_race.py.jsonl").read_text(encoding="utf-8")
-    collected = json.loads(journal.splitlines()[0])
+    events = [json.loads(line) for line in journal.splitlines()]
+    collected = next(e for e in events if e["e"] == "collected")
     assert (collected["threads"], collected["single_threaded"]) == (4, [MARKED])
     # pytest-run-parallel reports a thread's failure as an error at call; JUnit and gpuci
     # record it as the failure it is

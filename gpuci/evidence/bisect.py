@@ -24,11 +24,19 @@ confirmation that goes the other way makes the victim flaky. Either way nothing 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 
+from gpuci.evidence.by_files import (
+    Files,
+    FileStage,
+    by_file,
+    checked_by_files,
+    halve_files,
+    searched_wave,
+)
 from gpuci.evidence.checked import checked_halving
 from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
@@ -42,10 +50,9 @@ from gpuci.evidence.search import (
     probe_after,
     record,
     run_step,
-    shows,
 )
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import Step, Wave, run_wave
+from gpuci.evidence.waves import Step
 from gpuci.model import NOT_PASSING, Category, Probe
 from gpuci.run.proc.held import Held
 from gpuci.steps import Steps
@@ -136,14 +143,28 @@ def _confirmed_again(
 def bisect(
     prober: Prober, task: Task, search: Search | None = None, *, shown: bool = False
 ) -> Search:
-    """Halve the candidates, keeping a half that shows the finding; then confirm. `shown`:
-    a run of `search` ran exactly the candidates and showed it (not run again). The search
-    ends with its `steps`: its runs since it began against its bound."""
+    """Halve the candidates, keeping a half that shows the finding; then confirm. Tests of
+    several files are halved by files first, then inside the one kept
+    (`gpuci.evidence.by_files`). `shown`: a run of `search` ran exactly the candidates and
+    showed it (not run again). The search ends with its `steps`: its runs since it began
+    against its bound."""
     search = search or Search([])
     tries = len(search.probes)
     held: dict[str, Held] = {}  # confirmations started ahead, by candidate, until taken
+    files = None if shown else by_file(task.candidates)
+    stage: FileStage | None = None
+    inner = task
     try:
-        _halve(prober, task, search, held, shown=shown)
+        if files is None:
+            _halve(prober, task, search, held, shown=shown)
+        else:
+            stage = halve_files(prober, task, files, search)
+            if stage is not None and not stage.cut:
+                # the whole replay beside the first wave, where a screen's failure that files
+                # beside it may explain, ran with the files' halving: not again
+                kept = files.tests[stage.files[0]]
+                inner = dataclasses.replace(task, candidates=kept, pairs=())
+                _halve(prober, inner, search, held, shown=stage.confirmed, by=(task, files, stage))
     finally:
         for candidate, interpreter in held.items():
             label = f"culprits of {task.victim}: held for {candidate}"
@@ -152,25 +173,55 @@ def bisect(
             search.killed += 1
     n = len(task.candidates)
     runs = len(search.probes) - tries
+    in_file = 0
+    if files is not None:
+        left = stage.files if stage is not None else files.names
+        in_file = (
+            len(inner.candidates) if inner is not task else max(len(files.tests[f]) for f in left)
+        )
+        bound = (
+            _levels(len(files.names))
+            + _levels(in_file)
+            + CONFIRMING
+            + search.whole
+            + search.checked
+        )
+    else:
+        bound = _levels(n) + CONFIRMING + search.whole
     search.steps = Steps(
         n=n,
-        bound=math.ceil(math.log2(max(n, 1))) + CONFIRMING + search.whole,
+        bound=bound,
         runs=runs,
         waves=search.waves + runs - search.in_waves,  # every run outside a wave is one
         ahead=search.ahead,
         losers=search.losers,
         killed=search.killed,
         tries=tries,
+        files=len(files.names) if files is not None else 0,
+        in_file=in_file,
+        checked=search.checked,
     )
     return search
 
 
+def _levels(n: int) -> int:
+    return math.ceil(math.log2(max(n, 1)))
+
+
 def _halve(
-    prober: Prober, task: Task, search: Search, held: dict[str, Held], *, shown: bool
+    prober: Prober,
+    task: Task,
+    search: Search,
+    held: dict[str, Held],
+    *,
+    shown: bool,
+    by: tuple[Task, Files, FileStage] | None = None,
 ) -> None:
     """The inferred halving in waves, its last candidate run where inferred, confirmed; the
     checked halving where that run refutes it. Where a start-up is worth hiding the last wave
-    starts each candidate's confirmation ahead, into `held` (it takes its own)."""
+    starts each candidate's confirmation ahead, into `held` (it takes its own). `by`: the
+    tests of the file a halving of files kept (the whole search's task, its files, what the
+    halving of files left): a refutation is checked over the files."""
     current = list(task.candidates)
     confirmed = shown  # whether a probe ran exactly `current` and showed it
     refuted = False
@@ -196,7 +247,15 @@ def _halve(
                 held[candidate] = hold_step(prober, task, candidate, label)
             search.ahead += len(current)
         width = max(1, prober.admission.idle()) if speculates else 1
-        wave = _wave(prober, task, search, current, width, whole=doubted and width > 1)
+        wave = searched_wave(
+            prober,
+            task,
+            search,
+            current,
+            width,
+            whole=doubted and width > 1,
+            step=_step(prober, task),
+        )
         doubted = False
         if wave is None:  # the whole replay never showed it: nothing to halve
             return
@@ -211,8 +270,8 @@ def _halve(
         refuted = not probe_after(prober, task, search, current)
         confirmed = not refuted
     several = False
-    if refuted and len(task.candidates) > 1:
-        found = checked_halving(prober, task, search, whole_shown=shown or search.whole)
+    if refuted and (by is not None or len(task.candidates) > 1):
+        found = _checked(prober, task, search, shown=shown, by=by)
         if found is None:
             return
         current, several = found
@@ -225,70 +284,34 @@ def _halve(
     search.culprits = tuple(current)
     search.note = (
         f"bisection: {len(search.probes)} run(s)"
+        + ("; by files, then tests" if by is not None else "")
         + (f"; needs all {len(current)} together" if several else "")
         + ("; " + REFUTED if refuted else "")
     )
 
 
-def _wave(
+def _checked(
     prober: Prober,
     task: Task,
     search: Search,
-    current: list[str],
-    width: int,
     *,
-    whole: bool,
-) -> Wave | None:
-    """One wave of the halving, recorded; with the `whole` replay in one of its places: None
-    where that run did not show the finding (the note says so)."""
+    shown: bool,
+    by: tuple[Task, Files, FileStage] | None,
+) -> tuple[list[str], bool] | None:
+    """Where the run of the inferred last candidate refuted the halving: the checked one,
+    over the files where files were halved first (bounded, `gpuci.evidence.by_files`)."""
+    if by is None:
+        return checked_halving(prober, task, search, whole_shown=shown or search.whole)
+    outer, files, stage = by
+    # the file kept showed it alone: the refutation is inside it; else over every file. A
+    # run that showed it beside others may have shown the load's doing: run again, strictly
+    units = stage.files if stage.confirmed else list(files.names)
+    shown_alone = stage.confirmed and not search.loaded
+    return checked_by_files(prober, outer, files, units, search, shown=shown_alone)
 
+
+def _step(prober: Prober, task: Task) -> Step:
     def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
         return run_step(prober, task, part, cancel=cancel)
 
-    if whole:
-        wave, replayed = _beside_the_whole(prober, task, current, width, step)
-    else:
-        wave, replayed = run_wave(prober, current, width, step, _shows(task)), None
-    for probe, ran in wave.used:
-        record(task, search, probe, ran)
-    search.waves += 1
-    search.in_waves += len(wave.used)
-    search.ahead += len(wave.used) - 1 + wave.losers  # all but each wave's first
-    search.losers += wave.losers
-    search.killed += wave.killed
-    if replayed is None:
-        return wave
-    search.whole = True
-    search.in_waves += 1
-    search.ahead += 1
-    if not record(task, search, *replayed):
-        search.note = never_shown(task, search)
-        return None
-    return wave
-
-
-def _beside_the_whole(
-    prober: Prober, task: Task, current: list[str], width: int, step: Step
-) -> tuple[Wave, tuple[Probe, ProbeRun] | None]:
-    """A wave with every candidate's replay beside it, in one of its places. Where a run of
-    the wave showed the finding, the replay is killed (a loser of the wave, never counted);
-    otherwise the wave's answer waits for it: where it does not show the finding either,
-    the halving has nothing to find."""
-    cancel = threading.Event()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuci-whole") as pool:
-        replay = pool.submit(step, current, cancel)
-        wave = run_wave(prober, current, width - 1, step, _shows(task))
-        reproduced = any(shows(task, probe.outcome) for probe, _ in wave.used)
-        if reproduced:
-            cancel.set()
-        probe, ran = replay.result()
-    prober.settle(ran, used=not reproduced)
-    if not reproduced:
-        return wave, (probe, ran)
-    wave.losers += 1
-    wave.killed += ran.killed
-    return wave, None
-
-
-def _shows(task: Task) -> Callable[[Probe], bool]:
-    return lambda probe: bool(shows(task, probe.outcome))
+    return step

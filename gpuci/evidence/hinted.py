@@ -4,7 +4,10 @@ An order-dependent victim's failure (its message and the source line of its inne
 frame) is read against what the tests before it left behind (`gpuci.state.hints`); where
 that points at none of them, and for a test that depends on others, the values its
 message quotes are looked for in the source of the tests before it
-(`gpuci.evidence.source_hints`). Where either points at some of them, the search runs
+(`gpuci.evidence.source_hints`); before those, for a test that depends on others, the
+earlier files that brought a module its failure names or the suite's code looks up in
+`sys.modules` (`gpuci.state.hints.module_providers`), collected where their import brought
+it. Where either points at some of them, the search runs
 those before the victim first. Where that run shows the
 failure, the bisection narrows those few (one test: nothing to narrow) and confirms as
 always, so a right hint names the culprit in two runs; where it does not, the search goes
@@ -26,11 +29,12 @@ from gpuci.evidence.source_hints import writers
 from gpuci.evidence.victims import Task
 from gpuci.model import LATENT_ORDERS, NOT_PASSING, Category, Mode
 from gpuci.run.proc.discover import file_of
-from gpuci.state.hints import failure_text, hinted_candidates
+from gpuci.state.hints import failure_text, hinted_candidates, module_providers
 from gpuci.state.left import Ledger
 
 LEDGER = "ledger"  # a probe that ran the tests the ledger pointed at
 SOURCE = "source"  # a probe that ran the tests whose source writes what the failure quotes
+MODULES = "modules"  # a probe that ran the files that brought a module the failure points at
 # the failure read for a hint: the plain run's first, where the victim failed there
 MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS, *LATENT_ORDERS)
 MOST_PREPARED = 4  # hinted tests whose runs start ahead: more would take the slots' cores
@@ -56,8 +60,30 @@ def _with_hint(task: Task, results: Mapping[Mode, ModeResults], ledger: Ledger) 
         hinted = hinted_candidates(ledger, task.candidates, text)
         if hinted:
             return dataclasses.replace(task, hinted=hinted, hint=LEDGER)
+    if task.category is Category.DEPENDS_ON_OTHERS and (
+        ledger.imported_modules or ledger.test_modules
+    ):
+        files = _earlier_files(task, results)
+        text = failure_text(message, where, rootdir)
+        hinted = module_providers(
+            ledger, task.victim, files=files, candidates=task.candidates, text=text, rootdir=rootdir
+        )
+        if hinted:
+            return dataclasses.replace(task, hinted=hinted, hint=MODULES)
     hinted = writers(task.candidates, message, rootdir)
     return dataclasses.replace(task, hinted=hinted, hint=SOURCE) if hinted else task
+
+
+def _earlier_files(task: Task, results: Mapping[Mode, ModeResults]) -> list[str]:
+    """The files a depends-on-others victim's providers may be in: those of the tests
+    before it, then the suite's other files, which pytest imported before its first test
+    wherever they stood (`gpuci.evidence.collected`)."""
+    files = dict.fromkeys(file_of(c) for c in task.candidates if "::" in c)
+    suite = results.get(Mode.SUITE)
+    if suite is not None:
+        files.update(dict.fromkeys(t.file for t in suite.run.tests))
+    files.pop(file_of(task.victim), None)
+    return list(files)
 
 
 def _failure(task: Task, results: Mapping[Mode, ModeResults]) -> tuple[str, str, Path] | None:
@@ -86,7 +112,7 @@ def hinted_first(
     if not hinted:
         return None
     search = Search([])
-    whose = "the ledger's" if task.hint == LEDGER else "the source's"
+    whose = {LEDGER: "the ledger's", MODULES: "the modules'"}.get(task.hint, "the source's")
     if prober.hides_start_ups:  # a right hint's runs, started while the hint's goes on
         prepare_hinted(prober, [task])
     if not probe_after(prober, task, search, hinted, task.hint):

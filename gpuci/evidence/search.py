@@ -41,6 +41,7 @@ class Search:
     ahead: int = 0  # runs started before the level above them answered, held ones too
     losers: int = 0
     killed: int = 0
+    checked: int = 0  # the bound of its checked stage, where one ran (`gpuci.evidence.by_files`)
 
 
 def never_shown(task: Task, search: Search) -> str:

@@ -141,6 +141,10 @@ def _plan(
                 device_oom=ran_device_out(test.seen),
                 pool_oom=any(pool_limited(t.message) for t in test.seen),
             )
+    if best is None and test.category is Category.DEPENDS_ON_OTHERS:
+        # no test ran before it where it passed: only the files pytest imported with it can
+        # have (`gpuci.evidence.collected`)
+        return Task(victim=test.id, category=test.category, candidates=(), rank=(1, place))
     return best
 
 

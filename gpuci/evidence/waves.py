@@ -72,13 +72,15 @@ class Wave:
     killed: int = 0
 
 
-def plan_wave(n: int, width: int) -> list[Node]:
-    """The nodes of one wave over n candidates: breadth first from the root, `width` at most."""
+def plan_wave(n: int, width: int, *, singles: bool = True) -> list[Node]:
+    """The nodes of one wave over n candidates: breadth first from the root, `width` at most;
+    without `singles`, no run of an inferred single candidate (a search over files goes on
+    inside the one file kept: its tests' halving runs what that run would)."""
     nodes: list[Node] = []
     level = [Node(0, n)] if n > 1 else []
     while level and len(nodes) < width:
         nodes += level[: width - len(nodes)]
-        level = [child for node in level for child in node.children()]
+        level = [c for node in level for c in node.children() if singles or c.hi - c.lo > 1]
     return nodes
 
 
@@ -104,10 +106,19 @@ def _follow(
     return path, None, Wave(current[lo:hi], confirmed, refuted)
 
 
-def run_wave(prober: Prober, current: list[str], width: int, step: Step, shows: Shows) -> Wave:
+def run_wave(
+    prober: Prober,
+    current: list[str],
+    width: int,
+    step: Step,
+    shows: Shows,
+    *,
+    singles: bool = True,
+) -> Wave:
     """One wave over `current`: its nodes' runs at once (one, counted as it ends, where
-    `width` is 1), the losers killed as soon as an answer puts them off the path."""
-    nodes = plan_wave(len(current), width)
+    `width` is 1), the losers killed as soon as an answer puts them off the path; without
+    `singles`, none runs an inferred single candidate (`plan_wave`)."""
+    nodes = plan_wave(len(current), width, singles=singles)
 
     def part(node: Node) -> list[str]:
         return current[node.runs[0] : node.runs[1]]
@@ -144,3 +155,32 @@ def run_wave(prober: Prober, current: list[str], width: int, step: Step, shows: 
             wave.killed += probe_run.killed
     wave.used = [ran[node] for node in path]
     return wave
+
+
+def run_wave_with_whole(
+    prober: Prober,
+    current: list[str],
+    width: int,
+    step: Step,
+    shows: Shows,
+    *,
+    singles: bool = True,
+) -> tuple[Wave, tuple[Probe, ProbeRun] | None]:
+    """A wave with every candidate's replay beside it, in one of its places. Where a run of
+    the wave showed the finding, the replay is killed (a loser of the wave, never counted);
+    otherwise the wave's answer waits for it, and it is returned: where it does not show
+    the finding either, the halving has nothing to find."""
+    cancel = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuci-whole") as pool:
+        replay = pool.submit(step, current, cancel)
+        wave = run_wave(prober, current, width - 1, step, shows, singles=singles)
+        reproduced = any(shows(probe) for probe, _ in wave.used)
+        if reproduced:
+            cancel.set()
+        probe, ran = replay.result()
+    prober.settle(ran, used=not reproduced)
+    if not reproduced:
+        return wave, (probe, ran)
+    wave.losers += 1
+    wave.killed += ran.killed
+    return wave, None

@@ -16,11 +16,18 @@ what it points at, and where it failed in a device library's code with words tha
 at no kind of the host's state, what that library left on the device. The hints are its
 sharper part (what the failure points at): a hint never points at what a card would not
 say.
+
+A test that depends on others points at the modules earlier files brought
+(`gpuci.state.modules`): one its failure names, or one the suite's own code looks up in
+`sys.modules` without importing it (`module_providers`); the files that brought it are run
+first.
 """
 
 from __future__ import annotations
 
+import functools
 import linecache
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -207,3 +214,89 @@ def _pointed(
     for file in set(last_file.values()):
         picked.update(by_file[file])
     return tuple(c for c in candidates if c in picked)
+
+
+MAX_PROVIDERS = 8  # files that brought a module a failure points at: more point at none
+MAX_SCANNED = 5000  # the suite's own source files read for modules looked up in sys.modules
+SKIPPED_DIRS = frozenset({"node_modules", "site-packages", "__pycache__", "build", "dist"})
+# code that behaves differently where another file imported a module: it looks the
+# module up in sys.modules without importing it (structlog's and logging's process name)
+_LOOKUP = re.compile(
+    r"""sys\.modules(?:\.get\(|\[)\s*['"]([\w.]+)['"]"""
+    r"""|['"]([\w.]+)['"]\s+(?:not\s+)?in\s+sys\.modules\b"""
+)
+
+
+def module_providers(
+    ledger: Ledger,
+    victim: str,
+    *,
+    files: Sequence[str],
+    candidates: Sequence[str],
+    text: str,
+    rootdir: Path,
+) -> tuple[str, ...]:
+    """For a test that depends on others: of the earlier `files` (in order), those that
+    brought a module its failure (`text`) names, or where it names none, a module the
+    suite's own code looks up in `sys.modules` without importing it; a module its own file
+    brings points at no one. Each as the file (its import brought it: run collected) or
+    its tests among `candidates` (its tests did). None where more than MAX_PROVIDERS
+    files brought it."""
+    own = _brought(ledger, victim.split("::", 1)[0])
+    brought = {f: _brought(ledger, f) - own for f in files}
+    offered = set().union(*brought.values()) if brought else set()
+    pointed = {m for m in offered if _names_module(text, m)}
+    if not pointed:
+        pointed = offered & looked_up(rootdir)
+    providers = [f for f in files if brought[f] & pointed]
+    if not providers or len(providers) > MAX_PROVIDERS:
+        return ()
+    hinted: list[str] = []
+    for file in providers:
+        if ledger.imported_modules.get(file, set()) & pointed:
+            hinted.append(file)
+        else:
+            hinted.extend(c for c in candidates if c.split("::", 1)[0] == file)
+    return tuple(hinted)
+
+
+def _brought(ledger: Ledger, file: str) -> set[str]:
+    """The modules `file` brought, less the test module itself (`tests.test_a`)."""
+    stem = Path(file).stem
+    names = ledger.imported_modules.get(file, set()) | ledger.test_modules.get(file, set())
+    return {m for m in names if m.rpartition(".")[2] != stem}
+
+
+def _names_module(text: str, module: str) -> bool:
+    """Whether a failure names `module` (`multiprocessing`, `cupy.cuda.nccl`), or where it
+    is a submodule, its parent missing it (`module 'cupy.cuda' has no attribute 'nccl'`)."""
+    if len(module) < MIN_NAMED:
+        return False
+    if re.search(rf"(?<![\w.]){re.escape(module)}(?![\w])", text):
+        return True
+    parent, _, last = module.rpartition(".")
+    missing = rf"{re.escape(parent)}'? has no attribute '?{re.escape(last)}\b"
+    return bool(parent) and re.search(missing, text) is not None
+
+
+@functools.cache
+def looked_up(rootdir: Path) -> frozenset[str]:
+    """The modules the suite's own source looks up in `sys.modules` (at most MAX_SCANNED
+    files under `rootdir`, none in hidden folders or installed packages)."""
+    found: set[str] = set()
+    scanned = 0
+    for folder, dirs, names in os.walk(rootdir):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS]
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            scanned += 1
+            if scanned > MAX_SCANNED:
+                return frozenset(found)
+            try:
+                source = Path(folder, name).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "sys.modules" in source:
+                found.update(a or b for a, b in _LOOKUP.findall(source))
+    return frozenset(found)

@@ -64,6 +64,11 @@ class Ledger:
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # what its tests left
     imports: dict[str, dict[str, Any]] = field(default_factory=dict)  # what importing it left
+    # by file, the modules its import brought, and its tests (`gpuci.state.modules`): in any
+    # interpreter (its own in the parallel screen brings all it needs, the suite's only
+    # what no earlier file had)
+    imported_modules: dict[str, set[str]] = field(default_factory=dict)
+    test_modules: dict[str, set[str]] = field(default_factory=dict)
 
     def entries(self, test_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """What a test (or a file) left, and what only its file's entries can say of it:
@@ -88,7 +93,9 @@ def read_ledger(out: Path) -> Ledger:
             if path not in seen:
                 seen.add(path)
                 for event in _left_events(path):
-                    if "id" in event:
+                    if event.get("e") == "modules":
+                        _add_modules(ledger, event)
+                    elif "id" in event:
                         ledger.tests.setdefault(str(event["id"]), event["left"])
                     elif "file" in event:
                         ledger.files.setdefault(str(event["file"]), event["left"])
@@ -97,23 +104,31 @@ def read_ledger(out: Path) -> Ledger:
     return ledger
 
 
+def _add_modules(ledger: Ledger, event: dict[str, Any]) -> None:
+    names = {str(n) for n in event["modules"]}
+    if "import" in event:
+        ledger.imported_modules.setdefault(str(event["import"]), set()).update(names)
+    elif "file" in event:
+        ledger.test_modules.setdefault(str(event["file"]), set()).update(names)
+
+
 def _left_events(path: Path) -> Iterator[dict[str, Any]]:
+    """The `left` events of one journal, and its `modules` events."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError:
         return
     for line in lines:
-        if b'"left"' not in line:  # most lines: no need to parse them
+        if b'"left"' not in line and b'"modules"' not in line:  # most lines: no need to parse
             continue
         try:
             event = json.loads(line)
         except ValueError:  # a line torn by a kill
             continue
-        if (
-            isinstance(event, dict)
-            and event.get("e") == "left"
-            and event.get("v") == LEDGER_VERSION
-            and isinstance(event.get("left"), dict)
+        if not isinstance(event, dict) or event.get("v") != LEDGER_VERSION:
+            continue
+        if (event.get("e") == "left" and isinstance(event.get("left"), dict)) or (
+            event.get("e") == "modules" and isinstance(event.get("modules"), list)
         ):
             yield event
 

@@ -11,11 +11,15 @@ serves as one test's "after" and the next one's "before". `GPUCI_STATE` says how
     {"e": "left", "v": 2, "id": "tests/test_a.py::test_x", "left": {KEY: CHANGE}}
     {"e": "left", "v": 2, "file": "tests/test_a.py", "left": {KEY: CHANGE}}
     {"e": "left", "v": 2, "import": "tests/test_a.py", "left": {KEY: CHANGE}}
+    {"e": "modules", "v": 2, "import": "tests/test_a.py", "modules": ["multiprocessing"]}
+    {"e": "modules", "v": 2, "file": "tests/test_a.py", "modules": ["cupy.cuda.nccl"]}
     {"e": "ledger-cost", "s": 0.084, "snapshots": 1193}
 
 `import`: what importing the test module left (its collection; a per-test snapshot, not a
 full one), less the folder pytest itself puts on sys.path to import it, and less warnings
 filters where pytest's warnings plugin restores them after collection.
+`modules`: what `sys.modules` gained while pytest imported the file, and while its tests
+ran (names only, `gpuci.state.modules`): a later file's test may need a module it brought.
 `ledger-cost`, at the session's end: the seconds its snapshots and diffs took in all, by
 the process's own clock (what it cost this interpreter, whatever the machine's load).
 
@@ -33,6 +37,7 @@ import pytest
 
 from gpuci.state.changes import LEDGER_VERSION, changes, snapshot
 from gpuci.state.host import Snapshot
+from gpuci.state.modules import gained, loaded
 
 
 class StateRecorder:
@@ -44,6 +49,7 @@ class StateRecorder:
         self._last: Snapshot | None = None  # after the previous test
         self._file = ""
         self._file_before: Snapshot | None = None
+        self._file_modules: frozenset[str] = frozenset()  # sys.modules as the file began
         self._cost_s = 0.0  # this process's CPU seconds in snapshots and diffs
         self._snapshots = 0
 
@@ -58,6 +64,7 @@ class StateRecorder:
             self._last = self._snapshot(full=True)
         if file != self._file:
             self._file, self._file_before = file, self._last
+            self._file_modules = self._modules()
         before = self._last
         try:
             return (yield)
@@ -68,6 +75,8 @@ class StateRecorder:
                     self._journal({"id": item.nodeid}, before, after)
                 if last_of_file and self._file_before is not None:
                     self._journal({"file": file}, self._file_before, after)
+                if last_of_file:
+                    self._journal_modules({"file": file}, self._file_modules)
                 self._last = after if self._per_test else None
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -78,9 +87,11 @@ class StateRecorder:
         if not isinstance(collector, pytest.Module):
             return (yield)
         before = self._snapshot(full=False)
+        modules = self._modules()
         try:
             return (yield)
         finally:
+            self._journal_modules({"import": collector.nodeid}, modules)
             after = self._snapshot(full=False)
             pytests = {str(p) for p in collector.path.parents}  # pytest's own sys.path entry
             if collector.config.pluginmanager.has_plugin("warnings"):
@@ -100,6 +111,20 @@ class StateRecorder:
         self._cost_s += time.process_time() - start
         self._snapshots += 1
         return taken
+
+    def _modules(self) -> frozenset[str]:
+        start = time.process_time()
+        names = loaded()
+        self._cost_s += time.process_time() - start
+        return names
+
+    def _journal_modules(self, subject: dict[str, str], before: frozenset[str]) -> None:
+        """Journal what `sys.modules` gained since `before` (nothing where it gained none)."""
+        start = time.process_time()
+        names = gained(before, loaded())
+        self._cost_s += time.process_time() - start
+        if names:
+            self._write({"e": "modules", "v": LEDGER_VERSION, **subject, "modules": names})
 
     def _journal(
         self,
