@@ -27,8 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.probe_run import ProbeRun
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.search import Search, never_shown, probe_after, record, run_step, shows
 from gpuci.evidence.victims import Task
 from gpuci.evidence.waves import Step, Wave, run_wave, run_wave_with_whole
