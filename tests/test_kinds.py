@@ -152,12 +152,24 @@ def test_the_gate_records_a_culprit_search_claim_only_both_ways(
     assert standing(search, after[VICTIM]) is expected
     made = claimed(search, {}, after)
     assert made == {VICTIM: search}
-    kept = refused(made, {}, after)[VICTIM]
+    kept = refused(made, {}, after, {})[VICTIM]
     if expected is Standing.STANDS:
         assert kept == after[VICTIM]
     else:
         assert kept.culprits == ()
         assert f"{REFUSED}: culprit search named {CULPRIT}: {expected.value}" in kept.search
+
+
+def test_the_gate_counts_the_alone_runs_a_mode_job_made() -> None:
+    # `gpuci run` jobs rerun their suspects alone inside their modes; `gpuci explain` then
+    # searches without rerunning them: those runs are the claim's other half
+    search = CulpritSearch()
+    after = {VICTIM: _searched((), (F,))}
+    made = claimed(search, {}, after)
+    assert refused(made, {}, after, {})[VICTIM].culprits == ()
+    assert refused(made, {}, after, {VICTIM: (P, P)})[VICTIM] == after[VICTIM]
+    # and where they failed too, the victim fails without its culprit: no claim
+    assert refused(made, {}, after, {VICTIM: (F, F)})[VICTIM].culprits == ()
 
 
 def test_the_gate_holds_a_group_claim_to_its_repeats() -> None:

@@ -55,6 +55,7 @@ from gpuci.model import (
     NOT_PASSING,
     Evidence,
     Mode,
+    Outcome,
     TestEvidence,
 )
 from gpuci.run.proc.discover import file_of
@@ -202,7 +203,17 @@ def _gather(
     found = _each(ctx, once, state, found, claims)
     # every claim once more on all its victim's runs: a later alone-run that failed too
     # shows the victim failing without what its claim names
-    return refused(claims, {}, found)
+    return refused(claims, {}, found, screens_alone(results))
+
+
+def screens_alone(results: Mapping[Mode, ModeResults]) -> dict[str, tuple[Outcome, ...]]:
+    """The alone-runs `gpuci run` jobs made inside their modes, by test, every mode's."""
+    alone: dict[str, tuple[Outcome, ...]] = {}
+    for mode_results in results.values():
+        for test in mode_results.run.tests:
+            if test.reruns:
+                alone[test.id] = alone.get(test.id, ()) + test.reruns
+    return alone
 
 
 def _each(
@@ -222,6 +233,6 @@ def _each(
             later.ahead(ctx, state, found)
         concluded = kind.conclude(ctx, state, found)
         made = claimed(kind, found, concluded)
-        found = refused(made, found, concluded)
+        found = refused(made, found, concluded, screens_alone(ctx.results))
         claims |= {i: k for i, k in made.items() if found[i].culprits}
     return found

@@ -30,7 +30,7 @@ from gpuci.evidence.context import Context
 from gpuci.evidence.likely import Likely, Prepared
 from gpuci.evidence.priorities import Priorities
 from gpuci.evidence.sanitizer import Sanitizing
-from gpuci.model import TestEvidence
+from gpuci.model import Outcome, TestEvidence
 
 REFUSED = "not recorded"  # a search note's start where the engine refused its claim
 
@@ -111,17 +111,22 @@ def standing(kind: Kind, evidence: TestEvidence) -> Standing:
 
 
 def refused(
-    kinds: Mapping[str, Kind], before: Mapping[str, TestEvidence], after: Mapping[str, TestEvidence]
+    kinds: Mapping[str, Kind],
+    before: Mapping[str, TestEvidence],
+    after: Mapping[str, TestEvidence],
+    screens_alone: Mapping[str, tuple[Outcome, ...]],
 ) -> dict[str, TestEvidence]:
     """`after`, less every claim that its kind's runs do not show both ways (`standing`),
     `kinds` by the test it is made for: the test keeps the culprits it had `before`, and
-    its search says why the new ones were not recorded."""
+    its search says why the new ones were not recorded. The alone-runs a `gpuci run` job
+    made inside its mode (`screens_alone`) are alone-runs too: the same command."""
     kept = dict(after)
     for test_id, kind in kinds.items():
         evidence = after.get(test_id)
         if evidence is None or not evidence.culprits:
             continue
-        judged = standing(kind, evidence)
+        earlier = screens_alone.get(test_id, ())
+        judged = standing(kind, dataclasses.replace(evidence, alone=earlier + evidence.alone))
         if judged is Standing.STANDS:
             continue
         had = before.get(test_id)
