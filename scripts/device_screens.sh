@@ -389,6 +389,42 @@ for name in ("ratio-first", "ratio-second"):
     print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
 PY
         cd "$ROOT" ;;
+    latent)  # issue 56: with 2+ GPUs the reversed screen is on by default: the subset's first
+        # and second check with it (o-rev) and without it (o-base, --modes), against plain
+        # pytest warm, all in this command; every latent finding listed for a check by hand
+        cd "$ROOT/cupy-tests" || exit 3
+        timed latent-warm 300 python3 -m pytest -q -p no:cacheprovider -n 8 "${SUBSET[@]}" -m "$MARK"
+        timed latent-pytest-1 300 python3 -m pytest -q "${SUBSET[@]}" -m "$MARK"
+        tail -1 "$WORK/latent-pytest-1.log"
+        for run in first second; do
+            timed latent-base-$run 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-base" \
+                --timeout 120 --modes suite,parallel,isolated -- -m "$MARK"
+            timed latent-rev-$run 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-rev" \
+                --timeout 120 -- -m "$MARK"
+            grep "^gpuci: modes\|^verdict" "$WORK/latent-rev-$run.log"
+            findings "$WORK/o-rev/verdict.json" | head -12
+        done
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('reversed run: gpus', r.get('gpus'), [(f.get('slot'), f.get('gpu'), f.get('duration')) for f in r.get('files', [])][:2])" "$WORK/o-rev/reversed/run.json" 2>&1 | head -3
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('suite run: gpus', r.get('gpus'), [(f.get('slot'), f.get('gpu'), f.get('duration')) for f in r.get('files', [])][:2])" "$WORK/o-rev/suite/run.json" 2>&1 | head -3
+        python3 - "$WORK/o-rev/verdict.json" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+latent = [t for t in v["tests"] if t.get("latent")]
+print("latent findings:", len(latent))
+for t in latent:
+    print(" ", t["category"], t["id"], t.get("found_in"), "culprits", t.get("culprits"))
+    print("    reproduce:", t.get("reproduce", "")[:400])
+PY
+        timed latent-pytest-2 300 python3 -m pytest -q "${SUBSET[@]}" -m "$MARK"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["latent-pytest-1"]) + float(walls["latent-pytest-2"])) / 2
+for name in ("latent-base-first", "latent-rev-first", "latent-base-second", "latent-rev-second"):
+    print(f"{name}: {float(walls[name]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+PY
+        cp "$WORK/latent-rev-first.log" "$OUT/latent-rev-first.log"
+        cd "$ROOT" ;;
     plant)  # issue 52/54: a real CuPy file whose new first test leaves a 4 KiB pool limit
         # (core_tests/test_iter.py, after test_memory.py, which resets the pool's limits);
         # its victims are the later tests that allocate more: one root, the ledger's hint
