@@ -84,11 +84,12 @@ def tests(session: nox.Session) -> None:
         "GPUCI_RANDOMLY_SITE": str(randomly),
     }
     # A line per test file with its time and CPU seconds: the whole run takes a while
-    # (README says how long). One worker per core, each taking the next test as it frees
-    # (each test builds its suites in its own tmp_path); the tests that share a fixture of
-    # their file's (a check run once for several tests) go to one worker together
-    # (tests/conftest.py marks them), so no long file holds up the end. `-- -n 0` runs them
-    # in this one process. The slowest ten are listed at the end, the quick lane's too.
+    # (README says how long). One worker per core, each taking the next test as it frees,
+    # the slow ones first, so that neither waits long for the other's last (each test builds
+    # its suites in its own tmp_path); the tests that share a fixture of their file's (a
+    # check run once for several tests) go to one worker together (tests/conftest.py), so no
+    # long file holds up the end. `-- -n 0` runs them in this one process. The slowest ten
+    # are listed at the end, the quick lane's too.
     spread = ["-n", "auto", "--dist", "loadgroup", "--durations", "10"]
     session.run("pytest", "-p", "no:run-parallel", *spread, *session.posargs, env=env)
 

@@ -1,7 +1,7 @@
 """tests/conftest.py's spread of gpuci's own tests (`nox -s tests`: `-n auto --dist
 loadgroup`): the tests of a file with a module's fixture run on one worker, where it is
-built once; the others run wherever a worker is free; each file gets one line, with its
-tests, seconds and CPU seconds, however its tests were spread."""
+built once; the others run wherever a worker is free, the slow ones first; each file gets
+one line, with its tests, seconds and CPU seconds, however its tests were spread."""
 
 from __future__ import annotations
 
@@ -64,14 +64,27 @@ def test_a_file_sharing_a_fixture_runs_on_one_worker_the_others_anywhere_one_lin
     tmp_path: Path,
 ) -> None:
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
-    for name, text in (("test_shared.py", SHARED), ("test_other.py", OTHER)):
+    long = "import pytest\n\n\n@pytest.mark.slow\ndef test_long():\n    pass\n"
+    for name, text in (("test_shared.py", SHARED), ("test_other.py", OTHER), ("test_z.py", long)):
         (tmp_path / name).write_text(textwrap.dedent(text), encoding="utf-8")
     ini = "[pytest]\nmarkers =\n    slow: x\n    threads_plugin: x\n"
     (tmp_path / "pytest.ini").write_text(ini, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     spread = ["-n", "2", "--dist", "loadgroup"]  # as `nox -s tests`, on 2 workers
+    plain = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    # the slow tests first, a file that shares a fixture whole where it was
+    listed = [*plain, "--collect-only", "-q"]
+    collected = subprocess.run(
+        listed, cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    assert [line for line in collected.stdout.splitlines() if "::" in line] == [
+        "test_shared.py::test_shares",
+        "test_shared.py::test_also_in_the_file",
+        "test_z.py::test_long",
+        *(f"test_other.py::test_other[{n}]" for n in range(6)),
+    ], collected.stdout
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *spread],
+        [*plain, *spread],
         cwd=tmp_path,
         env={**env, "GPUCI_FILE_TIMES": "1"},
         capture_output=True,
