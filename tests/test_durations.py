@@ -15,7 +15,8 @@ from gpuci.run.disk.durations import SCHEMA, read_durations_file
 from gpuci.run.sched.plan import read_durations
 from tests.cli_runner import gpuci
 
-CHECK = ("--modes", "suite,parallel,isolated", "--workers", "1")
+# no evidence: the durations a check writes are what these show, its planted failure too
+CHECK = ("--modes", "suite,parallel,isolated", "--workers", "1", "--evidence-budget", "0")
 SUITE = {
     # the longest file has the fewest tests and comes last in path order: without times,
     # a check starts the file with the most tests first
