@@ -30,7 +30,7 @@ TEST_DEPS = [
     "comrak==0.0.16",
     "numpy",
     "pytest-cov",  # tests/test_side_outputs.py: --cov is the plain run's
-    "pytest-xdist>=3.6",  # the tests spread over the cores, a file on one worker each
+    "pytest-xdist>=3.6",  # the tests spread over the cores (--dist loadgroup)
     # the release's build, as the tag pipeline's release:build runs it in the tests
     "hatchling>=1.27",
     "build>=1.2",
@@ -83,12 +83,14 @@ def tests(session: nox.Session) -> None:
         "GPUCI_RUN_PARALLEL_SITE": str(site),
         "GPUCI_RANDOMLY_SITE": str(randomly),
     }
-    # A line per test file with its time: the whole run takes a while (README says how long).
-    # One worker per core, each running whole files (a file's tests share its fixtures; the
-    # tests of different files share nothing: each builds its suites in its own tmp_path);
-    # most of a test's time is its interpreters starting and waiting. `-- -n 0` runs them
-    # in this one process. The slowest ten are listed at the end, the quick lane's too.
-    spread = ["-n", "auto", "--dist", "loadfile", "--durations", "10"]
+    # A line per test file with its time and CPU seconds: the whole run takes a while
+    # (README says how long). One worker per core, each taking the next test as it frees,
+    # the slow ones first, so that neither waits long for the other's last (each test builds
+    # its suites in its own tmp_path); the tests that share a fixture of their file's (a
+    # check run once for several tests) go to one worker together (tests/conftest.py), so no
+    # long file holds up the end. `-- -n 0` runs them in this one process. The slowest ten
+    # are listed at the end, the quick lane's too.
+    spread = ["-n", "auto", "--dist", "loadgroup", "--durations", "10"]
     session.run("pytest", "-p", "no:run-parallel", *spread, *session.posargs, env=env)
 
 

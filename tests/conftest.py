@@ -1,14 +1,19 @@
 """gpuci's own test run: with GPUCI_FILE_TIMES=1 (`nox -s tests`), one line per test file
-as it finishes, with its time and the time so far, so a long run shows where it is; with
+as it finishes, with its time, its CPU seconds and the time so far, so a long run shows
+where it is and where the CPU goes; under `--dist loadgroup`, the tests of a file that
+shares a module's or a class's fixture on one worker, every other test on any; with
 GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel), that folder
 on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs; always, a test not
 marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import resource
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +23,7 @@ FILE_TIMES = os.environ.get("GPUCI_FILE_TIMES") == "1"
 _SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
 RUN_PARALLEL_SITE = str(Path(_SITE).resolve()) if _SITE else ""  # children run elsewhere
 QUICK_CPU_S = 2.0  # the most CPU a test not marked `slow` may use (QuickLaneGuard)
+CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a test used
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -40,38 +46,101 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
             os.environ["PYTHONPATH"] = before
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadgroup` (`nox -s tests`): the tests of a file that shares a fixture wider
+    than a test (module or class scope: a check run once for several tests) run on one
+    worker, where it is built once, as `--dist loadfile` runs every file; every other test
+    runs on whichever worker is free, so no long file holds up the end. (pytest-xdist's own
+    loadgroup reads `xdist_group` marks from test ids that pytest 9.2 no longer lets it
+    change.) The files that share go first, the largest first."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            file = file_of(nodeid)
+            return file if shares_fixtures(config.rootpath / file) else nodeid
+
+    return SharedFixtureScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, in their order (a file that shares a fixture stays whole, where
+    it was): the workers start the long tests early and end on quick ones, so neither waits
+    long for the other's last test."""
+    items.sort(key=lambda item: quick(item) and not shares_fixtures(item.path))
+
+
+def quick(item: pytest.Item) -> bool:
+    """Whether `item` is in the quick lane (not marked `slow`)."""
+    return item.get_closest_marker("slow") is None
+
+
+# a fixture that outlives a test; a suite's own, written inside a test file, counts too
+WIDE_FIXTURE = re.compile(r"""scope\s*=\s*["'](?:module|class|package|session)["']""")
+
+
+@functools.cache
+def shares_fixtures(path: Path) -> bool:
+    """Whether the test file at `path` defines a fixture wider than a test (or may: one it
+    cannot read keeps its tests together)."""
+    try:
+        return WIDE_FIXTURE.search(path.read_text(encoding="utf-8")) is not None
+    except OSError:
+        return True
+
+
 class FileTimes:
-    """Prints `tests/test_x.py: 12 tests in 31.2s (4m05s so far)` as each file ends: its
-    tests' own seconds (setup, call and teardown, as pytest reports them) and the run's so
-    far. Under pytest-xdist (`--dist loadfile`: a file runs whole on one worker) a file
-    ends when its worker reports a test of another file, or the run ends."""
+    """Prints `tests/test_x.py: 12 tests in 31.2s, 20.4 CPU-s (4m05s so far)` as each file
+    ends: its tests' own seconds (setup, call and teardown, as pytest reports them), the
+    CPU they used, their interpreters' included (QuickLaneGuard's count: what a busy
+    machine hardly changes), and the run's time so far. A file ends when every test it
+    collected has reported, on whichever worker each ran (`--dist loadgroup` spreads most
+    files' tests over the workers), or when the run ends."""
 
     def __init__(self, reporter: pytest.TerminalReporter) -> None:
         self.reporter = reporter
         self.zero = time.monotonic()
-        self.running: dict[str, tuple[str, int, float]] = {}  # worker: file, tests, seconds
+        self.expected: Counter[str] = Counter()  # file: its tests, as collected
+        self.done: dict[str, tuple[int, float, float]] = {}  # file: tests, seconds, CPU-s
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.expected.update(file_of(item.nodeid) for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        if not self.expected:  # every worker collects the same tests
+            self.expected.update(map(file_of, ids))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        gateway = getattr(getattr(report, "node", None), "gateway", None)  # xdist's worker
-        worker = str(getattr(gateway, "id", ""))
-        file = report.nodeid.split("::", 1)[0]
-        if worker in self.running and self.running[worker][0] != file:
-            self.flush(worker)
-        _, tests, seconds = self.running.get(worker, (file, 0, 0.0))
-        self.running[worker] = (file, tests + (report.when == "setup"), seconds + report.duration)
+        file = file_of(report.nodeid)
+        tests, seconds, cpu = self.done.get(file, (0, 0.0, 0.0))
+        ended = report.when == "teardown"
+        if ended:  # QuickLaneGuard records the test's CPU as it tears down
+            cpu += sum(float(value) for name, value in report.user_properties if name == CPU)
+        self.done[file] = (tests + ended, seconds + report.duration, cpu)
+        if ended and tests + 1 >= self.expected.get(file, 0) > 0:
+            self.flush(file)
 
     def pytest_sessionfinish(self) -> None:
-        for worker in list(self.running):
-            self.flush(worker)
+        for file in list(self.done):
+            self.flush(file)
 
-    def flush(self, worker: str) -> None:
-        file, tests, seconds = self.running.pop(worker)
+    def flush(self, file: str) -> None:
+        tests, seconds, cpu = self.done.pop(file)
         total = time.monotonic() - self.zero
         self.reporter.write("\n")  # the progress dots do not end their line
         self.reporter.write_line(
-            f"  {file}: {tests} tests in {seconds:.1f}s"
+            f"  {file}: {tests} tests in {seconds:.1f}s, {cpu:.1f} CPU-s"
             f" ({int(total // 60)}m{total % 60:02.0f}s so far)"
         )
+
+
+def file_of(nodeid: str) -> str:
+    """The file of a test's id."""
+    return nodeid.split("::", 1)[0]
 
 
 def cpu_seconds() -> float:
@@ -100,6 +169,7 @@ class QuickLaneGuard:
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
         yield
         used = cpu_seconds() - self.started.pop(item.nodeid, cpu_seconds())
+        item.user_properties.append((CPU, round(used, 2)))  # FileTimes sums it per file
         if used > QUICK_CPU_S and item.get_closest_marker("slow") is None:
             pytest.fail(
                 f"{item.nodeid} used {used:.1f}s of CPU (its children's included), more"

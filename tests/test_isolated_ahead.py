@@ -103,7 +103,8 @@ ONE_AT_A_TIME = {
 @needs_run_parallel
 @pytest.mark.slow
 def test_the_files_run_one_at_a_time_start_while_the_others_run(tmp_path: Path) -> None:
-    modes = ("--modes", "suite,parallel,threads,isolated")
+    # the isolated pass is what this shows: no evidence (test_c.py's provider search)
+    modes = ("--modes", "suite,parallel,threads,isolated", "--evidence-budget", "0")
     _, out, printed = checked(tmp_path, ONE_AT_A_TIME, "--workers", "2", *modes)
     isolated = read_json(out / "isolated" / "run.json")
     outcomes = {t["id"]: t["outcome"] for t in isolated["tests"] if not t.get("inferred")}

@@ -2,11 +2,11 @@
 not pass there runs again alone, and that strict run is the file's isolated result.
 
 One check (suite, parallel, threads, isolated; 2 slots; its screens at once, or one mode
-after another with --serial-modes) of eight files. Isolated runs the files that did not
-pass in parallel or threads, but a file that failed fresh in parallel runs alone from the
-start (it would fail again), so the files that isolated runs side by side pass in the suite
-and in parallel and fail in threads (a fake OutOfMemoryError; the evidence's alone-runs,
-GPUCI_MODE=evidence, pass):
+after another with --serial-modes; no evidence: the isolated pass is what it shows) of
+eight files. Isolated runs the files that did not pass in parallel or threads, but a file
+that failed fresh in parallel runs alone from the start (it would fail again), so the files
+that isolated runs side by side pass in the suite and in parallel and fail in threads (a
+fake OutOfMemoryError; an evidence alone-run, GPUCI_MODE=evidence, would pass):
 - test_a_lock_1.py and test_a_lock_2.py fail only at the same time as each other: the
   first time isolated runs them, each writes its marker and waits for the other's, and
   fails where it came (gpuci runs them in its two slots, in collection order, so they
@@ -202,6 +202,7 @@ def checked(
 ) -> tuple[Path, str]:
     root = write_files(tmp_path_factory.mktemp("beside") / "suite", SUITE)
     modes = ("--modes", "suite,parallel,threads,isolated", "--workers", "2", *request.param)
+    modes += ("--evidence-budget", "0")
     proc = gpuci("check", ".", "--out", "out", *modes, cwd=root)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return root, proc.stdout + proc.stderr

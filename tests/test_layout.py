@@ -11,6 +11,8 @@ the packages (the command line, the check, the child-side plugin) may import any
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -347,3 +349,13 @@ def test_modules_and_functions_stay_small(module: str) -> None:
                 assert "--" in lines[node.lineno - 1].partition("#")[2], (
                     f"gpuci/{module}: {node.name} has {length} lines and no reason given"
                 )
+
+
+def test_gpucis_own_process_loads_no_pytest() -> None:
+    # gpuci runs pytest only in the interpreters it starts; importing it in its own process
+    # too cost every command (and every check) a quarter of its start-up
+    probe = (
+        "import sys, gpuci.cli, gpuci.check; print(sorted(m for m in sys.modules if 'pytest' in m))"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout

@@ -16,7 +16,10 @@ import pytest
 
 from tests.cli_runner import clean_env, gpuci, write_files
 
-MODES = ("--modes", "suite,parallel")
+# Two modes: another mode's results never turn the plain run's red green. No evidence:
+# what these show is the exit status and the words of plain pytest's run, which no
+# evidence changes (a failure here fails the same way in both modes: no suspect).
+MODES = ("--modes", "suite,parallel", "--evidence-budget", "0")
 # test_2.py's test depends on order; pytest's collection never reaches it here
 THREE_FILES = {
     "test_1.py": "def test_a():\n    pass\n",

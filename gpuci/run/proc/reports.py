@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytest
+if TYPE_CHECKING:  # gpuci's own process reads the patterns below, and runs no pytest
+    import pytest
 
 MESSAGE_LIMIT = 500
 _FRAME = re.compile(r"(\S+):(\d+): in ")  # a traceback frame: `path:line: in function`
@@ -84,7 +86,7 @@ def first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
         if report.when in ("setup", "teardown"):
             text = f"error in {report.when}: {text}"
     lines = [line for line in text.splitlines() if line.strip()]
-    if isinstance(report, pytest.CollectReport) and lines:
+    if report.when == "collect" and lines:
         # collection errors print a whole traceback; its last line names the error, and
         # its innermost frame in the suite's own code says where
         where = innermost_own(report)
