@@ -3,7 +3,9 @@ as it finishes, with its time, its CPU seconds and the time so far, so a long ru
 where it is and where the CPU goes; under `--dist loadgroup`, the tests of a file that
 shares a module's or a class's fixture on one worker, every other test on any; with
 GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel), that folder
-on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs; always, a test not
+on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs; the plugins
+installed beside pytest loaded by the interpreters of the tests marked `installed_plugins`
+or `threads_plugin` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD); always, a test not
 marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard)."""
 
 from __future__ import annotations
@@ -28,22 +30,31 @@ CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a tes
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """A test marked `threads_plugin` (its suites run the threads mode) runs with
-    pytest-run-parallel where its interpreters find it: its fixtures, set up and torn down
-    inside, start them too. Any other test's interpreters start without it, as most
-    users' do (where it is installed beside pytest, every test has it anyway)."""
-    if not RUN_PARALLEL_SITE or item.get_closest_marker("threads_plugin") is None:
-        yield
-        return
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [RUN_PARALLEL_SITE, before]))
+    """The environment a test's interpreters start in. A test marked `threads_plugin` (its
+    suites run the threads mode) runs with pytest-run-parallel where its interpreters find
+    it: its fixtures, set up and torn down inside, start them too. Any other test's
+    interpreters start without it, as most users' do (where it is installed beside pytest,
+    every test has it anyway). Only a test marked `installed_plugins` or `threads_plugin`
+    has its interpreters load the plugins installed beside pytest (pytest-cov, xdist,
+    pytest-randomly): the others' tiny suites need none, and loading them is about a
+    quarter of each interpreter's start-up, thousands of times a run."""
+    changes: dict[str, str] = {}
+    threads = item.get_closest_marker("threads_plugin") is not None
+    if threads and RUN_PARALLEL_SITE:
+        before = os.environ.get("PYTHONPATH")
+        changes["PYTHONPATH"] = os.pathsep.join(filter(None, [RUN_PARALLEL_SITE, before]))
+    if not threads and item.get_closest_marker("installed_plugins") is None:
+        changes["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    saved = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -13,6 +13,9 @@ from gpuci.model import SUITE_UNIT
 from gpuci.run.disk.side_outputs import command_args, interpreter_args
 from gpuci.run.proc.launch import Launch, pytest_command
 
+# its suites run with the plugins installed beside pytest (xdist, pytest-cov, pytest-randomly)
+pytestmark = pytest.mark.installed_plugins
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "pytest-options.md"
 OWN = Path("/OUT/.gpuci/cache/parallel/test_a.py")  # an interpreter's private cache
 # what every interpreter but the plain run's adds after the user's arguments

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# its suites run with the plugins installed beside pytest (xdist, pytest-cov, pytest-randomly)
+pytestmark = pytest.mark.installed_plugins
+
 # each test writes which worker ran it, and the module's fixture, where it was built
 SHARED = """
     import os

@@ -21,6 +21,9 @@ from gpuci.run.disk.outdir import replace_earlier
 from gpuci.run.proc.launch import private_cache
 from gpuci.verdict.plain_run import PlainRun, at_least_as_red, check_exit_code, pytest_words
 
+# its suites run with the plugins installed beside pytest (xdist, pytest-cov, pytest-randomly)
+pytestmark = pytest.mark.installed_plugins
+
 CHECK = ("--modes", "suite,parallel", "--evidence-budget", "0")
 PASSING = {"test_a.py": "def test_a():\n    pass\n", "test_b.py": "def test_b():\n    pass\n"}
 FAILING_FIRST = {

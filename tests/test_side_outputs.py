@@ -15,6 +15,9 @@ from cli_runner import clean_env, gpuci, write_files
 
 from gpuci.run.disk.side_outputs import interpreter_args, plain_junit
 
+# its suites run with the plugins installed beside pytest (xdist, pytest-cov, pytest-randomly)
+pytestmark = pytest.mark.installed_plugins
+
 SUITE = {
     "pyproject.toml": """
         [tool.pytest.ini_options]
