@@ -315,6 +315,16 @@ def test_comment_rendered_by_gitlab_is_inert_and_its_tables_are_whole() -> None:
     assert tree.comments == [" gpuci-report "]
 
 
+def test_comment_rendered_by_gitlab_says_pytests_counts_below_the_table_not_in_it() -> None:
+    # the line right after a table's last row, with no blank line between, is one more row
+    verdict = read_verdict(VERDICT_ALL)
+    said = "1 failed, 3 passed, 2 skipped"
+    verdict = replace(verdict, modes={**verdict.modes, "suite": {"counts": said}})
+    tree = parse_html(gitlab_html(render_markdown(verdict, links=LINKS)))
+    assert not [row for row in tree.rows if any(said in cell for cell in row)], tree.rows
+    assert f"pytest (suite): {said}" in "".join(tree.free_text)
+
+
 def test_comment_puts_new_regressions_first_and_known_ones_in_details() -> None:
     markdown = render_markdown(read_verdict(VERDICT_ALL), links=LINKS)
     main, _, rest = markdown.partition("<details><summary>Known isolation problems (2)")
