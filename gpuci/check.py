@@ -43,10 +43,12 @@ from gpuci.run.sched.modes import (
     asked_modes,
     choose_modes,
     draw_seed,
+    latent_orders,
     order_label,
     require_run_parallel,
     runs_or_not,
     threads_from_suite,
+    with_seed,
 )
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import (
@@ -118,9 +120,15 @@ def _run_modes(
     def asked_for(mode: Mode) -> bool:
         return not options.resume and (asked.modes is None or mode in asked.modes)
 
-    # the parallel screen's first files too, where it runs beside the suite's
-    files = asked_for(Mode.PARALLEL) and asked_for(Mode.SUITE) and not options.serial_modes
-    with held_beside_discovery(opts, suite=asked_for(Mode.SUITE), files=files):
+    screened = not options.serial_modes
+    # the latent orders' and the parallel screen's first files too, where they run beside
+    # the suite's; a shuffle's seed is drawn first, so that its order is known
+    asked = with_seed(asked) if asked_for(Mode.SHUFFLED) else asked
+    gpus = len(detect_gpus(opts.gpus, os.environ))
+    orders = [m for m in latent_orders(asked, gpus) if screened and asked_for(m)]
+    files = asked_for(Mode.PARALLEL) and asked_for(Mode.SUITE) and screened
+    seeded = replace(opts, shuffle_seed=asked.seed)
+    with held_beside_discovery(seeded, suite=asked_for(Mode.SUITE), files=files, orders=orders):
         return _discover_and_run(opts, options, asked, isolating)
 
 
@@ -145,7 +153,10 @@ def _discover_and_run(
         opts, earlier = _replace_earlier(opts), {}
     if Mode.SHUFFLED in modes:  # an interrupted shuffle resumes in its own order
         prior = earlier.get(Mode.SHUFFLED)
-        opts = _shuffled(opts, asked.seed if prior is None else prior.shuffle_seed)
+        if prior is None:
+            opts = _shuffled(opts, asked.seed, drawn=asked.drawn)
+        else:
+            opts = _shuffled(opts, prior.shuffle_seed)
     shown = [*modes, *(m for m in Mode if m not in modes)]
     say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel runs lazily: only the files that did not pass in the screens
@@ -161,12 +172,14 @@ def _discover_and_run(
     return workers
 
 
-def _shuffled(opts: ModeOptions, seed: int | None) -> ModeOptions:
-    """The options with the shuffled mode's seed: the one asked for (shuffled:SEED), else
-    one drawn here, printed so that the order can be asked for again."""
-    drawn = "" if seed is not None else ", drawn by gpuci"
+def _shuffled(opts: ModeOptions, seed: int | None, *, drawn: bool = False) -> ModeOptions:
+    """The options with the shuffled mode's seed: the one asked for (shuffled:SEED), or
+    drawn (`drawn`: before discovery, else here), printed so that the order can be asked
+    for again."""
+    drawn = drawn or seed is None
     seed = seed if seed is not None else draw_seed()
-    say(f"shuffled: seed {seed}{drawn} ({order_label(Mode.SHUFFLED, seed)} runs this order again)")
+    by = ", drawn by gpuci" if drawn else ""
+    say(f"shuffled: seed {seed}{by} ({order_label(Mode.SHUFFLED, seed)} runs this order again)")
     return replace(opts, shuffle_seed=seed)
 
 

@@ -424,3 +424,51 @@ def test_a_collection_the_held_interpreter_finished_before_gpuci_asks_is_read(
         assert len(held["ids"]) == 3
     finally:
         let_go()
+
+
+@pytest.mark.slow
+def test_each_latent_order_starts_beside_discovery_in_its_order(tmp_path: Path) -> None:
+    root = write_files(tmp_path / "suite", FIVE_FILES)
+    out = tmp_path / "out"
+    # two GPUs named (none used: the tests do not touch one): the slots' views differ, so an
+    # interpreter started for another slot than the one that takes it would be killed
+    modes = "suite,parallel,reversed,shuffled:7"
+    check = ("check", "tests", "--out", str(out), "--workers", "2", "--gpus", "0,1")
+    result = gpuci(*check, "--modes", modes, cwd=root)
+    assert result.returncode == 0, result.stderr
+    files = [f"tests/test_{name}.py" for name in "abcde"]
+    for mode, order in (("reversed", files[::-1]), ("shuffled", None)):
+        run = json.loads((out / mode / "run.json").read_text(encoding="utf-8"))
+        [unit] = run["files"]
+        [interpreter] = unit["interpreters"]
+        assert interpreter["start"] < 0, mode  # before the mode's clock: beside discovery
+        [journal] = (out / mode / "journal").glob("*.jsonl")
+        assert [e["e"] for e in events(journal) if e["e"] != "modules"][:2] == [
+            "held",
+            "collected",
+        ]
+        ran = [t["id"].split("::")[0] for t in run["tests"]]
+        assert sorted(ran) == files and (order is None or ran == order)
+    # the parallel screen's first files too, in the slots after the two orders'
+    parallel = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
+    early = [f["file"] for f in parallel["files"] if f["interpreters"][0]["start"] < 0]
+    assert sorted(early) == ["tests/test_a.py", "tests/test_b.py"]
+    assert held_processes(out, "held-reversed") == held_processes(out, "held-files") == []
+
+
+@pytest.mark.slow
+def test_a_latent_order_whose_files_were_guessed_wrong_starts_fresh(tmp_path: Path) -> None:
+    # a test file with no test in it: the guess hands it over, discovery does not
+    files = {**FIVE_FILES, "tests/test_f.py": "HELPER = 1\n"}
+    root = write_files(tmp_path / "suite", files)
+    out = tmp_path / "out"
+    check = ("check", "tests", "--out", str(out), "--modes", "suite,reversed")
+    result = gpuci(*check, cwd=root)
+    assert result.returncode == 0, result.stderr
+    run = json.loads((out / "reversed" / "run.json").read_text(encoding="utf-8"))
+    [interpreter] = run["files"][0]["interpreters"]
+    assert interpreter["start"] >= 0  # started by its screen, on discovery's files
+    ran = [t["id"].split("::")[0] for t in run["tests"]]
+    assert ran == [f"tests/test_{name}.py" for name in "edcba"]
+    assert held_processes(out, "held-reversed") == []
+    assert not (out / ".gpuci" / "held-reversed").exists()

@@ -347,3 +347,24 @@ def test_resume_without_a_run_json_says_how_to_start_over(tmp_path: Path) -> Non
     ]
     assert journal.exists()
     assert not (root / "counter.txt").exists()
+
+
+@pytest.mark.slow
+def test_check_resume_keeps_the_shuffle_it_drew(tmp_path: Path) -> None:
+    root = write_suite(tmp_path / "suite")
+    args = ("check", ".", "--out", "out", "--workers", "2", "--modes", "suite,shuffled")
+    interrupt_while_blocked(root, "shuffled", *args)
+    first = _read(root / "out" / "shuffled" / "run.json")
+    seed = first["shuffle_seed"]
+    assert first["interrupted"] is True and isinstance(seed, int)
+    order = [t["id"] for t in first["tests"]]
+
+    resumed = gpuci(*args, "--resume", cwd=root)
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    assert f"shuffled: seed {seed} (shuffled:{seed} runs this order again)" in resumed.stderr
+    run = _read(root / "out" / "shuffled" / "run.json")
+    assert run["resumed"] is True and run["shuffle_seed"] == seed
+    assert [t["id"] for t in run["tests"]] == order  # the drawn order, not a new one
+    started, finished = counts(root, "shuffled")
+    assert finished == Counter(dict.fromkeys(ALL_IDS, 1))
+    assert started == Counter({**dict.fromkeys(ALL_IDS, 1), "test_c.py::test_blocks": 2})

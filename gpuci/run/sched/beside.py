@@ -6,6 +6,9 @@ started after that pays its start-up on top (CuPy: 3-5 s, PyTorch's testing util
 10-20 s), so a check starts them at once, fresh, held after their collection until a
 screen takes them (`gpuci.run.proc.held`):
 - the suite interpreter, on the check's PATHS, exactly as plain pytest would start;
+- each latent order's whole suite (`reversed`, `shuffled:SEED`, in the slots after the
+  suite's), on the files pytest will collect in that order: the guess of what discovery
+  will find (below), as its screen would hand them over;
 - the parallel screen's first files, one per file slot: the files an earlier run timed
   longest (`--durations`, or the results in OUT), else the files in the order pytest
   will collect them (PATHS that are files, then the test files under PATHS that are
@@ -26,14 +29,22 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from gpuci.formats import read_mode_run
-from gpuci.model import SUITE_UNIT, GpuciError, Mode
+from gpuci.model import SUITE_UNIT, WHOLE_SUITE_UNITS, GpuciError, Mode
 from gpuci.run.disk.outdir import STATE_DIR
 from gpuci.run.disk.side_outputs import selects_by_cache
 from gpuci.run.proc.discover import pytest_target
 from gpuci.run.proc.gpumem import MemoryGate, with_margin
 from gpuci.run.proc.gpus import ask_machine_ahead, detect_gpus
 from gpuci.run.proc.held import held_folder, hold_file, hold_suite, let_go
-from gpuci.run.proc.launch import SUITE_STEM, Launch, junit_part, launch_environ, pytest_command
+from gpuci.run.proc.launch import (
+    SUITE_STEM,
+    Launch,
+    junit_part,
+    launch_environ,
+    pytest_command,
+    unit_stem,
+)
+from gpuci.run.sched.modes import files_in_order
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import parse_gpus_per_slot, parse_workers, read_durations
 from gpuci.run.sched.plan_mode import history_of, mode_dir_of, pool_workers, run_options, shard_of
@@ -49,15 +60,20 @@ TEST_FILES = ("test_*.py", "*_test.py")  # pytest's default python_files
 
 
 @contextlib.contextmanager
-def held_beside_discovery(options: ModeOptions, *, suite: bool, files: bool) -> Iterator[None]:
-    """Where unsharded, start the suite interpreter (`suite`) and the parallel screen's first
-    files (`files`) now, beside discovery; those no screen took are killed at the end."""
+def held_beside_discovery(
+    options: ModeOptions, *, suite: bool, files: bool, orders: Sequence[Mode] = ()
+) -> Iterator[None]:
+    """Where unsharded, start the suite interpreter (`suite`), each latent order's whole
+    suite (`orders`, in the order of their slots) and the parallel screen's first files
+    (`files`) now, beside discovery; those no screen took are killed at the end."""
     try:  # a Ctrl-C while they start ends those started
         if shard_of(options) is None:
             if suite:
                 _hold_suite(options)
+            for slot, mode in enumerate(orders, start=1 if suite else 0):
+                _hold_whole_order(options, mode, slot=slot, suite=suite, orders=len(orders))
             if files:
-                _hold_first_files(options)
+                _hold_first_files(options, orders=len(orders))
         ask_machine_ahead()  # what each run.json records of the machine, asked meanwhile
         yield
     finally:
@@ -91,8 +107,43 @@ def _hold_suite(options: ModeOptions) -> None:
     hold_suite(run.python, mode_pytest_args(run), mode_environ(run), launch, folder)
 
 
-def _hold_first_files(options: ModeOptions) -> None:
-    """One interpreter per file slot of the parallel screen, for the files it starts first."""
+def _hold_whole_order(
+    options: ModeOptions, mode: Mode, *, slot: int, suite: bool, orders: int
+) -> None:
+    """`mode`'s whole suite (a latent order) in `slot`, on the files pytest will likely
+    collect, in `mode`'s order, as its screen will start it (`UnitRunner._first_launch`):
+    taken where discovery finds those files, killed unused where it does not."""
+    if not options.paths or selects_by_cache(options.pytest_args):  # --lf: ids, not files
+        return
+    run = planned_run(options, mode)
+    rootdir = _rootdir_of(options.paths)
+    guessed = [f for f in (_relative(p, rootdir) for p in _collection_order(options.paths)) if f]
+    if not guessed:
+        return
+    in_order = files_in_order(mode, guessed, options.shuffle_seed)
+    views = screen_gpus(run.gpus, slot + 1, run.gpus_per_slot, suite=suite, orders=orders)
+    environ = mode_environ(run)
+    key = WHOLE_SUITE_UNITS[mode]
+    launch = Launch(
+        key=key,
+        ids=None,  # handed over when its screen takes it: discovery's, in this order
+        targets=tuple(pytest_target(rootdir, f) for f in in_order),
+        slot=slot,
+        gpu=views[slot],
+        env=window_env(views[slot], run.gpus, environ),
+        attempt=1,
+        junit=junit_part(run.out, unit_stem(key), 1),
+        label="interpreter 1",
+    )
+    command = pytest_command(run.python, mode_pytest_args(run), launch, out=run.out)
+    folder = held_folder(options.out / STATE_DIR / f"held-{mode.value}")
+    env = launch_environ(environ, launch, journal=folder / "0.jsonl", only=folder / "0.json")
+    hold_file(command, launch.targets, env, nice=SCREEN_NICE)
+
+
+def _hold_first_files(options: ModeOptions, *, orders: int = 0) -> None:
+    """One interpreter per file slot of the parallel screen, for the files it starts first
+    (its slots after the suite's and the `orders` latent orders')."""
     if not options.paths or selects_by_cache(options.pytest_args):  # --lf: ids, not files
         return
     run = planned_run(options, Mode.PARALLEL)
@@ -100,12 +151,14 @@ def _hold_first_files(options: ModeOptions) -> None:
     rootdir, first = _first_files(options)
     if not first:
         return
-    # the screens' slots as `gpuci.check` will count them: the suite's and the files'
+    # the screens' slots as `gpuci.check` will count them: the suite's, the latent orders'
+    # and the files'
     slots, _ = pool_workers(parse_workers(options.workers), gpus, per_slot, len(first) + 1)
-    views = screen_gpus(gpus, slots + 1, per_slot, suite=True)
+    views = screen_gpus(gpus, slots + 1 + orders, per_slot, suite=True, orders=orders)
     folder = held_folder(options.out / STATE_DIR / "held-files")
     gate = MemoryGate(run.peaks)  # asks the GPUs' free memory only where peaks are known
-    for slot, file in admit_first(first, views, slots, run.peaks, gate.free_mib):
+    chosen = admit_first(first, views, slots, run.peaks, gate.free_mib, first_slot=1 + orders)
+    for slot, file in chosen:
         _hold_file(run, rootdir, file, slot=slot, view=views[slot], folder=folder, name=str(slot))
 
 
@@ -173,15 +226,17 @@ def admit_first(
     slots: int,
     peaks: Mapping[str, int],
     free_mib: Callable[[str], int | None] | None,
+    *,
+    first_slot: int = 1,
 ) -> list[tuple[int, str]]:
-    """(slot, file) for each file slot 1..`slots`, in order: the next of `files` whose peak
-    in device memory (an earlier run's, with the memory gate's margin) fits what its slot's
-    first GPU has free (`free_mib`, asked once a GPU) beside the ones chosen before; a file
-    of unknown peak fits, as at the memory gate."""
+    """(slot, file) for each of `slots` file slots from `first_slot` on, in order: the next
+    of `files` whose peak in device memory (an earlier run's, with the memory gate's margin)
+    fits what its slot's first GPU has free (`free_mib`, asked once a GPU) beside the ones
+    chosen before; a file of unknown peak fits, as at the memory gate."""
     free: dict[str, int | None] = {}
     chosen: list[tuple[int, str]] = []
     remaining = list(files)
-    for slot in range(1, slots + 1):
+    for slot in range(first_slot, first_slot + slots):
         device = (views[slot] or "0").split(",")[0].strip()
         if device not in free:
             free[device] = free_mib(device) if free_mib is not None else None

@@ -14,12 +14,13 @@ of a check's cost).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuci.model import Mode, UsageError
+from gpuci.model import LATENT_ORDERS, Mode, UsageError
 from gpuci.run.proc.discover import Discovery, can_import
 
 DEFAULT_MODES = (Mode.SUITE, Mode.PARALLEL, Mode.THREADS, Mode.ISOLATED)  # threads: if asked
@@ -40,6 +41,7 @@ class AskedModes:
     modes: list[Mode] | None  # None: nobody asked, the defaults decide
     asker: str  # "--modes suite,threads", or "modes in FILE [tool.gpuci]"
     seed: int | None = None  # `shuffled:SEED`'s; None: the check draws one
+    drawn: bool = False  # the seed is one the check drew (`with_seed`), not one asked for
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +101,7 @@ def choose_modes(
         if threads
         else NOT_ASKED
     )
-    if gpus >= LATENT_DEFAULT_GPUS:
+    if Mode.REVERSED in latent_orders(asked, gpus):
         modes.insert(modes.index(Mode.SUITE) + 1, Mode.REVERSED)
         why[Mode.REVERSED] = f"default with {gpus} GPUs: beside the suite, on a GPU of its own"
     else:
@@ -111,6 +113,15 @@ def choose_modes(
     return modes, why
 
 
+def latent_orders(asked: AskedModes, gpus: int) -> list[Mode]:
+    """The latent orders the check runs, in the order of their slots (known before
+    discovery: their interpreters start beside it): those asked for, else `reversed` from
+    LATENT_DEFAULT_GPUS GPUs on."""
+    if asked.modes is not None:
+        return [m for m in LATENT_ORDERS if m in asked.modes]
+    return [Mode.REVERSED] if gpus >= LATENT_DEFAULT_GPUS else []
+
+
 def shuffle_seed(text: str) -> int | None:
     """The seed of `shuffled:SEED` in a --modes text; None where it names none."""
     for name in text.split(","):
@@ -118,6 +129,13 @@ def shuffle_seed(text: str) -> int | None:
         if mode == Mode.SHUFFLED.value and sep:
             return int(seed)
     return None
+
+
+def with_seed(asked: AskedModes) -> AskedModes:
+    """`asked` with a shuffle's seed: the one named, else one drawn now."""
+    if asked.seed is not None:
+        return asked
+    return dataclasses.replace(asked, seed=draw_seed(), drawn=True)
 
 
 def draw_seed() -> int:
