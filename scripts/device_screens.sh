@@ -399,8 +399,9 @@ PY
         for run in first second; do
             timed latent-base-$run 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-base" \
                 --timeout 120 --modes suite,parallel,isolated -- -m "$MARK"
+            # LATENT_MODES: on one GPU reversed is asked for (suite,reversed,parallel,isolated)
             timed latent-rev-$run 300 python3 -m gpuci check "${SUBSET[@]}" --out "$WORK/o-rev" \
-                --timeout 120 -- -m "$MARK"
+                --timeout 120 ${LATENT_MODES:+--modes "$LATENT_MODES"} -- -m "$MARK"
             grep "^gpuci: modes\|^verdict" "$WORK/latent-rev-$run.log"
             findings "$WORK/o-rev/verdict.json" | head -12
         done
