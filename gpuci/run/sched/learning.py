@@ -31,6 +31,9 @@ class SuiteClock:
         self._file: str | None = None  # the file its running test is in
         self._since = 0.0
         self._took: dict[str, float] = {}  # each test it passed: its seconds
+        self._spent: dict[str, float] = {}  # each file: its finished tests' seconds
+        self._left: set[str] = set()  # the files it moved on from
+        self.ended = False
 
     def observe(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Take the events the suite interpreter's journal gave since the last call."""
@@ -44,17 +47,27 @@ class SuiteClock:
                     file = file_of(str(event.get("id")))
                     self._finished[file] = self._finished.get(file, 0) + 1
                     seconds = event.get("duration")
-                    if event.get("outcome") == "passed" and isinstance(seconds, int | float):
-                        self._took[str(event.get("id"))] = float(seconds)
+                    if isinstance(seconds, int | float):
+                        self._spent[file] = self._spent.get(file, 0.0) + float(seconds)
+                        if event.get("outcome") == "passed":
+                            self._took[str(event.get("id"))] = float(seconds)
                 elif kind == "end":
                     self._enter(None, now)
+                    self.ended = True
 
     def _enter(self, file: str | None, now: float) -> None:
         if file == self._file:
             return
         if self._file is not None:
             self._seconds[self._file] = self._seconds.get(self._file, 0.0) + now - self._since
+            self._left.add(self._file)
         self._file, self._since = file, now
+
+    def finished_files(self) -> dict[str, float]:
+        """Each file it moved on from: its tests' seconds by pytest's own durations (what an
+        earlier check's pace is in, `gpuci.run.sched.pace`)."""
+        with self._lock:
+            return {f: self._spent.get(f, 0.0) for f in self._left}
 
     def took(self, test_id: str) -> float | None:
         """The seconds the suite interpreter took to pass `test_id`; None: not (yet) passed."""
@@ -101,17 +114,27 @@ class LearnedOrder:
         """The file of `remaining` to start now."""
         with self._lock:
             known = dict(self._known)
-        if not known:  # numbers of tests order the files, but are not seconds to compare
+        seen = {f: w for f in self._position if (w := self._suite.work(f, self._tests(f)))}
+        if not known and not seen:  # numbers of tests order the files, not seconds
             return min(remaining, key=lambda f: self._position.get(f, len(self._position)))
-        estimates = estimate_durations(list(self._position), known, self._counts)
-        startup, _ = fit_startup_and_rate(
-            [(self._counts[f], s) for f, s in known.items() if f in self._counts]
-        )
+        if known:
+            estimates = estimate_durations(list(self._position), known, self._counts)
+            startup, _ = fit_startup_and_rate(
+                [(self._counts[f], s) for f, s in known.items() if f in self._counts]
+            )
+        else:
+            # a first check's first seconds: the files the suite interpreter reached give
+            # each test's seconds there, which the others' numbers of tests scale
+            estimates = estimate_durations(list(self._position), seen, self._counts)
+            startup = 0.0
 
         def longest(file: str) -> tuple[float, int]:
             planned = estimates.get(file, 0.0)
-            work = self._suite.work(file, self._counts.get(file, 1))
+            work = seen.get(file)
             seconds = planned if work is None else max(planned, startup + work)
             return -seconds, self._position.get(file, len(self._position))
 
         return min(remaining, key=longest)
+
+    def _tests(self, file: str) -> int:
+        return self._counts.get(file, 1)

@@ -34,6 +34,7 @@ from gpuci.run.proc.discover import Discovery, file_of
 from gpuci.run.proc.gpus import describe_environment
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import write_mode_junit
+from gpuci.run.sched.pace import slowed
 from gpuci.run.sched.plan import Schedule
 from gpuci.run.sched.unit import RunOptions, UnitRunner, discovery_ids, start_interpreters
 
@@ -185,6 +186,7 @@ class ModeSession:
             beside=beside,
             run_id=options.run_id,
             settings=options.settings,
+            pace=slowed(options.pace, tests) if options.pace is not None else {},
         )
         write_mode_junit(options.out, [k for k in keys if file_runs[k].interpreters])
         write_json_atomic(options.out / "run.json", mode_run_to_json(run))
