@@ -160,6 +160,11 @@ def test_a_guess_the_source_could_not_make_is_not_started_before_the_long_file(
     result = gpuci(*check, cwd=root)
     assert result.returncode == 0, result.stderr
     # test_b.py was guessed before collection, but the plan starts test_long.py and
-    # test_a.py first: test_b.py's early interpreter waits its turn
-    first_wave, _ = started(out)
+    # test_a.py first: test_b.py's early interpreter waits its turn, and its file's time
+    # counts from then (the wait is no part of it: the next check orders by it)
+    first_wave, early = started(out)
     assert first_wave == ["tests/test_a.py", "tests/test_long.py"]
+    assert early == ["tests/test_a.py"]
+    run = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
+    waited = next(f for f in run["files"] if f["file"] == "tests/test_b.py")
+    assert waited["interpreters"][0]["ahead"] is True

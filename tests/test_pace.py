@@ -12,12 +12,23 @@ import pytest
 from cli_runner import gpuci, write_files
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
-from gpuci.model import FileRun, FileStatus, Mode, ModeRun, Outcome, TestResult
+from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun, Outcome, TestResult
 from gpuci.run.proc.supervisor import Supervisor
-from gpuci.run.sched.learning import SuiteClock
-from gpuci.run.sched.pace import PlainPace, behind, earlier_pace, slots_beside, slowed
+from gpuci.run.sched.learning import LearnedOrder, SuiteClock
+from gpuci.run.sched.pace import (
+    PlainPace,
+    Stretch,
+    behind,
+    defer_heavy,
+    earlier_pace,
+    heavy,
+    pace_line,
+    slots_beside,
+    slowed,
+    stretch_ahead,
+)
 from gpuci.run.sched.pool import run_slots
-from gpuci.run.sched.screens import suite_admission
+from gpuci.run.sched.screens import first_choices, suite_admission
 
 PACE = PlainPace(seconds={"a.py": 1.5, "b.py": 4.5, "c.py": 10.0}, reference="earlier")
 
@@ -118,13 +129,27 @@ def test_the_record_says_how_much_slower_the_suite_ran_over_the_files_both_ran()
         result("new.py::t", 7.0),  # not in the earlier check: not compared
         result("c.py::t", 99.0, inferred=True),  # not run: its seconds say nothing
     ]
-    assert slowed(PACE, tests) == {
+    interpreters = [
+        # held: started before the screens' clock, collected, released at its 0
+        Interpreter(exit_code=None, signal=11, start=-3.0, end=20.0, log="1", startup_s=2.5),
+        # resumed after its crash: from its collection's end
+        Interpreter(exit_code=0, start=20.5, end=22.0, log="2", startup_s=0.5),
+    ]
+    assert slowed(PACE, tests, interpreters) == {
         "reference": "earlier",
         "files": 2,
         "expected_s": 6.0,
         "took_s": 8.0,
         "ratio": 1.333,
+        "running_s": 21.0,
+        "tests_s": 15.0,
     }
+    told = pace_line(slowed(PACE, tests, interpreters))
+    assert told.endswith(
+        "took 8.0 s in its tests against 6.0 s in earlier (+33 %, 2 files); it ran 21.0 s"
+        " after its collection, 6.0 s of them between its tests (pytest's reports, gpuci's"
+        " journal and ledger, waiting for a core)"
+    )
     assert slowed(PACE, [result("new.py::t", 1.0)]) == {}
 
 
@@ -194,6 +219,8 @@ def test_a_check_records_how_much_the_suite_interpreter_was_slowed(tmp_path: Pat
     assert pace["reference"] == f"{kept} (check {durations['run_id']})"
     assert pace["files"] == 2 and pace["expected_s"] >= 0.4 and pace["took_s"] >= 0.4
     assert pace["ratio"] == pytest.approx(pace["took_s"] / pace["expected_s"], abs=0.01)
+    # the interpreter ran its tests and what came between them
+    assert pace["running_s"] >= pace["tests_s"] >= pace["took_s"]
     verdict = json.loads((out / "verdict.json").read_text(encoding="utf-8"))
     assert verdict["modes"]["suite"]["pace"] == pace
     told = "the suite interpreter (the plain run) took"
@@ -205,3 +232,88 @@ def test_a_check_records_how_much_the_suite_interpreter_was_slowed(tmp_path: Pat
     assert third.returncode == 0, third.stderr
     pace = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))["pace"]
     assert pace["reference"].startswith("the earlier check in OUT (check ")
+
+
+def test_heavy_files_are_twice_the_mean_or_more() -> None:
+    assert heavy({"a.py": 1.0, "b.py": 1.0, "c.py": 10.0}) == {"c.py"}
+    assert heavy({"a.py": 1.0, "b.py": 1.5}) == set()
+    assert heavy({"c.py": 10.0}) == set()  # one file is no heavier than itself
+    assert heavy({"a.py": 0.0, "b.py": 0.0}) == set()
+
+
+# the suite interpreter's earlier pace: one heavy file (10 s) among short ones (1 s)
+SUITE_ORDER = ("s0.py", "big.py", "s2.py", "s3.py", "s4.py", "s5.py", "s6.py")
+SUITE_PACE = PlainPace(
+    seconds={f: 10.0 if f == "big.py" else 1.0 for f in SUITE_ORDER}, reference="earlier"
+)
+
+
+def test_the_suites_heavy_stretch_is_placed_from_where_its_journal_says_it_is() -> None:
+    stretch = stretch_ahead(SUITE_PACE, SUITE_ORDER, None, 0.0)  # before its first test
+    assert stretch == Stretch(windows=((1.0, 11.0),), end=16.0)
+    assert stretch_ahead(SUITE_PACE, SUITE_ORDER, "big.py", 4.0) == Stretch(
+        windows=((0.0, 6.0),), end=11.0
+    )
+    assert stretch_ahead(SUITE_PACE, SUITE_ORDER, "s3.py", 0.5).windows == ()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "current", "spent", "deferred"),
+    [
+        (4.0, None, 0.0, True),  # beside big.py, and 11 + 4 s still ends by the suite's 16 s
+        (0.5, None, 0.0, False),  # ends before big.py starts
+        (6.0, None, 0.0, False),  # after big.py it would end after the suite: no gain
+        (4.0, "s2.py", 0.0, False),  # big.py is behind it
+        (2.0, "big.py", 9.0, True),  # big.py's last second, then 2 s of short files
+    ],
+)
+def test_a_heavy_file_waits_for_the_suites_heavy_stretch_only_where_it_costs_nothing(
+    seconds: float, current: str | None, spent: float, deferred: bool
+) -> None:
+    stretch = stretch_ahead(SUITE_PACE, SUITE_ORDER, current, spent)
+    assert defer_heavy(seconds, stretch) is deferred
+
+
+def journal_at(suite: SuiteClock, file: str) -> None:
+    suite.observe([{"e": "start", "id": f"{file}::t"}])
+
+
+def test_the_order_keeps_a_heavy_file_from_the_suites_heavy_stretch() -> None:
+    now = [0.0]
+    suite = SuiteClock(lambda: now[0])
+    planned = ["heavy.py", "p1.py", "p2.py", "p3.py"]
+    durations = {"heavy.py": 4.0, "p1.py": 1.0, "p2.py": 0.9, "p3.py": 0.8}
+    counts = dict.fromkeys(planned, 1)
+    order = LearnedOrder(
+        planned, durations, counts, suite, pace=SUITE_PACE, suite_order=SUITE_ORDER
+    )
+    # the suite is about to start big.py: the heavy file waits, the longest light one runs
+    assert order.choose(planned) == "p1.py"
+    assert first_choices(order, planned, 2) == ["p1.py", "p2.py"]
+    journal_at(suite, "s2.py")  # the suite left big.py: the heavy file goes now
+    assert order.choose(planned) == "heavy.py"
+    # without the suite's pace (a first check) the longest goes first, as it always did
+    plain = LearnedOrder(planned, durations, counts, SuiteClock(lambda: 0.0))
+    assert plain.choose(planned) == "heavy.py"
+    # only heavy files left: the heavy one runs, there is nothing to run meanwhile
+    alone = LearnedOrder(planned, durations, counts, SuiteClock(lambda: 0.0), pace=SUITE_PACE)
+    assert alone.choose(["heavy.py"]) == "heavy.py"
+
+
+def test_a_file_heavy_by_device_memory_waits_too() -> None:
+    suite = SuiteClock(lambda: 0.0)
+    planned = ["hungry.py", "p1.py", "p2.py", "p3.py"]
+    durations = dict.fromkeys(planned, 3.0)  # alike by seconds
+    peaks = {"p1.py": 500, "p2.py": 500, "p3.py": 500, "hungry.py": 20_000}
+    order = LearnedOrder(
+        planned,
+        durations,
+        dict.fromkeys(planned, 1),
+        suite,
+        pace=SUITE_PACE,
+        suite_order=SUITE_ORDER,
+        peaks=peaks,
+    )
+    assert order.choose(["hungry.py", "p3.py"]) == "p3.py"
+    suite.observe([{"e": "end", "exitstatus": 0}])  # the suite ended: nothing to keep apart
+    assert order.choose(["hungry.py", "p3.py"]) == "hungry.py"

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuci.formats import read_mode_run
-from gpuci.model import GpuciError, Mode, TestResult
+from gpuci.model import GpuciError, Interpreter, Mode, TestResult
 from gpuci.run.disk.durations import is_durations_file, read_durations_file
 
 # behind by more than this, the screens beside it give up slots (issue 54: within 10 %)
@@ -31,6 +31,8 @@ SLACK = 1.1
 # what its earlier pace must have taken of the finished files before a ratio says anything
 # (a few short files' noise is not a pace)
 MIN_EXPECTED_S = 2.0
+# a file at this many times the files' mean (seconds, or peak device memory) is heavy
+HEAVY = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,21 +89,75 @@ def slots_beside(slots: int, ratio: float | None) -> int:
     return max(1, min(slots, math.floor(slots / ratio)))
 
 
-def slowed(pace: PlainPace, tests: Iterable[TestResult]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stretch:
+    """The suite interpreter's heavy files ahead of it, by its earlier pace, in seconds from
+    now; and when it likely ends."""
+
+    windows: tuple[tuple[float, float], ...]
+    end: float
+
+
+def heavy(values: Mapping[str, float]) -> set[str]:
+    """The files whose value (seconds, or device memory) is at least HEAVY times the mean
+    of the files that have one; none among fewer than two."""
+    known = {f: v for f, v in values.items() if v > 0}
+    if len(known) < 2:
+        return set()
+    mean = sum(known.values()) / len(known)
+    return {f for f, v in known.items() if v >= HEAVY * mean}
+
+
+def stretch_ahead(
+    pace: PlainPace, order: Sequence[str], current: str | None, spent: float
+) -> Stretch:
+    """Where the suite interpreter's heavy files fall from now: it runs `order`'s files one
+    after the other at its earlier `pace`, `spent` seconds into `current` (None: before its
+    first test)."""
+    suite_heavy = heavy({f: pace.seconds.get(f, 0.0) for f in order})
+    ahead = order[order.index(current) :] if current in order else order
+    windows: list[tuple[float, float]] = []
+    now = 0.0
+    for file in ahead:
+        left = max(0.0, pace.seconds.get(file, 0.0) - (spent if file == current else 0.0))
+        if file in suite_heavy and left > 0:
+            windows.append((now, now + left))
+        now += left
+    return Stretch(windows=tuple(windows), end=now)
+
+
+def defer_heavy(seconds: float, stretch: Stretch) -> bool:
+    """Whether a heavy file of `seconds`, started now, would run beside one of the suite's
+    heavy files and, started after them, would still end before the suite does: the plan
+    can keep the two apart at no cost to the check's end."""
+    overlapped = [end for start, end in stretch.windows if start < seconds]
+    return bool(overlapped) and max(overlapped) + seconds <= stretch.end
+
+
+def slowed(
+    pace: PlainPace, tests: Iterable[TestResult], interpreters: Iterable[Interpreter] = ()
+) -> dict[str, Any]:
     """run.json's `pace` of the suite: its tests' seconds against its earlier ones, over the
-    files both ran; {} where they share none."""
+    files both ran; and the seconds its `interpreters` ran after their collection, of which
+    its tests took `tests_s` (the rest: pytest's reports, gpuci's journal and ledger, and
+    waiting for a core); {} where the two checks share no file."""
+    tests = list(tests)
     now = seconds_per_file(tests)
     shared = sorted(now.keys() & pace.seconds.keys())
     expected = sum(pace.seconds[f] for f in shared)
     if not shared or expected <= 0:
         return {}
     took = sum(now[f] for f in shared)
+    # a held interpreter collected before the screens began (its clock's 0): it runs from 0
+    running = sum(i.end - max(i.start + (i.startup_s or 0.0), 0.0) for i in interpreters)
     return {
         "reference": pace.reference,
         "files": len(shared),
         "expected_s": round(expected, 3),
         "took_s": round(took, 3),
         "ratio": round(took / expected, 3),
+        "running_s": round(running, 3),
+        "tests_s": round(sum(now.values()), 3),
     }
 
 
@@ -109,8 +165,16 @@ def pace_line(pace: Mapping[str, Any]) -> str:
     """The record told in one line (the terminal summary, the report)."""
     ratio = float(pace.get("ratio", 0.0))
     change = f"{(ratio - 1) * 100:+.0f} %"
-    return (
+    line = (
         f"the suite interpreter (the plain run) took {float(pace.get('took_s', 0.0)):.1f} s"
         f" in its tests against {float(pace.get('expected_s', 0.0)):.1f} s in"
         f" {pace.get('reference', '?')} ({change}, {pace.get('files', 0)} files)"
     )
+    running, tests = pace.get("running_s"), pace.get("tests_s")
+    if isinstance(running, int | float) and isinstance(tests, int | float) and running:
+        line += (
+            f"; it ran {running:.1f} s after its collection, {max(running - tests, 0.0):.1f} s"
+            " of them between its tests (pytest's reports, gpuci's journal and ledger,"
+            " waiting for a core)"
+        )
+    return line

@@ -23,7 +23,7 @@ from typing import TextIO
 from gpuci.model import WHOLE_SUITE_MODES, FileRun, Mode, ModeRun, unit_of
 from gpuci.run.proc.deadline import hang_limit_of
 from gpuci.run.proc.discover import Discovery, pytest_target
-from gpuci.run.proc.held import held_file_slot
+from gpuci.run.proc.held import held_file_slot, hold_for_later
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
 from gpuci.run.sched.pace import PlainPace, behind, slots_beside
@@ -151,6 +151,7 @@ def learned_orders(
     take elsewhere before it counts as hung (`gpuci.run.proc.deadline`)."""
     if clock is None:
         return {}
+    suite = sessions[Mode.SUITE]
     orders: dict[Mode, LearnedOrder] = {}
     for screen in screens:
         mode = screen.options.mode
@@ -159,29 +160,55 @@ def learned_orders(
             sessions[mode].interpreters.hang_limit = hang_limit_of(clock.took, os.environ)
         if mode not in WHOLE_SUITE_MODES:
             counts = {f: len(screen.discovery.tests.get(f, ())) for f in screen.schedule.files}
-            orders[mode] = LearnedOrder(screen.schedule.pool, screen.estimates, counts, clock)
+            orders[mode] = LearnedOrder(
+                screen.schedule.pool,
+                screen.estimates,
+                counts,
+                clock,
+                pace=suite.options.pace,
+                suite_order=suite.discovery.files,
+                peaks=screen.options.peaks,
+            )
     return orders
 
 
 def started_beside_discovery(
-    sessions: Mapping[Mode, ModeSession], jobs: Sequence[Job], workers: int
+    sessions: Mapping[Mode, ModeSession],
+    jobs: Sequence[Job],
+    workers: int,
+    order: LearnedOrder | None = None,
 ) -> list[tuple[Job, int]]:
     """The parallel files whose interpreters started beside discovery
     (`gpuci.run.sched.beside`), each with the slot it was started for: the pool's slots
     take them as files started ahead. Only the files the plan starts first: a guess made
     before collection (a first check's, from the source) that the plan does not start at
-    once is left to be killed, so that a first check starts the files a second would."""
+    once waits its turn, so that a first check starts the files a second would; the files
+    the parallel screen's `order` would choose first, where it has one."""
     if Mode.PARALLEL not in sessions:
         return []
-    first = set(sessions[Mode.PARALLEL].schedule.pool[: file_slots(sessions, workers)])
+    planned = list(sessions[Mode.PARALLEL].schedule.pool)
+    slots = file_slots(sessions, workers)
+    first = set(first_choices(order, planned, slots) if order else planned[:slots])
     found = []
     for job in jobs:
         mode, key = job
-        if mode is Mode.PARALLEL and key in first:
-            slot = held_file_slot((pytest_target(sessions[mode].discovery.rootdir, key),))
-            if slot is not None:
+        if mode is Mode.PARALLEL:
+            targets = (pytest_target(sessions[mode].discovery.rootdir, key),)
+            slot = held_file_slot(targets)
+            if slot is not None and key in first:
                 found.append((job, slot))
+            elif slot is not None:
+                hold_for_later(targets)
     return found
+
+
+def first_choices(order: LearnedOrder, planned: Sequence[str], slots: int) -> list[str]:
+    """The files `order` chooses for the first `slots` slots, one after the other."""
+    remaining, chosen = list(planned), list[str]()
+    while remaining and len(chosen) < slots:
+        chosen.append(order.choose(remaining))
+        remaining.remove(chosen[-1])
+    return chosen
 
 
 def file_slots(sessions: Mapping[Mode, ModeSession], workers: int) -> int:
@@ -319,7 +346,7 @@ def run_screens(
                     job[1], slot, slot_gpus[slot]
                 ),
                 slot_gpus=slot_gpus,
-                early=started_beside_discovery(sessions, pool, workers),
+                early=started_beside_discovery(sessions, pool, workers, orders.get(Mode.PARALLEL)),
                 admit=suite_admission(
                     sessions[Mode.SUITE].options.pace if Mode.SUITE in sessions else None, clock
                 ),
