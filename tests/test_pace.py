@@ -43,12 +43,17 @@ def result(test_id: str, seconds: float, *, inferred: bool = False) -> TestResul
     )
 
 
-def test_behind_is_told_only_over_enough_finished_files() -> None:
+def test_behind_is_told_only_over_enough_finished_tests() -> None:
     assert behind(PACE, {}) is None
-    assert behind(PACE, {"a.py": 3.0}) is None  # 1.5 s of its earlier pace: too little to say
-    assert behind(PACE, {"a.py": 3.0, "b.py": 6.0}) == pytest.approx(1.5)
+    # 1.5 s of its earlier pace: too little to say
+    assert behind(PACE, {"a.py": (3.0, 1.0)}) is None
+    assert behind(PACE, {"a.py": (3.0, 1.0), "b.py": (6.0, 1.0)}) == pytest.approx(1.5)
     # a file the earlier check never ran says nothing of the pace
-    assert behind(PACE, {"a.py": 1.5, "b.py": 4.5, "new.py": 50.0}) == pytest.approx(1.0)
+    done = {"a.py": (1.5, 1.0), "b.py": (4.5, 1.0), "new.py": (50.0, 1.0)}
+    assert behind(PACE, done) == pytest.approx(1.0)
+    # a long file tells its pace before it ends: half of c.py's tests in 10 s, not 5
+    assert behind(PACE, {"c.py": (10.0, 0.5)}) == pytest.approx(2.0)
+    assert behind(PACE, {"c.py": (1.0, 0.1)}) is None  # 1 s of its earlier pace so far
 
 
 @pytest.mark.parametrize(
@@ -71,22 +76,34 @@ def test_the_screens_give_up_slots_the_further_the_suite_runs_behind(
 
 def test_the_suites_journal_tells_the_admission_how_far_behind_it_runs() -> None:
     suite = SuiteClock(lambda: 0.0)
-    admit = suite_admission(PACE, suite)
+    counts = {"a.py": 1, "b.py": 1, "c.py": 4}
+    admit = suite_admission(PACE, suite, counts)
     assert admit is not None
-    assert suite_admission(None, suite) is None  # a first check: nothing to run behind
+    assert suite_admission(None, suite, counts) is None  # a first check: nothing to run behind
     assert admit(3) == 3
+    suite.observe([{"e": "start", "id": "a.py::t"}])
+    assert admit(3) == 3  # nothing finished yet
     suite.observe(
         [
-            {"e": "start", "id": "a.py::t"},
             {"e": "finish", "id": "a.py::t", "outcome": "passed", "duration": 4.0},
             {"e": "start", "id": "b.py::t"},
             {"e": "finish", "id": "b.py::t", "outcome": "failed", "duration": 8.0},
         ]
     )
-    assert admit(3) == 3  # b.py not left yet: only a.py's 1.5 s are known, too few
+    assert admit(3) == 1  # b.py's one test finished too: 12 s against 6 s before
     suite.observe([{"e": "start", "id": "c.py::t"}])
-    assert suite.finished_files() == {"a.py": 4.0, "b.py": 8.0}
-    assert admit(3) == 1  # twice its earlier pace
+    assert suite.progress(counts) == {"a.py": (4.0, 1.0), "b.py": (8.0, 1.0), "c.py": (0.0, 0.0)}
+    assert admit(3) == 1  # still twice its earlier pace
+    # c.py's first 2 tests of 4 in 2 s, where the whole file took 10 s before: it catches up
+    suite.observe(
+        [
+            {"e": "finish", "id": "c.py::t", "outcome": "passed", "duration": 1.0},
+            {"e": "start", "id": "c.py::u"},
+            {"e": "finish", "id": "c.py::u", "outcome": "passed", "duration": 1.0},
+        ]
+    )
+    assert suite.progress(counts)["c.py"] == (2.0, 0.5)
+    assert admit(3) == 2  # 14 s against 11 s before: 1.27x
     suite.observe([{"e": "end", "exitstatus": 0}])
     assert admit(3) == 3  # it ended: the rest of the screens take every slot
 

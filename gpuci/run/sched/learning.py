@@ -64,11 +64,17 @@ class SuiteClock:
             self._left.add(self._file)
         self._file, self._since = file, now
 
-    def finished_files(self) -> dict[str, float]:
-        """Each file it moved on from: its tests' seconds by pytest's own durations (what an
-        earlier check's pace is in, `gpuci.run.sched.pace`)."""
+    def progress(self, counts: Mapping[str, int]) -> dict[str, tuple[float, float]]:
+        """Each file it reached: its finished tests' seconds by pytest's own durations (what
+        an earlier check's pace is in, `gpuci.run.sched.pace`), and the share of its tests
+        (`counts`) they are: all of a file it moved on from."""
         with self._lock:
-            return {f: self._spent.get(f, 0.0) for f in self._left}
+            found = {f: (self._spent.get(f, 0.0), 1.0) for f in self._left}
+            file = self._file
+            if file is not None and file not in self._left and counts.get(file):
+                share = min(1.0, self._finished.get(file, 0) / counts[file])
+                found[file] = (self._spent.get(file, 0.0), share)
+            return found
 
     def where(self) -> tuple[str | None, float]:
         """The file it runs a test of now (None: none yet, or it ended), and its seconds

@@ -71,13 +71,15 @@ def seconds_per_file(tests: Iterable[TestResult]) -> dict[str, float]:
     return {file: round(seconds, 3) for file, seconds in found.items()}
 
 
-def behind(pace: PlainPace, finished: Mapping[str, float]) -> float | None:
-    """How many times its earlier seconds the suite interpreter took over the files it
-    `finished` (file -> its tests' seconds now); None until those were MIN_EXPECTED_S."""
-    expected = sum(pace.seconds[f] for f in finished if f in pace.seconds)
+def behind(pace: PlainPace, done: Mapping[str, tuple[float, float]]) -> float | None:
+    """How many times its earlier seconds the suite interpreter took over what it has `done`
+    (file -> its finished tests' seconds now, and the share of the file's tests they are:
+    a long file tells its pace before it ends); None until that was MIN_EXPECTED_S before."""
+    shared = {f: (s, share) for f, (s, share) in done.items() if f in pace.seconds}
+    expected = sum(pace.seconds[f] * share for f, (_, share) in shared.items())
     if expected < MIN_EXPECTED_S:
         return None
-    return sum(s for f, s in finished.items() if f in pace.seconds) / expected
+    return sum(s for s, _ in shared.values()) / expected
 
 
 def slots_beside(slots: int, ratio: float | None) -> int:

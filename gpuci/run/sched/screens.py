@@ -127,18 +127,19 @@ def suite_clock(sessions: Mapping[Mode, ModeSession]) -> SuiteClock | None:
 
 
 def suite_admission(
-    pace: PlainPace | None, clock: SuiteClock | None
+    pace: PlainPace | None, clock: SuiteClock | None, counts: Mapping[str, int]
 ) -> Callable[[int], int] | None:
     """How many of a screen's slots may run files beside the suite interpreter now: fewer
-    while it runs behind its earlier `pace` (`gpuci.run.sched.pace`), all once it ended;
-    None where there is no pace to run behind."""
+    while it runs behind its earlier `pace` (`gpuci.run.sched.pace`) over the tests it
+    finished (of `counts` per file), all once it ended; None where there is no pace to run
+    behind."""
     if clock is None or pace is None:
         return None
 
     def admit(slots: int) -> int:
         if clock.ended:
             return slots
-        return slots_beside(slots, behind(pace, clock.finished_files()))
+        return slots_beside(slots, behind(pace, clock.progress(counts)))
 
     return admit
 
@@ -320,6 +321,11 @@ def run_screens(
         estimates = _estimates(screens)
         clock = suite_clock(sessions)
         orders = learned_orders(screens, sessions, clock)
+        suite = sessions.get(Mode.SUITE)
+        admit = None
+        if suite is not None:  # its tests per file: how far into a file its journal is
+            counts = {f: len(ids) for f, ids in suite.discovery.tests.items()}
+            admit = suite_admission(suite.options.pace, clock, counts)
         # estimates come from an earlier run's file times (start-up included) or are none
         reporter = Progress(progress, units, workers, estimates, zero)
 
@@ -347,9 +353,7 @@ def run_screens(
                 ),
                 slot_gpus=slot_gpus,
                 early=started_beside_discovery(sessions, pool, workers, orders.get(Mode.PARALLEL)),
-                admit=suite_admission(
-                    sessions[Mode.SUITE].options.pace if Mode.SUITE in sessions else None, clock
-                ),
+                admit=admit,
             )
         modes = tuple(sessions)
         runs = {
