@@ -145,6 +145,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
         **({"randomly_seed": run.randomly_seed} if run.randomly_seed is not None else {}),
         **({"shuffle_seed": run.shuffle_seed} if run.shuffle_seed is not None else {}),
         **({"settings": run.settings} if run.settings else {}),
+        **({"pace": run.pace} if run.pace else {}),
     }
 
 
@@ -210,6 +211,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
             randomly_seed=_seed(data.get("randomly_seed")),
             shuffle_seed=_seed(data.get("shuffle_seed")),
             settings=dict(data.get("settings", {})),
+            pace=dict(data.get("pace", {})),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"{source}: malformed run.json ({type(exc).__name__}: {exc})") from None

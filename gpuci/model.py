@@ -246,6 +246,7 @@ class ModeRun:
     # "modes" adds "why": mode -> why it ran or did not
     settings: dict[str, Any] = field(default_factory=dict)
     beside: tuple[Mode, ...] = ()  # screens whose interpreters shared its pool at once (check)
+    pace: dict[str, Any] = field(default_factory=dict)  # the suite's (gpuci.run.sched.pace)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

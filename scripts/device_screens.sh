@@ -14,6 +14,9 @@
 # polluted: examples/gpu_polluted at the default budget against expected.json, then the
 #           same with --serial-modes (its wall beside the screens')
 # storm:    the failure-storm replica (scripts/device_storm.sh)
+# pace:     issue 54: the subset's and a GPU-bound section's ($PACE_SECTION) first and second
+#           check against plain pytest warm, the suite interpreter's pace and wall
+# pace-cold: the subset's first check with CuPy's kernel cache empty, persistence mode
 # gpus:     N GPUs (issue 40): the subset with its multi-GPU tests (-m 'not slow'), plain
 #           pytest warm, gpuci check default and with --gpus-per-slot 1, plain again
 # gpus-section: a real section with findings ($SECTION) on every GPU against --gpus 0
@@ -467,6 +470,61 @@ walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).
 plain = (float(walls["plant-pytest"]) + float(walls["plant-pytest-2"])) / 2
 print(f"plant-check: {float(walls['plant-check']) / plain:.2f}x plain pytest (mean {plain:.1f} s)")
 PY
+        cd "$ROOT" ;;
+    pace)  # issue 54 items 1 and 4: the subset, then a section with GPU-bound files
+        # ($PACE_SECTION), each: plain pytest warm, a first check (a new OUT, nothing known), a
+        # second into the same OUT (its order and the suite interpreter's pace from the
+        # first), plain again; the suite interpreter's wall against plain's, its pace line,
+        # the parallel screen's first files (PACE_RUNS=subset or section: one of them)
+        nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader
+        cd "$ROOT/cupy-tests" || exit 3
+        for name in ${PACE_RUNS:-subset section}; do
+            if [ "$name" = subset ]; then paths=("${SUBSET[@]}"); else
+                paths=(${PACE_SECTION:-tests/cupy_tests/linalg_tests tests/cupy_tests/fft_tests}); fi
+            timed pace-$name-warm 400 python3 -m pytest -q -p no:cacheprovider -n 8 "${paths[@]}" -m "$MARK"
+            timed pace-$name-pytest-1 400 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
+            tail -1 "$WORK/pace-$name-pytest-1.log"
+            rm -rf "$WORK/o-pace-$name"
+            for run in first second; do
+                timed pace-$name-$run 500 python3 -m gpuci check "${paths[@]}" \
+                    --out "$WORK/o-pace-$name" --timeout 120 -- -m "$MARK"
+                grep -a "^plain run:\|^verdict" "$WORK/pace-$name-$run.log"
+                forks "$WORK/o-pace-$name"
+                python3 - "$WORK/o-pace-$name" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+suite = json.loads((out / "suite" / "run.json").read_text())
+print("suite interpreter wall", suite["wall_s"], "pace", suite.get("pace"))
+files = json.loads((out / "parallel" / "run.json").read_text())["files"]
+for f in sorted(files, key=lambda f: f["start"])[:6]:
+    print(f"  parallel {f['start']:6.1f} {f['end']:6.1f} {f['file']}")
+PY
+            done
+            timed pace-$name-pytest-2 400 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
+            python3 - "$WORK/walls.txt" "$name" "$WORK/o-pace-$name" <<'PY'
+import json, re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+name = sys.argv[2]
+plain = (float(walls[f"pace-{name}-pytest-1"]) + float(walls[f"pace-{name}-pytest-2"])) / 2
+for run in ("first", "second"):
+    print(f"pace-{name}-{run}: {float(walls[f'pace-{name}-{run}']) / plain:.2f}x plain pytest"
+          f" (warm mean {plain:.1f} s)")
+suite = json.load(open(f"{sys.argv[3]}/suite/run.json"))["wall_s"]
+print(f"pace-{name}-second: suite interpreter {suite:.1f} s, {suite / plain:.2f}x plain pytest")
+PY
+            cp "$WORK/pace-$name-second.log" "$OUT/pace-$name-second.log"
+        done
+        cd "$ROOT" ;;
+    pace-cold)  # the subset's first check with CuPy's kernel cache empty: what a fresh
+        # machine's first check pays (issue 54: 48 s against 18 s once on a fresh H200)
+        nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader
+        cd "$ROOT/cupy-tests" || exit 3
+        find "${CUPY_CACHE_DIR:-$HOME/.cupy/kernel_cache}" -type f 2>/dev/null | wc -l
+        timed pace-subset-cold 500 env CUPY_CACHE_DIR="$WORK/cold-cache" python3 -m gpuci check \
+            "${SUBSET[@]}" --out "$WORK/o-pace-cold" --timeout 120 -- -m "$MARK"
+        forks "$WORK/o-pace-cold"
+        find "$WORK/cold-cache" -type f | wc -l
         cd "$ROOT" ;;
     storm)
         OUT="$WORK/storm" timeout 500 bash scripts/device_storm.sh > "$WORK/storm.txt" 2>&1

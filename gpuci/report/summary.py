@@ -6,13 +6,14 @@ every victim, every different failure)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from gpuci.model import ISOLATION_CATEGORIES, Category, TestVerdict, Verdict, printable
 from gpuci.report.groups import INFERRED_SOUND, FindingGroup, group_findings
 from gpuci.run.proc.endings import EXIT_ID
 from gpuci.run.proc.strays import verdict_lines
+from gpuci.run.sched.pace import pace_line
 from gpuci.terminal import Terminal
 from gpuci.verdict.describe import checked_lines
 from gpuci.verdict.roots import (
@@ -90,6 +91,9 @@ def format_summary(
         together = f", up to {most} at once" if isinstance(most, int) and most > 1 else ""
         runs = verdict.evidence.get("runs", 0)
         lines.append(f"evidence: {runs} run(s) in {spent:.1f}s{limit}{together}")
+    pace = verdict.modes.get("suite", {}).get("pace")
+    if isinstance(pace, Mapping) and pace and not terminal.quiet:
+        lines.append(printable(f"plain run: {pace_line(pace)}"))
     lines += [
         terminal.paint("warning:", "yellow", stream) + printable(f" {line}")
         for line in verdict_lines(verdict.modes, verdict.evidence)

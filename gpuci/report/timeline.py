@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuci.model import FileStatus, Mode, Verdict
 from gpuci.run.proc.strays import verdict_lines
+from gpuci.run.sched.pace import pace_line
 
 TIMELINE_WIDTH = 1000.0  # SVG user units of the plot area
 TIMELINE_LABEL = 170.0
@@ -170,9 +171,13 @@ def durations(verdict: Verdict, columns: Sequence[str]) -> dict[str, Any]:
 
 
 def mode_facts(verdict: Verdict) -> list[str]:
-    """What a mode concluded instead of running: facts, not warnings."""
+    """What a mode concluded instead of running, and how much the screens beside it slowed
+    the suite interpreter: facts, not warnings."""
     facts = []
     for name, mode in verdict.modes.items():
+        pace = mode.get("pace") if isinstance(mode, Mapping) else None
+        if isinstance(pace, Mapping) and pace:
+            facts.append(pace_line(pace))
         inferred = mode.get("inferred_files") if isinstance(mode, Mapping) else None
         if not isinstance(inferred, int) or not inferred:
             continue

@@ -70,6 +70,7 @@ def describe_mode(results: ModeResults) -> dict[str, Any]:
         "interrupted": run.interrupted,
         "inferred_files": sum(1 for f in run.files if f.inferred),
         **({"beside": list(run.beside)} if run.beside else {}),  # screened at once, one clock
+        **({"pace": dict(run.pace)} if run.pace else {}),  # the suite's, against an earlier check
         "file_runs": [
             {
                 "file": f.file,

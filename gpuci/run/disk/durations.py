@@ -43,7 +43,8 @@ class Durations:
 
 
 def collect_durations(out: Path) -> Durations:
-    """What the modes in OUT measured: run files' times (not inferred ones), and peaks."""
+    """What the modes in OUT measured: run files' times (not inferred ones), the suite
+    interpreter's tests' seconds per file, and peaks."""
     seconds: dict[Mode, dict[str, float]] = {}
     peaks: dict[str, int] = {}
     run_id = ""
@@ -59,6 +60,16 @@ def collect_durations(out: Path) -> Durations:
                 seen = [i.gpu_peak_mib for i in file_run.interpreters if i.gpu_peak_mib]
                 if seen:
                     peaks[file_run.file] = max(peaks.get(file_run.file, 0), *seen)
+    # the suite interpreter's own pace, its tests' seconds per file (gpuci.run.sched.pace):
+    # what a later check's suite interpreter is told against
+    for place in [*(out / Mode.SUITE.value).glob("run.json")]:
+        run = read_mode_run(place)
+        run_id = run_id or run.run_id
+        suite = seconds.setdefault(Mode.SUITE, {})
+        for test in run.tests:
+            if not test.inferred:
+                suite[test.file] = suite.get(test.file, 0.0) + test.duration
+        seconds[Mode.SUITE] = {f: round(s, 3) for f, s in suite.items()}
     return Durations(seconds=seconds, peaks=peaks, run_id=run_id)
 
 

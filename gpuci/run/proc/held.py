@@ -177,6 +177,15 @@ def held_file_slot(targets: Sequence[str]) -> int | None:
     return int(held.env["GPUCI_SLOT"]) if held is not None else None
 
 
+def hold_for_later(targets: Sequence[str]) -> None:
+    """The interpreter started beside discovery for `targets` waits its turn (the screen
+    starts other files first): taken then, its wall counts from then, as a file started
+    ahead, not from its start (the wait is no part of its file's time)."""
+    held = _HOLDING.files.get(tuple(targets))
+    if held is not None:
+        held.ahead = True
+
+
 def take_file(
     command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]
 ) -> Held | None:

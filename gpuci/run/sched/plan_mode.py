@@ -25,6 +25,7 @@ from gpuci.run.proc.held import held_collection
 from gpuci.run.sched.modes import files_in_order, mode_settings, order_label
 from gpuci.run.sched.one_mode import run_mode
 from gpuci.run.sched.options import ModeOptions
+from gpuci.run.sched.pace import earlier_pace
 from gpuci.run.sched.plan import (
     Schedule,
     choose_workers,
@@ -278,6 +279,7 @@ def run_options(
         peaks=earlier_peaks(options.durations, history_of(options)),
         randomly_seed=options.randomly_seed,
         shuffle_seed=options.shuffle_seed if mode is Mode.SHUFFLED else None,
+        pace=earlier_pace(options.durations, history_of(options)) if mode is Mode.SUITE else None,
     )
 
 

@@ -16,6 +16,7 @@ from gpuci.run.proc.supervisor import Supervisor
 
 Unit = TypeVar("Unit")
 MAX_AHEAD = 3  # files started ahead per slot at most (short files, slow start-ups)
+ADMIT_POLL_S = 0.25  # how often a slot held back by `admit` asks again (the journal's pace)
 
 
 def ahead_count(slots: int, cpus: int) -> int:
@@ -31,7 +32,7 @@ def same_gpus(slot_gpus: Sequence[str | None]) -> Callable[[int, int], bool]:
     return lambda a, b: slot_gpus[a] == slot_gpus[b]
 
 
-def run_slots(
+def run_slots(  # -- the slots' closures share one queue, one lock and one count
     files: Sequence[Unit],
     workers: int,
     run_one: Callable[[Unit, int], None],
@@ -43,6 +44,7 @@ def run_slots(
     depth: int = 1,
     alike: Callable[[int, int], bool] = lambda a, b: True,
     early: Sequence[tuple[Unit, int]] = (),
+    admit: Callable[[int], int] | None = None,
 ) -> None:
     """Run files in up to `workers` slots (numbered from `first_slot`); a slot takes the
     next file as soon as it is free: the first not started, or the one `choose` picks from
@@ -61,6 +63,9 @@ def run_slots(
     started again, cold; a slot with no file of its kind started ahead takes one of the
     rest, and only at the end another kind's. The `early` files (unit, slot) were started
     before the pool began (beside discovery): they count as started ahead by their slots.
+    With `admit` (`admit(slots)`: how many of the pool's slots may run a file now), a slot
+    whose file would run beyond that waits until one ends or `admit` allows more (the
+    suite interpreter beside it runs behind its pace: `gpuci.run.sched.pace`).
     """
     used = min(workers, len(files))
     # a file started beside discovery for a slot this pool does not have (discovery found
@@ -71,6 +76,7 @@ def run_slots(
     remaining = [unit for unit in files if unit not in taken]
     lock = threading.Lock()
     started: list[tuple[Unit, int]] = first  # started ahead, by which slot, oldest first
+    running = [0]  # files running now, in all the pool's slots
 
     def take(slot: int, *, spare: bool = False) -> list[Unit]:
         """The next file, as a list of one: the oldest started ahead by an alike slot, else
@@ -94,12 +100,26 @@ def run_slots(
                 started.append((unit, slot))
             return [unit]
 
+    def admitted() -> None:
+        """Wait for a turn to run a file where `admit` holds the slots back."""
+        while True:
+            with lock:
+                if admit is None or supervisor.stopping.is_set() or running[0] < admit(used):
+                    running[0] += 1
+                    return
+            supervisor.stopping.wait(ADMIT_POLL_S)
+
     def in_a_slot(slot: int) -> None:
         taken = take(slot)
         while taken:
             while ahead is not None and (spare := take(slot, spare=True)):
                 ahead(spare[0], slot)
-            run_one(taken[0], slot)
+            admitted()
+            try:
+                run_one(taken[0], slot)
+            finally:
+                with lock:
+                    running[0] -= 1
             taken = take(slot)
 
     if not used:

@@ -23,9 +23,10 @@ from typing import TextIO
 from gpuci.model import WHOLE_SUITE_MODES, FileRun, Mode, ModeRun, unit_of
 from gpuci.run.proc.deadline import hang_limit_of
 from gpuci.run.proc.discover import Discovery, pytest_target
-from gpuci.run.proc.held import held_file_slot
+from gpuci.run.proc.held import held_file_slot, hold_for_later
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
+from gpuci.run.sched.pace import PlainPace, behind, slots_beside
 from gpuci.run.sched.plan import Schedule, cpu_count
 from gpuci.run.sched.pool import ahead_count, run_beside, run_slots, same_gpus, wait_for
 from gpuci.run.sched.progress import Progress
@@ -71,10 +72,12 @@ def run_by_mode(
     depth: int = 1,
     alike: Callable[[int, int], bool] = lambda a, b: True,
     early: Sequence[tuple[Job, int]] = (),
+    admit: Callable[[int], int] | None = None,
 ) -> None:
     """Each mode's files in an equal share of the slots, the modes beside each other: the
     parallel files run W at a time whether or not the threads files run beside them; each
-    keeps its share of `depth` files started ahead (and its `early` ones)."""
+    keeps its share of `depth` files started ahead (and its `early` ones), and of the slots
+    `admit` allows."""
     modes = list(dict.fromkeys(mode for mode, _ in jobs))
     if len(modes) <= 1:
         run_slots(
@@ -88,6 +91,7 @@ def run_by_mode(
             depth=depth,
             alike=alike,
             early=early,
+            admit=admit,
         )
         return
     share = max(1, slots // len(modes))
@@ -106,22 +110,49 @@ def run_by_mode(
                     depth=max(1, depth // len(modes)),  # the cores left idle, shared too
                     alike=alike,
                     early=[(j, slot) for j, slot in early if j[0] is mode],
+                    admit=admit,
                 )
                 for k, mode in enumerate(modes)
             ]
         )
 
 
+def suite_clock(sessions: Mapping[Mode, ModeSession]) -> SuiteClock | None:
+    """The suite interpreter's clock, fed by its journal; None where no suite screen runs."""
+    if Mode.SUITE not in sessions:
+        return None
+    clock = SuiteClock()
+    sessions[Mode.SUITE].interpreters.on_events = clock.observe
+    return clock
+
+
+def suite_admission(
+    pace: PlainPace | None, clock: SuiteClock | None, counts: Mapping[str, int]
+) -> Callable[[int], int] | None:
+    """How many of a screen's slots may run files beside the suite interpreter now: fewer
+    while it runs behind its earlier `pace` (`gpuci.run.sched.pace`) over the tests it
+    finished (of `counts` per file), all once it ended; None where there is no pace to run
+    behind."""
+    if clock is None or pace is None:
+        return None
+
+    def admit(slots: int) -> int:
+        if clock.ended:
+            return slots
+        return slots_beside(slots, behind(pace, clock.progress(counts)))
+
+    return admit
+
+
 def learned_orders(
-    screens: Sequence[Screen], sessions: Mapping[Mode, ModeSession]
+    screens: Sequence[Screen], sessions: Mapping[Mode, ModeSession], clock: SuiteClock | None
 ) -> dict[Mode, LearnedOrder]:
     """Beside the suite interpreter, each other screen's order, learning from its journal
     which files are long (`gpuci.run.sched.learning`), and how long a test it passed may
     take elsewhere before it counts as hung (`gpuci.run.proc.deadline`)."""
-    if Mode.SUITE not in sessions:
+    if clock is None:
         return {}
-    clock = SuiteClock()
-    sessions[Mode.SUITE].interpreters.on_events = clock.observe
+    suite = sessions[Mode.SUITE]
     orders: dict[Mode, LearnedOrder] = {}
     for screen in screens:
         mode = screen.options.mode
@@ -130,24 +161,63 @@ def learned_orders(
             sessions[mode].interpreters.hang_limit = hang_limit_of(clock.took, os.environ)
         if mode not in WHOLE_SUITE_MODES:
             counts = {f: len(screen.discovery.tests.get(f, ())) for f in screen.schedule.files}
-            orders[mode] = LearnedOrder(screen.schedule.pool, screen.estimates, counts, clock)
+            orders[mode] = LearnedOrder(
+                screen.schedule.pool,
+                screen.estimates,
+                counts,
+                clock,
+                pace=suite.options.pace,
+                suite_order=suite.discovery.files,
+                peaks=screen.options.peaks,
+            )
     return orders
 
 
 def started_beside_discovery(
-    sessions: Mapping[Mode, ModeSession], jobs: Sequence[Job]
+    sessions: Mapping[Mode, ModeSession],
+    jobs: Sequence[Job],
+    workers: int,
+    order: LearnedOrder | None = None,
 ) -> list[tuple[Job, int]]:
     """The parallel files whose interpreters started beside discovery
     (`gpuci.run.sched.beside`), each with the slot it was started for: the pool's slots
-    take them as files started ahead."""
+    take them as files started ahead. Only the files the plan starts first: a guess made
+    before collection (a first check's, from the source) that the plan does not start at
+    once waits its turn, so that a first check starts the files a second would; the files
+    the parallel screen's `order` would choose first, where it has one."""
+    if Mode.PARALLEL not in sessions:
+        return []
+    planned = list(sessions[Mode.PARALLEL].schedule.pool)
+    slots = file_slots(sessions, workers)
+    first = set(first_choices(order, planned, slots) if order else planned[:slots])
     found = []
     for job in jobs:
         mode, key = job
         if mode is Mode.PARALLEL:
-            slot = held_file_slot((pytest_target(sessions[mode].discovery.rootdir, key),))
-            if slot is not None:
+            targets = (pytest_target(sessions[mode].discovery.rootdir, key),)
+            slot = held_file_slot(targets)
+            if slot is not None and key in first:
                 found.append((job, slot))
+            elif slot is not None:
+                hold_for_later(targets)
     return found
+
+
+def first_choices(order: LearnedOrder, planned: Sequence[str], slots: int) -> list[str]:
+    """The files `order` chooses for the first `slots` slots, one after the other."""
+    remaining, chosen = list(planned), list[str]()
+    while remaining and len(chosen) < slots:
+        chosen.append(order.choose(remaining))
+        remaining.remove(chosen[-1])
+    return chosen
+
+
+def file_slots(sessions: Mapping[Mode, ModeSession], workers: int) -> int:
+    """The slots each screen of files gets (`_run_jobs`, `run_by_mode`): the pool's, less
+    one for each whole suite, shared equally among the screens of files."""
+    whole = sum(1 for mode in sessions if mode in WHOLE_SUITE_MODES)
+    files = sum(1 for mode in sessions if mode not in WHOLE_SUITE_MODES)
+    return max(1, (workers - whole) // max(1, files))
 
 
 def choosing(orders: Mapping[Mode, LearnedOrder]) -> Callable[[Sequence[Job]], Job]:
@@ -191,6 +261,7 @@ def _run_jobs(
     start_ahead: Callable[[Job, int], None],
     slot_gpus: Sequence[str | None],
     early: Sequence[tuple[Job, int]] = (),
+    admit: Callable[[int], int] | None = None,
 ) -> None:
     """The suite interpreter in slot 0 from start to end (and each other order of the whole
     suite in the next slot, `reversed`, `shuffled`), the other screens' files in the rest,
@@ -214,8 +285,8 @@ def _run_jobs(
         the rest share the slots after them."""
         if held < len(whole):
             run_beside(whole[held], held, run_one, lambda: beside_the_rest(held + 1))
-        elif held:
-            by_mode(rest, workers - held, first_slot=held, choose=choose)
+        elif held:  # beside the whole suites: as many slots as the suite's pace leaves
+            by_mode(rest, workers - held, first_slot=held, choose=choose, admit=admit)
         else:
             by_mode(rest, workers)
 
@@ -248,7 +319,13 @@ def run_screens(
         pool, alone = screen_jobs(sessions)
         units = [f"{mode.value} {key}" for mode, key in pool + alone]
         estimates = _estimates(screens)
-        orders = learned_orders(screens, sessions)
+        clock = suite_clock(sessions)
+        orders = learned_orders(screens, sessions, clock)
+        suite = sessions.get(Mode.SUITE)
+        admit = None
+        if suite is not None:  # its tests per file: how far into a file its journal is
+            counts = {f: len(ids) for f, ids in suite.discovery.tests.items()}
+            admit = suite_admission(suite.options.pace, clock, counts)
         # estimates come from an earlier run's file times (start-up included) or are none
         reporter = Progress(progress, units, workers, estimates, zero)
 
@@ -275,7 +352,8 @@ def run_screens(
                     job[1], slot, slot_gpus[slot]
                 ),
                 slot_gpus=slot_gpus,
-                early=started_beside_discovery(sessions, pool),
+                early=started_beside_discovery(sessions, pool, workers, orders.get(Mode.PARALLEL)),
+                admit=admit,
             )
         modes = tuple(sessions)
         runs = {

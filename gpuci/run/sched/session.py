@@ -14,11 +14,13 @@ import datetime
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import (
     INTERRUPTED,
     NOT_PASSING,
+    SUITE_UNIT,
     FileRun,
     FileStatus,
     GpuciError,
@@ -34,6 +36,7 @@ from gpuci.run.proc.discover import Discovery, file_of
 from gpuci.run.proc.gpus import describe_environment
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import write_mode_junit
+from gpuci.run.sched.pace import slowed
 from gpuci.run.sched.plan import Schedule
 from gpuci.run.sched.unit import RunOptions, UnitRunner, discovery_ids, start_interpreters
 
@@ -185,10 +188,18 @@ class ModeSession:
             beside=beside,
             run_id=options.run_id,
             settings=options.settings,
+            pace=self._pace(tests, file_runs),
         )
         write_mode_junit(options.out, [k for k in keys if file_runs[k].interpreters])
         write_json_atomic(options.out / "run.json", mode_run_to_json(run))
         return run
+
+    def _pace(self, tests: list[TestResult], file_runs: dict[str, FileRun]) -> dict[str, Any]:
+        """The suite's pace against its earlier one (`gpuci.run.sched.pace`); {} elsewhere."""
+        if self.options.pace is None:
+            return {}
+        ran = file_runs.get(SUITE_UNIT)
+        return slowed(self.options.pace, tests, ran.interpreters if ran is not None else ())
 
     def close(self) -> None:
         """Remove its interpreters' scratch files."""

@@ -36,6 +36,7 @@ from gpuci.run.proc.journal import collection_error, not_run
 from gpuci.run.proc.launch import Attempt, Launch, junit_part, unit_stem
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.junit import kept_junit, write_file_junit
+from gpuci.run.sched.pace import PlainPace
 from gpuci.run.sched.plan import thread_args
 from gpuci.run.sched.views import wanting_gpus, window_env
 
@@ -69,6 +70,7 @@ class RunOptions:
     peaks: Mapping[str, int] = field(default_factory=dict)  # MiB per file, an earlier run
     randomly_seed: int | None = None  # the plain run's pytest-randomly seed: every other's
     shuffle_seed: int | None = None  # the shuffled mode's seed of its file order
+    pace: PlainPace | None = None  # the suite's: its earlier seconds per file
 
 
 def start_interpreters(
