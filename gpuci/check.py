@@ -49,6 +49,7 @@ from gpuci.run.sched.modes import (
     threads_from_suite,
 )
 from gpuci.run.sched.options import ModeOptions
+from gpuci.run.sched.pace import PlainPace, earlier_pace
 from gpuci.run.sched.plan import (
     parse_gpus_per_slot,
     parse_workers,
@@ -78,6 +79,8 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
     verdict_path = opts.out / "verdict.json"
     # the evidence's first interpreters start as the screens end, while isolated runs
     early = EarlyEvidence(opts.out, evidence.reruns, evidence.python, evidence.timeout)
+    # the pace the suite interpreter is told against (before this check replaces OUT's)
+    earlier = earlier_pace(opts.durations, opts.out)
     try:
         workers = _run_modes(opts, options, asked, isolating=early.start)
     except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
@@ -85,7 +88,7 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
         write_verdict(options, verdict_path, ended=str(ended))
         code = ended.exit_code  # plain pytest's
     else:
-        _write_durations(opts.out)  # before the evidence: a failing check has it too
+        _write_durations(opts.out, earlier)  # before the evidence: a failing check has it too
         budget = _budget(opts.out, evidence)
         gather_evidence(
             opts.out,
@@ -289,9 +292,10 @@ def explain_results(options: Options) -> None:
     )
 
 
-def _write_durations(out: Path) -> None:
-    """OUT/durations.json: the files' times and peaks, for a later check's --durations."""
-    path = write_durations(out)
+def _write_durations(out: Path, earlier: PlainPace | None = None) -> None:
+    """OUT/durations.json: the files' times and peaks, for a later check's --durations (the
+    suite interpreter's pace held to the `earlier` one this check was told against)."""
+    path = write_durations(out, earlier.seconds if earlier is not None else None)
     if path is not None:
         say(f"durations: {path} (a later check starts its longest files first: --durations)")
 
