@@ -73,14 +73,12 @@ Isolating = Callable[[int], None]  # told the screens' slots as they end, before
 
 
 def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
-    """`gpuci check`, its stages in order: the modes (the screens), the evidence, the
-    verdict, the report; the verdict's exit code, and the report's and comment's paths."""
+    """`gpuci check`'s stages in order; its exit code and its report's and comment's paths."""
     opts, evidence = _stages(options)
     verdict_path = opts.out / "verdict.json"
     # the evidence's first interpreters start as the screens end, while isolated runs
     early = EarlyEvidence(opts.out, evidence.reruns, evidence.python, evidence.timeout)
-    # the pace the suite interpreter is told against (before this check replaces OUT's)
-    earlier = earlier_pace(opts.durations, opts.out)
+    earlier = earlier_pace(opts.durations, opts.out)  # read before OUT's results are replaced
     try:
         workers = _run_modes(opts, options, asked, isolating=early.start)
     except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
@@ -293,9 +291,8 @@ def explain_results(options: Options) -> None:
 
 
 def _write_durations(out: Path, earlier: PlainPace | None = None) -> None:
-    """OUT/durations.json: the files' times and peaks, for a later check's --durations (the
-    suite interpreter's pace held to the `earlier` one this check was told against)."""
-    path = write_durations(out, earlier.seconds if earlier is not None else None)
+    """OUT/durations.json, for a later check's --durations (the suite's pace held to `earlier`)."""
+    path = write_durations(out, earlier.seconds if earlier else None)
     if path is not None:
         say(f"durations: {path} (a later check starts its longest files first: --durations)")
 
