@@ -51,6 +51,7 @@ from gpuci.run.sched.modes import (
     with_seed,
 )
 from gpuci.run.sched.options import ModeOptions
+from gpuci.run.sched.pace import PlainPace, earlier_pace
 from gpuci.run.sched.plan import (
     parse_gpus_per_slot,
     parse_workers,
@@ -74,12 +75,12 @@ Isolating = Callable[[int], None]  # told the screens' slots as they end, before
 
 
 def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
-    """`gpuci check`, its stages in order: the modes (the screens), the evidence, the
-    verdict, the report; the verdict's exit code, and the report's and comment's paths."""
+    """`gpuci check`'s stages in order; its exit code and its report's and comment's paths."""
     opts, evidence = _stages(options)
     verdict_path = opts.out / "verdict.json"
     # the evidence's first interpreters start as the screens end, while isolated runs
     early = EarlyEvidence(opts.out, evidence.reruns, evidence.python, evidence.timeout)
+    earlier = earlier_pace(opts.durations, opts.out)  # read before OUT's results are replaced
     try:
         workers = _run_modes(opts, options, asked, isolating=early.start)
     except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
@@ -87,7 +88,7 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
         write_verdict(options, verdict_path, ended=str(ended))
         code = ended.exit_code  # plain pytest's
     else:
-        _write_durations(opts.out)  # before the evidence: a failing check has it too
+        _write_durations(opts.out, earlier)  # before the evidence: a failing check has it too
         budget = _budget(opts.out, evidence)
         gather_evidence(
             opts.out,
@@ -302,9 +303,9 @@ def explain_results(options: Options) -> None:
     )
 
 
-def _write_durations(out: Path) -> None:
-    """OUT/durations.json: the files' times and peaks, for a later check's --durations."""
-    path = write_durations(out)
+def _write_durations(out: Path, earlier: PlainPace | None = None) -> None:
+    """OUT/durations.json, for a later check's --durations (the suite's pace held to `earlier`)."""
+    path = write_durations(out, earlier.seconds if earlier else None)
     if path is not None:
         say(f"durations: {path} (a later check starts its longest files first: --durations)")
 

@@ -12,7 +12,7 @@ import pytest
 from cli_runner import gpuci, write_files
 
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
-from gpuci.run.sched.source_tests import count_source_tests
+from gpuci.run.sched.source_tests import SOURCE_BUDGET_S, count_source_tests, source_counts
 
 
 def counted(tmp_path: Path, source: str) -> int:
@@ -74,6 +74,14 @@ def test_the_source_counts_a_files_tests_as_collection_would(
     tmp_path: Path, source: str, tests: int
 ) -> None:
     assert counted(tmp_path, source) == tests
+
+
+def test_reading_sources_stops_at_its_budget(tmp_path: Path) -> None:
+    many = "import pytest\n@pytest.mark.parametrize('n', [1, 2, 3])\ndef test_a(n):\n    pass\n"
+    paths = [write_files(tmp_path, {f"test_{i}.py": many}) / f"test_{i}.py" for i in range(4)]
+    ticks = iter([0.0, 0.0, 0.5, SOURCE_BUDGET_S, 5.0])  # the budget ends at the third file
+    counts = source_counts(paths, clock=lambda: next(ticks))
+    assert list(counts.values()) == [3, 3, 1, 1]
 
 
 def test_the_suite_interpreters_first_seconds_order_a_first_check() -> None:

@@ -13,6 +13,7 @@ from cli_runner import gpuci, write_files
 
 from gpuci.formats import mode_run_to_json, write_json_atomic
 from gpuci.model import FileRun, FileStatus, Interpreter, Mode, ModeRun, Outcome, TestResult
+from gpuci.run.disk.durations import suite_pace
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
 from gpuci.run.sched.pace import (
@@ -170,6 +171,13 @@ def test_the_record_says_how_much_slower_the_suite_ran_over_the_files_both_ran()
     assert slowed(PACE, [result("new.py::t", 1.0)]) == {}
 
 
+def test_the_pace_carried_is_the_fastest_seen_rising_halfway_towards_a_slower_one() -> None:
+    now = {"a.py": 3.0, "b.py": 4.0, "new.py": 1.0}
+    earlier = {"a.py": 1.0, "b.py": 10.0, "gone.py": 5.0}
+    assert suite_pace(now, earlier) == {"a.py": 2.0, "b.py": 4.0, "new.py": 1.0}
+    assert suite_pace(now, {}) == now
+
+
 def suite_run(tests: list[TestResult], run_id: str = "r1") -> ModeRun:
     return ModeRun(
         mode=Mode.SUITE,
@@ -228,13 +236,23 @@ def test_a_check_records_how_much_the_suite_interpreter_was_slowed(tmp_path: Pat
     assert "pace" not in json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
     durations = json.loads((out / "durations.json").read_text(encoding="utf-8"))
     assert durations["files"]["tests/test_a.py"]["suite"] >= 0.2
+    # the pace carried: each file's tests seen at 0.1 s once (a quieter machine)
+    for name in ("tests/test_a.py", "tests/test_b.py"):
+        durations["files"][name]["suite"] = 0.1
     kept = tmp_path / "durations.json"
     kept.write_text(json.dumps(durations))
     second = gpuci(*check, "--durations", str(kept), cwd=root)
     assert second.returncode == 0, second.stderr
-    pace = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))["pace"]
+    suite = json.loads((out / "suite" / "run.json").read_text(encoding="utf-8"))
+    pace = suite["pace"]
     assert pace["reference"] == f"{kept} (check {durations['run_id']})"
-    assert pace["files"] == 2 and pace["expected_s"] >= 0.4 and pace["took_s"] >= 0.4
+    assert pace["files"] == 2 and pace["expected_s"] == 0.2 and pace["took_s"] >= 0.4
+    # the next check is held to the faster pace, risen halfway towards this one's
+    now = {t["file"]: t["duration"] for t in suite["tests"]}
+    carried = json.loads((out / "durations.json").read_text(encoding="utf-8"))["files"]
+    assert {f: carried[f]["suite"] for f in now} == {
+        f: round((s + 0.1) / 2, 3) for f, s in now.items()
+    }
     assert pace["ratio"] == pytest.approx(pace["took_s"] / pace["expected_s"], abs=0.01)
     # the interpreter ran its tests and what came between them
     assert pace["running_s"] >= pace["tests_s"] >= pace["took_s"]

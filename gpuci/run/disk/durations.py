@@ -42,9 +42,10 @@ class Durations:
         return merged
 
 
-def collect_durations(out: Path) -> Durations:
+def collect_durations(out: Path, earlier_suite: Mapping[str, float] | None = None) -> Durations:
     """What the modes in OUT measured: run files' times (not inferred ones), the suite
-    interpreter's tests' seconds per file, and peaks."""
+    interpreter's tests' seconds per file (held to `earlier_suite`: `suite_pace`), and
+    peaks."""
     seconds: dict[Mode, dict[str, float]] = {}
     peaks: dict[str, int] = {}
     run_id = ""
@@ -69,13 +70,26 @@ def collect_durations(out: Path) -> Durations:
         for test in run.tests:
             if not test.inferred:
                 suite[test.file] = suite.get(test.file, 0.0) + test.duration
-        seconds[Mode.SUITE] = {f: round(s, 3) for f, s in suite.items()}
+        seconds[Mode.SUITE] = suite_pace(suite, earlier_suite or {})
     return Durations(seconds=seconds, peaks=peaks, run_id=run_id)
 
 
-def write_durations(out: Path) -> Path | None:
-    """Write OUT/durations.json from OUT's modes; its path, or None where no mode timed a file."""
-    durations = collect_durations(out)
+def suite_pace(now: Mapping[str, float], earlier: Mapping[str, float]) -> dict[str, float]:
+    """The suite interpreter's pace a later check is held to, per file: the fastest its
+    tests were seen to run, rising halfway towards a slower time each check. Every check's
+    suite interpreter runs beside screens, so this check's time alone would hold the next
+    to a pace already slowed; a suite that really got slower is not held to its old pace
+    for long."""
+    return {
+        file: round(min(seconds, (seconds + earlier[file]) / 2) if file in earlier else seconds, 3)
+        for file, seconds in now.items()
+    }
+
+
+def write_durations(out: Path, earlier_suite: Mapping[str, float] | None = None) -> Path | None:
+    """Write OUT/durations.json from OUT's modes (the suite's pace held to `earlier_suite`);
+    its path, or None where no mode timed a file."""
+    durations = collect_durations(out, earlier_suite)
     files: dict[str, dict[str, float | int]] = {}
     for mode, times in durations.seconds.items():
         for name, seconds in times.items():

@@ -2,12 +2,16 @@
 
 The suite interpreter is the user's plain pytest run, the floor of a check's cost; the
 screens beside it may take only what it leaves. Its pace is told against its own tests'
-seconds in an earlier check (pytest's durations, summed per file: the durations file's
-`suite` times, else the suite's run.json of the check this one replaced in OUT), file by
-file, never against wall clocks that hold start-up or collection:
-- while it runs, how far behind its earlier pace the files it finished ran (`behind`),
-  and so how many of their slots the screens beside it may fill (`slots_beside`);
-- once it ended, what it took against what it took before (`slowed`), recorded in the suite's
+seconds in earlier checks (pytest's durations, summed per file: the durations file's
+`suite` times, the fastest seen, `gpuci.run.disk.durations.suite_pace`; else the suite's
+run.json of the check this one replaced in OUT), never against wall clocks that hold
+start-up or collection:
+- while it runs, how far behind that pace the tests it finished ran (`behind`: a long file
+  tells before it ends), and so how many of their slots the screens beside it may fill
+  (`slots_beside`);
+- where its heavy files fall from where its journal says it is (`stretch_ahead`), which a
+  heavy parallel file waits out where that costs the screens nothing (`defer_heavy`);
+- once it ended, what it took against that pace (`slowed`), recorded in the suite's
   run.json (`pace`) and told in the verdict and the report.
 An earlier check slowed by its screens too is a reference slower than plain pytest: the
 record names its reference, and says "against", never "than plain pytest".

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 # pytest's default python_functions / python_classes prefixes
 TEST_PREFIX = "test"
 CLASS_PREFIX = "Test"
+# the most a check spends reading sources before it starts its first files: the files
+# after that count one test each, and wait for collection to tell (a guess, not a plan)
+SOURCE_BUDGET_S = 1.0
 
 
 def count_source_tests(path: Path) -> int:
@@ -46,9 +50,13 @@ def count_source_tests(path: Path) -> int:
     return max(total, 1)
 
 
-def source_counts(paths: Iterable[Path]) -> dict[Path, int]:
-    """`count_source_tests` of each of `paths`."""
-    return {path: count_source_tests(path) for path in paths}
+def source_counts(
+    paths: Iterable[Path], clock: Callable[[], float] = time.monotonic
+) -> dict[Path, int]:
+    """`count_source_tests` of each of `paths`, in order, for at most SOURCE_BUDGET_S; one
+    for each file after that."""
+    deadline = clock() + SOURCE_BUDGET_S
+    return {path: count_source_tests(path) if clock() < deadline else 1 for path in paths}
 
 
 def _is_test_class(node: ast.ClassDef) -> bool:
