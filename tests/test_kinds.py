@@ -19,6 +19,7 @@ from gpuci.evidence.kinds.culprit_search import CulpritSearch
 from gpuci.evidence.kinds.engine import KINDS
 from gpuci.evidence.kinds.groups import GroupRuns
 from gpuci.evidence.kinds.kind import REFUSED, claimed, refused, standing
+from gpuci.evidence.pairs import OTHER_SIDE_FAILED, UNASKED, WITHOUT_VICTIM, partner_note
 from gpuci.model import Outcome, Probe, TestEvidence
 
 KINDS_DIR = Path(__file__).resolve().parent.parent / "gpuci" / "evidence" / "kinds"
@@ -110,10 +111,7 @@ def test_every_kind_declares_what_the_protocol_asks() -> None:
     for kind in KINDS:
         assert kind.name and kind.phase, kind
         assert kind.owns and kind.owns <= fields, (kind.name, kind.owns - fields)
-        assert kind.repeats >= 0
         phases.add(kind.phase)
-        # a kind that names other tests owns the field it names them in
-        assert (kind.repeats > 0) == ("culprits" in kind.owns), kind.name
     names = [kind.name for kind in KINDS]
     assert len(set(names)) == len(names)
     # the kinds asked in rounds come before those asked once after them
@@ -136,12 +134,16 @@ def _searched(alone: tuple[Outcome, ...], probes: tuple[Outcome, ...]) -> TestEv
 @pytest.mark.parametrize(
     ("alone", "probes", "expected"),
     [
-        ((P,), (F,), Standing.STANDS),  # fails after it, passes without it
-        ((P, F), (F,), Standing.FAILS_WITHOUT),  # fails without it too: no claim
-        ((), (F,), Standing.UNASKED),  # never run without it: no claim
+        ((P,), (F, F), Standing.STANDS),  # fails after it twice, passes without it
+        ((P,), (F,), Standing.UNREPEATED),  # its failing run seen once: no claim
+        ((P,), (F, F, P), Standing.FLAKY),  # the same command went both ways
+        ((P, F), (F, F), Standing.FAILS_WITHOUT),  # fails without it too: no claim
+        ((), (F, F), Standing.UNASKED),  # never run without it: no claim
         # one that fails alone depends on what it names: the search's runs with it pass
         ((F, F), (F, P), Standing.STANDS),
-        ((F, F), (F,), Standing.UNASKED),  # never passed with it: no claim
+        ((F, F), (F,), Standing.FAILS_WITHOUT),  # fails with it and without: no claim
+        ((F,), (P, P), Standing.UNREPEATED),  # failed alone once: its provider not named
+        ((F, P), (P, P), Standing.FLAKY),  # alone, the same run went both ways
     ],
 )
 def test_the_gate_records_a_culprit_search_claim_only_both_ways(
@@ -160,11 +162,66 @@ def test_the_gate_records_a_culprit_search_claim_only_both_ways(
         assert f"{REFUSED}: culprit search named {CULPRIT}: {expected.value}" in kept.search
 
 
+def test_the_gate_counts_only_the_runs_of_the_command_a_claim_names() -> None:
+    # a bisection's wider step failed too: it ran other tests before the victim, not the
+    # command that names the culprit, which ran once
+    search = CulpritSearch()
+    wider = Probe(count=3, shown=("test_a.py::test_x", "test_a.py::test_y", CULPRIT), outcome=F)
+    once = dataclasses.replace(_searched((P, P), (F,)), probes=(wider, *_searched((), (F,)).probes))
+    assert standing(search, once) is Standing.UNREPEATED
+    # the command repeated (a cascade's try and its confirmation are one command)
+    twice = dataclasses.replace(
+        once, probes=(*once.probes, Probe(count=1, shown=(CULPRIT,), outcome=F, kind="cascade"))
+    )
+    assert standing(search, twice) is Standing.STANDS
+
+
+def test_the_gate_reads_a_pair_from_either_side() -> None:
+    # contention is symmetric: a pair run where only the other side failed its way shows
+    # it; a partner's own claim is its runs beside the victim and its run without it
+    search = CulpritSearch()
+    partner_file = CULPRIT.partition("::")[0]
+    pair = TestEvidence(
+        id=VICTIM,
+        alone=(P, P),
+        culprits=(partner_file,),
+        search="pair: 3 run(s), confirmed twice",
+        probes=(
+            Probe(count=1, shown=(partner_file,), outcome=F),
+            Probe(count=1, shown=(partner_file,), outcome=P, kind=OTHER_SIDE_FAILED),
+            Probe(count=1, shown=(partner_file,), outcome=P, kind=UNASKED),
+        ),
+    )
+    assert standing(search, pair) is Standing.STANDS
+    partner = TestEvidence(
+        id=CULPRIT,
+        culprits=(VICTIM,),
+        search=partner_note(VICTIM, 3),
+        probes=(
+            Probe(count=1, shown=(VICTIM,), outcome=P, kind=OTHER_SIDE_FAILED),
+            Probe(count=1, shown=(VICTIM,), outcome=F),
+            Probe(count=0, shown=(), outcome=P, kind=WITHOUT_VICTIM),
+        ),
+    )
+    assert standing(search, partner) is Standing.STANDS
+    # a pair run where neither side failed: the pair command went both ways
+    calm = Probe(count=1, shown=(partner_file,), outcome=P)
+    assert standing(search, dataclasses.replace(pair, probes=(*pair.probes, calm))) is (
+        Standing.FLAKY
+    )
+    # a partner that fails without the victim too is no partner
+    alone_fails = Probe(count=0, shown=(), outcome=F, kind=WITHOUT_VICTIM)
+    assert (
+        standing(search, dataclasses.replace(partner, probes=(*partner.probes[:2], alone_fails)))
+        is Standing.FAILS_WITHOUT
+    )
+
+
 def test_the_gate_counts_the_alone_runs_a_mode_job_made() -> None:
     # `gpuci run` jobs rerun their suspects alone inside their modes; `gpuci explain` then
     # searches without rerunning them: those runs are the claim's other half
     search = CulpritSearch()
-    after = {VICTIM: _searched((), (F,))}
+    after = {VICTIM: _searched((), (F, F))}
     made = claimed(search, {}, after)
     assert refused(made, {}, after, {})[VICTIM].culprits == ()
     assert refused(made, {}, after, {VICTIM: (P, P)})[VICTIM] == after[VICTIM]
@@ -233,3 +290,54 @@ def test_a_culprit_whose_victim_later_fails_without_it_is_not_recorded(tmp_path:
     tests = {t["id"]: t for t in verdict["tests"]}
     assert tests[VICTIM]["category"] == "flaky", tests[VICTIM]
     assert not tests[VICTIM].get("culprits"), tests[VICTIM]
+
+
+# A test that needs an earlier file's test (an environment variable it sets) and whose
+# runs in the evidence alone alternate: its first alone-run fails, its second passes. The
+# search finds its provider (it passes after it); the run its claim stands on, the victim
+# without its provider failing, is made once more before the provider is named, and passes.
+ALTERNATING_ALONE = {
+    "test_a_culprit.py": """
+        import os
+
+        def test_pollutes():
+            os.environ["KINDS_PROVIDED"] = "1"
+    """,
+    "test_b_victim.py": """
+        import os
+        import sys
+        from pathlib import Path
+
+        def test_victim():
+            # alone: nothing else even imported (a search's run with files collected is not)
+            alone = not any(m.endswith("test_a_culprit") for m in sys.modules)
+            if os.environ.get("GPUCI_MODE") == "evidence" and alone:
+                counter = Path(os.environ["KINDS_COUNTER"])
+                n = int(counter.read_text()) + 1 if counter.exists() else 1
+                counter.write_text(str(n))
+                assert n % 2 == 0, f"run {n} with nothing before it failed"
+                return
+            assert "KINDS_PROVIDED" in os.environ, "needs an earlier test"
+    """,
+}
+
+
+@pytest.mark.slow
+def test_a_provider_is_named_only_once_its_victim_failed_without_it_twice(
+    tmp_path: Path,
+) -> None:
+    suite = write_files(tmp_path / "suite", ALTERNATING_ALONE)
+    env = dict(os.environ, KINDS_COUNTER=str(tmp_path / "counter"))
+    proc = gpuci("check", ".", "--out", "out", "--timeout", "30", cwd=suite, env=env)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    evidence = json.loads((suite / "out" / "evidence" / "evidence.json").read_text())
+    victim = next(t for t in evidence["tests"] if t["id"] == VICTIM)
+    # it passed after its provider; alone it failed once, then, the same run, passed
+    alone = [*victim["alone"], *(p["outcome"] for p in victim["probes"] if p["count"] == 0)]
+    assert alone[:2] == ["failed", "passed"], victim
+    assert not victim.get("culprits"), victim
+    assert f"{REFUSED}: culprit search named {CULPRIT}" in victim["search"], victim
+    verdict = json.loads((suite / "out" / "verdict.json").read_text())
+    tests = {t["id"]: t for t in verdict["tests"]}
+    assert tests[VICTIM]["category"] == "flaky", tests[VICTIM]
+    assert not tests[VICTIM].get("providers"), tests[VICTIM]

@@ -152,7 +152,7 @@ def search_culprits(
                     if partner not in searches:
                         note = partner_note(task.victim, len(search.probes))
                         searches[partner] = Search(
-                            [],
+                            list(search.partner_runs.get(partner, ())),
                             culprits=(task.victim,),
                             note=note,
                             pair_gpu=search.pair_gpu,  # its command is the victim's pair's
@@ -390,5 +390,6 @@ def _pairs(prober: Prober, parallel: ModeResults, task: Task, partnerable: Partn
         culprits=found.culprits,
         note=found.note,
         partners=found.partners,
+        partner_runs=found.partner_runs,
         pair_gpu=found.gpu,
     )

@@ -21,7 +21,6 @@ class Consistent:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 0
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         pass  # started ahead with the first alone-runs (`gpuci.evidence.likely`)

@@ -34,7 +34,7 @@ from gpuci.evidence.kinds.consistent import Consistent
 from gpuci.evidence.kinds.culprit_search import CulpritSearch
 from gpuci.evidence.kinds.first_alone import FirstAlone
 from gpuci.evidence.kinds.groups import GroupRuns, next_round, waiting_victims
-from gpuci.evidence.kinds.kind import Kind, Round, claimed, refused
+from gpuci.evidence.kinds.kind import Kind, Round, claimed, refused, screens_alone
 from gpuci.evidence.kinds.memcheck_roots import MemcheckRoots
 from gpuci.evidence.kinds.more_alone import MoreAlone
 from gpuci.evidence.kinds.poisoned_runs import PoisonedRuns
@@ -55,7 +55,6 @@ from gpuci.model import (
     NOT_PASSING,
     Evidence,
     Mode,
-    Outcome,
     TestEvidence,
 )
 from gpuci.run.proc.discover import file_of
@@ -204,16 +203,6 @@ def _gather(
     # every claim once more on all its victim's runs: a later alone-run that failed too
     # shows the victim failing without what its claim names
     return refused(claims, {}, found, screens_alone(results))
-
-
-def screens_alone(results: Mapping[Mode, ModeResults]) -> dict[str, tuple[Outcome, ...]]:
-    """The alone-runs `gpuci run` jobs made inside their modes, by test, every mode's."""
-    alone: dict[str, tuple[Outcome, ...]] = {}
-    for mode_results in results.values():
-        for test in mode_results.run.tests:
-            if test.reruns:
-                alone[test.id] = alone.get(test.id, ()) + test.reruns
-    return alone
 
 
 def _each(

@@ -23,7 +23,6 @@ class FirstAlone:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 0
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         if state.plan is None:

@@ -21,7 +21,6 @@ class MemcheckRoots:
     phase: ClassVar[str] = PHASE
     owns: ClassVar[frozenset[str]] = frozenset({"sanitizer"})
     in_rounds: ClassVar[bool] = False
-    repeats: ClassVar[int] = 0
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         # the roots known once a round's alone-runs ended, beside its searches

@@ -22,7 +22,6 @@ class MoreAlone:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = False
-    repeats: ClassVar[int] = 0
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         if state.rest is not None and self.name not in state.offered:

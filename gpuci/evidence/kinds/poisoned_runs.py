@@ -22,7 +22,6 @@ class PoisonedRuns:
     phase: ClassVar[str] = "poisoned"
     owns: ClassVar[frozenset[str]] = frozenset({"poisoned", "search"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 0
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         # again before each kind: those whose first alone-runs passed since start now

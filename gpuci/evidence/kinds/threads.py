@@ -115,7 +115,6 @@ class Threaded:
     phase: ClassVar[str] = "threads"
     owns: ClassVar[frozenset[str]] = frozenset({"threaded", "probes"})
     in_rounds: ClassVar[bool] = False
-    repeats: ClassVar[int] = 0
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
         # once the categories are known: as the searches begin, and again after the rounds
