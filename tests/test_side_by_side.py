@@ -14,7 +14,7 @@ import pytest
 
 import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
-from gpuci.evidence.alone import more_alone, run_alone
+from gpuci.evidence.alone import first_alone, more_alone, prioritize, run_alone
 from gpuci.evidence.bisect import REFUTED, bisect
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
@@ -22,7 +22,6 @@ from gpuci.evidence.likely import Likely, withdraw_unlikely
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
-from gpuci.evidence.priorities import first_alone, prioritize
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult

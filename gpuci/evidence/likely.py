@@ -28,13 +28,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from gpuci.evidence.alone import Priorities, poisoned_after
 from gpuci.evidence.classify import Classified, classify_results
 from gpuci.evidence.collected import prepare_collected, withdraw_collected
 from gpuci.evidence.context import Context
 from gpuci.evidence.hinted import hint_tasks, hinted_runs, prepare_hinted, withdraw_hinted
 from gpuci.evidence.pairs import pair_order, prepare_first_pairs
 from gpuci.evidence.poisoned import poisonable, worth_poisoning
-from gpuci.evidence.priorities import Priorities, poisoned_after
 from gpuci.evidence.probe import Prober, prepare_each, withdraw_each
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, diagnosed, plan_searches

@@ -1,17 +1,17 @@
 """The first alone-runs: does an isolation suspect fail with nothing before it, in a fresh
-interpreter? (`gpuci.evidence.alone`, in `gpuci.evidence.priorities`' order: the likely
-failing with nothing beside them, a second run at once for one that fails.)"""
+interpreter? (`gpuci.evidence.alone`, in its order: the likely failing with nothing
+beside them, a second run at once for one that fails.)"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.alone import first_alone, prioritize
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.likely import prepare_likely, withdraw_unlikely
-from gpuci.evidence.priorities import first_alone, prioritize
 from gpuci.model import TestEvidence
 
 

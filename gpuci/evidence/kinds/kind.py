@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from gpuci.evidence.alone import Priorities
 from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.likely import Likely, Prepared
-from gpuci.evidence.priorities import Priorities
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.sanitizer import Sanitizing
 from gpuci.model import Mode, Outcome, TestEvidence

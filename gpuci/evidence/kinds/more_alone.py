@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.alone import more_alone
+from gpuci.evidence.alone import describe_cuts, more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.pairs import PAIRED
-from gpuci.evidence.priorities import describe_cuts
 from gpuci.model import TestEvidence
 
 

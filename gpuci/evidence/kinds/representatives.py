@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.alone import first_alone, run_representatives
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.likely import prepare_cascade
-from gpuci.evidence.priorities import first_alone, run_representatives
 from gpuci.model import TestEvidence
 
 
