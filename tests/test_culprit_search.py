@@ -82,6 +82,9 @@ class FakeProber:
     def settle(self, ran: FakeRun, *, used: bool) -> None:
         pass
 
+    def start_ahead(self, requests: Sequence[object]) -> None:
+        assert not requests or self.hides_start_ups  # nothing asked where none is hidden
+
 
 def task(category: Category) -> _Task:
     return _Task(victim=VICTIM, category=category, candidates=CANDIDATES, rank=(0, 0))
@@ -501,7 +504,7 @@ def test_a_victim_that_only_ran_the_device_out_of_memory_is_not_poisoned() -> No
 
 
 def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -> None:
-    from gpuci.evidence.pairs import prepare_first_pairs
+    from gpuci.evidence.pairs import first_pair_requests
 
     # gpu_polluted: the two hogs pair with each other (one search answers both), and the
     # flaky test pairs with hog_a's file, which so needs its interpreters twice over
@@ -513,9 +516,7 @@ def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -
     )
     run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
     parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
-    prober = FakePairProber(lambda _, n: Outcome.PASSED)
-    prepare_first_pairs(
-        prober,  # type: ignore[arg-type]
+    requests = first_pair_requests(
         parallel,
         [
             (hog_a, ["test_hog_b.py"], OOM),
@@ -523,7 +524,8 @@ def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -
             (flaky, ["test_hog_a.py", "test_hog_b.py"], ""),
         ],
     )
-    assert prober.prepared == [
+    assert all(r.side for r in requests)  # each a side of a pair run
+    assert [(list(r.ids), r.copies) for r in requests] == [
         ([hog_a], 2),
         ([hog_b], 2),
         ([flaky], 2),

@@ -105,6 +105,28 @@ def test_no_kind_starts_an_interpreter_itself() -> None:
         assert not modules & STARTERS, f"evidence/kinds/{path.name}: {modules & STARTERS}"
 
 
+# the runner's ways to start an interpreter ahead: only the runner's `start_ahead`, from
+# requests, may; a kind's own starting ahead would be one more place owning it
+AHEAD_CALLS = {"prepare", "prepare_together", "hold", "offer", "offer_seeing"}
+
+
+def test_a_kind_declares_the_runs_it_wants_ahead_as_requests() -> None:
+    for path in sorted(KINDS_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        called = {
+            n.func.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        }
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not called & AHEAD_CALLS, f"evidence/kinds/{path.name}: {called & AHEAD_CALLS}"
+        starts = {n for n in names if n.startswith("prepare")}
+        assert not starts, f"evidence/kinds/{path.name} imports {starts}"
+    for kind in KINDS:
+        ahead = type(kind).ahead
+        assert ahead.__annotations__["return"] == "list[Request]", kind.name
+
+
 def test_every_kind_declares_what_the_protocol_asks() -> None:
     fields = {f.name for f in dataclasses.fields(TestEvidence)}
     phases = set()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.source_hints import MAX_WRITERS, quoted_values, writers
@@ -200,6 +201,10 @@ class HidingStartUps(FakeProber):
 
     def prepare(self, ids: Sequence[str], **_: Any) -> None:
         pass
+
+    def start_ahead(self, requests: Sequence[Request]) -> None:
+        for request in requests:
+            self.prepare(request.ids, copies=request.copies)
 
     def hold(self, ids: Sequence[str], **_: Any) -> object:
         return tuple(ids)  # stands for the interpreter held ahead

@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import REPEATS, shown_twice
 from gpuci.evidence.fingerprints import failure_kind, same_kind
 from gpuci.evidence.probe import Prober, ProbeRun
@@ -314,17 +315,18 @@ def pair_sides(
     return [(ids, gpu) for ids, gpu in runs if ids]
 
 
-def prepare_first_pairs(
-    prober: Prober, parallel: ModeResults, searches: Sequence[tuple[str, Sequence[str], str]]
-) -> None:
+def first_pair_requests(
+    parallel: ModeResults, searches: Sequence[tuple[str, Sequence[str], str]]
+) -> list[Request]:
     """The sides of each pair search's (victim, candidates in pair order, failure kind)
-    first run and its confirmation, started ahead before the searches begin
+    first run and its confirmation, to start ahead before the searches begin
     (`search_pairs` starts the rest as it goes: a pair's first round started cold pays
     both sides' start-ups). Two files paired already count once (the other side's own
     search, which its partner's answers); a file several searches pair with, once each."""
     met: set[frozenset[str]] = set()
     copies: dict[tuple[tuple[str, ...], str | None], int] = {}
     ids_of = _ids_by_file(parallel)
+    requests = []
     for victim, candidates, kind in searches:
         pair = frozenset({file_of(victim), *candidates[:1]})
         if not candidates or pair in met:
@@ -333,7 +335,8 @@ def prepare_first_pairs(
         for ids, gpu in pair_sides(parallel, victim, kind, candidates[:1], ids_of=ids_of):
             key = (tuple(dict.fromkeys(file_of(i) for i in ids)), gpu)
             copies[key] = copies.get(key, 0) + 2
-            prober.prepare_together([(ids, gpu)], copies=copies[key])
+            requests.append(Request(ids=tuple(ids), side=True, side_gpu=gpu, copies=copies[key]))
+    return requests
 
 
 def partner_note(victim: str, runs: int) -> str:

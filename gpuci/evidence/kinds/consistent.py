@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
@@ -22,8 +23,8 @@ class Consistent:
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = True
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        pass  # started ahead with the first alone-runs (`gpuci.evidence.likely`)
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        return []  # asked for with the first alone-runs (`gpuci.evidence.likely`)
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

@@ -8,13 +8,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import REPEATS, Claim, Standing, same_command
 from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import search_culprits
 from gpuci.evidence.kinds.kind import Round, screens_alone, standing
-from gpuci.evidence.likely import prepare_searches, withdraw_diagnosed
+from gpuci.evidence.likely import search_requests, withdraw_diagnosed
 from gpuci.evidence.pairs import OTHER_SIDE_FAILED, PAIRED, UNASKED
-from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe, TestEvidence
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe, TestEvidence
 
 
 class CulpritSearch:
@@ -28,9 +29,23 @@ class CulpritSearch:
     )
     in_rounds: ClassVar[bool] = True
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        if state.classified is not None and state.searches is None:
-            state.searches = prepare_searches(ctx, state.classified, found, only=state.now.keys())
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        if state.classified is None or state.searches is not None:
+            return []
+        state.searches, requests = search_requests(
+            ctx, state.classified, found, only=state.now.keys()
+        )
+        # a test that depends on others and failed alone once: where its search names a
+        # provider, its claim needs that alone-run again (`_repeated`)
+        once = [
+            t.id
+            for t in state.classified.values()
+            if t.id in state.now
+            and t.category is Category.DEPENDS_ON_OTHERS
+            and Outcome.PASSED not in t.reruns
+            and sum(1 for o in t.reruns if o in NOT_PASSING) == 1
+        ]
+        return requests + [Request(ids=(i,), strict=True) for i in once]
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

@@ -219,7 +219,7 @@ def _each(
     its runs do not show both ways are refused, and those that stand kept in `claims`."""
     for at, kind in enumerate(kinds):
         for later in (*kinds[at:], *then):
-            later.ahead(ctx, state, found)
+            ctx.prober.start_ahead(later.ahead(ctx, state, found))
         concluded = kind.conclude(ctx, state, found)
         made = claimed(kind, found, concluded)
         found = refused(made, found, concluded, screens_alone(ctx.results))

@@ -1,12 +1,15 @@
 """A kind of evidence: one kind of question the evidence asks of the suspects, as the
 engine (`gpuci.evidence.kinds.engine`) sees it.
 
-A kind says which runs it wants (`ahead`: the runs it will make, declared to the check's
-one runner, `gpuci.evidence.probe.Prober`, which starts them ahead where a start-up is
+A kind says which runs it wants (`ahead`: the runs it will make, as requests,
+`gpuci.evidence.ahead.Request`, which the engine hands the check's one runner,
+`gpuci.evidence.probe.Prober.start_ahead`, which starts them ahead where a start-up is
 worth hiding, admits them to the GPUs and holds the budget; no kind starts an interpreter
 itself), what they cost (`phase`: the account's phase its runs are counted and timed
-under, evidence.json's `phases`), what it concludes (`conclude`: the evidence with its
-answers) and which fields of a test's evidence it owns (`owns`). A kind whose answer
+under, evidence.json's `phases`; the check has one budget, and the kinds' order decides
+what a tight one cuts, so no kind needs a share of its own), what it concludes
+(`conclude`: the evidence with its answers) and which fields of a test's evidence it owns
+(`owns`). A kind whose answer
 names another test (a culprit, a provider, a partner) declares the runs each claim stands
 on (`claim`: the command that shows the finding, each run, and the same command without
 the test it names); the engine records no claim without both halves (`refused`).
@@ -24,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import Priorities
 from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import Classified
@@ -82,9 +86,11 @@ class Kind(Protocol):
     owns: ClassVar[frozenset[str]]  # the fields of TestEvidence it writes
     in_rounds: ClassVar[bool]  # asked of each round's suspects, else once after the rounds
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        """Declare to the runner the runs this kind will make, as far as they are known now
-        (called before each earlier kind concludes; an offer already waiting counts)."""
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        """The runs this kind will make, as far as they are known now, as requests the
+        engine hands the runner (`Prober.start_ahead`), which alone starts them ahead,
+        admits them and charges them (called before each earlier kind concludes; a request
+        already waiting counts)."""
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
@@ -22,13 +23,14 @@ class MemcheckRoots:
     owns: ClassVar[frozenset[str]] = frozenset({"sanitizer"})
     in_rounds: ClassVar[bool] = False
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         # the roots known once a round's alone-runs ended, beside its searches
         sanitizing = state.sanitizing
         if state.rest is None and state.classified is not None and self.name not in state.offered:
             state.offered.add(self.name)
-            if sanitizing is not None:
+            if sanitizing is not None:  # runs, not interpreters started ahead
                 sanitizing.start(state.classified, found)
+        return []
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

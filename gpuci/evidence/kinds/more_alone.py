@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import describe_cuts, more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
@@ -22,11 +23,11 @@ class MoreAlone:
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = False
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        if state.rest is not None and self.name not in state.offered:
-            state.offered.add(self.name)
-            for test_id in state.rest:
-                ctx.prober.prepare([test_id], strict=True)
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        if state.rest is None or self.name in state.offered:
+            return []
+        state.offered.add(self.name)
+        return [Request(ids=(test_id,), strict=True) for test_id in state.rest]
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
