@@ -16,6 +16,7 @@ import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import Partnerable, _replay
 from gpuci.evidence.fingerprints import failure_kind
 from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, UNASKED, search_pairs
@@ -25,6 +26,7 @@ from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of
+from gpuci.state.left import Ledger
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -402,14 +404,14 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
         lambda *_: [hog(hog_a, hog_b), hog(hog_b, hog_a)],
     )
     prober = FakeHogs(lambda _, n: Outcome.FAILED, admission=Admission(slots=4))
-    found = gpuci.evidence.culprits.search_culprits(
-        prober,  # type: ignore[arg-type]
-        {Mode.PARALLEL: parallel},
-        classified,
-        {},
+    ctx = Context(
+        prober=prober,  # type: ignore[arg-type]
+        results={Mode.PARALLEL: parallel},
         orders={},
         progress=io.StringIO(),
+        ledger=Ledger(),
     )
+    found = gpuci.evidence.culprits.search_culprits(ctx, classified, {})
     assert found[hog_a].culprits == ("test_hog_b.py",)
     assert found[hog_b].culprits == (hog_a,)
     assert found[hog_b].search.startswith("pair: the partner of")

@@ -17,6 +17,7 @@ from gpuci.evidence.admission import Admission
 from gpuci.evidence.alone import first_alone, more_alone, prioritize, run_alone
 from gpuci.evidence.bisect import REFUTED, bisect
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.likely import Likely, withdraw_unlikely
 from gpuci.evidence.orders import interpreter_order
@@ -25,6 +26,7 @@ from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
+from gpuci.state.left import Ledger
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -195,6 +197,17 @@ def test_a_providers_pass_answers_under_load() -> None:
     assert not any(strict for _, strict in prober.runs)  # a pass needs no strict run
 
 
+def _ctx(prober: object, progress: io.StringIO) -> Context:
+    """A search's context: the fake runner, no screens' results, progress told to `progress`."""
+    return Context(
+        prober=prober,  # type: ignore[arg-type]
+        results={},
+        orders={},
+        progress=progress,
+        ledger=Ledger(),
+    )
+
+
 def test_a_victim_failing_by_the_load_in_every_wave_is_searched_again_strictly() -> None:
     # it fails whenever another run is beside it, and after its culprit: the waves keep
     # first halves down to the first candidate, the strict confirmation contradicts them,
@@ -204,14 +217,14 @@ def test_a_victim_failing_by_the_load_in_every_wave_is_searched_again_strictly()
         lambda ids, strict: Outcome.FAILED if culprit in ids or not strict else Outcome.PASSED
     )
     out = io.StringIO()
-    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == (culprit,) and "again, strictly" in out.getvalue()
     assert prober.runs[-1] == ([culprit, VICTIM], True)
     # one that failed beside others in the parallel screen runs one level at a time
     prober.runs.clear()
     prober.losers.clear()
     loadable = dataclasses.replace(task(), loadable=True)
-    search = _search_once(prober, {}, loadable, [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), loadable, [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == (culprit,)
     assert [len(ids) - 1 for ids, _ in prober.runs[:2]] == [8, 4]  # no speculation
     assert not prober.losers
@@ -226,7 +239,7 @@ def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again
         lambda ids, strict: Outcome.FAILED if decoy in ids and not strict else Outcome.PASSED
     )
     out = io.StringIO()
-    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == () and search.note.startswith(NOT_REPRODUCED), search.note
     assert SAME_RUN_BOTH_WAYS not in search.note
     assert "again, strictly" in out.getvalue()
@@ -243,7 +256,7 @@ def test_a_flaky_victim_contradicting_its_loaded_search_is_flaky_not_searched_ag
         admission=Admission(slots=1),  # one run at a time: the alternation is in order
     )
     out = io.StringIO()
-    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == () and SAME_RUN_BOTH_WAYS in search.note, search.note
     assert "then again" in search.note and not search.contradicted
     assert "again, strictly" not in out.getvalue()  # no redo

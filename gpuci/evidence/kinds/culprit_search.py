@@ -53,16 +53,7 @@ class CulpritSearch:
         if state.classified is None:
             return dict(found)
         withdraw_diagnosed(ctx.prober, state.searches or {}, found)
-        searched = search_culprits(
-            ctx.prober,
-            ctx.results,
-            state.classified,
-            found,
-            orders=ctx.orders,
-            progress=ctx.progress,
-            ledger=ctx.ledger,
-            only=state.now.keys(),
-        )
+        searched = search_culprits(ctx, state.classified, found, only=state.now.keys())
         earlier = screens_alone(ctx.results)
         return {
             i: self._repeated(ctx, e, found.get(i), earlier.get(i, ())) for i, e in searched.items()

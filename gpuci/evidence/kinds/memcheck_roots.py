@@ -37,14 +37,7 @@ class MemcheckRoots:
     ) -> dict[str, TestEvidence]:
         if state.sanitize is False or state.classified is None:
             return dict(found)
-        return sanitize_roots(
-            ctx.prober,
-            state.classified,
-            found,
-            tool=state.tool,
-            progress=ctx.progress,
-            done=state.sanitized,
-        )
+        return sanitize_roots(ctx, state.classified, found, tool=state.tool, done=state.sanitized)
 
     def claim(self, evidence: TestEvidence) -> Claim | None:
         return None  # it names no other test
