@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import json
 import os
 from pathlib import Path
@@ -166,6 +167,10 @@ def _searched(alone: tuple[Outcome, ...], probes: tuple[Outcome, ...]) -> TestEv
         ((F, F), (F,), Standing.FAILS_WITHOUT),  # fails with it and without: no claim
         ((F,), (P, P), Standing.UNREPEATED),  # failed alone once: its provider not named
         ((F, P), (P, P), Standing.FLAKY),  # alone, the same run went both ways
+        # with its provider it failed once beside others (the load's, as its search found)
+        # and passed strictly: failing in every run alone, it depends on it
+        ((F, F), (P, F, P), Standing.STANDS),
+        ((P, P), (F, F, P), Standing.FLAKY),  # it passes alone: after it, both ways
     ],
 )
 def test_the_gate_records_a_culprit_search_claim_only_both_ways(
@@ -363,3 +368,54 @@ def test_a_provider_is_named_only_once_its_victim_failed_without_it_twice(
     tests = {t["id"]: t for t in verdict["tests"]}
     assert tests[VICTIM]["category"] == "flaky", tests[VICTIM]
     assert not tests[VICTIM].get("providers"), tests[VICTIM]
+
+
+@dataclasses.dataclass
+class _Repeating:
+    """A runner that records each run (its ids and collected files) and fails the victim."""
+
+    runs: list[tuple[list[str], list[str]]] = dataclasses.field(default_factory=list)
+
+    def exhausted(self) -> bool:
+        return False
+
+    def stopping(self) -> bool:
+        return False
+
+    def run(self, ids: list[str], *, collect: list[str], **_: object) -> object:
+        self.runs.append((list(ids), list(collect)))
+        return _Failed()
+
+
+class _Failed:
+    def outcome(self, test_id: str) -> Outcome:
+        return F
+
+
+def test_a_claims_deciding_run_is_repeated_once_and_as_it_ran() -> None:
+    from gpuci.evidence.context import Context
+    from gpuci.state.left import Ledger
+
+    runner = _Repeating()
+    ctx = Context(
+        prober=runner,  # type: ignore[arg-type]
+        results={},
+        orders={},
+        progress=io.StringIO(),
+        ledger=Ledger(),
+    )
+    search = CulpritSearch()
+    # the victim failed once after exactly its culprit: that run, once more, and no other
+    once = _searched((P, P), (F,))
+    again = search._repeated(ctx, once, None, ())
+    assert runner.runs == [([CULPRIT, VICTIM], [])]
+    assert standing(search, again) is Standing.STANDS
+    # a file it was named on is collected, none of its tests run, as its search ran it
+    runner.runs.clear()
+    named_file = dataclasses.replace(once, culprits=("test_a_culprit.py",), probes=())
+    search._repeated(ctx, named_file, None, ())
+    assert runner.runs[0] == ([VICTIM], ["test_a_culprit.py"])
+    # runs it made already count: a claim shown twice is not run again
+    runner.runs.clear()
+    search._repeated(ctx, _searched((P, P), (F, F)), None, ())
+    assert runner.runs == []

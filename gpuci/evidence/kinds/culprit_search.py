@@ -81,8 +81,9 @@ class CulpritSearch:
                 return evidence
             with_earlier = dataclasses.replace(evidence, alone=earlier + evidence.alone)
             before_it = () if _depends(with_earlier) else evidence.culprits
-            ran = ctx.prober.run(
-                [*before_it, evidence.id],
+            ran = ctx.prober.run(  # a file among them collected, none of its tests run
+                [*(c for c in before_it if "::" in c), evidence.id],
+                collect=[c for c in before_it if "::" not in c],
                 phase=self.phase,
                 label=f"culprits of {evidence.id}: after {len(before_it)} test(s), again",
                 strict=True,
