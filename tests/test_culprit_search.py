@@ -88,6 +88,17 @@ class FakeProber:
         assert not requests or self.hides_start_ups  # nothing asked where none is hidden
 
 
+def _ctx(prober: FakeProber) -> Context:
+    """A kind's context around a fake runner: no screens' results, progress told nowhere."""
+    return Context(
+        prober=prober,  # type: ignore[arg-type]
+        results={},
+        orders={},
+        progress=io.StringIO(),
+        ledger=Ledger(),
+    )
+
+
 def task(category: Category) -> _Task:
     return _Task(victim=VICTIM, category=category, candidates=CANDIDATES, rank=(0, 0))
 
@@ -154,14 +165,14 @@ def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
 ) -> None:
     monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
     reader = FakeProber(lambda _, n: Outcome.FAILED)
-    found = run_poisoned(reader, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(reader), [VICTIM], {})
     assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2
     flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
-    found = run_poisoned(flaky, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(flaky), [VICTIM], {})
     assert found[VICTIM].poisoned is None
     assert SAME_RUN_BOTH_WAYS in found[VICTIM].search
     clean = FakeProber(lambda _, n: Outcome.PASSED)
-    found = run_poisoned(clean, [VICTIM], {VICTIM: TestEvidence(id=VICTIM)}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(clean), [VICTIM], {VICTIM: TestEvidence(id=VICTIM)})
     assert found[VICTIM].poisoned is Outcome.PASSED and len(clean.runs) == 1
 
 

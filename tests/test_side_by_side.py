@@ -292,7 +292,7 @@ def test_a_test_that_failed_alone_runs_its_next_alone_run_strictly() -> None:
     assert prober.prepared == [([broken], True)]
     earlier = {broken: TestEvidence(id=broken, alone=(Outcome.FAILED,))}
     prober.runs.clear()
-    more_alone(prober, {broken: 1}, earlier, io.StringIO())  # type: ignore[arg-type]
+    more_alone(_ctx(prober, io.StringIO()), {broken: 1}, earlier)
     assert prober.runs == [([broken], True)]
 
 
@@ -328,13 +328,13 @@ def test_a_poisoned_failure_beside_others_is_weighed_by_strict_runs(
     monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
     # it fails whenever another run is beside it: the load's, not a flaky test's
     loaded = LoadedProber(lambda _, strict: Outcome.PASSED if strict else Outcome.FAILED)
-    found = run_poisoned(loaded, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(loaded, io.StringIO()), [VICTIM], {})
     assert found[VICTIM].poisoned is Outcome.PASSED and not found[VICTIM].search
     assert [strict for _, strict in loaded.runs] == [False, True, True]
     # it fails every other run, whatever runs beside it: the strict runs disagree
     count = iter(range(100))
     flaky = LoadedProber(lambda *_: Outcome.FAILED if next(count) % 2 == 0 else Outcome.PASSED)
-    found = run_poisoned(flaky, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(flaky, io.StringIO()), [VICTIM], {})
     assert found[VICTIM].poisoned is None and SAME_RUN_BOTH_WAYS in found[VICTIM].search
 
 
@@ -448,11 +448,7 @@ def test_a_suspect_that_failed_in_its_own_files_interpreters_runs_alone_strictly
     assert plan.likely_failing == {needs}
     prober = LoadedProber(lambda ids, _: failed if needs in ids else passed)
     found, _ = first_alone(
-        prober,  # type: ignore[arg-type]
-        plan.isolation,
-        {},
-        io.StringIO(),
-        likely_failing=plan.likely_failing,
+        _ctx(prober, io.StringIO()), plan.isolation, {}, likely_failing=plan.likely_failing
     )
     assert found[needs].alone == (failed, failed)
     assert [strict for ids, strict in prober.runs if ids == [needs]] == [True, True]
@@ -498,10 +494,9 @@ def test_a_likely_failing_suspect_that_passes_alone_gives_back_its_second_interp
     prober = LoadedProber(lambda ids, _: Outcome.PASSED)
     likely = Likely(results)  # nothing started for a search of it (none would be needed)
     found, had = first_alone(
-        prober,  # type: ignore[arg-type]
+        _ctx(prober, io.StringIO()),
         plan.isolation,
         {},
-        io.StringIO(),
         likely_failing=plan.likely_failing,
         passed_likely=lambda test_id: withdraw_unlikely(prober, likely, test_id),  # type: ignore[arg-type]
     )

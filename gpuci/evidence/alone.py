@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TextIO
 
+from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import (
     STICKY_ERROR,
     FailureGroup,
@@ -181,10 +182,9 @@ def _budget(prober: Prober) -> str:
 
 
 def more_alone(
-    prober: Prober,
+    ctx: Context,
     wanted: Mapping[str, int],
     found: Mapping[str, TestEvidence],
-    progress: TextIO,
     *,
     likely_failing: frozenset[str] = frozenset(),
 ) -> dict[str, TestEvidence]:
@@ -197,7 +197,7 @@ def more_alone(
     failed = frozenset(
         i for i in wanted if i in found and any(o in NOT_PASSING for o in found[i].alone)
     ) | (likely_failing & wanted.keys())
-    ran = run_alone(prober, wanted, progress=progress, again=again, failed=failed)
+    ran = run_alone(ctx.prober, wanted, progress=ctx.progress, again=again, failed=failed)
     for test_id, extra in ran.items():
         before = merged.get(test_id, TestEvidence(id=test_id))
         merged[test_id] = dataclasses.replace(
@@ -261,10 +261,9 @@ def _failed_in_own_files(
 
 
 def first_alone(
-    prober: Prober,
+    ctx: Context,
     wanted: Mapping[str, int],
     found: Mapping[str, TestEvidence],
-    progress: TextIO,
     *,
     likely_failing: frozenset[str] = frozenset(),
     passed_likely: Callable[[str], None] | None = None,
@@ -274,7 +273,7 @@ def first_alone(
     the runs each test has had of those it wanted. The `likely_failing` run with nothing
     beside them from the start; `passed_likely` hears of each that passed."""
     first = {i: min(n, 1) for i, n in wanted.items()}
-    merged = more_alone(prober, first, found, progress, likely_failing=likely_failing)
+    merged = more_alone(ctx, first, found, likely_failing=likely_failing)
     for test_id in likely_failing & first.keys():  # passed: not the failure it looked
         if passed_likely and test_id in merged and Outcome.PASSED in merged[test_id].alone:
             passed_likely(test_id)  # what was started for it as one, ended
@@ -283,21 +282,18 @@ def first_alone(
         for i, n in wanted.items()
         if n > 1 and i in merged and Outcome.PASSED not in merged[i].alone and not merged[i].cut
     }
-    merged = more_alone(prober, again, merged, progress)
+    merged = more_alone(ctx, again, merged)
     return merged, {i: n + again.get(i, 0) for i, n in first.items()}
 
 
 def run_representatives(
-    prober: Prober,
-    groups: Sequence[FailureGroup],
-    found: Mapping[str, TestEvidence],
-    *,
-    progress: TextIO,
+    ctx: Context, groups: Sequence[FailureGroup], found: Mapping[str, TestEvidence]
 ) -> tuple[dict[str, TestEvidence], list[str]]:
     """Each group's representative alone once (a second where the first passes); the rest
     inferred from the one that failed alone the same way. The evidence, and the members
     that run alone as any other suspect: a representative that passed, or every member of
     a group that split."""
+    prober, progress = ctx.prober, ctx.progress
     merged = dict(found)
     split: list[str] = []
     for index, group in enumerate(groups):

@@ -31,7 +31,7 @@ class Consistent:
     ) -> dict[str, TestEvidence]:
         assert state.plan is not None
         once = {i: min(n, 1) for i, n in state.plan.consistent.items()}
-        merged = more_alone(ctx.prober, once, found, ctx.progress, likely_failing=frozenset(once))
+        merged = more_alone(ctx, once, found, likely_failing=frozenset(once))
         state.had |= once
         return merged
 

@@ -39,10 +39,9 @@ class FirstAlone:
         assert state.plan is not None and state.likely is not None
         likely = state.likely
         merged, had = first_alone(
-            ctx.prober,
+            ctx,
             state.plan.isolation,
             found,
-            ctx.progress,
             likely_failing=state.plan.likely_failing,
             passed_likely=lambda test_id: withdraw_unlikely(ctx.prober, likely, test_id),
         )

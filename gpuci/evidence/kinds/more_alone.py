@@ -34,9 +34,7 @@ class MoreAlone:
     ) -> dict[str, TestEvidence]:
         # two tests a pair showed contending fail beside each other: their runs go strictly
         contending = frozenset(i for i, t in found.items() if t.search.startswith(PAIRED))
-        more = more_alone(
-            ctx.prober, state.rest or {}, found, ctx.progress, likely_failing=contending
-        )
+        more = more_alone(ctx, state.rest or {}, found, likely_failing=contending)
         return describe_cuts(more, state.wanted)
 
     def claim(self, evidence: TestEvidence) -> Claim | None:

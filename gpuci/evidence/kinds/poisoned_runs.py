@@ -38,9 +38,7 @@ class PoisonedRuns:
             for t in state.classified.values()
             if t.category is Category.ORDER_DEPENDENT and t.id in state.now
         ]
-        return run_poisoned(
-            ctx.prober, worth_poisoning(ctx.results, victims), found, progress=ctx.progress
-        )
+        return run_poisoned(ctx, worth_poisoning(ctx.results, victims), found)
 
     def claim(self, evidence: TestEvidence) -> Claim | None:
         return None  # it names no other test

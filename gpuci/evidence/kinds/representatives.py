@@ -33,9 +33,7 @@ class Representatives:
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
         assert state.plan is not None
-        merged, split = run_representatives(
-            ctx.prober, state.plan.groups, found, progress=ctx.progress
-        )
+        merged, split = run_representatives(ctx, state.plan.groups, found)
         for group in state.plan.groups:
             for member in (m for m in group.members if m not in split):
                 # a representative's one run, or the others' none, is all a kept group needs
@@ -45,9 +43,7 @@ class Representatives:
         # the cascade's later victims likely pass alone: their poisoned runs start with them
         # (known only now: handed to the runner at once)
         ctx.prober.start_ahead(cascade_requests(ctx.prober, ctx.results, split))
-        merged, more = first_alone(
-            ctx.prober, {i: state.now[i] for i in split}, merged, ctx.progress
-        )
+        merged, more = first_alone(ctx, {i: state.now[i] for i in split}, merged)
         # a representative that passed alone counts that run among its own
         state.had |= more | {
             i: len(merged[i].alone) for i in split if i in merged and merged[i].alone
