@@ -16,6 +16,7 @@ import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import Partnerable, _replay
 from gpuci.evidence.fingerprints import failure_kind
 from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, UNASKED, search_pairs
@@ -25,6 +26,7 @@ from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of
+from gpuci.state.left import Ledger
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -81,6 +83,20 @@ class FakeProber:
 
     def settle(self, ran: FakeRun, *, used: bool) -> None:
         pass
+
+    def start_ahead(self, requests: Sequence[object]) -> None:
+        assert not requests or self.hides_start_ups  # nothing asked where none is hidden
+
+
+def _ctx(prober: FakeProber) -> Context:
+    """A kind's context around a fake runner: no screens' results, progress told nowhere."""
+    return Context(
+        prober=prober,  # type: ignore[arg-type]
+        results={},
+        orders={},
+        progress=io.StringIO(),
+        ledger=Ledger(),
+    )
 
 
 def task(category: Category) -> _Task:
@@ -149,14 +165,14 @@ def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
 ) -> None:
     monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
     reader = FakeProber(lambda _, n: Outcome.FAILED)
-    found = run_poisoned(reader, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(reader), [VICTIM], {})
     assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2
     flaky = FakeProber(lambda _, n: Outcome.FAILED if n % 2 else Outcome.PASSED)
-    found = run_poisoned(flaky, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(flaky), [VICTIM], {})
     assert found[VICTIM].poisoned is None
     assert SAME_RUN_BOTH_WAYS in found[VICTIM].search
     clean = FakeProber(lambda _, n: Outcome.PASSED)
-    found = run_poisoned(clean, [VICTIM], {VICTIM: TestEvidence(id=VICTIM)}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(clean), [VICTIM], {VICTIM: TestEvidence(id=VICTIM)})
     assert found[VICTIM].poisoned is Outcome.PASSED and len(clean.runs) == 1
 
 
@@ -399,14 +415,14 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
         lambda *_: [hog(hog_a, hog_b), hog(hog_b, hog_a)],
     )
     prober = FakeHogs(lambda _, n: Outcome.FAILED, admission=Admission(slots=4))
-    found = gpuci.evidence.culprits.search_culprits(
-        prober,  # type: ignore[arg-type]
-        {Mode.PARALLEL: parallel},
-        classified,
-        {},
+    ctx = Context(
+        prober=prober,  # type: ignore[arg-type]
+        results={Mode.PARALLEL: parallel},
         orders={},
         progress=io.StringIO(),
+        ledger=Ledger(),
     )
+    found = gpuci.evidence.culprits.search_culprits(ctx, classified, {})
     assert found[hog_a].culprits == ("test_hog_b.py",)
     assert found[hog_b].culprits == (hog_a,)
     assert found[hog_b].search.startswith("pair: the partner of")
@@ -501,7 +517,7 @@ def test_a_victim_that_only_ran_the_device_out_of_memory_is_not_poisoned() -> No
 
 
 def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -> None:
-    from gpuci.evidence.pairs import prepare_first_pairs
+    from gpuci.evidence.pairs import first_pair_requests
 
     # gpu_polluted: the two hogs pair with each other (one search answers both), and the
     # flaky test pairs with hog_a's file, which so needs its interpreters twice over
@@ -513,9 +529,7 @@ def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -
     )
     run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
     parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
-    prober = FakePairProber(lambda _, n: Outcome.PASSED)
-    prepare_first_pairs(
-        prober,  # type: ignore[arg-type]
+    requests = first_pair_requests(
         parallel,
         [
             (hog_a, ["test_hog_b.py"], OOM),
@@ -523,7 +537,8 @@ def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -
             (flaky, ["test_hog_a.py", "test_hog_b.py"], ""),
         ],
     )
-    assert prober.prepared == [
+    assert all(r.side for r in requests)  # each a side of a pair run
+    assert [(list(r.ids), r.copies) for r in requests] == [
         ([hog_a], 2),
         ([hog_b], 2),
         ([flaky], 2),

@@ -5,7 +5,9 @@ goes on as without it."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.hinted import LEDGER, hinted_first, prepare_hinted
 from gpuci.model import Category, Outcome
 from tests.test_culprit_search import CANDIDATES, FakeProber, task
@@ -67,6 +69,10 @@ class Preparing:
     def prepare(self, ids: list[str], *, strict: bool, copies: int) -> None:
         assert strict  # a confirmation is strict, and the narrowing's runs
         self.started.append((list(ids), copies))
+
+    def start_ahead(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.prepare(list(request.ids), strict=request.strict, copies=request.copies)
 
 
 def test_a_hint_of_one_test_starts_its_run_and_confirmation_ahead() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import json
 import os
 from pathlib import Path
@@ -19,6 +20,7 @@ from gpuci.evidence.kinds.culprit_search import CulpritSearch
 from gpuci.evidence.kinds.engine import KINDS
 from gpuci.evidence.kinds.groups import GroupRuns
 from gpuci.evidence.kinds.kind import REFUSED, claimed, refused, standing
+from gpuci.evidence.pairs import OTHER_SIDE_FAILED, UNASKED, WITHOUT_VICTIM, partner_note
 from gpuci.model import Outcome, Probe, TestEvidence
 
 KINDS_DIR = Path(__file__).resolve().parent.parent / "gpuci" / "evidence" / "kinds"
@@ -104,16 +106,35 @@ def test_no_kind_starts_an_interpreter_itself() -> None:
         assert not modules & STARTERS, f"evidence/kinds/{path.name}: {modules & STARTERS}"
 
 
+# the runner's ways to start an interpreter ahead: only the runner's `start_ahead`, from
+# requests, may; a kind's own starting ahead would be one more place owning it
+AHEAD_CALLS = {"prepare", "prepare_together", "hold", "offer", "offer_seeing"}
+
+
+def test_a_kind_declares_the_runs_it_wants_ahead_as_requests() -> None:
+    for path in sorted(KINDS_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        called = {
+            n.func.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        }
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not called & AHEAD_CALLS, f"evidence/kinds/{path.name}: {called & AHEAD_CALLS}"
+        starts = {n for n in names if n.startswith("prepare")}
+        assert not starts, f"evidence/kinds/{path.name} imports {starts}"
+    for kind in KINDS:
+        ahead = type(kind).ahead
+        assert ahead.__annotations__["return"] == "list[Request]", kind.name
+
+
 def test_every_kind_declares_what_the_protocol_asks() -> None:
     fields = {f.name for f in dataclasses.fields(TestEvidence)}
     phases = set()
     for kind in KINDS:
         assert kind.name and kind.phase, kind
         assert kind.owns and kind.owns <= fields, (kind.name, kind.owns - fields)
-        assert kind.repeats >= 0
         phases.add(kind.phase)
-        # a kind that names other tests owns the field it names them in
-        assert (kind.repeats > 0) == ("culprits" in kind.owns), kind.name
     names = [kind.name for kind in KINDS]
     assert len(set(names)) == len(names)
     # the kinds asked in rounds come before those asked once after them
@@ -136,12 +157,20 @@ def _searched(alone: tuple[Outcome, ...], probes: tuple[Outcome, ...]) -> TestEv
 @pytest.mark.parametrize(
     ("alone", "probes", "expected"),
     [
-        ((P,), (F,), Standing.STANDS),  # fails after it, passes without it
-        ((P, F), (F,), Standing.FAILS_WITHOUT),  # fails without it too: no claim
-        ((), (F,), Standing.UNASKED),  # never run without it: no claim
+        ((P,), (F, F), Standing.STANDS),  # fails after it twice, passes without it
+        ((P,), (F,), Standing.UNREPEATED),  # its failing run seen once: no claim
+        ((P,), (F, F, P), Standing.FLAKY),  # the same command went both ways
+        ((P, F), (F, F), Standing.FAILS_WITHOUT),  # fails without it too: no claim
+        ((), (F, F), Standing.UNASKED),  # never run without it: no claim
         # one that fails alone depends on what it names: the search's runs with it pass
         ((F, F), (F, P), Standing.STANDS),
-        ((F, F), (F,), Standing.UNASKED),  # never passed with it: no claim
+        ((F, F), (F,), Standing.FAILS_WITHOUT),  # fails with it and without: no claim
+        ((F,), (P, P), Standing.UNREPEATED),  # failed alone once: its provider not named
+        ((F, P), (P, P), Standing.FLAKY),  # alone, the same run went both ways
+        # with its provider it failed once beside others (the load's, as its search found)
+        # and passed strictly: failing in every run alone, it depends on it
+        ((F, F), (P, F, P), Standing.STANDS),
+        ((P, P), (F, F, P), Standing.FLAKY),  # it passes alone: after it, both ways
     ],
 )
 def test_the_gate_records_a_culprit_search_claim_only_both_ways(
@@ -160,11 +189,66 @@ def test_the_gate_records_a_culprit_search_claim_only_both_ways(
         assert f"{REFUSED}: culprit search named {CULPRIT}: {expected.value}" in kept.search
 
 
+def test_the_gate_counts_only_the_runs_of_the_command_a_claim_names() -> None:
+    # a bisection's wider step failed too: it ran other tests before the victim, not the
+    # command that names the culprit, which ran once
+    search = CulpritSearch()
+    wider = Probe(count=3, shown=("test_a.py::test_x", "test_a.py::test_y", CULPRIT), outcome=F)
+    once = dataclasses.replace(_searched((P, P), (F,)), probes=(wider, *_searched((), (F,)).probes))
+    assert standing(search, once) is Standing.UNREPEATED
+    # the command repeated (a cascade's try and its confirmation are one command)
+    twice = dataclasses.replace(
+        once, probes=(*once.probes, Probe(count=1, shown=(CULPRIT,), outcome=F, kind="cascade"))
+    )
+    assert standing(search, twice) is Standing.STANDS
+
+
+def test_the_gate_reads_a_pair_from_either_side() -> None:
+    # contention is symmetric: a pair run where only the other side failed its way shows
+    # it; a partner's own claim is its runs beside the victim and its run without it
+    search = CulpritSearch()
+    partner_file = CULPRIT.partition("::")[0]
+    pair = TestEvidence(
+        id=VICTIM,
+        alone=(P, P),
+        culprits=(partner_file,),
+        search="pair: 3 run(s), confirmed twice",
+        probes=(
+            Probe(count=1, shown=(partner_file,), outcome=F),
+            Probe(count=1, shown=(partner_file,), outcome=P, kind=OTHER_SIDE_FAILED),
+            Probe(count=1, shown=(partner_file,), outcome=P, kind=UNASKED),
+        ),
+    )
+    assert standing(search, pair) is Standing.STANDS
+    partner = TestEvidence(
+        id=CULPRIT,
+        culprits=(VICTIM,),
+        search=partner_note(VICTIM, 3),
+        probes=(
+            Probe(count=1, shown=(VICTIM,), outcome=P, kind=OTHER_SIDE_FAILED),
+            Probe(count=1, shown=(VICTIM,), outcome=F),
+            Probe(count=0, shown=(), outcome=P, kind=WITHOUT_VICTIM),
+        ),
+    )
+    assert standing(search, partner) is Standing.STANDS
+    # a pair run where neither side failed: the pair command went both ways
+    calm = Probe(count=1, shown=(partner_file,), outcome=P)
+    assert standing(search, dataclasses.replace(pair, probes=(*pair.probes, calm))) is (
+        Standing.FLAKY
+    )
+    # a partner that fails without the victim too is no partner
+    alone_fails = Probe(count=0, shown=(), outcome=F, kind=WITHOUT_VICTIM)
+    assert (
+        standing(search, dataclasses.replace(partner, probes=(*partner.probes[:2], alone_fails)))
+        is Standing.FAILS_WITHOUT
+    )
+
+
 def test_the_gate_counts_the_alone_runs_a_mode_job_made() -> None:
     # `gpuci run` jobs rerun their suspects alone inside their modes; `gpuci explain` then
     # searches without rerunning them: those runs are the claim's other half
     search = CulpritSearch()
-    after = {VICTIM: _searched((), (F,))}
+    after = {VICTIM: _searched((), (F, F))}
     made = claimed(search, {}, after)
     assert refused(made, {}, after, {})[VICTIM].culprits == ()
     assert refused(made, {}, after, {VICTIM: (P, P)})[VICTIM] == after[VICTIM]
@@ -233,3 +317,105 @@ def test_a_culprit_whose_victim_later_fails_without_it_is_not_recorded(tmp_path:
     tests = {t["id"]: t for t in verdict["tests"]}
     assert tests[VICTIM]["category"] == "flaky", tests[VICTIM]
     assert not tests[VICTIM].get("culprits"), tests[VICTIM]
+
+
+# A test that needs an earlier file's test (an environment variable it sets) and whose
+# runs in the evidence alone alternate: its first alone-run fails, its second passes. The
+# search finds its provider (it passes after it); the run its claim stands on, the victim
+# without its provider failing, is made once more before the provider is named, and passes.
+ALTERNATING_ALONE = {
+    "test_a_culprit.py": """
+        import os
+
+        def test_pollutes():
+            os.environ["KINDS_PROVIDED"] = "1"
+    """,
+    "test_b_victim.py": """
+        import os
+        import sys
+        from pathlib import Path
+
+        def test_victim():
+            # alone: nothing else even imported (a search's run with files collected is not)
+            alone = not any(m.endswith("test_a_culprit") for m in sys.modules)
+            if os.environ.get("GPUCI_MODE") == "evidence" and alone:
+                counter = Path(os.environ["KINDS_COUNTER"])
+                n = int(counter.read_text()) + 1 if counter.exists() else 1
+                counter.write_text(str(n))
+                assert n % 2 == 0, f"run {n} with nothing before it failed"
+                return
+            assert "KINDS_PROVIDED" in os.environ, "needs an earlier test"
+    """,
+}
+
+
+@pytest.mark.slow
+def test_a_provider_is_named_only_once_its_victim_failed_without_it_twice(
+    tmp_path: Path,
+) -> None:
+    suite = write_files(tmp_path / "suite", ALTERNATING_ALONE)
+    env = dict(os.environ, KINDS_COUNTER=str(tmp_path / "counter"))
+    proc = gpuci("check", ".", "--out", "out", "--timeout", "30", cwd=suite, env=env)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    evidence = json.loads((suite / "out" / "evidence" / "evidence.json").read_text())
+    victim = next(t for t in evidence["tests"] if t["id"] == VICTIM)
+    # it passed after its provider; alone it failed once, then, the same run, passed
+    alone = [*victim["alone"], *(p["outcome"] for p in victim["probes"] if p["count"] == 0)]
+    assert alone[:2] == ["failed", "passed"], victim
+    assert not victim.get("culprits"), victim
+    assert f"{REFUSED}: culprit search named {CULPRIT}" in victim["search"], victim
+    verdict = json.loads((suite / "out" / "verdict.json").read_text())
+    tests = {t["id"]: t for t in verdict["tests"]}
+    assert tests[VICTIM]["category"] == "flaky", tests[VICTIM]
+    assert not tests[VICTIM].get("providers"), tests[VICTIM]
+
+
+@dataclasses.dataclass
+class _Repeating:
+    """A runner that records each run (its ids and collected files) and fails the victim."""
+
+    runs: list[tuple[list[str], list[str]]] = dataclasses.field(default_factory=list)
+
+    def exhausted(self) -> bool:
+        return False
+
+    def stopping(self) -> bool:
+        return False
+
+    def run(self, ids: list[str], *, collect: list[str], **_: object) -> object:
+        self.runs.append((list(ids), list(collect)))
+        return _Failed()
+
+
+class _Failed:
+    def outcome(self, test_id: str) -> Outcome:
+        return F
+
+
+def test_a_claims_deciding_run_is_repeated_once_and_as_it_ran() -> None:
+    from gpuci.evidence.context import Context
+    from gpuci.state.left import Ledger
+
+    runner = _Repeating()
+    ctx = Context(
+        prober=runner,  # type: ignore[arg-type]
+        results={},
+        orders={},
+        progress=io.StringIO(),
+        ledger=Ledger(),
+    )
+    search = CulpritSearch()
+    # the victim failed once after exactly its culprit: that run, once more, and no other
+    once = _searched((P, P), (F,))
+    again = search._repeated(ctx, once, None, ())
+    assert runner.runs == [([CULPRIT, VICTIM], [])]
+    assert standing(search, again) is Standing.STANDS
+    # a file it was named on is collected, none of its tests run, as its search ran it
+    runner.runs.clear()
+    named_file = dataclasses.replace(once, culprits=("test_a_culprit.py",), probes=())
+    search._repeated(ctx, named_file, None, ())
+    assert runner.runs[0] == ([VICTIM], ["test_a_culprit.py"])
+    # runs it made already count: a claim shown twice is not run again
+    runner.runs.clear()
+    search._repeated(ctx, _searched((P, P), (F, F)), None, ())
+    assert runner.runs == []

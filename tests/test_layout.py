@@ -100,7 +100,6 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "probe",
         "context",
         "alone",
-        "priorities",
         "beside",
         "pairs",
         "poisoned",

@@ -20,6 +20,7 @@ import pytest
 import gpuci.evidence.culprits
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.pairs import search_pairs
 from gpuci.evidence.probe import ProbeRun
@@ -39,6 +40,7 @@ from gpuci.model import (
     TestResult,
 )
 from gpuci.run.proc.discover import file_of
+from gpuci.state.left import Ledger
 
 HOG_A, HOG_B = "test_hog_a.py::test_hold", "test_hog_b.py::test_hold"
 VIEWS = {"test_hog_a.py": "0,1", "test_hog_b.py": "1,0"}  # the parallel screen's slots
@@ -199,14 +201,14 @@ def test_the_partner_and_evidence_json_keep_the_pairs_view(
         gpuci.evidence.culprits, "plan_searches", lambda *_: [hog(HOG_A, HOG_B), hog(HOG_B, HOG_A)]
     )
     results = {Mode.PARALLEL: parallel}
-    found = gpuci.evidence.culprits.search_culprits(
-        TwoGpus(),  # type: ignore[arg-type]
-        results,
-        classified,
-        {},
+    ctx = Context(
+        prober=TwoGpus(),  # type: ignore[arg-type]
+        results=results,
         orders={},
         progress=io.StringIO(),
+        ledger=Ledger(),
     )
+    found = gpuci.evidence.culprits.search_culprits(ctx, classified, {})
     # hog_b is hog_a's partner, shown by hog_a's pair runs: their view is its command's
     assert found[HOG_B].culprits == (HOG_A,)
     assert found[HOG_A].pair_gpu == found[HOG_B].pair_gpu == "0,1"

@@ -112,7 +112,11 @@ def test_a_provider_is_found_by_the_module_it_brought_first(tmp_path: Path) -> N
     for victim in ("test_a.py::test_reads_the_extension", "test_a.py::test_runs_extended"):
         found = _test(evidence, victim)
         assert found["culprits"] == ["test_e.py"], found["search"]
-        # the first run is the hint's, test_e.py collected; then its confirmation
+        # the first run is the hint's, test_e.py collected; then its confirmation; then, where
+        # it had failed one alone-run, that run once more: its claim stands on it twice
         assert found["probes"][0]["kind"] == "modules", found["probes"]
-        assert len(found["probes"]) == 2 and found["search"].startswith("modules:")
+        assert found["search"].startswith("modules:")
+        again = found["probes"][2:]
+        assert all(p == {"count": 0, "shown": [], "outcome": "failed"} for p in again), again
+        assert len(found["alone"]) + len(again) == 2, found
         assert _test(verdict, victim)["category"] == "depends-on-others"

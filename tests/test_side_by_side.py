@@ -14,18 +14,19 @@ import pytest
 
 import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
-from gpuci.evidence.alone import more_alone, run_alone
+from gpuci.evidence.alone import first_alone, more_alone, prioritize, run_alone
 from gpuci.evidence.bisect import REFUTED, bisect
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
 from gpuci.evidence.likely import Likely, withdraw_unlikely
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.poisoned import run_poisoned
-from gpuci.evidence.priorities import first_alone, prioritize
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
+from gpuci.state.left import Ledger
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -196,6 +197,17 @@ def test_a_providers_pass_answers_under_load() -> None:
     assert not any(strict for _, strict in prober.runs)  # a pass needs no strict run
 
 
+def _ctx(prober: object, progress: io.StringIO) -> Context:
+    """A search's context: the fake runner, no screens' results, progress told to `progress`."""
+    return Context(
+        prober=prober,  # type: ignore[arg-type]
+        results={},
+        orders={},
+        progress=progress,
+        ledger=Ledger(),
+    )
+
+
 def test_a_victim_failing_by_the_load_in_every_wave_is_searched_again_strictly() -> None:
     # it fails whenever another run is beside it, and after its culprit: the waves keep
     # first halves down to the first candidate, the strict confirmation contradicts them,
@@ -205,14 +217,14 @@ def test_a_victim_failing_by_the_load_in_every_wave_is_searched_again_strictly()
         lambda ids, strict: Outcome.FAILED if culprit in ids or not strict else Outcome.PASSED
     )
     out = io.StringIO()
-    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == (culprit,) and "again, strictly" in out.getvalue()
     assert prober.runs[-1] == ([culprit, VICTIM], True)
     # one that failed beside others in the parallel screen runs one level at a time
     prober.runs.clear()
     prober.losers.clear()
     loadable = dataclasses.replace(task(), loadable=True)
-    search = _search_once(prober, {}, loadable, [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), loadable, [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == (culprit,)
     assert [len(ids) - 1 for ids, _ in prober.runs[:2]] == [8, 4]  # no speculation
     assert not prober.losers
@@ -227,7 +239,7 @@ def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again
         lambda ids, strict: Outcome.FAILED if decoy in ids and not strict else Outcome.PASSED
     )
     out = io.StringIO()
-    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == () and search.note.startswith(NOT_REPRODUCED), search.note
     assert SAME_RUN_BOTH_WAYS not in search.note
     assert "again, strictly" in out.getvalue()
@@ -244,7 +256,7 @@ def test_a_flaky_victim_contradicting_its_loaded_search_is_flaky_not_searched_ag
         admission=Admission(slots=1),  # one run at a time: the alternation is in order
     )
     out = io.StringIO()
-    search = _search_once(prober, {}, task(), [], frozenset(), progress=out)  # type: ignore[arg-type]
+    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == () and SAME_RUN_BOTH_WAYS in search.note, search.note
     assert "then again" in search.note and not search.contradicted
     assert "again, strictly" not in out.getvalue()  # no redo
@@ -280,7 +292,7 @@ def test_a_test_that_failed_alone_runs_its_next_alone_run_strictly() -> None:
     assert prober.prepared == [([broken], True)]
     earlier = {broken: TestEvidence(id=broken, alone=(Outcome.FAILED,))}
     prober.runs.clear()
-    more_alone(prober, {broken: 1}, earlier, io.StringIO())  # type: ignore[arg-type]
+    more_alone(_ctx(prober, io.StringIO()), {broken: 1}, earlier)
     assert prober.runs == [([broken], True)]
 
 
@@ -316,13 +328,13 @@ def test_a_poisoned_failure_beside_others_is_weighed_by_strict_runs(
     monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
     # it fails whenever another run is beside it: the load's, not a flaky test's
     loaded = LoadedProber(lambda _, strict: Outcome.PASSED if strict else Outcome.FAILED)
-    found = run_poisoned(loaded, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(loaded, io.StringIO()), [VICTIM], {})
     assert found[VICTIM].poisoned is Outcome.PASSED and not found[VICTIM].search
     assert [strict for _, strict in loaded.runs] == [False, True, True]
     # it fails every other run, whatever runs beside it: the strict runs disagree
     count = iter(range(100))
     flaky = LoadedProber(lambda *_: Outcome.FAILED if next(count) % 2 == 0 else Outcome.PASSED)
-    found = run_poisoned(flaky, [VICTIM], {}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_poisoned(_ctx(flaky, io.StringIO()), [VICTIM], {})
     assert found[VICTIM].poisoned is None and SAME_RUN_BOTH_WAYS in found[VICTIM].search
 
 
@@ -436,11 +448,7 @@ def test_a_suspect_that_failed_in_its_own_files_interpreters_runs_alone_strictly
     assert plan.likely_failing == {needs}
     prober = LoadedProber(lambda ids, _: failed if needs in ids else passed)
     found, _ = first_alone(
-        prober,  # type: ignore[arg-type]
-        plan.isolation,
-        {},
-        io.StringIO(),
-        likely_failing=plan.likely_failing,
+        _ctx(prober, io.StringIO()), plan.isolation, {}, likely_failing=plan.likely_failing
     )
     assert found[needs].alone == (failed, failed)
     assert [strict for ids, strict in prober.runs if ids == [needs]] == [True, True]
@@ -486,10 +494,9 @@ def test_a_likely_failing_suspect_that_passes_alone_gives_back_its_second_interp
     prober = LoadedProber(lambda ids, _: Outcome.PASSED)
     likely = Likely(results)  # nothing started for a search of it (none would be needed)
     found, had = first_alone(
-        prober,  # type: ignore[arg-type]
+        _ctx(prober, io.StringIO()),
         plan.isolation,
         {},
-        io.StringIO(),
         likely_failing=plan.likely_failing,
         passed_likely=lambda test_id: withdraw_unlikely(prober, likely, test_id),  # type: ignore[arg-type]
     )

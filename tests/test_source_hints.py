@@ -3,11 +3,14 @@ tried first, then narrowed and confirmed (a wrong one costs a run, a common valu
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.context import Context
 from gpuci.evidence.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.source_hints import MAX_WRITERS, quoted_values, writers
@@ -171,7 +174,7 @@ def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) 
     (hinted,) = hint_tasks([planned], results, Ledger())
     provider = CANDIDATES[1]
     right = HidingStartUps(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
-    search = _search(right, results, hinted, [], frozenset())  # type: ignore[arg-type]
+    search = _search(_ctx(right, results), hinted, [], frozenset())  # type: ignore[arg-type]
     assert search.culprits == (provider,) and search.probes[0].kind == SOURCE
     assert len(right.runs) <= 3  # no run of the suite's files collected
     # the interpreters started ahead for its runs with the files collected (all of them,
@@ -179,9 +182,19 @@ def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) 
     assert right.withdrawn == [["test_a.py", "test_b.py", victim], ["test_a.py", victim]]
     # a wrong hint: then the files collected, as without one (its import is the provider)
     importing = Collecting(lambda ids, _: Outcome.PASSED if "test_b.py" in ids else Outcome.FAILED)
-    search = _search(importing, results, hinted, [], frozenset())  # type: ignore[arg-type]
+    search = _search(_ctx(importing, results), hinted, [], frozenset())  # type: ignore[arg-type]
     assert [p.kind for p in search.probes[:2]] == [SOURCE, COLLECTED]
     assert search.culprits == ("test_b.py",)
+
+
+def _ctx(prober: FakeProber, results: dict[Mode, ModeResults]) -> Context:
+    return Context(
+        prober=prober,  # type: ignore[arg-type]
+        results=results,
+        orders={},
+        progress=io.StringIO(),
+        ledger=Ledger(),
+    )
 
 
 class Collecting(FakeProber):
@@ -200,6 +213,10 @@ class HidingStartUps(FakeProber):
 
     def prepare(self, ids: Sequence[str], **_: Any) -> None:
         pass
+
+    def start_ahead(self, requests: Sequence[Request]) -> None:
+        for request in requests:
+            self.prepare(request.ids, copies=request.copies)
 
     def hold(self, ids: Sequence[str], **_: Any) -> object:
         return tuple(ids)  # stands for the interpreter held ahead

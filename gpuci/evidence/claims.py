@@ -20,10 +20,10 @@ runs a claim holds decide whether it stands (`judge`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuci.model import NOT_PASSING, Outcome
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe
 
 REPEATS = 2  # runs of the failing half: the same command twice
 
@@ -61,6 +61,17 @@ def judge(claim: Claim) -> Standing:
     if not other:
         return Standing.UNASKED
     return Standing.STANDS
+
+
+def same_command(probes: Iterable[Probe], named: Sequence[str]) -> tuple[Probe, ...]:
+    """The runs in `probes` of the command that runs exactly `named` with the victim (before
+    it, or beside it for a pair): the runs a claim naming `named` rests on. A probe keeps
+    at most PROBE_SHOWN of what ran with the victim (the nearest before it, or a pair's
+    first files), so a run of as many tests ending (or, beside, starting) alike is taken
+    for the same command."""
+    named = tuple(named)
+    shapes = {named[-PROBE_SHOWN:], named[:PROBE_SHOWN]}
+    return tuple(p for p in probes if p.count == len(named) and p.shown in shapes)
 
 
 def shown_twice(outcomes: Sequence[Outcome]) -> bool:

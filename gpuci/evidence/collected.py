@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.bisect import bisect
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober
@@ -69,7 +70,7 @@ def collected_first(
     if task.category is not Category.DEPENDS_ON_OTHERS or not files or prober.exhausted():
         return replay()
     tried = Search([])
-    prepare_collected(prober, results, task.victim)  # where not started ahead already
+    prober.start_ahead(collected_requests(prober, results, task.victim))  # where not yet
     if probe_after(prober, task, tried, files):
         # that run is the halving's first: with one file, what is left is its confirmation
         found = bisect(prober, dataclasses.replace(task, candidates=files), tried, shown=True)
@@ -87,15 +88,19 @@ def collected_first(
     return search
 
 
-def prepare_collected(prober: Prober, results: Mapping[Mode, ModeResults], victim: str) -> None:
-    """Where start-ups are worth hiding, a depends-on-others search's first runs start
+def collected_requests(
+    prober: Prober, results: Mapping[Mode, ModeResults], victim: str
+) -> list[Request]:
+    """Where start-ups are worth hiding, a depends-on-others search's first runs, to start
     ahead (`_first_runs`). A run not taken is killed at the end."""
-    for collect, copies in _first_runs(prober, results, victim):
-        prober.prepare([victim], collect=collect, copies=copies)
+    return [
+        Request(ids=(victim,), collect=tuple(collect), copies=copies)
+        for collect, copies in _first_runs(prober, results, victim)
+    ]
 
 
 def withdraw_collected(prober: Prober, results: Mapping[Mode, ModeResults], victim: str) -> None:
-    """`prepare_collected`'s interpreters ended: the victim's search needed none of them (its
+    """`collected_requests`' interpreters ended: the victim's search needed none of them (its
     hint named the provider)."""
     for collect, copies in _first_runs(prober, results, victim):
         for _ in range(copies):

@@ -24,14 +24,13 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TextIO
 
 from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.collected import collected_first, withdraw_collected
+from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import same_kind
 from gpuci.evidence.hinted import hint_tasks, hinted_first
-from gpuci.evidence.orders import Order
 from gpuci.evidence.pairs import (
     NOT_REPRODUCED,
     NOT_SEARCHED,
@@ -48,7 +47,6 @@ from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.reports import pool_limited
 from gpuci.run.sched.progress import say
-from gpuci.state.left import Ledger
 
 # a pair's partner must not fail on its own: these pass with nothing beside them
 PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
@@ -95,22 +93,19 @@ def _fails_in_its_file_alone(test: Classified) -> bool:
 
 
 def search_culprits(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
+    ctx: Context,
     classified: Mapping[str, Classified],
     found: Mapping[str, TestEvidence],
     *,
-    orders: Mapping[Mode, Order],
-    progress: TextIO,
-    ledger: Ledger | None = None,
     only: Collection[str] | None = None,
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression (of those `only`, where given), added to
     the evidence by test id; the tests the victim's failure points at (in the state
-    `ledger`, or in the suite's source) tried first (`gpuci.evidence.hinted`)."""
-    planned = plan_searches(results, classified, found, orders)
+    ledger, or in the suite's source) tried first (`gpuci.evidence.hinted`)."""
+    prober, results, progress = ctx.prober, ctx.results, ctx.progress
+    planned = plan_searches(results, classified, found, ctx.orders)
     tasks = hint_tasks(
-        [t for t in planned if only is None or t.victim in only], results, ledger or Ledger()
+        [t for t in planned if only is None or t.victim in only], results, ctx.ledger
     )
     if not tasks:
         return dict(found)
@@ -136,12 +131,7 @@ def search_culprits(
                 continue
             known = list(roots)  # what this wave tries: the same for each of its victims
             with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-                futures = [
-                    pool.submit(
-                        _search_once, prober, results, t, known, partnerable, progress=progress
-                    )
-                    for t in todo
-                ]
+                futures = [pool.submit(_search_once, ctx, t, known, partnerable) for t in todo]
                 done = [f.result() for f in futures]
             for task, search in zip(todo, done, strict=True):
                 searches[task.victim] = search
@@ -152,7 +142,7 @@ def search_culprits(
                     if partner not in searches:
                         note = partner_note(task.victim, len(search.probes))
                         searches[partner] = Search(
-                            [],
+                            list(search.partner_runs.get(partner, ())),
                             culprits=(task.victim,),
                             note=note,
                             pair_gpu=search.pair_gpu,  # its command is the victim's pair's
@@ -247,25 +237,20 @@ def _waves(group: Sequence[Task], width: int) -> list[list[Task]]:
 
 
 def _search_once(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
-    task: Task,
-    roots: list[tuple[str, ...]],
-    partnerable: Partnerable,
-    *,
-    progress: TextIO,
+    ctx: Context, task: Task, roots: list[tuple[str, ...]], partnerable: Partnerable
 ) -> Search:
     """One victim's search, redone strictly where a strict run contradicted it."""
+    prober, progress = ctx.prober, ctx.progress
     if prober.exhausted():
         say(progress, f"  {task.victim}: culprits: {NOT_SEARCHED}")
         return Search([], note=NOT_SEARCHED)
-    search = _search(prober, results, task, roots, partnerable)
+    search = _search(ctx, task, roots, partnerable)
     # the one cause of doubt, the load, removed once
     if LOADED in search.contradicted and not task.strict and not prober.stopping():
         task = dataclasses.replace(task, strict=True)
         say(progress, f"  {task.victim}: a strict run contradicted {LOADED}; again, strictly")
         earlier = search.probes  # kept: every run is evidence, the doubted ones first
-        search = _search(prober, results, task, roots, partnerable)
+        search = _search(ctx, task, roots, partnerable)
         search.probes[:0] = earlier
         search.note += f"; again after {len(earlier)} run(s) a strict run contradicted"
     shown = ", ".join(search.culprits) or "-"
@@ -274,12 +259,9 @@ def _search_once(
 
 
 def _search(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
-    task: Task,
-    roots: list[tuple[str, ...]],
-    partnerable: Partnerable,
+    ctx: Context, task: Task, roots: list[tuple[str, ...]], partnerable: Partnerable
 ) -> Search:
+    prober, results = ctx.prober, ctx.results
     if task.category is Category.CONCURRENCY:
         return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
     if "::" not in task.victim:  # a file's import: only other files' imports come before it
@@ -288,7 +270,7 @@ def _search(
         # its failure names what a few earlier tests' source writes: those before all else
         unhinted = dataclasses.replace(task, hinted=(), hint="")
         found = hinted_first(
-            prober, task, roots, rest=lambda: _search(prober, results, unhinted, roots, partnerable)
+            prober, task, roots, rest=lambda: _search(ctx, unhinted, roots, partnerable)
         )
         if found is not None:
             if found.culprits:  # the hint's runs answered: none with the files collected
@@ -390,5 +372,6 @@ def _pairs(prober: Prober, parallel: ModeResults, task: Task, partnerable: Partn
         culprits=found.culprits,
         note=found.note,
         partners=found.partners,
+        partner_runs=found.partner_runs,
         pair_gpu=found.gpu,
     )

@@ -18,9 +18,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from gpuci.evidence.alone import alone_runs_wanted
+from gpuci.evidence.alone import alone_runs_wanted, prioritize
 from gpuci.evidence.budget import fastest_start_up
-from gpuci.evidence.priorities import prioritize
 from gpuci.evidence.probe import Prober, start_prober
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.formats import EVIDENCE_DIR

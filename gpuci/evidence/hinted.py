@@ -21,8 +21,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from gpuci.evidence.ahead import Request, requests_each
 from gpuci.evidence.bisect import bisect, cascade
-from gpuci.evidence.probe import Prober, prepare_each, withdraw_each
+from gpuci.evidence.probe import Prober, withdraw_each
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search import Search, probe_after
 from gpuci.evidence.source_hints import writers
@@ -130,14 +131,18 @@ def hinted_first(
     return narrowed
 
 
+def hinted_requests(tasks: Sequence[Task]) -> list[Request]:
+    """Each hinted search's likely runs, to start ahead (where start-ups are expensive,
+    before the alone-runs; else as the search begins), so that a right hint costs its
+    tests' time, not their start-ups: the hint's run, where it hints at several tests each
+    one's before the victim (the narrowing's), and the culprit's again (the confirmation).
+    A run takes any interpreter of its files; those not taken are killed at the end."""
+    return requests_each(run for task in tasks for run in hinted_runs(task))
+
+
 def prepare_hinted(prober: Prober, tasks: Sequence[Task]) -> None:
-    """Each hinted search's likely runs start ahead (where start-ups are expensive, before
-    the alone-runs; else as the search begins), so that a right hint costs its tests'
-    time, not their start-ups: the hint's run, where it hints
-    at several tests each one's before the victim (the narrowing's), and the culprit's
-    again (the confirmation). A run takes any interpreter of its files; those not taken
-    are killed at the end."""
-    prepare_each(prober, [run for task in tasks for run in hinted_runs(task)])
+    """`hinted_requests` started ahead as a search begins."""
+    prober.start_ahead(hinted_requests(tasks))
 
 
 def withdraw_hinted(prober: Prober, task: Task) -> None:

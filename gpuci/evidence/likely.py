@@ -1,4 +1,5 @@
-"""Likely runs: the evidence runs known before the alone-runs begin, started ahead where a
+"""Likely runs: the evidence runs known before the alone-runs begin, as requests the kinds
+declare to the runner (`gpuci.evidence.ahead.Request`), which starts them ahead where a
 start-up is worth hiding (`Prober.hides_start_ups`).
 
 Strict runs go one after another, and each fresh interpreter pays its start-up while the
@@ -16,7 +17,7 @@ after their collection (`gpuci.evidence.ahead`), in the order they will run:
 Once a suspect passed its first alone-run, what was started for it as a likely failure is
 ended (`withdraw_unlikely`: held, they would take the places of the confirmations after
 them, which would start cold), and an order-dependent victim's poisoned
-run starts (`prepare_poisoned`).
+run is requested (`poisoned_requests`).
 
 An interpreter serves any run of its files, so a file gets as many as its runs in a row
 (one per run, counted over its tests). Those not taken are killed at the end; a guess
@@ -28,43 +29,47 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from gpuci.evidence.ahead import Request, requests_each
+from gpuci.evidence.alone import Priorities, poisoned_after
 from gpuci.evidence.classify import Classified, classify_results
-from gpuci.evidence.collected import prepare_collected, withdraw_collected
+from gpuci.evidence.collected import collected_requests, withdraw_collected
 from gpuci.evidence.context import Context
-from gpuci.evidence.hinted import hint_tasks, hinted_runs, prepare_hinted, withdraw_hinted
-from gpuci.evidence.pairs import pair_order, prepare_first_pairs
+from gpuci.evidence.hinted import hint_tasks, hinted_requests, hinted_runs, withdraw_hinted
+from gpuci.evidence.pairs import first_pair_requests, pair_order
 from gpuci.evidence.poisoned import poisonable, worth_poisoning
-from gpuci.evidence.priorities import Priorities, poisoned_after
-from gpuci.evidence.probe import Prober, prepare_each, withdraw_each
+from gpuci.evidence.probe import Prober, withdraw_each
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, diagnosed, plan_searches
 from gpuci.model import Category, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import POISON_ENV, file_of
 
+POISONED = ((POISON_ENV, "1"),)  # a poisoned run's environment (`gpuci.evidence.poison`)
+
 
 @dataclass(frozen=True, slots=True)
 class Likely:
-    """What `prepare_likely` started for the likely failing suspects: by victim, its
+    """What `likely_requests` asked to start for the likely failing suspects: by victim, its
     depends-on-others search (its hint's runs, else those with the files collected)."""
 
     results: Mapping[Mode, ModeResults]
     searches: Mapping[str, Task] = field(default_factory=dict)
 
 
-def prepare_likely(
+def likely_requests(
     ctx: Context, plan: Priorities, wanted: Mapping[str, int], found: Mapping[str, TestEvidence]
-) -> Likely:
-    """Start ahead the runs `plan` will make first (one per test where start-ups are cheap
-    but worth hiding, more where they are expensive), in the order they will run."""
+) -> tuple[Likely, list[Request]]:
+    """The runs `plan` will make first (one per test where start-ups are cheap but worth
+    hiding, more where they are expensive), in the order they will run."""
     prober, results = ctx.prober, ctx.results
     if not prober.hides_start_ups:
-        return Likely(results)
+        return Likely(results), []
     in_a_row: dict[str, int] = {}  # by file: the interpreters its runs so far need
+    requests: list[Request] = []
 
     def offer(test_id: str, runs: int) -> None:
         file = file_of(test_id)
         in_a_row[file] = in_a_row.get(file, 0) + runs
-        prober.prepare([test_id], strict=True, copies=in_a_row[file])
+        requests.append(Request(ids=(test_id,), strict=True, copies=in_a_row[file]))
 
     for test_id, n in plan.isolation.items():
         twice = test_id in plan.likely_failing or prober.expensive
@@ -77,20 +82,19 @@ def prepare_likely(
             offer(member, 1)
     likely = Likely(results, _depends_on_others(ctx, plan, found))
     searches = likely.searches.values()  # where it passed in the suite
-    prepare_hinted(prober, [t for t in searches if t.hinted])  # their copies add up
+    requests += hinted_requests([t for t in searches if t.hinted])  # their copies add up
     for task in (t for t in searches if not t.hinted):
-        prepare_collected(prober, results, task.victim)
+        requests += collected_requests(prober, results, task.victim)
     if not prober.expensive:
-        return likely
+        return likely, requests
     for test_id in plan.isolation:
         if not prober.poisoned:  # its poisoned run, where it turns out order-dependent
-            prober.prepare([test_id], strict=True, env={POISON_ENV: "1"})
+            requests.append(Request(ids=(test_id,), strict=True, env=POISONED))
     # its culprit search's hinted runs, where it turns out order-dependent
     passing = dict.fromkeys(plan.isolation, (Outcome.PASSED,))
     classified = classify_results(results, passing, ctx.orders)
     maybe = plan_searches(results, classified, found, ctx.orders)
-    prepare_hinted(prober, hint_tasks(maybe, results, ctx.ledger))
-    return likely
+    return likely, requests + hinted_requests(hint_tasks(maybe, results, ctx.ledger))
 
 
 def _depends_on_others(
@@ -122,15 +126,15 @@ def withdraw_unlikely(prober: Prober, likely: Likely, test_id: str) -> None:
     prober.withdraw([test_id], strict=True)
 
 
-def prepare_poisoned(
+def poisoned_requests(
     ctx: Context, found: Mapping[str, TestEvidence], *, only: Collection[str]
-) -> None:
+) -> list[Request]:
     """The poisoned runs of the suspects (`only`) that passed their first alone-run and are
-    order-dependent victims, started ahead while the other alone-runs go on (the poisoned
+    order-dependent victims, to start ahead while the other alone-runs go on (the poisoned
     runs start at once after them, beside each other, and would otherwise start cold).
     Again after each stage: one started already counts."""
     if not ctx.prober.hides_start_ups or ctx.prober.poisoned:
-        return
+        return []
     alone = {i: t.alone for i, t in found.items() if t.alone}
     classified = classify_results(ctx.results, alone, ctx.orders)
     victims = [
@@ -138,43 +142,47 @@ def prepare_poisoned(
         for t in classified.values()
         if t.category is Category.ORDER_DEPENDENT and t.id in only and Outcome.PASSED in t.reruns
     ]
-    _offer_poisoned(ctx.prober, ctx.results, victims)
+    return _poisoned(ctx.prober, ctx.results, victims)
 
 
-def prepare_cascade(prober: Prober, results: Mapping[Mode, ModeResults], split: list[str]) -> None:
+def cascade_requests(
+    prober: Prober, results: Mapping[Mode, ModeResults], split: list[str]
+) -> list[Request]:
     """A sticky error's later victims in its file (a group split) run alone now, and
-    likely pass (the cascade's): their poisoned runs start with them."""
+    likely pass (the cascade's): their poisoned runs, to start with them."""
     if prober.hides_start_ups and not prober.poisoned:
-        _offer_poisoned(prober, results, split)
+        return _poisoned(prober, results, split)
+    return []
 
 
-def _offer_poisoned(prober: Prober, results: Mapping[Mode, ModeResults], ids: list[str]) -> None:
+def _poisoned(prober: Prober, results: Mapping[Mode, ModeResults], ids: list[str]) -> list[Request]:
     worth = worth_poisoning(results, ids)
-    if worth and poisonable(prober):
-        for test_id in worth:
-            prober.prepare([test_id], env={POISON_ENV: "1"})
+    if not worth or not poisonable(prober):
+        return []
+    return [Request(ids=(test_id,), env=POISONED) for test_id in worth]
 
 
 Prepared = dict[str, list[tuple[list[str], int]]]  # by victim: the runs started, and copies
 
 
-def prepare_searches(
+def search_requests(
     ctx: Context,
     classified: Mapping[str, Classified],
     found: Mapping[str, TestEvidence],
     *,
     only: Collection[str],
-) -> Prepared:
+) -> tuple[Prepared, list[Request]]:
     """The culprit searches of the victims (`only`) as classified after their alone-runs:
     the hinted ones' runs, a bisection's within its own file, and each contention's first
-    pair start ahead while the poisoned runs go on (else, as the search began, a right
-    hint's first run would pay its start-up while the GPU idles). The runs started, for
-    `withdraw_diagnosed`."""
+    pair, to start ahead while the poisoned runs go on (else, as the search began, a right
+    hint's first run would pay its start-up while the GPU idles). The runs asked for, by
+    victim, for `withdraw_diagnosed`."""
     prober, results = ctx.prober, ctx.results
     if not prober.hides_start_ups:
-        return {}
+        return {}, []
     tasks = [t for t in plan_searches(results, classified, found, ctx.orders) if t.victim in only]
     parallel = results.get(Mode.PARALLEL)
+    requests: list[Request] = []
     if parallel is not None:  # each contention's first pair: the likeliest contender
         peaks = prober.admission.peaks
         pairs = [
@@ -182,7 +190,7 @@ def prepare_searches(
             for t in tasks
             if t.category is Category.CONCURRENCY
         ]
-        prepare_first_pairs(prober, parallel, pairs)
+        requests += first_pair_requests(parallel, pairs)
     prepared: Prepared = {}
     for task in hint_tasks(tasks, results, ctx.ledger):
         if task.hinted:
@@ -190,8 +198,7 @@ def prepare_searches(
         elif task.category is Category.ORDER_DEPENDENT and _within_its_file(task):
             # every run of its bisection is of that file; one candidate: its run, confirmed
             prepared[task.victim] = [([task.victim], 2)]
-    prepare_each(prober, [run for runs in prepared.values() for run in runs])
-    return prepared
+    return prepared, requests + requests_each(run for runs in prepared.values() for run in runs)
 
 
 def _within_its_file(task: Task) -> bool:
@@ -203,7 +210,7 @@ def _within_its_file(task: Task) -> bool:
 def withdraw_diagnosed(
     prober: Prober, prepared: Prepared, found: Mapping[str, TestEvidence]
 ) -> None:
-    """The runs `prepare_searches` started for a victim its poisoned runs diagnosed (it
+    """The runs `search_requests` asked for a victim its poisoned runs diagnosed (it
     reads memory it never wrote, or went both ways): it has no search, they are ended."""
     for victim, runs in prepared.items():
         if diagnosed(found.get(victim)):

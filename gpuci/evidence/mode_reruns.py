@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.evidence.alone import alone_runs_wanted, run_alone
-from gpuci.evidence.priorities import describe_cuts
+from gpuci.evidence.alone import alone_runs_wanted, describe_cuts, run_alone
 from gpuci.evidence.probe import Prober, start_prober
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import mode_run_to_json, write_json_atomic

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from gpuci.evidence.claims import REPEATS, Claim, Standing, judge, shown_twice
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.claims import REPEATS, shown_twice
 from gpuci.evidence.fingerprints import failure_kind, same_kind
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
@@ -59,6 +60,10 @@ PARTNER_TRIES = 2  # more runs of a confirmed pair, to see which partner test fa
 # it asked nothing (its Probe's kind), and runs once more, as it was
 UNASKED = "sides apart"
 ASKS = 2
+# a pair run in which one side passed and the other failed its way: contention is
+# symmetric, so the run shows the finding for both (each one's claim's failing half)
+OTHER_SIDE_FAILED = "the other side failed its way"
+WITHOUT_VICTIM = "without the victim"  # a partner's run with the victim taken out
 
 
 def pair_order(candidates: Sequence[str], kind: str, peaks: Mapping[str, int]) -> list[str]:
@@ -81,6 +86,8 @@ class PairSearch:
     note: str = ""
     gpu: str | None = None  # the view every side of its runs saw (None: each side its own)
     killed: int = 0  # partner tests whose failure beside it their run without it showed too
+    # each partner's runs: its outcomes under the pair command, then without the victim
+    partner_runs: dict[str, tuple[Probe, ...]] = field(default_factory=dict)
 
 
 def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the note that tells it
@@ -130,16 +137,22 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
             # one never reached its first test (no overlap), or the victim never ran: the
             # run asked nothing, and counts neither way
             asked = met == len(started) and outcome is not Outcome.NOT_RUN
+            partners = _failed_its_way(done[1:], kind, partnerable) if asked and kind else []
             search.probes.append(
                 Probe(
                     count=len(beside),
                     shown=tuple(beside[:PROBE_SHOWN]),
                     outcome=outcome,
-                    kind="" if asked else UNASKED,
+                    kind=UNASKED
+                    if not asked
+                    else OTHER_SIDE_FAILED
+                    if partners and outcome not in NOT_PASSING
+                    else "",
                 )
             )
             if asked:
-                partners = _failed_its_way(done[1:], kind, partnerable) if kind else []
+                # the victim's and each other test's outcome: a partner's failing half
+                seen.append((outcome, {r.id: r.outcome for run in done[1:] for r in _results(run)}))
                 return outcome in NOT_PASSING or bool(partners), partners
             apart += 1
             if cut():
@@ -159,6 +172,7 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
         if index + 1 < len(groups):
             prober.prepare_together(sides(groups[index + 1]))
         first_run = len(search.probes)
+        seen: list[tuple[Outcome, dict[str, Outcome]]] = []  # this pair command's asked runs
         shows, partners = pair_shows(beside)
         if not shows:
             continue
@@ -185,9 +199,10 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
                 break
             failed.update(more)
         twice = _twice(failed)
-        found = _standing_partners(
+        without = _standing_partners(
             prober, sides(beside), twice, passed_alone if len(beside) == 1 else ()
         )
+        found = [t for t in twice if without.get(t) is Outcome.PASSED]
         search.killed += len(twice) - len(found)
         asked = [p.outcome for p in search.probes[first_run:] if p.kind != UNASKED]
         if not found and not shown_twice(asked):
@@ -196,6 +211,9 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
             continue
         search.culprits = tuple(beside)
         search.partners = tuple(found)
+        # a partner's run without the victim, where one ran (not its isolated screen's)
+        ran = {t: without[t] for t in found if t not in passed_alone or len(beside) > 1}
+        search.partner_runs = {t: _partner_runs(victim, t, seen, ran.get(t)) for t in found}
         search.note = (
             f"{PAIRED}{len(search.probes)} run(s), confirmed twice"
             + (f"; only all {len(beside)} together" if len(beside) > 1 else "")
@@ -225,34 +243,56 @@ def _twice(failed: Counter[str]) -> list[str]:
     return [test for test, n in failed.items() if n >= REPEATS]
 
 
+def _partner_runs(
+    victim: str,
+    partner: str,
+    seen: Sequence[tuple[Outcome, Mapping[str, Outcome]]],
+    alone: Outcome | None,
+) -> tuple[Probe, ...]:
+    """A partner's runs as its own claim reads them: its outcome in each asked run of the
+    pair command (beside the victim, which failed where it passed: `OTHER_SIDE_FAILED`),
+    then its outcome in the run without the victim, where one ran."""
+    beside = tuple(
+        Probe(
+            count=1,
+            shown=(victim,),
+            outcome=runs[partner],
+            kind=OTHER_SIDE_FAILED
+            if runs[partner] not in NOT_PASSING and victims in NOT_PASSING
+            else "",
+        )
+        for victims, runs in seen
+        if partner in runs
+    )
+    if alone is None:
+        return beside
+    return (*beside, Probe(count=0, shown=(), outcome=alone, kind=WITHOUT_VICTIM))
+
+
 def _standing_partners(
     prober: Prober,
     sides: Sequence[tuple[list[str], str | None]],
     failed: Sequence[str],
     passed_alone: Collection[str],
-) -> list[str]:
-    """Of the tests that failed the victim's way twice beside it, those whose claim stands
-    (`gpuci.evidence.claims`): without the victim (the pair's other sides, started as
-    they were) they pass. One known to pass in its own file alone needs no such run where
-    its file was the only other side; otherwise the run goes once, for all of them."""
+) -> dict[str, Outcome]:
+    """The tests that failed the victim's way twice beside it, each with its outcome without
+    the victim (the other half of its claim, `gpuci.evidence.claims`; a partner's claim
+    stands where it passed): one known to pass in its own file alone needs no such run
+    where its file was the only other side; otherwise the pair's other sides run once,
+    started as they were, for all of them. Not run (a cut budget): `not-run`."""
+    without = {t: Outcome.PASSED for t in failed if t in passed_alone}
     unknown = [t for t in failed if t not in passed_alone]
     if not unknown:
-        return list(failed)
+        return without
     if prober.exhausted() or prober.stopping():
-        return [t for t in failed if t in passed_alone]  # unasked: not blamed
+        return without | dict.fromkeys(unknown, Outcome.NOT_RUN)  # unasked: not blamed
     runs, _ = prober.run_together(sides[1:], phase=PHASE, label="partners, without the victim")
-    standing = []
-    for test in failed:
-        without = next(
+    for test in unknown:
+        without[test] = next(
             (o for o in (r.outcome(test) for r in runs) if o is not Outcome.NOT_RUN),
             Outcome.NOT_RUN,
         )
-        other = (Outcome.PASSED,) if test in passed_alone else (without,)
-        # its failing half: the pair's runs, where it failed twice (`_twice`)
-        claim = Claim(victim=test, failing=(Outcome.FAILED,) * REPEATS, other=other)
-        if judge(claim) is Standing.STANDS:
-            standing.append(test)
-    return standing
+    return without
 
 
 def pair_sides(
@@ -275,17 +315,18 @@ def pair_sides(
     return [(ids, gpu) for ids, gpu in runs if ids]
 
 
-def prepare_first_pairs(
-    prober: Prober, parallel: ModeResults, searches: Sequence[tuple[str, Sequence[str], str]]
-) -> None:
+def first_pair_requests(
+    parallel: ModeResults, searches: Sequence[tuple[str, Sequence[str], str]]
+) -> list[Request]:
     """The sides of each pair search's (victim, candidates in pair order, failure kind)
-    first run and its confirmation, started ahead before the searches begin
+    first run and its confirmation, to start ahead before the searches begin
     (`search_pairs` starts the rest as it goes: a pair's first round started cold pays
     both sides' start-ups). Two files paired already count once (the other side's own
     search, which its partner's answers); a file several searches pair with, once each."""
     met: set[frozenset[str]] = set()
     copies: dict[tuple[tuple[str, ...], str | None], int] = {}
     ids_of = _ids_by_file(parallel)
+    requests = []
     for victim, candidates, kind in searches:
         pair = frozenset({file_of(victim), *candidates[:1]})
         if not candidates or pair in met:
@@ -294,7 +335,8 @@ def prepare_first_pairs(
         for ids, gpu in pair_sides(parallel, victim, kind, candidates[:1], ids_of=ids_of):
             key = (tuple(dict.fromkeys(file_of(i) for i in ids)), gpu)
             copies[key] = copies.get(key, 0) + 2
-            prober.prepare_together([(ids, gpu)], copies=copies[key])
+            requests.append(Request(ids=tuple(ids), side=True, side_gpu=gpu, copies=copies[key]))
+    return requests
 
 
 def partner_note(victim: str, runs: int) -> str:

@@ -8,8 +8,8 @@ import dataclasses
 import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TextIO
 
+from gpuci.evidence.context import Context
 from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.results import ModeResults
@@ -55,7 +55,7 @@ def poisonable(prober: Prober) -> bool:
 
 
 def run_poisoned(
-    prober: Prober, victims: Sequence[str], found: Mapping[str, TestEvidence], *, progress: TextIO
+    ctx: Context, victims: Sequence[str], found: Mapping[str, TestEvidence]
 ) -> dict[str, TestEvidence]:
     """Each order-dependent victim alone once more, every fresh allocation filled with 0xFF:
     one that fails so twice reads memory it never wrote (its own bug, not its culprit's).
@@ -63,6 +63,7 @@ def run_poisoned(
     (twice where that passes: the first failure may have been the load's). One whose runs
     with nothing beside them went both ways under identical conditions is flaky (its
     search says so, and none is made)."""
+    prober, progress = ctx.prober, ctx.progress
     merged = dict(found)
     if victims and not poisonable(prober):
         say(progress, "poisoned allocations: skipped (neither CuPy nor PyTorch is importable)")

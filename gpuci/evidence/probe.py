@@ -24,7 +24,13 @@ from pathlib import Path
 
 from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
-from gpuci.evidence.ahead import AHEAD_START_S, Ahead, ahead_limit, evidence_launch
+from gpuci.evidence.ahead import (
+    AHEAD_START_S,
+    Ahead,
+    Request,
+    ahead_limit,
+    evidence_launch,
+)
 from gpuci.evidence.reproduce import serial_gpu
 from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
@@ -297,6 +303,23 @@ class Prober:
             files = _files(ids, collect)
             self.ahead.offer(ids, files, strict=strict, env=env, copies=copies, certain=certain)
 
+    def start_ahead(self, requests: Iterable[Request]) -> None:
+        """Start the interpreters of the runs the kinds declared (`Request`), each where a
+        start-up is worth hiding, admitted by `gpuci.evidence.ahead` within the slots and
+        charged to the budget when its run takes it; one already waiting counts."""
+        for request in requests:
+            if request.side:
+                self.prepare_together([(request.ids, request.side_gpu)], copies=request.copies)
+            else:
+                self.prepare(
+                    request.ids,
+                    strict=request.strict,
+                    collect=request.collect,
+                    env=dict(request.env) or None,
+                    copies=request.copies,
+                    certain=request.certain,
+                )
+
     def withdraw(
         self, ids: Sequence[str], *, strict: bool = False, collect: Sequence[str] = ()
     ) -> None:
@@ -441,19 +464,8 @@ def prepare_next(prober: Prober, after: str, current: str, *, strict: bool) -> N
     prober.prepare([after], strict=strict, copies=2 if twice else 1)
 
 
-def prepare_each(prober: Prober, runs: Iterable[tuple[Sequence[str], int]]) -> None:
-    """Start ahead the strict runs of `runs` (ids, copies): one interpreter serves any run of
-    its files, so the copies of runs of the same files add up (two searches whose runs
-    share a file each get theirs; else the second one's starts cold)."""
-    need: dict[tuple[str, ...], int] = {}
-    for ids, copies in runs:
-        files = tuple(_files(ids, ()))
-        need[files] = need.get(files, 0) + copies
-        prober.prepare(ids, strict=True, copies=need[files])
-
-
 def withdraw_each(prober: Prober, runs: Iterable[tuple[Sequence[str], int]]) -> None:
-    """`prepare_each`'s interpreters of `runs` ended: those runs will not come after all."""
+    """`requests_each`' interpreters of `runs` ended: those runs will not come after all."""
     for ids, copies in runs:
         for _ in range(copies):
             prober.withdraw(ids, strict=True)

@@ -21,9 +21,9 @@ import shutil
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TextIO
 
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.memcheck import Memcheck, cap_lines, is_cuda_fault, parse_memcheck
 from gpuci.evidence.probe import Prober
 from gpuci.model import Category, Outcome, TestEvidence, TestResult, UsageError
@@ -156,16 +156,16 @@ def _starved(prober: Prober) -> bool:
 
 
 def sanitize_roots(
-    prober: Prober,
+    ctx: Context,
     classified: Mapping[str, Classified],
     found: Mapping[str, TestEvidence],
     *,
     tool: str | None,
-    progress: TextIO,
     done: Mapping[str, str] | None = None,
 ) -> dict[str, TestEvidence]:
     """Each root alone under memcheck, its first error block added to its evidence (those
     `done` beside the searches already, `Sanitizing`, not again)."""
+    prober, progress = ctx.prober, ctx.progress
     merged = dict(found)
     roots = sanitizer_roots(classified, found)
     done = done or {}

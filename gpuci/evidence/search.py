@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuci.evidence.pairs import NOT_REPRODUCED, PHASE
 from gpuci.evidence.probe import Prober, ProbeRun
@@ -31,6 +31,7 @@ class Search:
     culprits: tuple[str, ...] = ()
     note: str = ""
     partners: tuple[str, ...] = ()  # a pair's: its partner file's tests that failed its way
+    partner_runs: dict[str, tuple[Probe, ...]] = field(default_factory=dict)  # each's runs
     pair_gpu: str | None = None  # a pair's view shared by every side (`PairSearch.gpu`)
     loaded: bool = False  # a run that showed it by failing had another run beside it
     whole: bool = False  # every candidate's replay ran beside the halving's first wave

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
@@ -21,17 +22,16 @@ class Consistent:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 0
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        pass  # started ahead with the first alone-runs (`gpuci.evidence.likely`)
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        return []  # asked for with the first alone-runs (`gpuci.evidence.likely`)
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
         assert state.plan is not None
         once = {i: min(n, 1) for i, n in state.plan.consistent.items()}
-        merged = more_alone(ctx.prober, once, found, ctx.progress, likely_failing=frozenset(once))
+        merged = more_alone(ctx, once, found, likely_failing=frozenset(once))
         state.had |= once
         return merged
 

@@ -4,15 +4,18 @@ beside (`gpuci.evidence.culprits`: hints first, then a bisection; pairs for cont
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.claims import Claim
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.claims import REPEATS, Claim, Standing, same_command
 from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import search_culprits
-from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.likely import prepare_searches, withdraw_diagnosed
-from gpuci.model import NOT_PASSING, Outcome, TestEvidence
+from gpuci.evidence.kinds.kind import Round, screens_alone, standing
+from gpuci.evidence.likely import search_requests, withdraw_diagnosed
+from gpuci.evidence.pairs import OTHER_SIDE_FAILED, PAIRED, UNASKED
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe, TestEvidence
 
 
 class CulpritSearch:
@@ -25,11 +28,24 @@ class CulpritSearch:
         {"culprits", "search", "probes", "steps", "pair_gpu"}
     )
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 1  # a bisection's step; a pair repeats its own (`pairs`)
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        if state.classified is not None and state.searches is None:
-            state.searches = prepare_searches(ctx, state.classified, found, only=state.now.keys())
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        if state.classified is None or state.searches is not None:
+            return []
+        state.searches, requests = search_requests(
+            ctx, state.classified, found, only=state.now.keys()
+        )
+        # a test that depends on others and failed alone once: where its search names a
+        # provider, its claim needs that alone-run again (`_repeated`)
+        once = [
+            t.id
+            for t in state.classified.values()
+            if t.id in state.now
+            and t.category is Category.DEPENDS_ON_OTHERS
+            and Outcome.PASSED not in t.reruns
+            and sum(1 for o in t.reruns if o in NOT_PASSING) == 1
+        ]
+        return requests + [Request(ids=(i,), strict=True) for i in once]
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
@@ -37,34 +53,93 @@ class CulpritSearch:
         if state.classified is None:
             return dict(found)
         withdraw_diagnosed(ctx.prober, state.searches or {}, found)
-        return search_culprits(
-            ctx.prober,
-            ctx.results,
-            state.classified,
-            found,
-            orders=ctx.orders,
-            progress=ctx.progress,
-            ledger=ctx.ledger,
-            only=state.now.keys(),
-        )
+        searched = search_culprits(ctx, state.classified, found, only=state.now.keys())
+        earlier = screens_alone(ctx.results)
+        return {
+            i: self._repeated(ctx, e, found.get(i), earlier.get(i, ())) for i, e in searched.items()
+        }
+
+    def _repeated(
+        self,
+        ctx: Context,
+        evidence: TestEvidence,
+        before: TestEvidence | None,
+        earlier: tuple[Outcome, ...],
+    ) -> TestEvidence:
+        """`evidence` with the run its new claim rests on made as often as the claim needs
+        (`gpuci.evidence.claims.REPEATS`), strictly, where the search made it fewer times:
+        the victim after exactly its culprits, or, for one that fails alone, the victim
+        alone. Only that run, and only where the runs already made of it did not go both
+        ways (then the gate finds the victim flaky); a pair repeats its own (`pairs`)."""
+        new = evidence.culprits and (before is None or before.culprits != evidence.culprits)
+        if not new or evidence.search.startswith(PAIRED):
+            return evidence
+        for _ in range(REPEATS):  # a run that never reaches the victim shows neither way
+            if standing(self, evidence, earlier) is not Standing.UNREPEATED:
+                return evidence
+            if ctx.prober.exhausted() or ctx.prober.stopping():
+                return evidence
+            with_earlier = dataclasses.replace(evidence, alone=earlier + evidence.alone)
+            before_it = () if _depends(with_earlier) else evidence.culprits
+            ran = ctx.prober.run(  # a file among them collected, none of its tests run
+                [*(c for c in before_it if "::" in c), evidence.id],
+                collect=[c for c in before_it if "::" not in c],
+                phase=self.phase,
+                label=f"culprits of {evidence.id}: after {len(before_it)} test(s), again",
+                strict=True,
+            )
+            again = Probe(
+                count=len(before_it),
+                shown=tuple(before_it[-PROBE_SHOWN:]),
+                outcome=ran.outcome(evidence.id),
+            )
+            evidence = dataclasses.replace(evidence, probes=(*evidence.probes, again))
+        return evidence
 
     def claim(self, evidence: TestEvidence) -> Claim | None:
-        """A victim that passes alone: the search's runs in which it failed with what it
-        names, against its alone-runs (the command without them). One that fails alone
-        (it depends on others): its alone-runs, against the runs in which it passed with
-        what it names. A partner named by its victim's pair: the pair's runs are the
-        victim's, its own alone-runs the other half."""
-        alone = evidence.alone
-        fails_alone = any(o in NOT_PASSING for o in alone) and Outcome.PASSED not in alone
-        probes = tuple(p.outcome for p in evidence.probes)
-        if fails_alone:
-            return Claim(
-                victim=evidence.id,
-                failing=alone,
-                other=tuple(o for o in probes if o is Outcome.PASSED),
-            )
-        return Claim(
-            victim=evidence.id,
-            failing=tuple(o for o in probes if o in NOT_PASSING),
-            other=alone,
-        )
+        """The runs of the one command its culprits were named on (the victim after, or
+        beside, exactly what it names: `_named`), against the victim without them (its
+        alone-runs; a partner's run without its victim: `_alone`). A victim that passes
+        with what it names depends on it: its runs alone are the failing half, those with
+        it the other, where it passed (a failure there beside others may be the load's, as
+        its search found)."""
+        named, alone = _named(evidence), _alone(evidence)
+        if _depends(evidence):
+            passed = tuple(o for o in named if o is Outcome.PASSED)
+            return Claim(victim=evidence.id, failing=alone, other=passed)
+        return Claim(victim=evidence.id, failing=named, other=alone)
+
+
+def _named(evidence: TestEvidence) -> tuple[Outcome, ...]:
+    """The victim's outcomes in the runs of the command that names its culprits; a pair run
+    in which only the other side failed its way shows the contention too."""
+    return tuple(
+        Outcome.FAILED if p.kind == OTHER_SIDE_FAILED else p.outcome
+        for p in same_command(evidence.probes, evidence.culprits)
+        if p.kind != UNASKED
+    )
+
+
+def _alone(evidence: TestEvidence) -> tuple[Outcome, ...]:
+    """The victim's runs with nothing before or beside it: its alone-runs, and the search's
+    (a partner's run without its victim, an alone-run repeated for its claim)."""
+    searched = (p.outcome for p in same_command(evidence.probes, ()) if p.kind != UNASKED)
+    return (*evidence.alone, *searched)
+
+
+def _depends(evidence: TestEvidence) -> bool:
+    """Whether the claim is that the victim needs what it names: it passed with it, and
+    failed alone (or, where that command went both ways too, failed in every run alone). A
+    pair's claim never is: a side that fails without the other fails by itself."""
+    if evidence.search.startswith(PAIRED):
+        return False
+    named, alone = _named(evidence), _alone(evidence)
+    if Outcome.PASSED not in named:
+        return False
+    failed = [o for o in alone if o in NOT_PASSING]
+    mixed = any(o in NOT_PASSING for o in named)
+    return bool(failed) and (not mixed or len(failed) == len(_ran(alone)))
+
+
+def _ran(outcomes: tuple[Outcome, ...]) -> tuple[Outcome, ...]:
+    return tuple(o for o in outcomes if o in NOT_PASSING or o is Outcome.PASSED)

@@ -34,7 +34,7 @@ from gpuci.evidence.kinds.consistent import Consistent
 from gpuci.evidence.kinds.culprit_search import CulpritSearch
 from gpuci.evidence.kinds.first_alone import FirstAlone
 from gpuci.evidence.kinds.groups import GroupRuns, next_round, waiting_victims
-from gpuci.evidence.kinds.kind import Kind, Round, claimed, refused
+from gpuci.evidence.kinds.kind import Kind, Round, claimed, refused, screens_alone
 from gpuci.evidence.kinds.memcheck_roots import MemcheckRoots
 from gpuci.evidence.kinds.more_alone import MoreAlone
 from gpuci.evidence.kinds.poisoned_runs import PoisonedRuns
@@ -55,7 +55,6 @@ from gpuci.model import (
     NOT_PASSING,
     Evidence,
     Mode,
-    Outcome,
     TestEvidence,
 )
 from gpuci.run.proc.discover import file_of
@@ -206,16 +205,6 @@ def _gather(
     return refused(claims, {}, found, screens_alone(results))
 
 
-def screens_alone(results: Mapping[Mode, ModeResults]) -> dict[str, tuple[Outcome, ...]]:
-    """The alone-runs `gpuci run` jobs made inside their modes, by test, every mode's."""
-    alone: dict[str, tuple[Outcome, ...]] = {}
-    for mode_results in results.values():
-        for test in mode_results.run.tests:
-            if test.reruns:
-                alone[test.id] = alone.get(test.id, ()) + test.reruns
-    return alone
-
-
 def _each(
     ctx: Context,
     kinds: Sequence[Kind],
@@ -230,7 +219,7 @@ def _each(
     its runs do not show both ways are refused, and those that stand kept in `claims`."""
     for at, kind in enumerate(kinds):
         for later in (*kinds[at:], *then):
-            later.ahead(ctx, state, found)
+            ctx.prober.start_ahead(later.ahead(ctx, state, found))
         concluded = kind.conclude(ctx, state, found)
         made = claimed(kind, found, concluded)
         found = refused(made, found, concluded, screens_alone(ctx.results))

@@ -1,17 +1,18 @@
 """The first alone-runs: does an isolation suspect fail with nothing before it, in a fresh
-interpreter? (`gpuci.evidence.alone`, in `gpuci.evidence.priorities`' order: the likely
-failing with nothing beside them, a second run at once for one that fails.)"""
+interpreter? (`gpuci.evidence.alone`, in its order: the likely failing with nothing
+beside them, a second run at once for one that fails.)"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.alone import first_alone, prioritize
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.likely import prepare_likely, withdraw_unlikely
-from gpuci.evidence.priorities import first_alone, prioritize
+from gpuci.evidence.likely import likely_requests, withdraw_unlikely
 from gpuci.model import TestEvidence
 
 
@@ -23,24 +24,24 @@ class FirstAlone:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 0
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        if state.plan is None:
-            state.plan = prioritize(ctx.results, state.now)
-            state.likely = prepare_likely(ctx, state.plan, state.now, found)
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        if state.plan is not None:
+            return []
+        state.plan = prioritize(ctx.results, state.now)
+        state.likely, requests = likely_requests(ctx, state.plan, state.now, found)
+        return requests
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
-        self.ahead(ctx, state, found)
+        ctx.prober.start_ahead(self.ahead(ctx, state, found))  # where not asked before
         assert state.plan is not None and state.likely is not None
         likely = state.likely
         merged, had = first_alone(
-            ctx.prober,
+            ctx,
             state.plan.isolation,
             found,
-            ctx.progress,
             likely_failing=state.plan.likely_failing,
             passed_likely=lambda test_id: withdraw_unlikely(ctx.prober, likely, test_id),
         )

@@ -27,7 +27,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpuci.evidence.claims import REPEATS, Claim, Standing, judge
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
@@ -305,10 +306,9 @@ class GroupRuns:
     phase: ClassVar[str] = PHASE
     owns: ClassVar[frozenset[str]] = frozenset({"culprits", "search", "probes", "group"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = REPEATS
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        pass  # which runs it makes turns on the first victim's culprits, found just before
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        return []  # which runs it makes turns on the first victim's culprits, found just before
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]

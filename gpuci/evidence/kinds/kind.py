@@ -1,12 +1,15 @@
 """A kind of evidence: one kind of question the evidence asks of the suspects, as the
 engine (`gpuci.evidence.kinds.engine`) sees it.
 
-A kind says which runs it wants (`ahead`: the runs it will make, declared to the check's
-one runner, `gpuci.evidence.probe.Prober`, which starts them ahead where a start-up is
+A kind says which runs it wants (`ahead`: the runs it will make, as requests,
+`gpuci.evidence.ahead.Request`, which the engine hands the check's one runner,
+`gpuci.evidence.probe.Prober.start_ahead`, which starts them ahead where a start-up is
 worth hiding, admits them to the GPUs and holds the budget; no kind starts an interpreter
 itself), what they cost (`phase`: the account's phase its runs are counted and timed
-under, evidence.json's `phases`), what it concludes (`conclude`: the evidence with its
-answers) and which fields of a test's evidence it owns (`owns`). A kind whose answer
+under, evidence.json's `phases`; the check has one budget, and the kinds' order decides
+what a tight one cuts, so no kind needs a share of its own), what it concludes
+(`conclude`: the evidence with its answers) and which fields of a test's evidence it owns
+(`owns`). A kind whose answer
 names another test (a culprit, a provider, a partner) declares the runs each claim stands
 on (`claim`: the command that shows the finding, each run, and the same command without
 the test it names); the engine records no claim without both halves (`refused`).
@@ -24,13 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from gpuci.evidence.claims import REPEATS, Claim, Standing, judge
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.alone import Priorities
+from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.likely import Likely, Prepared
-from gpuci.evidence.priorities import Priorities
+from gpuci.evidence.results import ModeResults
 from gpuci.evidence.sanitizer import Sanitizing
-from gpuci.model import Outcome, TestEvidence
+from gpuci.model import Mode, Outcome, TestEvidence
 
 REFUSED = "not recorded"  # a search note's start where the engine refused its claim
 
@@ -80,11 +85,12 @@ class Kind(Protocol):
     phase: ClassVar[str]  # the account's phase its runs count under: what they cost
     owns: ClassVar[frozenset[str]]  # the fields of TestEvidence it writes
     in_rounds: ClassVar[bool]  # asked of each round's suspects, else once after the rounds
-    repeats: ClassVar[int]  # runs of a claim's failing half it needs; 0: it names no test
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        """Declare to the runner the runs this kind will make, as far as they are known now
-        (called before each earlier kind concludes; an offer already waiting counts)."""
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        """The runs this kind will make, as far as they are known now, as requests the
+        engine hands the runner (`Prober.start_ahead`), which alone starts them ahead,
+        admits them and charges them (called before each earlier kind concludes; a request
+        already waiting counts)."""
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
@@ -97,36 +103,43 @@ class Kind(Protocol):
         (None where it recorded none)."""
 
 
-def standing(kind: Kind, evidence: TestEvidence) -> Standing:
+def standing(kind: Kind, evidence: TestEvidence, earlier: tuple[Outcome, ...] = ()) -> Standing:
     """Whether the culprits `kind` named in `evidence` stand on the runs it recorded: its
-    claim's other half is missing or failed, or its failing half went both ways or ran
-    fewer times than `kind.repeats`, and they do not (see `gpuci.evidence.claims`)."""
-    claim = kind.claim(evidence)
-    if claim is None or not claim.other:
+    claim's other half is missing or failed, or its failing half went both ways or failed
+    fewer than twice, and they do not (see `gpuci.evidence.claims`). `earlier`: the
+    alone-runs a `gpuci run` job made inside its mode (the same command as the evidence's)."""
+    claim = kind.claim(dataclasses.replace(evidence, alone=earlier + evidence.alone))
+    if claim is None:
         return Standing.UNASKED
-    judged = judge(claim)
-    if judged is Standing.UNREPEATED and kind.repeats < REPEATS:
-        return Standing.STANDS
-    return judged
+    return judge(claim)
+
+
+def screens_alone(results: Mapping[Mode, ModeResults]) -> dict[str, tuple[Outcome, ...]]:
+    """The alone-runs `gpuci run` jobs made inside their modes, by test, every mode's."""
+    alone: dict[str, tuple[Outcome, ...]] = {}
+    for mode_results in results.values():
+        for test in mode_results.run.tests:
+            if test.reruns:
+                alone[test.id] = alone.get(test.id, ()) + test.reruns
+    return alone
 
 
 def refused(
     kinds: Mapping[str, Kind],
     before: Mapping[str, TestEvidence],
     after: Mapping[str, TestEvidence],
-    screens_alone: Mapping[str, tuple[Outcome, ...]],
+    earlier: Mapping[str, tuple[Outcome, ...]],
 ) -> dict[str, TestEvidence]:
     """`after`, less every claim that its kind's runs do not show both ways (`standing`),
     `kinds` by the test it is made for: the test keeps the culprits it had `before`, and
     its search says why the new ones were not recorded. The alone-runs a `gpuci run` job
-    made inside its mode (`screens_alone`) are alone-runs too: the same command."""
+    made inside its mode (`earlier`, `screens_alone`) are alone-runs too: the same command."""
     kept = dict(after)
     for test_id, kind in kinds.items():
         evidence = after.get(test_id)
         if evidence is None or not evidence.culprits:
             continue
-        earlier = screens_alone.get(test_id, ())
-        judged = standing(kind, dataclasses.replace(evidence, alone=earlier + evidence.alone))
+        judged = standing(kind, evidence, earlier.get(test_id, ()))
         if judged is Standing.STANDS:
             continue
         had = before.get(test_id)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.alone import more_alone
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.alone import describe_cuts, more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.pairs import PAIRED
-from gpuci.evidence.priorities import describe_cuts
 from gpuci.model import TestEvidence
 
 
@@ -22,22 +22,19 @@ class MoreAlone:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = False
-    repeats: ClassVar[int] = 0
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        if state.rest is not None and self.name not in state.offered:
-            state.offered.add(self.name)
-            for test_id in state.rest:
-                ctx.prober.prepare([test_id], strict=True)
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        if state.rest is None or self.name in state.offered:
+            return []
+        state.offered.add(self.name)
+        return [Request(ids=(test_id,), strict=True) for test_id in state.rest]
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
         # two tests a pair showed contending fail beside each other: their runs go strictly
         contending = frozenset(i for i, t in found.items() if t.search.startswith(PAIRED))
-        more = more_alone(
-            ctx.prober, state.rest or {}, found, ctx.progress, likely_failing=contending
-        )
+        more = more_alone(ctx, state.rest or {}, found, likely_failing=contending)
         return describe_cuts(more, state.wanted)
 
     def claim(self, evidence: TestEvidence) -> Claim | None:

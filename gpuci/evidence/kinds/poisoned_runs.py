@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.likely import prepare_poisoned
+from gpuci.evidence.likely import poisoned_requests
 from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.model import Category, TestEvidence
 
@@ -22,11 +23,10 @@ class PoisonedRuns:
     phase: ClassVar[str] = "poisoned"
     owns: ClassVar[frozenset[str]] = frozenset({"poisoned", "search"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 0
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         # again before each kind: those whose first alone-runs passed since start now
-        prepare_poisoned(ctx, found, only=state.now.keys())
+        return poisoned_requests(ctx, found, only=state.now.keys())
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
@@ -38,9 +38,7 @@ class PoisonedRuns:
             for t in state.classified.values()
             if t.category is Category.ORDER_DEPENDENT and t.id in state.now
         ]
-        return run_poisoned(
-            ctx.prober, worth_poisoning(ctx.results, victims), found, progress=ctx.progress
-        )
+        return run_poisoned(ctx, worth_poisoning(ctx.results, victims), found)
 
     def claim(self, evidence: TestEvidence) -> Claim | None:
         return None  # it names no other test

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
+from gpuci.evidence.alone import first_alone, run_representatives
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.likely import prepare_cascade
-from gpuci.evidence.priorities import first_alone, run_representatives
+from gpuci.evidence.likely import cascade_requests
 from gpuci.model import TestEvidence
 
 
@@ -24,18 +25,15 @@ class Representatives:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut", "inferred_from"})
     in_rounds: ClassVar[bool] = True
-    repeats: ClassVar[int] = 0
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
-        pass  # started ahead with the first alone-runs (`gpuci.evidence.likely`)
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
+        return []  # asked for with the first alone-runs (`gpuci.evidence.likely`)
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
         assert state.plan is not None
-        merged, split = run_representatives(
-            ctx.prober, state.plan.groups, found, progress=ctx.progress
-        )
+        merged, split = run_representatives(ctx, state.plan.groups, found)
         for group in state.plan.groups:
             for member in (m for m in group.members if m not in split):
                 # a representative's one run, or the others' none, is all a kept group needs
@@ -43,10 +41,9 @@ class Representatives:
                 state.wanted[member] = 0 if inferred else min(state.now[member], 1)
                 state.had[member] = len(merged[member].alone)  # not run again at the end
         # the cascade's later victims likely pass alone: their poisoned runs start with them
-        prepare_cascade(ctx.prober, ctx.results, split)
-        merged, more = first_alone(
-            ctx.prober, {i: state.now[i] for i in split}, merged, ctx.progress
-        )
+        # (known only now: handed to the runner at once)
+        ctx.prober.start_ahead(cascade_requests(ctx.prober, ctx.results, split))
+        merged, more = first_alone(ctx, {i: state.now[i] for i in split}, merged)
         # a representative that passed alone counts that run among its own
         state.had |= more | {
             i: len(merged[i].alone) for i in split if i in merged and merged[i].alone

@@ -10,12 +10,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.orders import Order, tests_before
-from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.model import PROBE_SHOWN, Category, Mode, Outcome, Probe, TestEvidence
 from gpuci.run.proc.endings import EXIT_ID
@@ -38,11 +38,11 @@ def thread_unsafe(
     return unsafe, thread_args(threads.run.threads)
 
 
-def prepare_threaded(prober: Prober, tests: Sequence[str], threads: Sequence[str]) -> None:
-    """The first runs in threads start ahead, while the runs before them go on (each later
-    one starts during the run before it)."""
-    for test_id in tests[:PREPARED]:  # they run whatever the searches find
-        prober.prepare([test_id], env=threads_env(threads), strict=True, certain=True)
+def threaded_requests(tests: Sequence[str], threads: Sequence[str]) -> list[Request]:
+    """The first runs in threads, to start ahead while the runs before them go on (each
+    later one starts during the run before it); they run whatever the searches find."""
+    env = tuple(threads_env(threads).items())
+    return [Request(ids=(t,), env=env, strict=True, certain=True) for t in tests[:PREPARED]]
 
 
 def run_threaded(
@@ -62,7 +62,8 @@ def run_threaded(
         if prober.exhausted() or prober.stopping():
             break
         if index + 1 < len(tests):  # the next one's start-up while this one runs
-            prober.prepare(tests[index + 1 : index + 2], env=env, strict=True)
+            after = tests[index + 1]
+            prober.start_ahead([Request(ids=(after,), env=tuple(env.items()), strict=True)])
         ran = prober.run(
             [test_id],
             phase="threads",
@@ -115,13 +116,13 @@ class Threaded:
     phase: ClassVar[str] = "threads"
     owns: ClassVar[frozenset[str]] = frozenset({"threaded", "probes"})
     in_rounds: ClassVar[bool] = False
-    repeats: ClassVar[int] = 0
 
-    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> None:
+    def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         # once the categories are known: as the searches begin, and again after the rounds
         if state.classified is not None and self.name not in state.offered:
             state.offered.add(self.name)
-            prepare_threaded(ctx.prober, *thread_unsafe(ctx.results, state.classified))
+            return threaded_requests(*thread_unsafe(ctx.results, state.classified))
+        return []
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
