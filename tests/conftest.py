@@ -6,10 +6,12 @@ GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel)
 on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs; the plugins
 installed beside pytest loaded by the interpreters of the tests marked `installed_plugins`
 or `threads_plugin` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD); always, a test not
-marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard)."""
+marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard), and
+gpuci's bytecode is written before the first test (compile_gpuci)."""
 
 from __future__ import annotations
 
+import compileall
 import functools
 import os
 import re
@@ -24,6 +26,7 @@ import pytest
 FILE_TIMES = os.environ.get("GPUCI_FILE_TIMES") == "1"
 _SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
 RUN_PARALLEL_SITE = str(Path(_SITE).resolve()) if _SITE else ""  # children run elsewhere
+GPUCI_SOURCES = Path(__file__).parent.parent / "gpuci"
 QUICK_CPU_S = 2.0  # the most CPU a test not marked `slow` may use (QuickLaneGuard)
 CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a test used
 
@@ -195,3 +198,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if FILE_TIMES and reporter is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(FileTimes(reporter), "gpuci-file-times")
     config.pluginmanager.register(QuickLaneGuard(), "gpuci-quick-lane-guard")
+    if not hasattr(config, "workerinput"):
+        compile_gpuci()
+
+
+def compile_gpuci() -> None:
+    """gpuci's bytecode, written once before any test starts. The tests start gpuci's CLI
+    in fresh interpreters, hundreds a run; where PYTHONDONTWRITEBYTECODE is set (as in many
+    CI images) no interpreter writes it, so each would compile gpuci's sources again, a
+    good part of its start-up. (A user's gpuci, from a wheel, has the bytecode pip wrote.)"""
+    compileall.compile_dir(GPUCI_SOURCES, quiet=1)
