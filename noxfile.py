@@ -67,7 +67,12 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """gpuci's own tests: unit, end-to-end, publisher, browser, pipeline (no GPU needed)."""
-    session.install("-e", ".", *TEST_DEPS)
+    # gpuci's own build backend is among the tests' dependencies: installed first (with
+    # `editables`, which its editable builds import), it builds the editable install in
+    # place, where pip's build isolation would fetch and install another copy in a
+    # throwaway environment first, at every install
+    session.install(*TEST_DEPS, "editables")
+    session.install("--no-build-isolation", "-e", ".")
     # pytest-run-parallel goes into a folder of its own, on the PYTHONPATH of the children of
     # the tests marked `threads_plugin` only (tests/conftest.py): loaded by every pytest that
     # sees it (NumPy with it), it would cost each of the suites' thousands of interpreters

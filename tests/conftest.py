@@ -6,10 +6,12 @@ GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel)
 on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs; the plugins
 installed beside pytest loaded by the interpreters of the tests marked `installed_plugins`
 or `threads_plugin` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD); always, a test not
-marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard)."""
+marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard), and
+gpuci's bytecode is written before the first test (compile_gpuci)."""
 
 from __future__ import annotations
 
+import compileall
 import functools
 import os
 import re
@@ -24,8 +26,10 @@ import pytest
 FILE_TIMES = os.environ.get("GPUCI_FILE_TIMES") == "1"
 _SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
 RUN_PARALLEL_SITE = str(Path(_SITE).resolve()) if _SITE else ""  # children run elsewhere
+GPUCI_SOURCES = Path(__file__).parent.parent / "gpuci"
 QUICK_CPU_S = 2.0  # the most CPU a test not marked `slow` may use (QuickLaneGuard)
 CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a test used
+AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # tests/cli_runner.py's clean_env keeps it
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -38,23 +42,28 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     has its interpreters load the plugins installed beside pytest (pytest-cov, xdist,
     pytest-randomly): the others' tiny suites need none, and loading them is about a
     quarter of each interpreter's start-up, thousands of times a run."""
-    changes: dict[str, str] = {}
+    changes: dict[str, str | None] = {}  # None: unset
     threads = item.get_closest_marker("threads_plugin") is not None
     if threads and RUN_PARALLEL_SITE:
         before = os.environ.get("PYTHONPATH")
         changes["PYTHONPATH"] = os.pathsep.join(filter(None, [RUN_PARALLEL_SITE, before]))
-    if not threads and item.get_closest_marker("installed_plugins") is None:
-        changes["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    plugins = threads or item.get_closest_marker("installed_plugins") is not None
+    changes[AUTOLOAD_OFF] = None if plugins else "1"
     saved = {name: os.environ.get(name) for name in changes}
-    os.environ.update(changes)
+    set_env(changes)
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        set_env(saved)
+
+
+def set_env(values: dict[str, str | None]) -> None:
+    """Each of `values` set in this process's environment, or unset where None."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -195,3 +204,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if FILE_TIMES and reporter is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(FileTimes(reporter), "gpuci-file-times")
     config.pluginmanager.register(QuickLaneGuard(), "gpuci-quick-lane-guard")
+    if not hasattr(config, "workerinput"):
+        compile_gpuci()
+
+
+def compile_gpuci() -> None:
+    """gpuci's bytecode, written once before any test starts. The tests start gpuci's CLI
+    in fresh interpreters, hundreds a run; where PYTHONDONTWRITEBYTECODE is set (as in many
+    CI images) no interpreter writes it, so each would compile gpuci's sources again, a
+    good part of its start-up. (A user's gpuci, from a wheel, has the bytecode pip wrote.)"""
+    compileall.compile_dir(GPUCI_SOURCES, quiet=1)

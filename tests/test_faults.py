@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuci.gitlab.publish import publish_comment
+from gpuci.run.disk.outdir import check_run_id, replace_earlier
 from tests.cli_runner import as_foreground_job, clean_env, gpuci, write_files
 from tests.gitlab_server import FakeGitLab
 
@@ -56,14 +57,20 @@ def wait_for_suite_test(out: Path, proc: subprocess.Popen[str]) -> None:
     earlier = check_id(out)
     journal = out / "suite" / "journal" / "suite.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        # the check's id first: it is written after the earlier results were moved aside,
-        # so a journal read once it changed is the new check's (read the other way round,
-        # the earlier check's journal could pass, and Ctrl-C land before the screens)
-        new = check_id(out) != earlier
-        if new and journal.exists() and '"e": "start"' in journal.read_text(encoding="utf-8"):
-            return
-        time.sleep(0.05)
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            # the check's id first: it is written after the earlier results were moved
+            # aside, so a journal read once it changed is the new check's (read the other
+            # way round, the earlier check's journal could pass, and Ctrl-C land before the
+            # screens)
+            new = check_id(out) != earlier
+            if new and journal.exists() and '"e": "start"' in journal.read_text("utf-8"):
+                return
+            time.sleep(0.05)
+    except BaseException:  # no check left running, nor its pipes open, past this test
+        proc.kill()
+        proc.communicate()
+        raise
     proc.kill()
     pytest.fail(f"the suite never started a test: {proc.communicate()}")
 
@@ -86,6 +93,18 @@ def run_ids(out: Path) -> set[str]:
 
 
 # --- 1. stale results -------------------------------------------------------------------
+
+
+def test_a_reader_of_the_checks_id_never_sees_it_half_written(tmp_path: Path) -> None:
+    # a new check's id replaces the file whole: a reader that opened the earlier one reads
+    # it whole (written in place, it read the new id, or nothing: seen as `corrupt, not
+    # JSON` by a --resume, and by test_an_interrupted_fresh_check_... on a busy machine)
+    out = tmp_path / "out"
+    replace_earlier(out, "first")
+    with (out / ".gpuci" / "check.json").open(encoding="utf-8") as reader:
+        replace_earlier(out, "second")
+        assert json.loads(reader.read())["run_id"] == "first"
+    assert check_run_id(out) == "second"
 
 
 @pytest.mark.slow

@@ -132,12 +132,9 @@ ALL_IDS = {f"{file}::test_{name}" for file, names in FILES.items() for name in n
 @pytest.mark.parametrize("mode", ["isolated", "parallel", "suite"])
 def test_ctrl_c_then_resume_reruns_only_what_had_not_finished(tmp_path: Path, mode: str) -> None:
     args = ("run", ".", "--mode", mode, "--out", "out", "--workers", "2")
-    reference = write_suite(tmp_path / "reference")
-    plain = gpuci(*args, cwd=reference)
-    assert plain.returncode == 0, plain.stderr
-    expected = outcomes(reference / "out" / mode / "run.json")
-    assert expected == dict.fromkeys(ALL_IDS, "passed")
-
+    # what a run that nothing interrupts gives, in every mode (test_a_finished_check_is_kept_
+    # by_resume and test_without_resume_an_earlier_out_is_replaced_and_said_so run them)
+    expected = dict.fromkeys(ALL_IDS, "passed")
     root = write_suite(tmp_path / "suite")
     interrupt_while_blocked(root, mode, *args)
     run_json = root / "out" / mode / "run.json"

@@ -11,7 +11,10 @@ escaping is `gpuci.report.escape`'s; the data the templates show is
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -148,6 +151,7 @@ def _environment(*, html: bool) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         finalize=finalize,
+        bytecode_cache=_bytecode_cache(html=html),
     )
     env.filters.update(
         md_code=md_code,
@@ -160,6 +164,31 @@ def _environment(*, html: bool) -> jinja2.Environment:
     )
     _ENVIRONMENTS[html] = env
     return env
+
+
+class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Jinja2's cache of compiled templates, where a cache it cannot write (a full disk)
+    costs a compile, never the report."""
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _bytecode_cache(*, html: bool) -> jinja2.BytecodeCache | None:
+    """The compiled templates kept from one gpuci to the next, in Jinja2's own folder for
+    this user (private, refused where another user owns it): compiling both templates is
+    a good part of a small check's own CPU. Jinja2 keys a compiled template by its name
+    and its source, not by the environment that compiled it; this module's settings
+    (autoescape, finalize) are compiled in, so the files' names also carry a digest of
+    this module, of Jinja2's and Python's versions, and which environment. None where no
+    private folder can be had: each gpuci compiles them, as without a cache."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(f"{jinja2.__version__} {sys.version} html={html}".encode())
+    try:
+        return _QuietBytecodeCache(pattern=f"gpuci-{digest.hexdigest()[:20]}-%s.cache")
+    except (OSError, RuntimeError):  # RuntimeError: Jinja2 found no safe folder
+        return None
 
 
 def _artifact_path(html: Path, environ: Mapping[str, str]) -> str:

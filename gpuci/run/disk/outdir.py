@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from gpuci.formats import write_json_atomic
 from gpuci.model import InputError, Mode, UsageError, printable
 from gpuci.run.disk.masking import mask_files
 
@@ -122,7 +123,9 @@ def replace_earlier(out: Path, run_id: str) -> tuple[list[str], Path]:
     for name in moved:
         (out / name).rename(aside / name)
     shutil.rmtree(state / CACHES, ignore_errors=True)  # a new check's interpreters start bare
-    (state / CHECK_NAME).write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")
+    # whole or not at all: a reader (a --resume, a Ctrl-C between truncate and write) never
+    # finds it empty
+    write_json_atomic(state / CHECK_NAME, {"run_id": run_id})
     return moved, aside
 
 

@@ -1,0 +1,28 @@
+"""tests/conftest.py's choice of plugins for the interpreters a test starts: the plugins
+installed beside pytest load only in those of a test marked `installed_plugins` (or
+`threads_plugin`), whichever environment the test hands gpuci (tests/cli_runner.py's
+clean_env keeps the choice while it drops pytest's other settings)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.cli_runner import AUTOLOAD_OFF, clean_env
+
+
+def test_an_unmarked_tests_interpreters_load_no_installed_plugin() -> None:
+    assert clean_env()[AUTOLOAD_OFF] == "1"
+    assert clean_env(dict(os.environ))[AUTOLOAD_OFF] == "1"
+
+
+@pytest.mark.installed_plugins
+def test_a_marked_tests_interpreters_load_the_installed_plugins() -> None:
+    assert AUTOLOAD_OFF not in clean_env()
+    assert AUTOLOAD_OFF not in os.environ  # also where the developer's shell set it
+
+
+def test_pytests_other_settings_are_still_dropped() -> None:
+    env = clean_env({"PYTEST_ADDOPTS": "-x", "PYTEST_XDIST_WORKER": "gw0", AUTOLOAD_OFF: "1"})
+    assert env == {AUTOLOAD_OFF: "1"}
