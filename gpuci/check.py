@@ -37,18 +37,16 @@ from gpuci.run.disk.resume import check_extra_modes, earlier_run, has_results
 from gpuci.run.disk.side_outputs import refuse_side_outputs
 from gpuci.run.proc.discover import CollectionEnded, Discovery
 from gpuci.run.proc.gpus import detect_gpus
-from gpuci.run.sched.beside import held_beside_discovery
+from gpuci.run.sched.beside import held_beside_discovery, held_for_the_check
 from gpuci.run.sched.modes import (
     AskedModes,
     asked_modes,
     choose_modes,
     draw_seed,
-    latent_orders,
     order_label,
     require_run_parallel,
     runs_or_not,
     threads_from_suite,
-    with_seed,
 )
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.pace import PlainPace, earlier_pace
@@ -117,20 +115,9 @@ def _run_modes(
     """The modes asked for (check_options) or chosen, screened at once or one after
     another, as the check decides them; the slots they ran in. `isolating` hears of the
     screens' end (their slots) where a lazy isolated pass follows them."""
-
-    def asked_for(mode: Mode) -> bool:
-        return not options.resume and (asked.modes is None or mode in asked.modes)
-
-    screened = not options.serial_modes
-    # the latent orders' and the parallel screen's first files too, where they run beside
-    # the suite's; a shuffle's seed is drawn first, so that its order is known
-    asked = with_seed(asked) if asked_for(Mode.SHUFFLED) else asked
-    gpus = len(detect_gpus(opts.gpus, os.environ))
-    orders = [m for m in latent_orders(asked, gpus) if screened and asked_for(m)]
-    files = asked_for(Mode.PARALLEL) and asked_for(Mode.SUITE) and screened
-    seeded = replace(opts, shuffle_seed=asked.seed)
-    with held_beside_discovery(seeded, suite=asked_for(Mode.SUITE), files=files, orders=orders):
-        return _discover_and_run(opts, options, asked, isolating)
+    held = held_for_the_check(opts, asked, serial=options.serial_modes, resume=options.resume)
+    with held as seeded:  # a shuffle's seed drawn, where it named none
+        return _discover_and_run(opts, options, seeded, isolating)
 
 
 def _discover_and_run(

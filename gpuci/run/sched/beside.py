@@ -24,6 +24,7 @@ The lazy isolated pass's first files are started the same way while the screens 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -45,7 +46,7 @@ from gpuci.run.proc.launch import (
     pytest_command,
     unit_stem,
 )
-from gpuci.run.sched.modes import files_in_order
+from gpuci.run.sched.modes import AskedModes, files_in_order, latent_orders, with_seed
 from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import parse_gpus_per_slot, parse_workers, read_durations
 from gpuci.run.sched.plan_mode import history_of, mode_dir_of, pool_workers, run_options, shard_of
@@ -80,6 +81,27 @@ def held_beside_discovery(
         yield
     finally:
         let_go()
+
+
+@contextlib.contextmanager
+def held_for_the_check(
+    options: ModeOptions, asked: AskedModes, *, serial: bool, resume: bool
+) -> Iterator[AskedModes]:
+    """`held_beside_discovery` for a check (not where it resumes): the suite interpreter,
+    and, where the modes run as screens, the latent orders' and the parallel screen's
+    first files, where each was asked for (or is a default); `asked`, with a shuffle's seed
+    drawn now where it named none, so that its order is known."""
+
+    def asked_for(mode: Mode) -> bool:
+        return not resume and (asked.modes is None or mode in asked.modes)
+
+    asked = with_seed(asked) if asked_for(Mode.SHUFFLED) else asked
+    gpus = len(detect_gpus(options.gpus, os.environ))
+    orders = [m for m in latent_orders(asked, gpus) if not serial and asked_for(m)]
+    files = asked_for(Mode.PARALLEL) and asked_for(Mode.SUITE) and not serial
+    seeded = dataclasses.replace(options, shuffle_seed=asked.seed)
+    with held_beside_discovery(seeded, suite=asked_for(Mode.SUITE), files=files, orders=orders):
+        yield asked
 
 
 def planned_run(options: ModeOptions, mode: Mode) -> RunOptions:
