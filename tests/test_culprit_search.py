@@ -15,10 +15,13 @@ import gpuci.evidence.culprits
 import gpuci.evidence.poisoned
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
+from gpuci.evidence.claims import Standing
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.culprits import Partnerable, _replay
 from gpuci.evidence.fingerprints import failure_kind
+from gpuci.evidence.kinds.culprit_search import CulpritSearch
+from gpuci.evidence.kinds.kind import standing
 from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, UNASKED, search_pairs
 from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
 from gpuci.evidence.results import ModeResults
@@ -427,6 +430,11 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
     assert found[hog_b].culprits == (hog_a,)
     assert found[hog_b].search.startswith("pair: the partner of")
     assert len(prober.runs) == 2  # hog_a's pair and its confirmation; none of hog_b's own
+    # and its claim stands before any alone-run of its own (on one GPU the hogs wait for a
+    # later round's): its file's isolated run, which the search took for its run without
+    # hog_a, is that half; refused, it was searched all over again in the next round
+    assert not found[hog_b].alone
+    assert standing(CulpritSearch(), found[hog_b]) is Standing.STANDS
 
 
 def test_an_out_of_memory_victim_is_paired_with_the_file_that_held_most_first() -> None:

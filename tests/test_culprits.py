@@ -248,8 +248,12 @@ def test_the_search_is_bounded(checked: tuple[Path, Path, dict[str, Any], str]) 
     # replay of theirs is ever searched.
     bound = bisection(2) + 2 * 4 + (1 + bisection(11)) + bisection(12) + 2 * (2 * 2 + 2)
     runs = evidence["phases"]["culprits"]["runs"]
-    pairs = sum(  # a pair probe names a file beside the victim: one more interpreter
-        1 for hog in HOGS for probe in tests[hog].get("probes", ()) if "::" not in probe["shown"][0]
+    pairs = sum(  # a pair probe names a file beside the victim: one more interpreter (a
+        # partner's run without its victim, its isolated screen's, names none: not one)
+        1
+        for hog in HOGS
+        for probe in tests[hog].get("probes", ())
+        if probe["shown"] and "::" not in probe["shown"][0]
     )
     own = [  # a partner's probes are its victim's pair runs, as it saw them: not its own
         p

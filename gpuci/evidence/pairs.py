@@ -211,9 +211,11 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
             continue
         search.culprits = tuple(beside)
         search.partners = tuple(found)
-        # a partner's run without the victim, where one ran (not its isolated screen's)
-        ran = {t: without[t] for t in found if t not in passed_alone or len(beside) > 1}
-        search.partner_runs = {t: _partner_runs(victim, t, seen, ran.get(t)) for t in found}
+        # a partner's run without the victim: the one made for it, or its file's run alone in
+        # the isolated screen, which this search took for that run (`_standing_partners`):
+        # its claim's other half, as the victim's alone-runs are the victim's (without it,
+        # a partner whose own alone-runs had not come yet was searched all over again)
+        search.partner_runs = {t: _partner_runs(victim, t, seen, without[t]) for t in found}
         search.note = (
             f"{PAIRED}{len(search.probes)} run(s), confirmed twice"
             + (f"; only all {len(beside)} together" if len(beside) > 1 else "")
