@@ -141,10 +141,8 @@ def _discover_and_run(
         opts, earlier = _replace_earlier(opts), {}
     if Mode.SHUFFLED in modes:  # an interrupted shuffle resumes in its own order
         prior = earlier.get(Mode.SHUFFLED)
-        if prior is None:
-            opts = _shuffled(opts, asked.seed, drawn=asked.drawn)
-        else:
-            opts = _shuffled(opts, prior.shuffle_seed)
+        seed, drawn = (asked.seed, asked.drawn) if prior is None else (prior.shuffle_seed, False)
+        opts = _shuffled(opts, seed, drawn=drawn)
     shown = [*modes, *(m for m in Mode if m not in modes)]
     say("modes: " + "; ".join(f"{m.value} {runs_or_not(m in modes)} ({why[m]})" for m in shown))
     # isolated after parallel runs lazily: only the files that did not pass in the screens

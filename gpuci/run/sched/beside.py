@@ -140,29 +140,15 @@ def _hold_whole_order(
     if not options.paths or selects_by_cache(options.pytest_args):  # --lf: ids, not files
         return
     run = planned_run(options, mode)
-    rootdir = _rootdir_of(options.paths)
+    rootdir = _likely_rootdir(options)
     guessed = [f for f in (_relative(p, rootdir) for p in _collection_order(options.paths)) if f]
     if not guessed:
         return
     in_order = files_in_order(mode, guessed, options.shuffle_seed)
     views = screen_gpus(run.gpus, slot + 1, run.gpus_per_slot, suite=suite, orders=orders)
-    environ = mode_environ(run)
-    key = WHOLE_SUITE_UNITS[mode]
-    launch = Launch(
-        key=key,
-        ids=None,  # handed over when its screen takes it: discovery's, in this order
-        targets=tuple(pytest_target(rootdir, f) for f in in_order),
-        slot=slot,
-        gpu=views[slot],
-        env=window_env(views[slot], run.gpus, environ),
-        attempt=1,
-        junit=junit_part(run.out, unit_stem(key), 1),
-        label="interpreter 1",
-    )
-    command = pytest_command(run.python, mode_pytest_args(run), launch, out=run.out)
     folder = held_folder(options.out / STATE_DIR / f"held-{mode.value}")
-    env = launch_environ(environ, launch, journal=folder / "0.jsonl", only=folder / "0.json")
-    hold_file(command, launch.targets, env, nice=SCREEN_NICE)
+    targets = tuple(pytest_target(rootdir, f) for f in in_order)
+    _hold_unit(run, WHOLE_SUITE_UNITS[mode], targets, slot=slot, view=views[slot], folder=folder)
 
 
 def _hold_first_files(options: ModeOptions, *, orders: int = 0) -> None:
@@ -183,7 +169,8 @@ def _hold_first_files(options: ModeOptions, *, orders: int = 0) -> None:
     gate = MemoryGate(run.peaks)  # asks the GPUs' free memory only where peaks are known
     chosen = admit_first(first, views, slots, run.peaks, gate.free_mib, first_slot=1 + orders)
     for slot, file in chosen:
-        _hold_file(run, rootdir, file, slot=slot, view=views[slot], folder=folder, name=str(slot))
+        target = (pytest_target(rootdir, file),)
+        _hold_unit(run, file, target, slot=slot, view=views[slot], folder=folder, name=str(slot))
 
 
 def hold_isolated_file(options: ModeOptions, rootdir: Path, file: str) -> None:
@@ -194,33 +181,36 @@ def hold_isolated_file(options: ModeOptions, rootdir: Path, file: str) -> None:
     name = "".join(c if c.isalnum() else "-" for c in file)
     folder = held_folder(options.out / STATE_DIR / f"held-isolated-{name}")
     view = plain_gpus(run.gpus)
-    _hold_file(run, rootdir, file, slot=0, view=view, folder=folder, name="0", ahead=True)
+    target = (pytest_target(rootdir, file),)
+    _hold_unit(run, file, target, slot=0, view=view, folder=folder, name="0", ahead=True)
 
 
-def _hold_file(
+def _hold_unit(
     run: RunOptions,
-    rootdir: Path,
-    file: str,
+    key: str,
+    targets: tuple[str, ...],
     *,
     slot: int,
     view: str | None,
     folder: Path,
-    name: str,
+    name: str = "0",
     ahead: bool = False,
 ) -> None:
-    """`file`'s first interpreter of `run`'s mode in `slot` seeing `view`, as that mode will
-    start it (`gpuci.run.sched.unit.UnitRunner`), started now at a screen's niceness, held
-    (its journal and file of ids in `folder`, by `name`); `ahead`: for a later pass."""
+    """The first interpreter of `run`'s mode for the unit `key` (a file, or a latent
+    order's whole suite on `targets`) in `slot` seeing `view`, as that mode will start it
+    (`gpuci.run.sched.unit.UnitRunner`), started now at a screen's niceness, held (its
+    journal and file of ids in `folder`, by `name`: its ids are handed over when its screen
+    takes it); `ahead`: for a later pass."""
     environ = mode_environ(run)
     launch = Launch(
-        key=file,
+        key=key,
         ids=None,
-        targets=(pytest_target(rootdir, file),),
+        targets=targets,
         slot=slot,
         gpu=view,
         env=window_env(view, run.gpus, environ),
         attempt=1,
-        junit=junit_part(run.out, file, 1),
+        junit=junit_part(run.out, unit_stem(key), 1),
         label="interpreter 1",
     )
     command = pytest_command(run.python, mode_pytest_args(run), launch, out=run.out)
@@ -236,7 +226,7 @@ def _first_files(options: ModeOptions) -> tuple[Path, list[str]]:
     durations: dict[str, float] = {}
     with contextlib.suppress(GpuciError):  # unreadable: the check says so when it plans
         durations = read_durations(options.durations or history, Mode.PARALLEL)
-    rootdir = _earlier_rootdir(history) or _rootdir_of(options.paths)
+    rootdir = _likely_rootdir(options)
     if durations:
         files = sorted(durations, key=lambda f: -durations[f])
     else:
@@ -278,6 +268,13 @@ def admit_first(
                 remaining.remove(file)
                 break
     return chosen
+
+
+def _likely_rootdir(options: ModeOptions) -> Path:
+    """pytest's rootdir: an earlier run's in OUT (or in what --durations names), else as
+    pytest will likely decide it from the paths."""
+    earlier = _earlier_rootdir(history_of(options) / Mode.PARALLEL.value)
+    return earlier or _rootdir_of(options.paths)
 
 
 def _earlier_rootdir(history: Path) -> Path | None:
