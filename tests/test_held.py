@@ -315,6 +315,12 @@ def test_a_held_suite_interpreters_tests_ran_once_the_screens_started() -> None:
     assert beside_suite_test(results, "test_v.py::test_v") == ("test_late.py",)
 
 
+def parallel_beside_discovery(out: Path) -> list[str]:
+    """The parallel files whose interpreters started before the mode's clock."""
+    run = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
+    return sorted(f["file"] for f in run["files"] if f["interpreters"][0]["start"] < 0)
+
+
 FIVE_FILES = {
     "pytest.ini": "[pytest]\n",
     **{f"tests/test_{name}.py": f"def test_{name}():\n    pass\n" for name in "abcde"},
@@ -329,13 +335,8 @@ def test_the_parallel_screens_first_files_start_beside_discovery(tmp_path: Path)
     first = gpuci(*check, cwd=root)
     assert first.returncode == 0, first.stderr
 
-    def beside_discovery() -> list[str]:
-        run = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
-        early = [f for f in run["files"] if f["interpreters"][0]["start"] < 0]
-        return sorted(f["file"] for f in early)
-
     # nothing known: the first files in collection order, one per file slot (2)
-    assert beside_discovery() == ["tests/test_a.py", "tests/test_b.py"]
+    assert parallel_beside_discovery(out) == ["tests/test_a.py", "tests/test_b.py"]
     # known: the longest by the durations given; one of them gone, its interpreter killed
     times = {"c": 9.0, "e": 8.0, "a": 1.0, "b": 1.0, "d": 1.0}
     durations = tmp_path / "durations.json"
@@ -344,7 +345,7 @@ def test_the_parallel_screens_first_files_start_beside_discovery(tmp_path: Path)
     (root / "tests" / "test_c.py").unlink()
     second = gpuci(*check, "--durations", str(durations), cwd=root)
     assert second.returncode == 0, second.stderr
-    assert beside_discovery() == ["tests/test_e.py"]
+    assert parallel_beside_discovery(out) == ["tests/test_e.py"]
     assert "test_c" not in second.stderr
     assert held_processes(out, "held-files") == []
     assert not (out / ".gpuci" / "held-files").exists()
@@ -450,9 +451,7 @@ def test_each_latent_order_starts_beside_discovery_in_its_order(tmp_path: Path) 
         ran = [t["id"].split("::")[0] for t in run["tests"]]
         assert sorted(ran) == files and (order is None or ran == order)
     # the parallel screen's first files too, in the slots after the two orders'
-    parallel = json.loads((out / "parallel" / "run.json").read_text(encoding="utf-8"))
-    early = [f["file"] for f in parallel["files"] if f["interpreters"][0]["start"] < 0]
-    assert sorted(early) == ["tests/test_a.py", "tests/test_b.py"]
+    assert parallel_beside_discovery(out) == ["tests/test_a.py", "tests/test_b.py"]
     assert held_processes(out, "held-reversed") == held_processes(out, "held-files") == []
 
 
