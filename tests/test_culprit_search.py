@@ -476,13 +476,29 @@ def test_out_of_memory_with_nothing_held_before_it_is_paired_before_any_replay()
     # only pair runs: the pair and its confirmation (test_x.py passed in the screen: no
     # tries to see a partner test fail its way)
     assert beside.runs == [[VICTIM, "test_x.py::test_a"]] * 2
-    # where the ledger points at an earlier test (a pool limit it set), the replay first
-    hinted = dataclasses.replace(hog, hinted=(CANDIDATES[4],), hint="ledger")
-    after = FakePairProber(
+    # where the ledger points at an earlier test of its own file (memory it left held: the
+    # parallel interpreter ran it before the victim too), the replay first
+    own = "test_v.py::test_earlier"
+    hinted = dataclasses.replace(hog, candidates=(*CANDIDATES, own), hinted=(own,), hint="ledger")
+    after = FakePairProber(lambda ids, _: Outcome.FAILED if own in ids else Outcome.PASSED)
+    search = _replay(after, parallel, hinted, [], NO_PARTNERS)  # type: ignore[arg-type]
+    assert search.culprits == (own,) and after.runs[0] == [own, VICTIM]
+    # a hint at another file's test (one the suite interpreter ran before it) cannot explain
+    # its failure in the parallel screen: its pairs still come first (gpu_polluted's hog on
+    # one H200: the ledger pointed at two small tests of other files, and a 4-run bisection
+    # of 91 GiB runs showed nothing before the pair did)
+    elsewhere = dataclasses.replace(hog, hinted=(CANDIDATES[4],), hint="ledger")
+    paired = FakePairProber(lambda _, n: Outcome.FAILED)
+    search = _replay(paired, parallel, elsewhere, [], NO_PARTNERS)  # type: ignore[arg-type]
+    assert search.culprits == ("test_x.py",)
+    assert paired.runs == [[VICTIM, "test_x.py::test_a"]] * 2
+    # and where no pair shows it, the hint is the replay's first try
+    after_pairs = FakePairProber(
         lambda ids, _: Outcome.FAILED if CANDIDATES[4] in ids else Outcome.PASSED
     )
-    search = _replay(after, parallel, hinted, [], NO_PARTNERS)  # type: ignore[arg-type]
-    assert search.culprits == (CANDIDATES[4],) and after.runs[0] == [CANDIDATES[4], VICTIM]
+    search = _replay(after_pairs, parallel, elsewhere, [], NO_PARTNERS)  # type: ignore[arg-type]
+    assert search.culprits == (CANDIDATES[4],)
+    assert [CANDIDATES[4], VICTIM] in after_pairs.runs
     # no pair shows it: the replay still runs, its note saying the pairs came first
     alone_passes = FakePairProber(
         lambda ids, _: Outcome.FAILED if CANDIDATES[2] in ids else Outcome.PASSED

@@ -300,17 +300,21 @@ def _replay(
         parallel is not None
         and task.loadable
         and task.pairs
-        and not task.hinted
         and task.device_oom
+        and not any(file_of(t) == file_of(task.victim) for t in task.hinted)
     ):
         # out of device memory in the parallel screen, after its own file's tests only, where
-        # none of them left memory held or a limit set (the ledger points at none): another
-        # interpreter held it, so its pairs come first (a failure in the suite interpreter
-        # is its replay's to explain: a limit an earlier file left, seen or not)
+        # none of them left memory held or a limit set (the ledger points at none of them;
+        # a hint at another file's test can explain only the suite interpreter's failure):
+        # another interpreter held it, so its pairs come first, its replay after them
         paired = _paired_with_co_runners(prober, parallel, task, partnerable)
         if paired.culprits or SAME_RUN_BOTH_WAYS in paired.note:
             return paired
-        replay = cascade(prober, task, roots) or bisect(prober, task)
+        replay = (
+            hinted_first(prober, task, roots)
+            or cascade(prober, task, roots)
+            or bisect(prober, task)
+        )
         replay.probes[:0] = paired.probes
         replay.note = f"{replay.note}; first {paired.note}"
         return replay
