@@ -14,6 +14,8 @@
 # polluted: examples/gpu_polluted at the default budget against expected.json, then the
 #           same with --serial-modes (its wall beside the screens')
 # storm:    the failure-storm replica (scripts/device_storm.sh)
+# torch-starts: N PyTorch interpreters collecting at once (N = 1..16), each one's start-up
+# torch:    examples/torch_polluted, plain pytest and gpuci check (scripts/device_torch.sh)
 # pace:     issue 54: the subset's and a GPU-bound section's ($PACE_SECTION) first and second
 #           check against plain pytest warm, the suite interpreter's pace and wall
 # pace-cold: the subset's first check with CuPy's kernel cache empty, persistence mode
@@ -526,6 +528,30 @@ PY
         forks "$WORK/o-pace-cold"
         find "$WORK/cold-cache" -type f | wc -l
         cd "$ROOT" ;;
+    torch-starts)  # issue 54 item 3: N fresh interpreters collecting a PyTorch file at once (as
+        # held evidence interpreters do: imports, CUDA at import, collection), N = 1..cores:
+        # where each one's start-up begins to grow is how many the machine serves at once
+        for n in 1 2 4 6 8 12 16; do
+            python3 - "$n" > "$WORK/starts-$n.txt" 2>&1 <<'PY'
+import subprocess, sys, time
+n = int(sys.argv[1])
+cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+       "examples/torch_polluted/test_a_matmul.py"]
+start = time.monotonic()
+procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
+walls = []
+for proc in procs:
+    proc.wait()
+    walls.append(time.monotonic() - start)
+print(f"{n} at once: each {min(walls):.1f}-{max(walls):.1f} s, all in {max(walls):.1f} s,"
+      f" {n / max(walls):.2f} start-ups/s, exit codes {sorted({p.returncode for p in procs})}")
+PY
+            cat "$WORK/starts-$n.txt"
+        done ;;
+    torch)  # examples/torch_polluted: plain pytest and gpuci check, timed in one command
+        OUT="$WORK/torch" timeout 400 bash scripts/device_torch.sh > "$WORK/torch.txt" 2>&1
+        cat "$WORK/torch/torch_times.txt" "$WORK/torch/expected.txt" "$WORK/torch/searches.txt"
+        cp "$WORK/torch/check.log" "$OUT/torch-check.log" ;;
     storm)
         OUT="$WORK/storm" timeout 500 bash scripts/device_storm.sh > "$WORK/storm.txt" 2>&1
         cat "$WORK/storm/storm-summary.txt"; tail -25 "$WORK/storm/storm-terminal.txt" ;;

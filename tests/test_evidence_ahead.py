@@ -203,6 +203,40 @@ def test_copies_offered_for_as_many_runs_of_one_file_serve_each(prober: Prober) 
     assert set(b_pids) == set(ahead)  # the two started ahead, each taken by one run
 
 
+def test_runs_of_one_file_at_once_each_take_an_interpreter_started_ahead(prober: Prober) -> None:
+    """A hinted search's wave ran its runs of the victim's file side by side, each in a lane
+    of its own (its own journal, log and pytest cache): the interpreters started ahead
+    carried the first lane's cache in their command, so every other lane's run ended its
+    interpreter as unlike and started cold (torch_polluted: 15 s each on an H200)."""
+    prober.prepare(["test_b.py::test_b"], copies=2)
+    ahead = started_ahead(prober, 2)
+    runs = [
+        threading.Thread(
+            target=prober.run, args=(["test_b.py::test_b"],), kwargs={"phase": "x", "label": "b"}
+        )
+        for _ in range(2)
+    ]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    b_pids = marks(prober, "ran", "b")
+    assert len(b_pids) == 2 and set(b_pids) == set(ahead)
+    assert ahead_json(prober) == {"ahead": 2, "ahead_taken": 2}
+
+
+def test_a_search_step_held_ahead_takes_an_interpreter_its_kind_declared(prober: Prober) -> None:
+    """A search holds its next step's interpreter (`Prober.hold`) while its current runs go
+    on; where a kind declared that run and its interpreter waits already, that one is it,
+    not a second one started then (the hinted culprit's confirmation started cold)."""
+    prober.prepare(["test_b.py::test_b"], strict=True)
+    ahead = started_ahead(prober, 1)
+    held = prober.hold(["test_b.py::test_b"], label="step")
+    prober.run(["test_b.py::test_b"], phase="culprits", label="b", strict=True, held=held)
+    assert ran_by(prober, "b") in ahead
+    assert ahead_json(prober) == {"ahead": 1, "ahead_taken": 1}
+
+
 @pytest.mark.slow
 def test_offers_beyond_the_limit_start_in_order_as_others_are_taken(prober: Prober) -> None:
     for name in "abc":

@@ -419,3 +419,20 @@ def test_a_claims_deciding_run_is_repeated_once_and_as_it_ran() -> None:
     runner.runs.clear()
     search._repeated(ctx, _searched((P, P), (F, F)), None, ())
     assert runner.runs == []
+
+
+def test_requests_of_several_groups_add_up_per_interpreter() -> None:
+    """The likely runs are declared in groups (the alone-runs, each search's runs), each
+    counting the interpreters its own runs need; the runner keeps that many waiting, so a
+    victim's two alone-runs and its search's run of its own file alone need three, not two
+    (the last alone-run of torch_polluted's victim started cold)."""
+    from gpuci.evidence.ahead import Request, added_up
+
+    alone = [Request(ids=("test_d.py::test_large",), strict=True, copies=2)]
+    search = [
+        Request(ids=("test_d.py::test_small", "test_d.py::test_large"), strict=True, copies=1),
+        Request(ids=("test_b.py::test_caps", "test_d.py::test_large"), strict=True, copies=2),
+    ]
+    poisoned = [Request(ids=("test_d.py::test_large",), env=(("GPUCI_POISON", "1"),), copies=1)]
+    summed = added_up(alone, search, poisoned)
+    assert [r.copies for r in summed] == [2, 3, 2, 1]  # another environment: its own

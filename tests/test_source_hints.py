@@ -262,3 +262,30 @@ def test_hinted_runs_of_one_file_for_two_victims_add_up() -> None:
         ([culprit, "test_w.py::test_sum"], 2),
         ([culprit, "test_w.py::test_matmul"], 4),
     ]
+
+
+def test_a_hint_at_several_tests_starts_the_narrowings_runs_too() -> None:
+    """torch_polluted on an H200: the ledger pointed at 3 tests; the narrowing's first wave
+    ran `[two of them, victim]` beside the three singles, and with only the hint's run and
+    the singles started ahead, that run (the hint's files again) started cold: 15 s."""
+    from gpuci.evidence.ahead import requests_each
+    from gpuci.evidence.hinted import hinted_runs
+
+    hinted = ("test_a.py::test_mm", "test_b.py::test_caps", "test_d.py::test_small")
+    task = Task(
+        victim="test_d.py::test_large",
+        category=Category.ORDER_DEPENDENT,
+        candidates=hinted,
+        rank=(0, 0),
+        hinted=hinted,
+        hint=LEDGER,
+    )
+    need = {
+        frozenset(r.ids): r.copies
+        for r in requests_each(hinted_runs(task))  # the copies of one file set add up
+    }
+    # the hint's run and the halving's [test_mm, test_caps] share their files: two of them
+    assert need[frozenset((*hinted, task.victim))] == 2
+    # each hinted test before the victim: the wave's run and the confirmation's
+    for test in hinted:
+        assert need[frozenset((test, task.victim))] == 2

@@ -24,6 +24,7 @@ and the run starts fresh).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -396,3 +397,23 @@ def requests_each(runs: Iterable[tuple[Sequence[str], int]]) -> list[Request]:
         need[files] = need.get(files, 0) + copies
         requests.append(Request(ids=tuple(ids), strict=True, copies=need[files]))
     return requests
+
+
+def added_up(*groups: Sequence[Request]) -> list[Request]:
+    """The requests of `groups`, each group's copies counted on top of the earlier groups'
+    of the same files and environment: each group counts the interpreters its own runs
+    need (`Request.copies`), and the runner keeps that many waiting, so two groups whose
+    runs share an interpreter's files would otherwise share one (a victim's alone-runs and
+    its hinted search's runs of its own file alone: the later started cold)."""
+    carried: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int] = {}
+    out: list[Request] = []
+    for group in groups:
+        most: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int] = {}
+        for request in group:
+            files = tuple(dict.fromkeys([*request.collect, *(file_of(i) for i in request.ids)]))
+            key = (files, request.env)
+            copies = request.copies + carried.get(key, 0)
+            most[key] = max(most.get(key, 0), copies)
+            out.append(dataclasses.replace(request, copies=copies))
+        carried.update(most)
+    return out

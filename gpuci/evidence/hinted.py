@@ -28,6 +28,7 @@ from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search import Search, probe_after
 from gpuci.evidence.source_hints import writers
 from gpuci.evidence.victims import Task
+from gpuci.evidence.waves import plan_wave
 from gpuci.model import LATENT_ORDERS, NOT_PASSING, Category, Mode
 from gpuci.run.proc.discover import file_of
 from gpuci.state.hints import failure_text, hinted_candidates, module_providers
@@ -154,15 +155,17 @@ def withdraw_hinted(prober: Prober, task: Task) -> None:
 def hinted_runs(task: Task) -> list[tuple[list[str], int]]:
     """The runs of `task`'s hinted search started ahead, one per set of files (one
     interpreter serves any run of its files), and how many of each; none where it hints
-    at more than MOST_PREPARED tests."""
+    at more than MOST_PREPARED tests: the hint's run, the narrowing's runs among the hinted
+    tests (every node of its halving, as one wave of `gpuci.evidence.waves` runs them at
+    once), and each hinted test's again (the culprit's confirmation)."""
     if not task.hinted or len(task.hinted) > MOST_PREPARED:
         return []
-    hint_run = [*task.hinted, task.victim]
-    if len(task.hinted) == 1:  # the hint's run and its confirmation are the same run
-        likely = [hint_run, hint_run]
-    else:  # each hinted test before the victim: narrowed to, then confirmed
-        singles = [[h, task.victim] for h in task.hinted]
-        likely = [hint_run, *singles, *singles]
+    hinted = list(task.hinted)
+    likely = [[*hinted, task.victim]]
+    for node in plan_wave(len(hinted), width=2 * MOST_PREPARED):
+        lo, hi = node.runs
+        likely.append([*hinted[lo:hi], task.victim])
+    likely += [[h, task.victim] for h in hinted]
     by_files: dict[frozenset[str], list[list[str]]] = {}
     for ids in likely:
         by_files.setdefault(frozenset(file_of(i) for i in ids), []).append(ids)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from gpuci.evidence.ahead import Request, requests_each
+from gpuci.evidence.ahead import Request, added_up, requests_each
 from gpuci.evidence.alone import Priorities, poisoned_after
 from gpuci.evidence.classify import Classified, classify_results
 from gpuci.evidence.collected import collected_requests, withdraw_collected
@@ -82,19 +82,21 @@ def likely_requests(
             offer(member, 1)
     likely = Likely(results, _depends_on_others(ctx, plan, found))
     searches = likely.searches.values()  # where it passed in the suite
-    requests += hinted_requests([t for t in searches if t.hinted])  # their copies add up
-    for task in (t for t in searches if not t.hinted):
-        requests += collected_requests(prober, results, task.victim)
+    # each group's runs need their own interpreters, on top of the alone-runs' of their files
+    groups = [requests, hinted_requests([t for t in searches if t.hinted])]
+    groups += [
+        collected_requests(prober, results, task.victim) for task in searches if not task.hinted
+    ]
     if not prober.expensive:
-        return likely, requests
-    for test_id in plan.isolation:
-        if not prober.poisoned:  # its poisoned run, where it turns out order-dependent
-            requests.append(Request(ids=(test_id,), strict=True, env=POISONED))
+        return likely, added_up(*groups)
+    if not prober.poisoned:  # its poisoned run, where it turns out order-dependent
+        groups.append([Request(ids=(i,), strict=True, env=POISONED) for i in plan.isolation])
     # its culprit search's hinted runs, where it turns out order-dependent
     passing = dict.fromkeys(plan.isolation, (Outcome.PASSED,))
     classified = classify_results(results, passing, ctx.orders)
     maybe = plan_searches(results, classified, found, ctx.orders)
-    return likely, requests + hinted_requests(hint_tasks(maybe, results, ctx.ledger))
+    groups.append(hinted_requests(hint_tasks(maybe, results, ctx.ledger)))
+    return likely, added_up(*groups)
 
 
 def _depends_on_others(

@@ -279,9 +279,14 @@ class Prober:
         )
 
     def hold(self, ids: Sequence[str], *, label: str, collect: Sequence[str] = ()) -> Held:
-        """The interpreter `run(ids, collect=collect)` would start, started now and held
-        after its collection (`run(..., held=)` takes it, `let_go` ends it)."""
+        """The interpreter `run(ids, collect=collect)` would start, held after its collection
+        (`run(..., held=)` takes it, `let_go` ends it): one of its files started ahead for a
+        run the kinds declared (a hinted search's confirmation), else one started now."""
         files = _files(ids, collect)
+        if self.ahead is not None:
+            pooled = self.ahead.take(files, self.gpu)
+            if pooled is not None:
+                return pooled
         launch = evidence_launch(self.rootdir, ids, files, gpu=self.gpu, label=label)
         return self.interpreters.hold(launch)
 

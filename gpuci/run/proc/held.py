@@ -33,7 +33,12 @@ from typing import Any
 
 from gpuci.run.proc.handshake import HOLD_ENV, POLL_S, asked_json
 from gpuci.run.proc.journal import JournalReader
-from gpuci.run.proc.launch import Launch, launch_environ, pytest_command
+from gpuci.run.proc.launch import (
+    Launch,
+    launch_environ,
+    pytest_command,
+    without_private_cache,
+)
 from gpuci.run.proc.ledger import note_started
 from gpuci.run.proc.reaper import COOKIE_ENV, new_cookie
 from gpuci.run.proc.spawn import start_lasting, yield_cpu
@@ -80,8 +85,9 @@ class Held:
 
     def fits(self, command: Sequence[str], targets: Sequence[str], env: Mapping[str, str]) -> bool:
         """`matches`, without killing it where not."""
-        ours = self.command[: len(self.command) - len(self.targets)]
-        asked = list(command[: len(command) - len(targets)])
+        # each has a cache of its own (`Launch.cache`)
+        ours = without_private_cache(self.command[: len(self.command) - len(self.targets)])
+        asked = without_private_cache(command[: len(command) - len(targets)])
         return self.proc.poll() is None and ours == asked and _same(self.env, env)
 
     @property

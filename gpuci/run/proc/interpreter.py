@@ -9,6 +9,7 @@ with the tests after it in a fresh interpreter (`Attempt.resume`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import select
@@ -136,6 +137,8 @@ class Interpreters:
         number = next(self._ahead_numbers)
         only = self.tmp / f"ahead-{number}.json"
         journal = self.out / "journal" / f"{launch.stem}.held-{number}.jsonl"
+        # its own cache: the run that takes it may be any lane of its file's
+        launch = dataclasses.replace(launch, cache=f"{launch.stem}.held-{number}")
         journal.parent.mkdir(parents=True, exist_ok=True)
         return self._start_held(launch, journal, only)
 

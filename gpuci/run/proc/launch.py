@@ -42,6 +42,9 @@ class Launch:
     lane: int = 0  # an evidence run beside another of the same file: its own journal and log
     held: bool = False  # the suite interpreter started before discovery may be taken for it
     rendezvous: str | None = None  # a pair's: "FOLDER:N", handed over with its ids
+    # its private pytest cache's name where not its stem: an interpreter held ahead owns
+    # one, as the run that takes it may have any lane
+    cache: str = ""
 
     @property
     def stem(self) -> str:
@@ -78,7 +81,9 @@ def pytest_command(
     cmd = [python, "-m", "pytest", "--continue-on-collection-errors"]
     if launch.junit is not None:
         cmd += ["-o", f"junit_suite_name={launch.key}", f"--junitxml={launch.junit}"]
-    args = interpreter_args(python, pytest_args, cache=private_cache(out, launch.stem))
+    args = interpreter_args(
+        python, pytest_args, cache=private_cache(out, launch.cache or launch.stem)
+    )
     return [*launch.wrapper, *cmd, *args, *launch.targets]
 
 
@@ -89,6 +94,17 @@ def private_cache(out: Path, stem: str) -> Path:
     that then never ran must not leave that mode's folder behind (a mode folder says the
     mode ran, and is read as its results)."""
     return (out.parent / STATE_DIR / CACHES / out.name / stem).absolute()
+
+
+def without_private_cache(command: Sequence[str]) -> list[str]:
+    """`command` with its private cache (`private_cache`, and the --basetemp beside it) named
+    alike for every interpreter: two commands that differ only there run the same tests the
+    same way, each writing its own."""
+    marker = f"/{STATE_DIR}/{CACHES}/"
+    return [
+        "<its own>" if arg.startswith(("cache_dir=", "--basetemp=")) and marker in arg else arg
+        for arg in command
+    ]
 
 
 def launch_environ(
