@@ -13,6 +13,7 @@
 #           real section too)
 # polluted: examples/gpu_polluted at the default budget against expected.json, then the
 #           same with --serial-modes (its wall beside the screens')
+# polluted-before: gpu_polluted by this gpuci and by old/'s (the code before a redesign)
 # storm:    the failure-storm replica (scripts/device_storm.sh)
 # torch-starts: N PyTorch interpreters collecting at once (N = 1..16), each one's start-up
 # torch:    examples/torch_polluted, plain pytest and gpuci check (scripts/device_torch.sh)
@@ -210,6 +211,17 @@ for who in ("fresh", "forked"):
     print(f"section-{who}: {float(walls['section-' + who]) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
 PY
         cd "$ROOT" ;;
+    polluted-before)  # issue 52: examples/gpu_polluted by this gpuci, then by the gpuci in old/
+        # (carried: the code before the evidence became kinds), each once, warm, one command
+        for who in now before; do
+            path="$PYTHONPATH"; [ "$who" = before ] && path="/tmp/site:$ROOT/old"
+            PYTHONPATH="$path" GPU_POLLUTED_STATE="$WORK/state-$who" timed polluted-$who 290 \
+                python3 -m gpuci check examples/gpu_polluted --out "$WORK/p-$who" --timeout 120
+            grep "^evidence\|^verdict" "$WORK/polluted-$who.log"
+            python3 scripts/compare_expected.py "$WORK/p-$who/verdict.json" \
+                examples/gpu_polluted/expected.json | tail -2
+            python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print('phases', {k: (v['runs'], v['seconds']) for k, v in e.get('phases', {}).items()})" "$WORK/p-$who/evidence/evidence.json"
+        done ;;
     polluted-versus)  # examples/gpu_polluted by this gpuci, then by the fork server's (old/)
         for who in fresh forked; do
             path="$PYTHONPATH"; [ "$who" = forked ] && path="/tmp/site:$ROOT/old"
