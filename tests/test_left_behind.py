@@ -116,3 +116,23 @@ def test_the_hint_points_only_where_the_card_would_tell() -> None:
         "a.py::limit",
         "b.py::worker",
     )
+
+
+def test_a_pool_limit_named_by_its_failure_hints_only_at_the_test_that_set_it() -> None:
+    # CuPy's subset on an H200 with a planted 4 KiB limit: the ledger also pointed at two
+    # tests that left memory in the pool or a CuPy stream, and a 3-test hint cost a wave of
+    # four runs where the limit's setter alone is two (its run and the confirmation)
+    left: dict[str, dict[str, Any]] = {
+        "g.py::curand": {"cupy.pool_total": [0, 2 << 20]},
+        "i.py::planted": {"cupy.pool_limit": [0, 4096]},
+        "n.py::item": {"cupy.pool_used": [0, 512]},
+    }
+    text = (
+        "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 80,384 bytes "
+        "(allocated so far: 59,904 bytes, limit set to: 4,096 bytes)."
+    )
+    order = ("g.py::curand", "i.py::planted", "n.py::item")
+    assert hinted_candidates(Ledger(tests=left), order, text) == ("i.py::planted",)
+    # without a limit in its words, the pool's memory may be what it lacked: all three
+    plain = "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 80,384 bytes"
+    assert hinted_candidates(Ledger(tests=left), order, plain) == order

@@ -75,6 +75,10 @@ POINTERS: dict[str, tuple[str, ...]] = {
 # error under a pool limit the process set (CuPy's `limit set to`) is the process's own
 # state, never memory another process holds
 RULED_OUT: dict[str, tuple[str, ...]] = {"gpu.processes": ("limit set to",)}
+# words that name one kind of state as sharply as a variable's name: CuPy's out-of-memory
+# error under a pool limit says so, and only a test that changed the limit set it (memory
+# another test left in the pool counts towards the limit only where one is set)
+NAMED_BY: dict[str, tuple[str, ...]] = {"cupy.pool_limit": ("limit set to",)}
 DEVICE_KINDS = ("cupy.", "torch.", "cuda.", "gpu.")  # the device's state; the rest, the host's
 # a failure in code of a device library can be touched by the state that library left on
 # the device whatever its words (a stale buffer from the pool fails an array comparison),
@@ -154,6 +158,9 @@ def _marks(text: str, left: Mapping[str, Any], *, named_only: bool) -> set[str]:
         named = {n for n in _named(key, change) if len(n) >= MIN_NAMED and n in text}
         if named:
             marks.update(f"{key}={name}" for name in named)
+            continue
+        if any(words in text for words in NAMED_BY.get(key, ())):
+            marks.add(key)
             continue
         # the most specific kind: `torch.allocated`'s words, not every `torch.` flag's
         prefixes = [k for k in POINTERS if key.startswith(k)]
