@@ -11,7 +11,7 @@ from gpuci.evidence.alone import describe_cuts, more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.pairs import PAIRED
+from gpuci.evidence.notes import PAIRED
 from gpuci.model import TestEvidence
 
 
