@@ -10,11 +10,12 @@ from collections.abc import Sequence
 import pytest
 from test_culprit_search import VICTIM, FakeProber
 
-from gpuci.evidence.bisect import CONFIRMING, REFUTED, bisect
-from gpuci.evidence.by_files import by_file, checked_bound
+from gpuci.evidence.kinds.culprit_search.bisect import REFUTED, bisect
+from gpuci.evidence.kinds.culprit_search.by_files import by_file, checked_bound
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Outcome
 from gpuci.run.proc.discover import file_of
+from gpuci.steps import CONFIRMING
 
 FILES, PER_FILE = 12, 5
 CANDIDATES = tuple(f"test_{f:02d}.py::test_{t}" for f in range(FILES) for t in range(PER_FILE))

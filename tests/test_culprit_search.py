@@ -11,25 +11,28 @@ from typing import Any
 
 import pytest
 
-import gpuci.evidence.culprits
-import gpuci.evidence.poisoned
+import gpuci.evidence.kinds.culprit_search.culprits
+import gpuci.evidence.kinds.poisoned_runs
 from gpuci.evidence.admission import Admission
-from gpuci.evidence.bisect import CONFIRMING, bisect, cascade
 from gpuci.evidence.claims import Standing
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
-from gpuci.evidence.culprits import Partnerable, _replay
 from gpuci.evidence.fingerprints import failure_kind
-from gpuci.evidence.kinds.culprit_search import CulpritSearch
+from gpuci.evidence.kinds.culprit_search.bisect import bisect, cascade
+from gpuci.evidence.kinds.culprit_search.culprits import Partnerable, _replay
+from gpuci.evidence.kinds.culprit_search.kind import CulpritSearch
+from gpuci.evidence.kinds.culprit_search.pairs import PARTNER_TRIES, search_pairs
 from gpuci.evidence.kinds.kind import standing
-from gpuci.evidence.pairs import PARTNER_TRIES, SAME_RUN_BOTH_WAYS, UNASKED, search_pairs
-from gpuci.evidence.poisoned import run_poisoned, worth_poisoning
+from gpuci.evidence.kinds.poisoned_runs import run_poisoned
+from gpuci.evidence.notes import SAME_RUN_BOTH_WAYS, UNASKED
+from gpuci.evidence.poisoned import worth_poisoning
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of
 from gpuci.state.left import Ledger
+from gpuci.steps import CONFIRMING
 
 VICTIM = "test_v.py::test_victim"
 CANDIDATES = tuple(f"test_{i:02d}.py::test_c" for i in range(16))
@@ -166,7 +169,7 @@ def test_a_replay_that_went_both_ways_is_not_paired_as_well() -> None:
 def test_a_poisoned_failure_is_a_diagnosis_only_when_it_fails_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
+    monkeypatch.setattr(gpuci.evidence.kinds.poisoned_runs, "poisonable", lambda prober: True)
     reader = FakeProber(lambda _, n: Outcome.FAILED)
     found = run_poisoned(_ctx(reader), [VICTIM], {})
     assert found[VICTIM].poisoned is Outcome.FAILED and len(reader.runs) == 2
@@ -413,7 +416,7 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
         for i, t in zip((hog_a, hog_b), tests, strict=True)
     }
     monkeypatch.setattr(
-        gpuci.evidence.culprits,
+        gpuci.evidence.kinds.culprit_search.culprits,
         "plan_searches",
         lambda *_: [hog(hog_a, hog_b), hog(hog_b, hog_a)],
     )
@@ -425,7 +428,7 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
         progress=io.StringIO(),
         ledger=Ledger(),
     )
-    found = gpuci.evidence.culprits.search_culprits(ctx, classified, {})
+    found = gpuci.evidence.kinds.culprit_search.culprits.search_culprits(ctx, classified, {})
     assert found[hog_a].culprits == ("test_hog_b.py",)
     assert found[hog_b].culprits == (hog_a,)
     assert found[hog_b].search.startswith("pair: the partner of")
@@ -438,7 +441,7 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
 
 
 def test_an_out_of_memory_victim_is_paired_with_the_file_that_held_most_first() -> None:
-    from gpuci.evidence.pairs import pair_order
+    from gpuci.evidence.kinds.culprit_search.pairs import pair_order
 
     # the parallel screen's overlap put the small files first; the hog beside it held 52 GiB
     overlap = ["test_flaky.py", "test_cache.py", "test_blas.py", "test_hog_b.py"]
@@ -541,7 +544,7 @@ def test_a_victim_that_only_ran_the_device_out_of_memory_is_not_poisoned() -> No
 
 
 def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -> None:
-    from gpuci.evidence.pairs import first_pair_requests
+    from gpuci.evidence.kinds.culprit_search.pairs import first_pair_requests
 
     # gpu_polluted: the two hogs pair with each other (one search answers both), and the
     # flaky test pairs with hog_a's file, which so needs its interpreters twice over

@@ -174,13 +174,21 @@ def test_strict_alone_runs_of_files_that_stay_on_one_gpu_run_at_once_a_gpu_each(
     import io
 
     from gpuci.evidence.alone import run_alone
+    from gpuci.evidence.context import Context
+    from gpuci.state.left import Ledger
 
     prober = MeetingProber()
     a, b = f"{A}::test_one", f"{B}::test_two"
-    found = run_alone(
-        prober,  # type: ignore[arg-type]
-        {a: 1, b: 1},
+    ctx = Context(
+        prober=prober,  # type: ignore[arg-type]
+        results={},
+        orders={},
         progress=io.StringIO(),
+        ledger=Ledger(),
+    )
+    found = run_alone(
+        ctx,
+        {a: 1, b: 1},
         failed=frozenset({a, b}),  # likely failing: strict from the start
     )
     assert found[a].alone == found[b].alone == (Outcome.FAILED,)
@@ -236,7 +244,7 @@ def test_a_partner_is_never_a_test_that_fails_in_its_own_files_order() -> None:
     # runs test_pool_limit.py whole, where test_large_workspace fails after the test that
     # caps the pool (its own file's order, as in the isolated screen): no contention
     from gpuci.evidence.classify import Classified
-    from gpuci.evidence.culprits import partnerable_tests
+    from gpuci.evidence.kinds.culprit_search.culprits import partnerable_tests
 
     def classified(test_id: str, category: Category, isolated: Outcome, *, inferred: bool = False):
         file = test_id.partition("::")[0]

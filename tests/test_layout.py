@@ -20,14 +20,38 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "gpuci"
 # the shared types and files, for all
 SHARED = ("terminal", "shell", "steps", "processes", "model", "formats", "evidence_file")
-# every kind of evidence: a module of evidence/kinds/ besides its Protocol and its engine
+# every kind of evidence: a module of evidence/kinds/ besides its Protocol and its engine,
+# or a subpackage of it where the kind is big (KIND_PACKAGES)
 KINDS = tuple(
     sorted(
-        p.stem
-        for p in (ROOT / "evidence" / "kinds").glob("*.py")
-        if p.stem not in ("__init__", "kind", "engine")
+        p.stem if p.suffix == ".py" else p.name
+        for p in (ROOT / "evidence" / "kinds").iterdir()
+        if (p.suffix == ".py" and p.stem not in ("__init__", "kind", "engine"))
+        or (p / "__init__.py").is_file()
     )
 )
+# A kind that is a subpackage: its modules in their one-way order. The subpackage stands in
+# the flow where its kind does: it may import what a kind may (the shared evidence and the
+# kinds' Protocol, never another kind) and its own modules listed before each.
+KIND_PACKAGES: dict[str, tuple[str, ...]] = {
+    # a search's record and step, pairs, the speculated levels, the halvings (by files first,
+    # checked where refuted, the bisection), the hints, the files collected (providers),
+    # the searches of a round, their runs started ahead, and the kind the engine lists
+    "evidence.kinds.culprit_search": (
+        "search",
+        "pairs",
+        "waves",
+        "by_files",
+        "checked",
+        "bisect",
+        "source_hints",
+        "hinted",
+        "collected",
+        "culprits",
+        "prepared",
+        "kind",
+    ),
+}
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
     # the state ledger: the child's snapshots (host, device, changes, recorder), then what the
@@ -92,28 +116,20 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "reproduce",
         "fingerprints",
         "claims",
+        "notes",
         "classify",
         "latent",
         "admission",
         "account",
+        "requests",
         "ahead",
         "probe",
         "context",
         "alone",
         "beside",
-        "pairs",
-        "poisoned",
         "victims",
-        "search",
-        "waves",
-        "by_files",
-        "checked",
-        "bisect",
-        "source_hints",
-        "hinted",
-        "collected",
+        "poisoned",
         "likely",
-        "culprits",
         "strict",
         "memcheck",
         "sanitizer",
@@ -121,9 +137,9 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "early",
         "mode_reruns",
     ),
-    # the kinds of evidence, each built from the parts above, behind one Protocol (kind),
-    # and the engine that lists them: the kinds import none of each other, so adding one
-    # touches its module and the engine's list, not this one (tests/test_kinds.py)
+    # the kinds of evidence, each built from the shared parts above, behind one Protocol
+    # (kind), and the engine that lists them: a kind imports no other kind (`_allowed`), so
+    # adding one touches its module and the engine's list, not this one (tests/test_kinds.py)
     "evidence.kinds": ("kind", *KINDS, "engine"),
     "verdict": (
         "merge",
@@ -220,7 +236,7 @@ def _imports_in(source: str, module: str) -> set[str]:
     """The gpuci modules `source` imports (`run.sched.plan`, `model`), at the top or in
     functions; a module imported from its package (`from gpuci.run.sched import plan`,
     `from gpuci.run import proc`) counts as that module or subpackage."""
-    holders = {"", *PACKAGES, *(p for name in PACKAGES for p in _parents(name))}
+    holders = {"", *PACKAGES, *KIND_PACKAGES, *(p for name in PACKAGES for p in _parents(name))}
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
@@ -243,23 +259,41 @@ def _gpuci_imports(module: str) -> set[str]:
     return _imports_in(_path(module).read_text(encoding="utf-8"), module)
 
 
+def _members(package: str, members: tuple[str, ...]) -> list[str]:
+    """`members` of `package` as modules, a kind's subpackage as its own modules too."""
+    named = [f"{package}.{m}" for m in members]
+    return [*named, *(f"{n}.{m}" for n in named if n in KIND_PACKAGES for m in KIND_PACKAGES[n])]
+
+
 def _allowed(module: str) -> set[str]:
     """What `module` may import: SHARED, then every module that comes before it (the
     packages before its own, with the packages that hold them, and its own package's
-    modules listed before it)."""
+    modules listed before it). A kind may import the kinds' Protocol and no other kind;
+    a module of a kind's subpackage, what its kind may and its own modules before it."""
     if module in SHARED:
         return set(SHARED[: SHARED.index(module)])
-    allowed = set(SHARED)
     package, _, own = module.rpartition(".")
+    if package in KIND_PACKAGES:
+        members = KIND_PACKAGES[package]
+        return _allowed(package) | set(_members(package, members[: members.index(own)]))
+    allowed = set(SHARED)
     for name, members in PACKAGES.items():
         if name == package:
-            return allowed | {f"{name}.{m}" for m in members[: members.index(own)]}
-        allowed |= {name, *_parents(name)} | {f"{name}.{m}" for m in members}
+            earlier = members[: members.index(own)]
+            if name == "evidence.kinds" and own in KINDS:
+                earlier = ("kind",)  # its Protocol; another kind only through the engine
+            return allowed | set(_members(name, earlier))
+        allowed |= {name, *_parents(name), *_members(name, members)}
     return allowed | set(ON_TOP[: ON_TOP.index(module)])
 
 
 def _ordered() -> list[str]:
-    staged = [f"{p}.{m}" for p, members in PACKAGES.items() for m in members]
+    staged = [
+        f"{p}.{m}.{x}" if f"{p}.{m}" in KIND_PACKAGES else f"{p}.{m}"
+        for p, members in PACKAGES.items()
+        for m in members
+        for x in KIND_PACKAGES.get(f"{p}.{m}", ("",))
+    ]
     return [*SHARED, *staged, *ON_TOP]
 
 
@@ -271,7 +305,7 @@ def test_every_module_has_a_place_in_the_flow() -> None:
 def test_the_packages_are_the_stages_in_order() -> None:
     # a package holds modules (a stage, in PACKAGES) or only the subpackages of its stage
     holders = {p for name in PACKAGES for p in _parents(name)}
-    assert [p for p in _packages() if p] == sorted({*PACKAGES, *holders})
+    assert [p for p in _packages() if p] == sorted({*PACKAGES, *KIND_PACKAGES, *holders})
     # a stage may hold a subpackage after its own modules (evidence.kinds, built from
     # evidence's parts); a holder that is no stage holds only subpackages (run)
     for holder in holders - set(PACKAGES):
@@ -287,7 +321,7 @@ def test_the_packages_are_the_stages_in_order() -> None:
 @pytest.mark.parametrize("module", _ordered())
 def test_imports_flow_one_way(module: str) -> None:
     later = _gpuci_imports(module) - _allowed(module)
-    assert not later, f"gpuci/{module}: imports {sorted(later)}, which come after it"
+    assert not later, f"gpuci/{module}: imports {sorted(later)}: later, or another kind"
 
 
 @pytest.mark.parametrize("package", _packages())
@@ -317,6 +351,22 @@ def test_the_import_rule_catches_a_later_package() -> None:
     assert "evidence.kinds.engine" not in _allowed("evidence.probe")
     assert "run.sched.session" in _gpuci_imports("evidence.kinds.engine")
     assert {"check", "report.render"} <= _gpuci_imports("cli")  # lazy, inside functions
+
+
+def test_a_kind_imports_no_other_kind() -> None:
+    # a kind (a module, or each module of its subpackage) reaches another only through the
+    # engine: where two kinds share a function, it is shared evidence, before the kinds
+    assert "evidence.kinds.kind" in _allowed("evidence.kinds.threads")
+    assert "evidence.kinds.groups" not in _allowed("evidence.kinds.threads")  # listed before
+    assert "evidence.kinds.culprit_search.kind" not in _allowed("evidence.kinds.threads")
+    bisect = "evidence.kinds.culprit_search.bisect"
+    assert {"evidence.kinds.kind", "evidence.kinds.culprit_search.search"} <= _allowed(bisect)
+    assert "evidence.kinds.culprit_search.culprits" not in _allowed(bisect)  # listed after
+    assert "evidence.kinds.groups" not in _allowed(bisect)
+    assert "evidence.kinds.culprit_search.kind" in _allowed("evidence.kinds.engine")
+    # every kind is in the flow, a subpackage's modules each in their place
+    assert {"culprit_search", "groups", "threads"} <= set(KINDS)
+    assert "evidence.kinds.culprit_search.culprits" in _ordered()
 
 
 def test_the_import_rule_holds_inside_run() -> None:

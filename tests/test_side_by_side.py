@@ -12,17 +12,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-import gpuci.evidence.poisoned
+import gpuci.evidence.kinds.poisoned_runs
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.alone import first_alone, more_alone, prioritize, run_alone
-from gpuci.evidence.bisect import REFUTED, bisect
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
-from gpuci.evidence.culprits import _by_interpreter, _search_once, _waves
-from gpuci.evidence.likely import Likely, withdraw_unlikely
+from gpuci.evidence.kinds.culprit_search.bisect import REFUTED, bisect
+from gpuci.evidence.kinds.culprit_search.culprits import _by_interpreter, _search_once, _waves
+from gpuci.evidence.kinds.poisoned_runs import run_poisoned
+from gpuci.evidence.likely import withdraw_unlikely
+from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.orders import interpreter_order
-from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
-from gpuci.evidence.poisoned import run_poisoned
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
@@ -283,7 +283,7 @@ def test_a_providers_confirmation_failing_beside_others_holds_where_a_strict_run
 def test_a_test_that_failed_alone_runs_its_next_alone_run_strictly() -> None:
     broken, fine = "test_b.py::test_broken", "test_f.py::test_fine"
     prober = LoadedProber(lambda ids, _: Outcome.FAILED if broken in ids else Outcome.PASSED)
-    found = run_alone(prober, {broken: 2, fine: 2}, progress=io.StringIO())  # type: ignore[arg-type]
+    found = run_alone(_ctx(prober, io.StringIO()), {broken: 2, fine: 2})
     assert found[broken].alone == (Outcome.FAILED, Outcome.FAILED)
     assert found[fine].alone == (Outcome.PASSED, Outcome.PASSED)
     # its first beside the other, confirmed strictly; its second strict from the start
@@ -325,7 +325,7 @@ def test_two_runs_that_do_not_fit_the_gpu_together_run_one_after_the_other() -> 
 def test_a_poisoned_failure_beside_others_is_weighed_by_strict_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpuci.evidence.poisoned, "poisonable", lambda prober: True)
+    monkeypatch.setattr(gpuci.evidence.kinds.poisoned_runs, "poisonable", lambda prober: True)
     # it fails whenever another run is beside it: the load's, not a flaky test's
     loaded = LoadedProber(lambda _, strict: Outcome.PASSED if strict else Outcome.FAILED)
     found = run_poisoned(_ctx(loaded, io.StringIO()), [VICTIM], {})
@@ -423,7 +423,14 @@ def test_only_a_victim_that_failed_beside_others_and_shows_by_failing_is_loadabl
         reruns=(Outcome.PASSED,) if suite is Outcome.FAILED else (Outcome.FAILED,),
         results={m: r.run.tests[-1] for m, r in results.items()},
     )
-    (found,) = plan_searches(results, {VICTIM: victim}, {}, orders)
+    ctx = Context(
+        prober=None,  # type: ignore[arg-type]
+        results=results,
+        orders=orders,
+        progress=io.StringIO(),
+        ledger=Ledger(),
+    )
+    (found,) = plan_searches(ctx, {VICTIM: victim}, {})
     assert found.loadable is loadable and found.candidates
 
 
@@ -492,13 +499,12 @@ def test_a_likely_failing_suspect_that_passes_alone_gives_back_its_second_interp
     plan = prioritize(results, {victim: 2, other: 2})
     assert plan.likely_failing == {victim}
     prober = LoadedProber(lambda ids, _: Outcome.PASSED)
-    likely = Likely(results)  # nothing started for a search of it (none would be needed)
     found, had = first_alone(
         _ctx(prober, io.StringIO()),
         plan.isolation,
         {},
         likely_failing=plan.likely_failing,
-        passed_likely=lambda test_id: withdraw_unlikely(prober, likely, test_id),  # type: ignore[arg-type]
+        passed_likely=lambda test_id: withdraw_unlikely(prober, test_id),  # type: ignore[arg-type]
     )
     assert found[victim].alone == (Outcome.PASSED,) and had[victim] == 1
     assert prober.withdrawn == [[victim]]  # the likely failing one's; the other had none

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.context import Context
-from gpuci.evidence.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
+from gpuci.evidence.kinds.culprit_search.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
+from gpuci.evidence.kinds.culprit_search.source_hints import MAX_WRITERS, quoted_values, writers
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
-from gpuci.evidence.source_hints import MAX_WRITERS, quoted_values, writers
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.state.left import Ledger
@@ -103,7 +103,7 @@ def results_with(victim: str, message: str, root: Path) -> dict[Mode, ModeResult
 def hinted_task(root: Path, victim: str, message: str, category: Category) -> Task:
     """The victim's search among CANDIDATES, hinted as the culprit search hints it."""
     planned = Task(victim=victim, category=category, candidates=CANDIDATES, rank=(0, 0))
-    (hinted,) = hint_tasks([planned], results_with(victim, message, root), Ledger())
+    (hinted,) = hint_tasks(_ctx(None, results_with(victim, message, root)), [planned])
     return hinted
 
 
@@ -147,14 +147,22 @@ def test_the_ledger_is_read_first_and_concurrency_is_not_hinted(tmp_path: Path) 
     pair = Task(
         victim=victim, category=Category.CONCURRENCY, candidates=("test_a.py",), rank=(0, 0)
     )
-    ordered, paired = hint_tasks([order, pair], results_with(victim, message, root), ledger)
+    results = results_with(victim, message, root)
+    ctx = Context(
+        prober=None,  # type: ignore[arg-type]
+        results=results,
+        orders={},
+        progress=io.StringIO(),
+        ledger=ledger,
+    )
+    ordered, paired = hint_tasks(ctx, [order, pair])
     assert ordered.hint == LEDGER and ordered.hinted == (CANDIDATES[0],)
     assert paired.hinted == () and paired.hint == ""
 
 
 def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) -> None:
-    from gpuci.evidence.culprits import _search
-    from gpuci.evidence.search import COLLECTED
+    from gpuci.evidence.kinds.culprit_search.culprits import _search
+    from gpuci.evidence.kinds.culprit_search.search import COLLECTED
 
     root = suite(tmp_path)
     victim = "test_c.py::test_nests_by_name"
@@ -171,7 +179,7 @@ def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) 
     planned = Task(
         victim=victim, category=Category.DEPENDS_ON_OTHERS, candidates=CANDIDATES, rank=(0, 0)
     )
-    (hinted,) = hint_tasks([planned], results, Ledger())
+    (hinted,) = hint_tasks(_ctx(None, results), [planned])
     provider = CANDIDATES[1]
     right = HidingStartUps(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
     search = _search(_ctx(right, results), hinted, [], frozenset())  # type: ignore[arg-type]
@@ -187,7 +195,7 @@ def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) 
     assert search.culprits == ("test_b.py",)
 
 
-def _ctx(prober: FakeProber, results: dict[Mode, ModeResults]) -> Context:
+def _ctx(prober: FakeProber | None, results: dict[Mode, ModeResults]) -> Context:
     return Context(
         prober=prober,  # type: ignore[arg-type]
         results=results,
@@ -242,7 +250,7 @@ def test_hinted_runs_of_one_file_for_two_victims_add_up() -> None:
     """gpu_polluted: two victims of one file, each hinted at the same culprit before them:
     each search's run and confirmation take an interpreter of that file, four in all (with
     two, the second victim's runs started cold on the H100)."""
-    from gpuci.evidence.hinted import prepare_hinted
+    from gpuci.evidence.kinds.culprit_search.hinted import prepare_hinted
 
     culprit = "test_w.py::test_scatter"
 
@@ -268,8 +276,8 @@ def test_a_hint_at_several_tests_starts_the_narrowings_runs_too() -> None:
     """torch_polluted on an H200: the ledger pointed at 3 tests; the narrowing's first wave
     ran `[two of them, victim]` beside the three singles, and with only the hint's run and
     the singles started ahead, that run (the hint's files again) started cold: 15 s."""
-    from gpuci.evidence.ahead import requests_each
-    from gpuci.evidence.hinted import hinted_runs
+    from gpuci.evidence.kinds.culprit_search.hinted import hinted_runs
+    from gpuci.evidence.requests import requests_each
 
     hinted = ("test_a.py::test_mm", "test_b.py::test_caps", "test_d.py::test_small")
     task = Task(

@@ -15,9 +15,9 @@ import pytest
 from cli_runner import fresh_interpreters, write_files
 
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
-from gpuci.evidence.bisect import bisect
+from gpuci.evidence.kinds.culprit_search.bisect import bisect
+from gpuci.evidence.kinds.culprit_search.waves import Node, plan_wave, run_wave
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import Node, plan_wave, run_wave
 from gpuci.model import Category, Outcome, Probe
 from gpuci.run.proc.launch import Launch
 

@@ -24,15 +24,14 @@ and the run starts fresh).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.evidence.admission import Admission
-from gpuci.run.proc.discover import file_of, pytest_target
+from gpuci.run.proc.discover import pytest_target
 from gpuci.run.proc.held import WORTH_HIDING_S, Held, end_held
 from gpuci.run.proc.interpreter import Interpreters
 from gpuci.run.proc.launch import Launch
@@ -363,57 +362,3 @@ class Ahead:
         return evidence_launch(
             self.rootdir, ids, files, gpu=self.views[device], label="ahead", env=env
         )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Request:
-    """A run a kind of evidence will make, declared ahead to the runner (`Prober.start_ahead`),
-    which alone starts its interpreter, admits it and charges it: the tests it will run
-    (`ids`, after the files of `collect` imported), with nothing beside it or not
-    (`strict`), in which environment (`env`), seeing which GPUs where it is one side of
-    a pair run (`side_gpu`, with `side`), how many interpreters of its files the runs
-    declared so far need (`copies`: one serves any run of its files), and how certain it
-    is (`certain`: it comes whatever the others find; else a guess, ended where another
-    run needs the place, killed where never taken)."""
-
-    ids: tuple[str, ...]
-    collect: tuple[str, ...] = ()
-    strict: bool = False
-    env: tuple[tuple[str, str], ...] = ()
-    copies: int = 1
-    certain: bool = False
-    side: bool = False
-    side_gpu: str | None = None
-
-
-def requests_each(runs: Iterable[tuple[Sequence[str], int]]) -> list[Request]:
-    """The strict runs of `runs` (ids, copies) as requests: one interpreter serves any run
-    of its files, so the copies of runs of the same files add up (two searches whose runs
-    share a file each get theirs; else the second one's starts cold)."""
-    need: dict[tuple[str, ...], int] = {}
-    requests = []
-    for ids, copies in runs:
-        files = tuple(dict.fromkeys(file_of(i) for i in ids))
-        need[files] = need.get(files, 0) + copies
-        requests.append(Request(ids=tuple(ids), strict=True, copies=need[files]))
-    return requests
-
-
-def added_up(*groups: Sequence[Request]) -> list[Request]:
-    """The requests of `groups`, each group's copies counted on top of the earlier groups'
-    of the same files and environment: each group counts the interpreters its own runs
-    need (`Request.copies`), and the runner keeps that many waiting, so two groups whose
-    runs share an interpreter's files would otherwise share one (a victim's alone-runs and
-    its hinted search's runs of its own file alone: the later started cold)."""
-    carried: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int] = {}
-    out: list[Request] = []
-    for group in groups:
-        most: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int] = {}
-        for request in group:
-            files = tuple(dict.fromkeys([*request.collect, *(file_of(i) for i in request.ids)]))
-            key = (files, request.env)
-            copies = request.copies + carried.get(key, 0)
-            most[key] = max(most.get(key, 0), copies)
-            out.append(dataclasses.replace(request, copies=copies))
-        carried.update(most)
-    return out

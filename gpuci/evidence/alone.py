@@ -25,7 +25,6 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TextIO
 
 from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import (
@@ -89,10 +88,9 @@ def alone_runs_wanted(results: Mapping[Mode, ModeResults], runs: int) -> dict[st
 
 
 def run_alone(
-    prober: Prober,
+    ctx: Context,
     wanted: Mapping[str, int],
     *,
-    progress: TextIO,
     again: bool = False,  # they ran alone before: the line says so, not the same twice
     failed: frozenset[str] = frozenset(),  # tests that failed an earlier alone-run
 ) -> dict[str, TestEvidence]:
@@ -100,6 +98,7 @@ def run_alone(
     the prober has more than one slot a round's runs go beside each other, and a failing
     one is confirmed alone before it counts. A test that failed an earlier alone-run runs
     strictly at once: its failure, likely again, would need that run anyway."""
+    prober, progress = ctx.prober, ctx.progress
     alone: dict[str, list[Outcome]] = {i: [] for i in wanted}
     failing = set(failed)
     cut: set[str] = set()
@@ -197,7 +196,7 @@ def more_alone(
     failed = frozenset(
         i for i in wanted if i in found and any(o in NOT_PASSING for o in found[i].alone)
     ) | (likely_failing & wanted.keys())
-    ran = run_alone(ctx.prober, wanted, progress=ctx.progress, again=again, failed=failed)
+    ran = run_alone(ctx, wanted, again=again, failed=failed)
     for test_id, extra in ran.items():
         before = merged.get(test_id, TestEvidence(id=test_id))
         merged[test_id] = dataclasses.replace(

@@ -1,11 +1,12 @@
 """Beside: which files ran at the same time as a test in the check's screens.
 
-The screens run the suite interpreter, the parallel files and the threads files at once,
-so a failure in one of them may be another's doing. These are the files to pair a suspect
-with (`gpuci.evidence.culprits`), longest overlap first: for a parallel file, the parallel files
-beside it, then the threads files and the files the suite interpreter ran meanwhile; for a
-test of the suite interpreter, the parallel and threads files that ran while it did. The
-suite interpreter's tests are placed on its clock end to end, from its start-up on.
+The screens run the suite interpreter, the parallel files and the threads files at once, so
+a failure in one of them may be another's doing. These are the files to pair a suspect with
+(`gpuci.evidence.kinds.culprit_search.culprits`), longest overlap first: for a parallel
+file, the parallel files beside it, then the threads files and the files the suite
+interpreter ran meanwhile; for a test of the suite interpreter, the parallel and threads
+files that ran while it did. The suite interpreter's tests are placed on its clock end to
+end, from its start-up on.
 """
 
 from __future__ import annotations

@@ -28,14 +28,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuci.evidence.alone import alone_runs_wanted, prioritize
-from gpuci.evidence.bisect import CONFIRMING
-from gpuci.evidence.collected import collected_files
 from gpuci.evidence.fingerprints import fingerprint
 from gpuci.evidence.memcheck import is_cuda_fault
-from gpuci.evidence.orders import MAX_BESIDE, Order, interpreter_order, ran_beside, tests_before
+from gpuci.evidence.orders import (
+    MAX_BESIDE,
+    Order,
+    collected_files,
+    interpreter_order,
+    ran_beside,
+    tests_before,
+)
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.sanitizer import MIN_RUN_S
 from gpuci.model import NOT_PASSING, Mode, Outcome, TestResult
+from gpuci.steps import CONFIRMING
 
 CAP_S = 1800.0  # at most 30 minutes of evidence, however many suspects
 SLACK = 1.5

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TextIO
 
 from gpuci.evidence.alone import alone_runs_wanted, describe_cuts, run_alone
+from gpuci.evidence.context import Context
+from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.probe import Prober, start_prober
 from gpuci.evidence.results import ModeResults
 from gpuci.formats import mode_run_to_json, write_json_atomic
@@ -18,6 +20,7 @@ from gpuci.run.proc.strays import leftover_line, stranger_line
 from gpuci.run.proc.supervisor import Supervisor
 from gpuci.run.sched.progress import say
 from gpuci.run.sched.session import Interrupted
+from gpuci.state.left import Ledger
 
 
 def say_strays(prober: Prober, progress: TextIO, where: str) -> None:
@@ -54,9 +57,16 @@ def rerun_mode_suspects(
         supervisor=supervisor,
         mode_name=run.mode.value,
     )
+    ctx = Context(
+        prober=prober,
+        results=results,
+        orders={run.mode: interpreter_order(results[run.mode])},
+        progress=progress,
+        ledger=Ledger(),  # alone-runs read no hint
+    )
     try:
         with supervisor.handling_signals():
-            found = describe_cuts(run_alone(prober, wanted, progress=progress), wanted)
+            found = describe_cuts(run_alone(ctx, wanted), wanted)
     finally:
         prober.close()
     say_strays(prober, progress, run.mode.value)

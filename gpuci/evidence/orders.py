@@ -1,4 +1,6 @@
-"""Orders: who ran before whom in a mode's interpreters, and which files ran beside a file.
+"""Orders: who ran before whom in a mode's interpreters, which files ran beside a file, and
+which the suite interpreter collected with a test (pytest imports every file before the
+first test: `collected_files`, the provider search's and the budget's).
 
 Read by the commands that show a finding (`gpuci.evidence.reproduce`: the tests before it,
 the files beside it) and by the evidence that replays orders (the culprit searches).
@@ -6,10 +8,13 @@ the files beside it) and by the evidence that replays orders (the culprit search
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuci.evidence.results import ModeResults
-from gpuci.model import WHOLE_SUITE_MODES, Outcome, TestResult
+from gpuci.model import WHOLE_SUITE_MODES, Mode, Outcome, TestResult
+from gpuci.run.proc.discover import file_of
+from gpuci.run.proc.journal import COLLECTION_ERROR
 
 MAX_PRECEDING = 50  # tests or files a reproduce command puts before the test
 MAX_BESIDE = 7  # files a concurrency reproduce command runs beside the test
@@ -111,3 +116,26 @@ def ran_beside(results: ModeResults, file: str, *, limit: int | None = MAX_BESID
             overlaps.sort(key=lambda o: -o[0])
             return [f for _, f in overlaps][:limit]
     return []
+
+
+def collected_files(results: Mapping[Mode, ModeResults], victim: str) -> tuple[str, ...]:
+    """The other files the suite interpreter collected where the victim passed there, in
+    its order; none elsewhere. A victim that is a file (it could not be collected alone)
+    passed where its tests ran, and only the files collected before it can have mattered."""
+    suite = results.get(Mode.SUITE)
+    if suite is None:
+        return ()
+    outcomes = {t.id: t.outcome for t in suite.run.tests}
+    file = file_of(victim)
+    if "::" not in victim:
+        ran = [t for t in suite.run.tests if t.file == file and t.outcome is not Outcome.NOT_RUN]
+        if victim in outcomes or not ran:
+            return ()
+    elif outcomes.get(victim) is not Outcome.PASSED:
+        return ()
+    # a file that did not collect would end the run before its first test
+    broken = {t.file for t in suite.run.tests if t.message.startswith(COLLECTION_ERROR)}
+    files = list(dict.fromkeys(t.file for t in suite.run.tests if t.file not in broken))
+    if "::" not in victim:
+        files = files[: files.index(file)]
+    return tuple(f for f in files if f != file)

@@ -24,14 +24,9 @@ from pathlib import Path
 
 from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
-from gpuci.evidence.ahead import (
-    AHEAD_START_S,
-    Ahead,
-    Request,
-    ahead_limit,
-    evidence_launch,
-)
+from gpuci.evidence.ahead import AHEAD_START_S, Ahead, ahead_limit, evidence_launch
 from gpuci.evidence.reproduce import serial_gpu
+from gpuci.evidence.requests import Request
 from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.disk.side_outputs import seed_args

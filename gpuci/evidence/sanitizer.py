@@ -1,4 +1,6 @@
-"""compute-sanitizer on roots: the kernel behind an illegal address, named by memcheck.
+"""compute-sanitizer: the tool, which roots run under it, and one run of a root under it
+(the kernel behind an illegal address, named by memcheck); the kind that asks it of the
+roots is `gpuci.evidence.kinds.memcheck_roots`.
 
 An illegal address poisons the CUDA context: the test fails (or its interpreter dies)
 and every later CUDA call raises, but nothing says which kernel wrote where. Each root
@@ -14,7 +16,6 @@ memcheck's output is untrusted text, kept as data: the report escapes it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shutil
@@ -23,12 +24,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.context import Context
 from gpuci.evidence.memcheck import Memcheck, cap_lines, is_cuda_fault, parse_memcheck
 from gpuci.evidence.probe import Prober
 from gpuci.model import Category, Outcome, TestEvidence, TestResult, UsageError
 from gpuci.run.proc.endings import EXIT_ID
-from gpuci.run.sched.progress import say
 
 PHASE = "sanitizer"
 TOOL = "compute-sanitizer"
@@ -110,10 +109,10 @@ def sanitizer_roots(
 class Sanitizing:
     """compute-sanitizer on the roots known before the searches (tests that failed alone
     with a CUDA fault), in a thread of its own while the poisoned runs and the searches go
-    on (`start`); `sanitize_roots` takes what it found (`finish`) and runs the roots named
-    later: a memcheck run is slow, and beside the searches it no longer comes at the end
-    with nothing beside it. Beside other runs its report is still the root's own: memcheck
-    follows the root's process tree only."""
+    on (`start`); the kind (`gpuci.evidence.kinds.memcheck_roots`) takes what it found
+    (`finish`) and runs the roots named later: a memcheck run is slow, and beside the
+    searches it no longer comes at the end with nothing beside it. Beside other runs its
+    report is still the root's own: memcheck follows the root's process tree only."""
 
     def __init__(self, prober: Prober, tool: str | None) -> None:
         self.prober = prober
@@ -138,7 +137,7 @@ class Sanitizing:
                 self._texts[test_id] = self._pool.submit(self._memcheck, test_id, self.tool)
 
     def _memcheck(self, test_id: str, tool: str) -> str:
-        if self.prober.stopping() or _starved(self.prober):
+        if self.prober.stopping() or starved(self.prober):
             return NOT_RUN
         return run_memcheck(self.prober, test_id, tool)
 
@@ -148,48 +147,11 @@ class Sanitizing:
         return {i: f.result() for i, f in self._texts.items() if not f.cancelled()}
 
 
-def _starved(prober: Prober) -> bool:
+def starved(prober: Prober) -> bool:
     """Whether the budget left cannot finish a memcheck run (one killed half way tells
     nothing)."""
     left = prober.left()
     return prober.exhausted() or (left is not None and left < MIN_RUN_S)
-
-
-def sanitize_roots(
-    ctx: Context,
-    classified: Mapping[str, Classified],
-    found: Mapping[str, TestEvidence],
-    *,
-    tool: str | None,
-    done: Mapping[str, str] | None = None,
-) -> dict[str, TestEvidence]:
-    """Each root alone under memcheck, its first error block added to its evidence (those
-    `done` beside the searches already, `Sanitizing`, not again)."""
-    prober, progress = ctx.prober, ctx.progress
-    merged = dict(found)
-    roots = sanitizer_roots(classified, found)
-    done = done or {}
-    if not roots:
-        return merged
-    if tool is None:
-        say(progress, f"{TOOL}: not found; {len(roots)} root(s) with a CUDA fault not sanitized")
-        return merged
-    left = prober.left()
-    budget = "" if left is None else f", budget left {left:.0f}s"
-    early = sum(1 for r in roots if r in done)
-    beside = f" ({early} of them beside the searches)" if early else ""
-    say(progress, f"{TOOL}: running {len(roots)} root(s) under memcheck{beside}{budget}")
-    for test_id in roots:
-        if prober.stopping():
-            break
-        if test_id in done:
-            text = done[test_id]
-        else:
-            text = NOT_RUN if _starved(prober) else run_memcheck(prober, test_id, tool, strict=True)
-        before = merged.get(test_id, TestEvidence(id=test_id))
-        merged[test_id] = dataclasses.replace(before, sanitizer=text)
-        say(progress, f"  {test_id}: sanitizer: {(text.splitlines() or [''])[0]}")
-    return merged
 
 
 def run_memcheck(prober: Prober, test_id: str, tool: str, *, strict: bool = False) -> str:

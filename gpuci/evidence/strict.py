@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.notes import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS, UNASKED
 from gpuci.evidence.orders import first_in_interpreter, interpreter_order
-from gpuci.evidence.pairs import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS, UNASKED
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 

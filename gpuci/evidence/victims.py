@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from gpuci.evidence.beside import beside_suite_test, co_runners
 from gpuci.evidence.classify import Classified
+from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import failure_kind
-from gpuci.evidence.orders import Order, tests_before
-from gpuci.evidence.pairs import SAME_RUN_BOTH_WAYS
-from gpuci.evidence.results import ModeResults
+from gpuci.evidence.notes import SAME_RUN_BOTH_WAYS
+from gpuci.evidence.orders import tests_before
 from gpuci.model import (
     LATENT_ORDERS,
     NOT_PASSING,
@@ -50,20 +50,17 @@ class Task:
 
 
 def plan_searches(
-    results: Mapping[Mode, ModeResults],
-    classified: Mapping[str, Classified],
-    found: Mapping[str, TestEvidence],
-    orders: Mapping[Mode, Order],
+    ctx: Context, classified: Mapping[str, Classified], found: Mapping[str, TestEvidence]
 ) -> list[Task]:
     """Every victim's search, where it has one to search."""
     # victims in the order they ran in one interpreter, so that an early victim's culprit
     # is found first and tried on the later ones (a cascade)
-    reference = results.get(Mode.SUITE) or next(iter(results.values()))
+    reference = ctx.results.get(Mode.SUITE) or next(iter(ctx.results.values()))
     place = {t.id: i for i, t in enumerate(reference.run.tests)}
     tasks: list[Task] = []
     for test in classified.values():
         if test.category in SEARCHED and not diagnosed(found.get(test.id)):
-            task = _plan(test, results, orders, place.get(test.id, len(place)))
+            task = _plan(ctx, test, place.get(test.id, len(place)))
             if task is not None:
                 tasks.append(task)
     return tasks
@@ -77,15 +74,11 @@ def diagnosed(evidence: TestEvidence | None) -> bool:
     )
 
 
-def _plan(
-    test: Classified,
-    results: Mapping[Mode, ModeResults],
-    orders: Mapping[Mode, Order],
-    place: int,
-) -> Task | None:
+def _plan(ctx: Context, test: Classified, place: int) -> Task | None:
     """Where to search: the interpreter with the fewest tests before the victim; for a file
     that could not be collected alone, the files collected before it (no test runs before
-    pytest has imported every file: `gpuci.evidence.collected`)."""
+    pytest has imported every file: `gpuci.evidence.kinds.culprit_search.collected`)."""
+    results, orders = ctx.results, ctx.orders
     if "::" not in test.id:
         if test.category is not Category.DEPENDS_ON_OTHERS:
             return None
@@ -143,7 +136,7 @@ def _plan(
             )
     if best is None and test.category is Category.DEPENDS_ON_OTHERS:
         # no test ran before it where it passed: only the files pytest imported with it can
-        # have (`gpuci.evidence.collected`)
+        # have (`gpuci.evidence.kinds.culprit_search.collected`)
         return Task(victim=test.id, category=test.category, candidates=(), rank=(1, place))
     return best
 

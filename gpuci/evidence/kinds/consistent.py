@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
+from gpuci.evidence.requests import Request
 from gpuci.model import TestEvidence
 
 

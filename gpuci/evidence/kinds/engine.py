@@ -31,7 +31,7 @@ from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.context import Context
 from gpuci.evidence.early import EarlyEvidence, evidence_prober
 from gpuci.evidence.kinds.consistent import Consistent
-from gpuci.evidence.kinds.culprit_search import CulpritSearch
+from gpuci.evidence.kinds.culprit_search.kind import CulpritSearch
 from gpuci.evidence.kinds.first_alone import FirstAlone
 from gpuci.evidence.kinds.groups import GroupRuns, next_round, waiting_victims
 from gpuci.evidence.kinds.kind import Kind, Round, claimed, refused, screens_alone
@@ -42,8 +42,8 @@ from gpuci.evidence.kinds.representatives import Representatives
 from gpuci.evidence.kinds.threads import Threaded
 from gpuci.evidence.mode_reruns import say_strays
 from gpuci.evidence.orders import interpreter_order
-from gpuci.evidence.probe import Prober
-from gpuci.evidence.results import ModeResults, load_mode_results
+from gpuci.evidence.requests import added_up
+from gpuci.evidence.results import load_mode_results
 from gpuci.evidence.sanitizer import Sanitizing, choose_sanitizer
 from gpuci.evidence_file import evidence_to_json
 from gpuci.formats import (
@@ -54,13 +54,12 @@ from gpuci.formats import (
 from gpuci.model import (
     NOT_PASSING,
     Evidence,
-    Mode,
     TestEvidence,
 )
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.sched.session import Interrupted
-from gpuci.state.left import Ledger, read_ledger
+from gpuci.state.left import read_ledger
 
 # The kinds of evidence, in the order they are asked: the one place they are listed.
 KINDS: tuple[Kind, ...] = (
@@ -122,15 +121,14 @@ def gather_evidence(
     found: dict[str, TestEvidence] = {}
     try:
         with supervisor.handling_signals():
-            found = _gather(
-                prober,
-                results,
-                runs,
-                progress,
-                sanitize=sanitize,
-                tool=tool,
+            ctx = Context(
+                prober=prober,
+                results=results,
+                orders={mode: interpreter_order(results[mode]) for mode in results},  # once
+                progress=progress,
                 ledger=read_ledger(out),
             )
+            found = _gather(ctx, runs, sanitize=sanitize, tool=tool)
     finally:
         prober.close()
     say_strays(prober, progress, "evidence")
@@ -164,29 +162,21 @@ def with_lane_views(
 
 
 def _gather(
-    prober: Prober,
-    results: Mapping[Mode, ModeResults],
-    runs: int,
-    progress: TextIO,
-    *,
-    sanitize: bool | None,
-    tool: str | None,
-    ledger: Ledger,
+    ctx: Context, runs: int, *, sanitize: bool | None, tool: str | None
 ) -> dict[str, TestEvidence]:
     """Each kind of `KINDS` in turn: those asked in rounds while suspects are pending,
     then the others once (see the module's docstring)."""
+    results, orders = ctx.results, ctx.orders
     wanted = alone_runs_wanted(results, runs) if runs else {}
-    orders = {mode: interpreter_order(results[mode]) for mode in results}  # built once
     found: dict[str, TestEvidence] = {}
-    ctx = Context(prober=prober, results=results, orders=orders, progress=progress, ledger=ledger)
     pending = dict(wanted)
-    with Sanitizing(prober, tool if sanitize is not False else None) as sanitizing:
+    with Sanitizing(ctx.prober, tool if sanitize is not False else None) as sanitizing:
         state = Round(wanted=dict(wanted), sanitizing=sanitizing, sanitize=sanitize, tool=tool)
         rounds = [k for k in KINDS if k.in_rounds]
         once = [k for k in KINDS if not k.in_rounds]
         claims: dict[str, Kind] = {}  # by test: the kind whose claim its culprits are
         while pending:
-            waiting = waiting_victims(results, orders, pending)
+            waiting = waiting_victims(ctx, pending)
             held = {m for w in waiting for m in w.members}
             state = state.next(pending, {i: n for i, n in pending.items() if i not in held})
             found = _each(ctx, rounds, state, found, claims, then=once)
@@ -218,8 +208,9 @@ def _each(
     those of `then`, asked later) will make are declared to the runner; after, the claims
     its runs do not show both ways are refused, and those that stand kept in `claims`."""
     for at, kind in enumerate(kinds):
-        for later in (*kinds[at:], *then):
-            ctx.prober.start_ahead(later.ahead(ctx, state, found))
+        # each kind counts the interpreters its own runs need: theirs add up per file
+        declared = [later.ahead(ctx, state, found) for later in (*kinds[at:], *then)]
+        ctx.prober.start_ahead(added_up(*declared))
         concluded = kind.conclude(ctx, state, found)
         made = claimed(kind, found, concluded)
         found = refused(made, found, concluded, screens_alone(ctx.results))

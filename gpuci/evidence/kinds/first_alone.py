@@ -7,18 +7,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import first_alone, prioritize
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.likely import likely_requests, withdraw_unlikely
+from gpuci.evidence.requests import Request
 from gpuci.model import TestEvidence
 
 
 class FirstAlone:
-    """The suspects' first alone-runs; the runs known before them start ahead
-    (`gpuci.evidence.likely`: theirs, and the likely failing suspects' searches')."""
+    """The suspects' first alone-runs; theirs start ahead (`gpuci.evidence.likely`), and
+    what a later kind started for a likely failing suspect that passes is ended."""
 
     name: ClassVar[str] = "alone"
     phase: ClassVar[str] = "alone"
@@ -29,21 +29,19 @@ class FirstAlone:
         if state.plan is not None:
             return []
         state.plan = prioritize(ctx.results, state.now)
-        state.likely, requests = likely_requests(ctx, state.plan, state.now, found)
-        return requests
+        return likely_requests(ctx, state.plan)
 
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
         ctx.prober.start_ahead(self.ahead(ctx, state, found))  # where not asked before
-        assert state.plan is not None and state.likely is not None
-        likely = state.likely
+        assert state.plan is not None
         merged, had = first_alone(
             ctx,
             state.plan.isolation,
             found,
             likely_failing=state.plan.likely_failing,
-            passed_likely=lambda test_id: withdraw_unlikely(ctx.prober, likely, test_id),
+            passed_likely=lambda test_id: withdraw_unlikely(ctx.prober, test_id, state.unlikely),
         )
         state.had |= had
         return merged

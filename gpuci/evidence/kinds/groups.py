@@ -1,10 +1,11 @@
 """Groups: the victims of one culprit answered together, by two runs for all of them.
 
 A polluter that breaks 31 later tests is one root with 31 victims; each victim's own
-alone-runs and its own confirmation of the culprit are runs that tell nothing the group
-does not. So the later victims of one interpreter that failed alike (the same category and
-exception) wait while its first victim is searched (`gpuci.evidence.culprits`); then its
-culprits answer all of them at once, the first victim among them:
+alone-runs and its own confirmation of the culprit are runs that tell nothing the group does
+not. So the later victims of one interpreter that failed alike (the same category and
+exception) wait while its first victim is searched
+(`gpuci.evidence.kinds.culprit_search.culprits`); then its culprits answer all of them at
+once, the first victim among them:
 
 - its culprits before all of them, fresh (order-dependent: they fail; depends-on-others,
   its providers before them: they pass);
@@ -27,14 +28,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT, classify_results
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.orders import Order
-from gpuci.evidence.pairs import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import (
@@ -63,16 +63,14 @@ class Waiting:
     members: tuple[str, ...]  # the others, in the order they ran
 
 
-def waiting_victims(
-    results: Mapping[Mode, ModeResults], orders: Mapping[Mode, Order], suspects: Collection[str]
-) -> list[Waiting]:
+def waiting_victims(ctx: Context, suspects: Collection[str]) -> list[Waiting]:
     """The `suspects` that wait: those the screens alone make order-dependent or
     depends-on-others, grouped by the interpreter they are searched in and the exception
     they failed by; each group's first is searched, the rest wait for its culprits."""
-    screens = classify_results(results, {}, orders)  # no evidence yet: the screens' outcomes
+    screens = classify_results(ctx.results, {}, ctx.orders)  # no evidence yet: the screens
     tentative = {i: c for i, c in screens.items() if i in suspects and c.category in GROUPED}
     groups: dict[tuple[Category, str, str], list[Task]] = {}
-    for task in sorted(plan_searches(results, tentative, {}, orders), key=lambda t: t.rank):
+    for task in sorted(plan_searches(ctx, tentative, {}), key=lambda t: t.rank):
         raised = _raised(tentative[task.victim].seen)
         key = (task.category, task.candidates[0] if task.candidates else "", raised)
         groups.setdefault(key, []).append(task)
@@ -313,7 +311,7 @@ class GroupRuns:
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
-        waiting = waiting_victims(ctx.results, ctx.orders, state.pending)
+        waiting = waiting_victims(ctx, state.pending)
         merged, left = run_groups(ctx, waiting, found)
         for answered in {m for w in waiting for m in w.members} - set(left):
             state.wanted[answered] = 0  # its group runs answered what its alone-runs would

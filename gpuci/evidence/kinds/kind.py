@@ -2,7 +2,7 @@
 engine (`gpuci.evidence.kinds.engine`) sees it.
 
 A kind says which runs it wants (`ahead`: the runs it will make, as requests,
-`gpuci.evidence.ahead.Request`, which the engine hands the check's one runner,
+`gpuci.evidence.requests.Request`, which the engine hands the check's one runner,
 `gpuci.evidence.probe.Prober.start_ahead`, which starts them ahead where a start-up is
 worth hiding, admits them to the GPUs and holds the budget; no kind starts an interpreter
 itself), what they cost (`phase`: the account's phase its runs are counted and timed
@@ -23,16 +23,15 @@ many alone-runs each has had, their categories so far) is its `Round`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import Priorities
 from gpuci.evidence.claims import Claim, Standing, judge
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
-from gpuci.evidence.likely import Likely, Prepared
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.sanitizer import Sanitizing
 from gpuci.model import Mode, Outcome, TestEvidence
@@ -51,9 +50,12 @@ class Round:
     now: dict[str, int] = field(default_factory=dict)  # less those waiting for group runs
     had: dict[str, int] = field(default_factory=dict)  # alone-runs had of those wanted
     plan: Priorities | None = None  # who runs alone first, and how often
-    likely: Likely | None = None  # what was started ahead for the likely failing
+    # what the kinds started ahead for a likely failing suspect, each ending its own where
+    # the suspect passed its first alone-run (`gpuci.evidence.likely.withdraw_unlikely`)
+    unlikely: list[Callable[[str], None]] = field(default_factory=list)
     classified: Mapping[str, Classified] | None = None  # after this round's alone-runs
-    searches: Prepared | None = None  # the searches' runs started ahead, by victim
+    # the searches' runs started ahead, by victim: the runs and their copies
+    searches: dict[str, list[tuple[list[str], int]]] | None = None
     left: list[str] = field(default_factory=list)  # waiting victims no group run answered
     offered: set[str] = field(default_factory=set)  # the kinds whose runs were declared once
     # after the rounds: the categories, the alone-runs still wanted, memcheck's answers

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import describe_cuts, more_alone
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.pairs import PAIRED
+from gpuci.evidence.notes import PAIRED
+from gpuci.evidence.requests import Request
 from gpuci.model import TestEvidence
 
 

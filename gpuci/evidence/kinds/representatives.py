@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.alone import first_alone, run_representatives
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.classify import classify_results, together_outcomes
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
-from gpuci.evidence.likely import cascade_requests
+from gpuci.evidence.poisoned import poisoned_ahead
+from gpuci.evidence.requests import Request
 from gpuci.model import TestEvidence
 
 
@@ -42,7 +42,7 @@ class Representatives:
                 state.had[member] = len(merged[member].alone)  # not run again at the end
         # the cascade's later victims likely pass alone: their poisoned runs start with them
         # (known only now: handed to the runner at once)
-        ctx.prober.start_ahead(cascade_requests(ctx.prober, ctx.results, split))
+        ctx.prober.start_ahead(_cascade_requests(ctx, split))
         merged, more = first_alone(ctx, {i: state.now[i] for i in split}, merged)
         # a representative that passed alone counts that run among its own
         state.had |= more | {
@@ -58,3 +58,11 @@ class Representatives:
 
     def claim(self, evidence: TestEvidence) -> Claim | None:
         return None  # it names no other test
+
+
+def _cascade_requests(ctx: Context, split: list[str]) -> list[Request]:
+    """A sticky error's later victims in its file (a group split) run alone now, and likely
+    pass (the cascade's): their poisoned runs, to start with them."""
+    if ctx.prober.hides_start_ups and not ctx.prober.poisoned:
+        return poisoned_ahead(ctx, split)
+    return []

@@ -10,12 +10,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import Claim
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.kind import Round
 from gpuci.evidence.orders import Order, tests_before
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.model import PROBE_SHOWN, Category, Mode, Outcome, Probe, TestEvidence
 from gpuci.run.proc.endings import EXIT_ID

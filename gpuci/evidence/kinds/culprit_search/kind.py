@@ -1,6 +1,7 @@
-"""Culprit searches: which earlier test makes an order-dependent victim fail, which one a
-test that depends on others needs, which co-running file a concurrency victim fails
-beside (`gpuci.evidence.culprits`: hints first, then a bisection; pairs for contention)."""
+"""Culprit searches, as the engine lists them: which earlier test makes an order-dependent
+victim fail, which one a test that depends on others needs, which co-running file a
+concurrency victim fails beside (`gpuci.evidence.kinds.culprit_search.culprits`: hints
+first, then a bisection; pairs for contention), and the claims they stand on."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import REPEATS, Claim, Standing, same_command
 from gpuci.evidence.context import Context
-from gpuci.evidence.culprits import search_culprits
+from gpuci.evidence.kinds.culprit_search.culprits import search_culprits
+from gpuci.evidence.kinds.culprit_search.pairs import OTHER_SIDE_FAILED
+from gpuci.evidence.kinds.culprit_search.prepared import (
+    likely_searches,
+    search_requests,
+    withdraw_diagnosed,
+    withdraw_likely,
+)
 from gpuci.evidence.kinds.kind import Round, screens_alone, standing
-from gpuci.evidence.likely import search_requests, withdraw_diagnosed
-from gpuci.evidence.pairs import OTHER_SIDE_FAILED, PAIRED, UNASKED
+from gpuci.evidence.notes import PAIRED, UNASKED
+from gpuci.evidence.requests import Request
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe, TestEvidence
 
 
@@ -30,7 +37,9 @@ class CulpritSearch:
     in_rounds: ClassVar[bool] = True
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
-        if state.classified is None or state.searches is not None:
+        if state.classified is None:
+            return self._likely(ctx, state, found)
+        if state.searches is not None:
             return []
         state.searches, requests = search_requests(
             ctx, state.classified, found, only=state.now.keys()
@@ -47,12 +56,26 @@ class CulpritSearch:
         ]
         return requests + [Request(ids=(i,), strict=True) for i in once]
 
+    def _likely(
+        self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
+    ) -> list[Request]:
+        """Before the round's alone-runs, once: the searches its likely failing suspects
+        would need, were they to fail alone, started with the alone-runs; ended for one
+        that passes (`Round.unlikely`)."""
+        if state.plan is None or self.name in state.offered:
+            return []
+        state.offered.add(self.name)
+        likely, requests = likely_searches(ctx, state.plan, found)
+        if likely:
+            state.unlikely.append(lambda test_id: withdraw_likely(ctx, likely, test_id))
+        return requests
+
     def conclude(
         self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]
     ) -> dict[str, TestEvidence]:
         if state.classified is None:
             return dict(found)
-        withdraw_diagnosed(ctx.prober, state.searches or {}, found)
+        withdraw_diagnosed(ctx, state.searches or {}, found)
         searched = search_culprits(ctx, state.classified, found, only=state.now.keys())
         earlier = screens_alone(ctx.results)
         return {

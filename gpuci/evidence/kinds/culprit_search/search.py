@@ -1,8 +1,9 @@
 """A culprit search's record and its one step: `[before..., victim]` run in a fresh
 interpreter (the files among `before` collected, none of their tests run), whether the
-victim shows its finding (fails; for depends-on-others, passes), recorded as a `Probe`.
-The halvings (`gpuci.evidence.bisect`, `gpuci.evidence.checked`) and the searches over
-collected files (`gpuci.evidence.collected`) are made of these steps.
+victim shows its finding (fails; for depends-on-others, passes), recorded as a `Probe`. The
+halvings (`gpuci.evidence.kinds.culprit_search.bisect`,
+`gpuci.evidence.kinds.culprit_search.checked`) and the searches over collected files
+(`gpuci.evidence.kinds.culprit_search.collected`) are made of these steps.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuci.evidence.pairs import NOT_REPRODUCED, PHASE
+from gpuci.evidence.notes import NOT_REPRODUCED
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
 from gpuci.run.proc.held import Held
 from gpuci.steps import Steps
 
+PHASE = "culprits"  # the account's phase of every run of a culprit search
+NOT_SEARCHED = "not searched (budget)"
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 COLLECTED = "collected"  # a probe with files collected, none of their tests run
 LOADED = "a run beside others"  # what a contradicted search's steps were
@@ -42,7 +45,7 @@ class Search:
     ahead: int = 0  # runs started before the level above them answered, held ones too
     losers: int = 0
     killed: int = 0
-    checked: int = 0  # the bound of its checked stage, where one ran (`gpuci.evidence.by_files`)
+    checked: int = 0  # its checked stage's bound, where one ran (`culprit_search.by_files`)
 
 
 def never_shown(task: Task, search: Search) -> str:
@@ -85,7 +88,7 @@ def run_step(
 ) -> tuple[Probe, ProbeRun]:
     """One run of the search, not yet recorded (halves of a level run at once; a speculated
     one with its `cancel`; one started ahead, `held`). A file among `before` is collected
-    (imported) with none of its tests run (`gpuci.evidence.collected`)."""
+    (imported) with none of its tests run (`gpuci.evidence.kinds.culprit_search.collected`)."""
     collect = [b for b in before if "::" not in b]
     kind = kind or (COLLECTED if collect else "")
     ran = prober.run(

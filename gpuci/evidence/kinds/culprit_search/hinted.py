@@ -1,18 +1,18 @@
 """Culprits a victim's failure points at, tried before a bisection.
 
-An order-dependent victim's failure (its message and the source line of its innermost
-frame) is read against what the tests before it left behind (`gpuci.state.hints`); where
-that points at none of them, and for a test that depends on others, the values its
-message quotes are looked for in the source of the tests before it
-(`gpuci.evidence.source_hints`); before those, for a test that depends on others, the
-earlier files that brought a module its failure names or the suite's code looks up in
-`sys.modules` (`gpuci.state.hints.module_providers`), collected where their import brought
-it. Where either points at some of them, the search runs
-those before the victim first. Where that run shows the
-failure, the bisection narrows those few (one test: nothing to narrow) and confirms as
-always, so a right hint names the culprit in two runs; where it does not, the search goes
-on as without a hint (an earlier victim's culprits, then the bisection over every
-candidate, which stays the proof), that run kept first among its probes.
+An order-dependent victim's failure (its message and the source line of its innermost frame)
+is read against what the tests before it left behind (`gpuci.state.hints`); where that
+points at none of them, and for a test that depends on others, the values its message quotes
+are looked for in the source of the tests before it
+(`gpuci.evidence.kinds.culprit_search.source_hints`); before those, for a test that depends
+on others, the earlier files that brought a module its failure names or the suite's code
+looks up in `sys.modules` (`gpuci.state.hints.module_providers`), collected where their
+import brought it. Where either points at some of them, the search runs those before the
+victim first. Where that run shows the failure, the bisection narrows those few (one test:
+nothing to narrow) and confirms as always, so a right hint names the culprit in two runs;
+where it does not, the search goes on as without a hint (an earlier victim's culprits, then
+the bisection over every candidate, which stays the proof), that run kept first among its
+probes.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from gpuci.evidence.ahead import Request, requests_each
-from gpuci.evidence.bisect import bisect, cascade
+from gpuci.evidence.context import Context
+from gpuci.evidence.kinds.culprit_search.bisect import bisect, cascade
+from gpuci.evidence.kinds.culprit_search.search import Search, probe_after
+from gpuci.evidence.kinds.culprit_search.source_hints import writers
+from gpuci.evidence.kinds.culprit_search.waves import plan_wave
 from gpuci.evidence.probe import Prober, withdraw_each
+from gpuci.evidence.requests import Request, requests_each
 from gpuci.evidence.results import ModeResults
-from gpuci.evidence.search import Search, probe_after
-from gpuci.evidence.source_hints import writers
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import plan_wave
 from gpuci.model import LATENT_ORDERS, NOT_PASSING, Category, Mode
 from gpuci.run.proc.discover import file_of
 from gpuci.state.hints import failure_text, hinted_candidates, module_providers
@@ -42,11 +43,10 @@ MODES_READ = (Mode.SUITE, Mode.ISOLATED, Mode.PARALLEL, Mode.THREADS, *LATENT_OR
 MOST_PREPARED = 4  # hinted tests whose runs start ahead: more would take the slots' cores
 
 
-def hint_tasks(
-    tasks: Sequence[Task], results: Mapping[Mode, ModeResults], ledger: Ledger
-) -> list[Task]:
-    """Each victim's task with the candidates its failure points at, and what pointed."""
-    return [_with_hint(task, results, ledger) for task in tasks]
+def hint_tasks(ctx: Context, tasks: Sequence[Task]) -> list[Task]:
+    """Each victim's task with the candidates its failure points at (in the state ledger,
+    or in the suite's source), and what pointed."""
+    return [_with_hint(task, ctx.results, ctx.ledger) for task in tasks]
 
 
 def _with_hint(task: Task, results: Mapping[Mode, ModeResults], ledger: Ledger) -> Task:
@@ -79,7 +79,7 @@ def _with_hint(task: Task, results: Mapping[Mode, ModeResults], ledger: Ledger) 
 def _earlier_files(task: Task, results: Mapping[Mode, ModeResults]) -> list[str]:
     """The files a depends-on-others victim's providers may be in: those of the tests
     before it, then the suite's other files, which pytest imported before its first test
-    wherever they stood (`gpuci.evidence.collected`)."""
+    wherever they stood (`gpuci.evidence.kinds.culprit_search.collected`)."""
     files = dict.fromkeys(file_of(c) for c in task.candidates if "::" in c)
     suite = results.get(Mode.SUITE)
     if suite is not None:

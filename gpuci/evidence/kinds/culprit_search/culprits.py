@@ -1,14 +1,17 @@
 """Culprits: which test broke which, found by replaying the failing interpreter in pieces.
 
 - order-dependent: the tests before the victim where it failed are halved, keeping a half
-  after which it still fails, down to the smallest set (`gpuci.evidence.bisect`).
+  after which it still fails, down to the smallest set
+  (`gpuci.evidence.kinds.culprit_search.bisect`).
 - cascades: a culprit set found for one victim is tried first on the later victims of its
   interpreter (a sticky CUDA error, a leaked pool limit: one root with its victims).
 - depends-on-others: first the suite's other files collected with it, none of their tests
-  run: where it passes so, the files whose import it needs (`gpuci.evidence.collected`);
-  else the same halving, keeping a half after which it passes.
-- concurrency: the victim started with each file that overlapped it (`gpuci.evidence.pairs`);
-  a test of that file that failed the victim's way beside it is its partner, and names it.
+  run: where it passes so, the files whose import it needs
+  (`gpuci.evidence.kinds.culprit_search.collected`); else the same halving, keeping a half
+  after which it passes.
+- concurrency: the victim started with each file that overlapped it
+  (`gpuci.evidence.kinds.culprit_search.pairs`); a test of that file that failed the
+  victim's way beside it is its partner, and names it.
 
 Different interpreters' victims are searched side by side (their runs share the check's
 slots); pairs run with nothing beside them. Every answer is confirmed by a second identical
@@ -25,23 +28,17 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gpuci.evidence.bisect import bisect, cascade
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.collected import collected_first, withdraw_collected
 from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import same_kind
-from gpuci.evidence.hinted import hint_tasks, hinted_first
-from gpuci.evidence.pairs import (
-    NOT_REPRODUCED,
-    NOT_SEARCHED,
-    SAME_RUN_BOTH_WAYS,
-    pair_order,
-    partner_note,
-    search_pairs,
-)
+from gpuci.evidence.kinds.culprit_search.bisect import bisect, cascade
+from gpuci.evidence.kinds.culprit_search.collected import collected_first, withdraw_collected
+from gpuci.evidence.kinds.culprit_search.hinted import hint_tasks, hinted_first
+from gpuci.evidence.kinds.culprit_search.pairs import pair_order, partner_note, search_pairs
+from gpuci.evidence.kinds.culprit_search.search import LOADED, NOT_SEARCHED, Search
+from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
-from gpuci.evidence.search import LOADED, Search
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
 from gpuci.run.proc.discover import file_of
@@ -101,12 +98,10 @@ def search_culprits(
 ) -> dict[str, TestEvidence]:
     """The culprits of every isolation regression (of those `only`, where given), added to
     the evidence by test id; the tests the victim's failure points at (in the state
-    ledger, or in the suite's source) tried first (`gpuci.evidence.hinted`)."""
-    prober, results, progress = ctx.prober, ctx.results, ctx.progress
-    planned = plan_searches(results, classified, found, ctx.orders)
-    tasks = hint_tasks(
-        [t for t in planned if only is None or t.victim in only], results, ctx.ledger
-    )
+    ledger, or in the suite's source) tried first (`gpuci.evidence.kinds.culprit_search.hinted`)."""
+    prober, progress = ctx.prober, ctx.progress
+    planned = plan_searches(ctx, classified, found)
+    tasks = hint_tasks(ctx, [t for t in planned if only is None or t.victim in only])
     if not tasks:
         return dict(found)
     say(progress, f"culprits: searching for {len(tasks)} victim(s)")
@@ -265,7 +260,7 @@ def _search(
     if task.category is Category.CONCURRENCY:
         return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
     if "::" not in task.victim:  # a file's import: only other files' imports come before it
-        return collected_first(prober, results, task, lambda: Search([], note=NOT_REPRODUCED))
+        return collected_first(ctx, task, lambda: Search([], note=NOT_REPRODUCED))
     if task.category is Category.DEPENDS_ON_OTHERS and task.hinted:
         # its failure names what a few earlier tests' source writes: those before all else
         unhinted = dataclasses.replace(task, hinted=(), hint="")
@@ -274,13 +269,12 @@ def _search(
         )
         if found is not None:
             if found.culprits:  # the hint's runs answered: none with the files collected
-                withdraw_collected(prober, results, task.victim)
+                withdraw_collected(ctx, task.victim)
             return found
     # a file's import may be what it needs: the suite's other files collected first, a
     # run that costs no test of theirs
     return collected_first(
-        prober,
-        results,
+        ctx,
         task,
         lambda: _replay(prober, results.get(Mode.PARALLEL), task, roots, partnerable),
     )
@@ -361,7 +355,8 @@ def _paired_with_co_runners(
 
 
 def _pairs(prober: Prober, parallel: ModeResults, task: Task, partnerable: Partnerable) -> Search:
-    """The victim beside the files that ran with it (`gpuci.evidence.pairs`)."""
+    """The victim beside the files that ran with it
+    (`gpuci.evidence.kinds.culprit_search.pairs`)."""
     found = search_pairs(
         prober,
         parallel,

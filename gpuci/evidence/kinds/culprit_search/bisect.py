@@ -3,16 +3,16 @@
 The tests before the victim where it failed are halved: a level runs the first half before
 the victim and keeps it where the victim shows the finding (fails; for depends-on-others,
 passes), else the second half, inferred: ceil(log2 n) runs, in waves of speculated levels
-where slots are idle (`gpuci.evidence.waves`: a wave's runs start together, the losers are
-killed and never counted). The last single candidate is run once where it was inferred,
-then confirmed; where a start-up is worth hiding, the last candidates' confirmations start
-ahead, held (a single candidate's run and its confirmation, prepared). Where the run of an
-inferred candidate refutes the inference (the finding needs tests of both halves, or the
-victim is flaky) the halving starts again checked
-(`gpuci.evidence.checked`). A culprit set found for an earlier victim of the same
-interpreter is tried first (a cascade). Each search states its runs against its bound
-(`Steps`, ceil(log2 n) + CONFIRMING) in evidence.json. Its steps are
-`gpuci.evidence.search`'s.
+where slots are idle (`gpuci.evidence.kinds.culprit_search.waves`: a wave's runs start
+together, the losers are killed and never counted). The last single candidate is run once
+where it was inferred, then confirmed; where a start-up is worth hiding, the last
+candidates' confirmations start ahead, held (a single candidate's run and its confirmation,
+prepared). Where the run of an inferred candidate refutes the inference (the finding needs
+tests of both halves, or the victim is flaky) the halving starts again checked
+(`gpuci.evidence.kinds.culprit_search.checked`). A culprit set found for an earlier victim
+of the same interpreter is tried first (a cascade). Each search states its runs against its
+bound (`Steps`, ceil(log2 n) + CONFIRMING) in evidence.json. Its steps are
+`gpuci.evidence.kinds.culprit_search.search`'s.
 
 Every step is a fresh interpreter; steps may share the GPUs. The answer is confirmed by a
 second identical run, with nothing beside it where it shows a failure. Where that run goes
@@ -29,7 +29,7 @@ import math
 import threading
 from collections.abc import Sequence
 
-from gpuci.evidence.by_files import (
+from gpuci.evidence.kinds.culprit_search.by_files import (
     Files,
     FileStage,
     by_file,
@@ -37,11 +37,11 @@ from gpuci.evidence.by_files import (
     halve_files,
     searched_wave,
 )
-from gpuci.evidence.checked import checked_halving
-from gpuci.evidence.pairs import NOT_REPRODUCED, NOT_SEARCHED, PHASE, SAME_RUN_BOTH_WAYS
-from gpuci.evidence.probe import Prober, ProbeRun
-from gpuci.evidence.search import (
+from gpuci.evidence.kinds.culprit_search.checked import checked_halving
+from gpuci.evidence.kinds.culprit_search.search import (
     LOADED,
+    NOT_SEARCHED,
+    PHASE,
     SHOWN,
     Search,
     hold_step,
@@ -51,20 +51,19 @@ from gpuci.evidence.search import (
     record,
     run_step,
 )
+from gpuci.evidence.kinds.culprit_search.waves import Step
+from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import Step
 from gpuci.model import NOT_PASSING, Category, Probe
 from gpuci.run.proc.held import Held
-from gpuci.steps import Steps
+from gpuci.steps import CONFIRMING, Steps
 
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
 MAX_CASCADE_TRIES = 3  # known culprit sets tried on a victim before it gets its own search
 # where a start-up is worth hiding, the last wave over this many candidates or fewer starts
 # each one's confirmation ahead, held after its collection (the losers killed)
 MAX_HELD = 4
-# past the levels: the inferred last candidate's run, the confirmation, and the strict run
-# that tells a flaky victim from a load's doing where the confirmation goes the other way
-CONFIRMING = 3
 REFUTED = "the inferred halving was refuted; checked halving"
 
 
@@ -145,9 +144,9 @@ def bisect(
 ) -> Search:
     """Halve the candidates, keeping a half that shows the finding; then confirm. Tests of
     several files are halved by files first, then inside the one kept
-    (`gpuci.evidence.by_files`). `shown`: a run of `search` ran exactly the candidates and
-    showed it (not run again). The search ends with its `steps`: its runs since it began
-    against its bound."""
+    (`gpuci.evidence.kinds.culprit_search.by_files`). `shown`: a run of `search` ran exactly
+    the candidates and showed it (not run again). The search ends with its `steps`: its runs
+    since it began against its bound."""
     search = search or Search([])
     tries = len(search.probes)
     held: dict[str, Held] = {}  # confirmations started ahead, by candidate, until taken
@@ -299,7 +298,8 @@ def _checked(
     by: tuple[Task, Files, FileStage] | None,
 ) -> tuple[list[str], bool] | None:
     """Where the run of the inferred last candidate refuted the halving: the checked one,
-    over the files where files were halved first (bounded, `gpuci.evidence.by_files`)."""
+    over the files where files were halved first (bounded,
+    `gpuci.evidence.kinds.culprit_search.by_files`)."""
     if by is None:
         return checked_halving(prober, task, search, whole_shown=shown or search.whole)
     outer, files, stage = by

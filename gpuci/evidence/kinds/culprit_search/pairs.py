@@ -38,28 +38,22 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuci.evidence.ahead import Request
 from gpuci.evidence.claims import REPEATS, shown_twice
 from gpuci.evidence.fingerprints import failure_kind, same_kind
+from gpuci.evidence.kinds.culprit_search.search import NOT_SEARCHED, PHASE
+from gpuci.evidence.notes import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS, UNASKED
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe, TestResult
 from gpuci.run.proc.discover import file_of
 from gpuci.run.proc.reports import out_of_device_memory
 from gpuci.run.sched.views import first_gpus_note
 
-PHASE = "culprits"
-NOT_SEARCHED = "not searched (budget)"
-NOT_REPRODUCED = "not reproduced"  # how a search that never saw the finding again begins
-PAIRED = "pair: "  # how a search that found a co-running file begins
 PARTNER_OF = "the partner of "  # a partner's search: `pair: the partner of <victim>: ...`
-SAME_RUN_BOTH_WAYS = "flaky: the same run went both ways"  # identical runs, both outcomes
 PARTNER_TRIES = 2  # more runs of a confirmed pair, to see which partner test failed
-# a pair run whose sides never all reached their first tests, or whose victim never ran:
-# it asked nothing (its Probe's kind), and runs once more, as it was
-UNASKED = "sides apart"
-ASKS = 2
+ASKS = 2  # a pair run that asked nothing (`notes.UNASKED`) runs once more, as it was
 # a pair run in which one side passed and the other failed its way: contention is
 # symmetric, so the run shows the finding for both (each one's claim's failing half)
 OTHER_SIDE_FAILED = "the other side failed its way"

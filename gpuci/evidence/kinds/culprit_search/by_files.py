@@ -1,14 +1,15 @@
 """A culprit search by files, then tests: the tests before a victim halved file by file
 first, then inside the one file kept.
 
-Among thousands of earlier tests a culprit sits in one file. The files are halved first:
-a level runs the whole files of its first half before the victim (`gpuci.evidence.waves`,
-in waves of speculated levels where slots are idle), keeping that half where the victim
-shows its finding, else the second half, inferred; ceil(log2 files) levels. The file kept is
-never run alone: the halving of its tests (`gpuci.evidence.bisect`) runs what that run
-would, ceil(log2 tests in the file) levels, then its last candidate and the confirmations.
-Every step is a replay of whole files in the suite's order, the victim's own file cut at
-the victim: the interpreter imports only the files it needs.
+Among thousands of earlier tests a culprit sits in one file. The files are halved first: a
+level runs the whole files of its first half before the victim
+(`gpuci.evidence.kinds.culprit_search.waves`, in waves of speculated levels where slots are
+idle), keeping that half where the victim shows its finding, else the second half, inferred;
+ceil(log2 files) levels. The file kept is never run alone: the halving of its tests
+(`gpuci.evidence.kinds.culprit_search.bisect`) runs what that run would, ceil(log2 tests in
+the file) levels, then its last candidate and the confirmations. Every step is a replay of
+whole files in the suite's order, the victim's own file cut at the victim: the interpreter
+imports only the files it needs.
 
 Where the run of the last candidate refutes the inference (the finding needs tests of two
 files, or of two parts of one), the search starts again checked (`checked_by_files`),
@@ -27,10 +28,17 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpuci.evidence.kinds.culprit_search.search import (
+    Search,
+    never_shown,
+    probe_after,
+    record,
+    run_step,
+    shows,
+)
+from gpuci.evidence.kinds.culprit_search.waves import Step, Wave, run_wave, run_wave_with_whole
 from gpuci.evidence.probe import Prober, ProbeRun
-from gpuci.evidence.search import Search, never_shown, probe_after, record, run_step, shows
 from gpuci.evidence.victims import Task
-from gpuci.evidence.waves import Step, Wave, run_wave, run_wave_with_whole
 from gpuci.model import Probe
 from gpuci.run.proc.discover import file_of
 
@@ -82,7 +90,7 @@ def halve_files(prober: Prober, task: Task, files: Files, search: Search) -> Fil
     whole replay, run beside the first wave, never showed the finding (the note says so)."""
     current, confirmed = list(files.names), False
     speculates = not task.strict and not task.loadable  # as the halving of tests does
-    doubted = speculates and bool(task.pairs)  # as `gpuci.evidence.bisect` does
+    doubted = speculates and bool(task.pairs)  # as `bisect` does
 
     def step(part: Sequence[str], cancel: threading.Event | None) -> tuple[Probe, ProbeRun]:
         return run_step(prober, task, files.before(part), cancel=cancel)

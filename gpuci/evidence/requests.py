@@ -1,0 +1,67 @@
+"""Requests: the runs a kind of evidence declares ahead, for the one runner
+(`gpuci.evidence.ahead`, through `Prober.start_ahead`) to start their interpreters before
+their turn. A kind counts the interpreters its own runs need; where several kinds (or one
+kind's searches) declare runs of the same files at once, their counts add up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpuci.run.proc.discover import file_of
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """A run a kind of evidence will make, declared ahead to the runner (`Prober.start_ahead`),
+    which alone starts its interpreter, admits it and charges it: the tests it will run
+    (`ids`, after the files of `collect` imported), with nothing beside it or not
+    (`strict`), in which environment (`env`), seeing which GPUs where it is one side of
+    a pair run (`side_gpu`, with `side`), how many interpreters of its files the runs
+    declared so far need (`copies`: one serves any run of its files), and how certain it
+    is (`certain`: it comes whatever the others find; else a guess, ended where another
+    run needs the place, killed where never taken)."""
+
+    ids: tuple[str, ...]
+    collect: tuple[str, ...] = ()
+    strict: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    copies: int = 1
+    certain: bool = False
+    side: bool = False
+    side_gpu: str | None = None
+
+
+def requests_each(runs: Iterable[tuple[Sequence[str], int]]) -> list[Request]:
+    """The strict runs of `runs` (ids, copies) as requests: one interpreter serves any run
+    of its files, so the copies of runs of the same files add up (two searches whose runs
+    share a file each get theirs; else the second one's starts cold)."""
+    need: dict[tuple[str, ...], int] = {}
+    requests = []
+    for ids, copies in runs:
+        files = tuple(dict.fromkeys(file_of(i) for i in ids))
+        need[files] = need.get(files, 0) + copies
+        requests.append(Request(ids=tuple(ids), strict=True, copies=need[files]))
+    return requests
+
+
+def added_up(*groups: Sequence[Request]) -> list[Request]:
+    """The requests of `groups`, each group's copies counted on top of the earlier groups'
+    of the same files and environment: each group counts the interpreters its own runs
+    need (`Request.copies`), and the runner keeps that many waiting, so two groups whose
+    runs share an interpreter's files would otherwise share one (a victim's alone-runs and
+    its hinted search's runs of its own file alone: the later started cold)."""
+    carried: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int] = {}
+    out: list[Request] = []
+    for group in groups:
+        most: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int] = {}
+        for request in group:
+            files = tuple(dict.fromkeys([*request.collect, *(file_of(i) for i in request.ids)]))
+            key = (files, request.env)
+            copies = request.copies + carried.get(key, 0)
+            most[key] = max(most.get(key, 0), copies)
+            out.append(dataclasses.replace(request, copies=copies))
+        carried.update(most)
+    return out
