@@ -118,13 +118,16 @@ class FileTimes:
     CPU they used, their interpreters' included (QuickLaneGuard's count: what a busy
     machine hardly changes), and the run's time so far. A file ends when every test it
     collected has reported, on whichever worker each ran (`--dist loadgroup` spreads most
-    files' tests over the workers), or when the run ends."""
+    files' tests over the workers), or when the run ends. At the end, when each worker
+    ran its last test: the run's tail, where one worker idles while the other still has
+    tests queued (xdist gives a worker its next tests before it is free)."""
 
     def __init__(self, reporter: pytest.TerminalReporter) -> None:
         self.reporter = reporter
         self.zero = time.monotonic()
         self.expected: Counter[str] = Counter()  # file: its tests, as collected
         self.done: dict[str, tuple[int, float, float]] = {}  # file: tests, seconds, CPU-s
+        self.last: dict[str, float] = {}  # xdist worker: when its latest test ended
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.expected.update(file_of(item.nodeid) for item in session.items)
@@ -143,19 +146,30 @@ class FileTimes:
         self.done[file] = (tests + ended, seconds + report.duration, cpu)
         if ended and tests + 1 >= self.expected.get(file, 0) > 0:
             self.flush(file)
+        worker = getattr(report, "node", None)  # xdist's controller sets it on each report
+        if ended and worker is not None:
+            self.last[str(worker.gateway.id)] = time.monotonic() - self.zero
 
     def pytest_sessionfinish(self) -> None:
         for file in list(self.done):
             self.flush(file)
+        if len(self.last) > 1:
+            ends = ", ".join(f"{name} {clock(at)}" for name, at in sorted(self.last.items()))
+            idle = max(self.last.values()) - min(self.last.values())
+            self.reporter.write_line(f"  workers' last tests ended: {ends} ({idle:.0f}s apart)")
 
     def flush(self, file: str) -> None:
         tests, seconds, cpu = self.done.pop(file)
         total = time.monotonic() - self.zero
         self.reporter.write("\n")  # the progress dots do not end their line
         self.reporter.write_line(
-            f"  {file}: {tests} tests in {seconds:.1f}s, {cpu:.1f} CPU-s"
-            f" ({int(total // 60)}m{total % 60:02.0f}s so far)"
+            f"  {file}: {tests} tests in {seconds:.1f}s, {cpu:.1f} CPU-s ({clock(total)} so far)"
         )
+
+
+def clock(seconds: float) -> str:
+    """`seconds` as minutes and seconds: 4m05s."""
+    return f"{int(seconds // 60)}m{seconds % 60:02.0f}s"
 
 
 def file_of(nodeid: str) -> str:
