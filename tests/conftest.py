@@ -3,9 +3,9 @@ as it finishes, with its time, its CPU seconds and the time so far, so a long ru
 where it is and where the CPU goes; under `--dist loadgroup`, the tests of a file that
 shares a module's or a class's fixture on one worker, every other test on any; with
 GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel), that folder
-on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs; the plugins
-installed beside pytest loaded by the interpreters of the tests marked `installed_plugins`
-or `threads_plugin` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD); always, a test not
+on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs, loaded by name
+(PYTEST_PLUGINS); the plugins installed beside pytest loaded by the interpreters of the
+tests marked `installed_plugins` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD); always, a test not
 marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard), and
 gpuci's bytecode is written before the first test (compile_gpuci)."""
 
@@ -30,6 +30,8 @@ GPUCI_SOURCES = Path(__file__).parent.parent / "gpuci"
 QUICK_CPU_S = 2.0  # the most CPU a test not marked `slow` may use (QuickLaneGuard)
 CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a test used
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # tests/cli_runner.py's clean_env keeps it
+PLUGINS = "PYTEST_PLUGINS"  # and this: the plugins pytest loads by name
+RUN_PARALLEL_PLUGIN = "pytest_run_parallel.plugin"  # its pytest11 entry point's module
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -38,17 +40,20 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     suites run the threads mode) runs with pytest-run-parallel where its interpreters find
     it: its fixtures, set up and torn down inside, start them too. Any other test's
     interpreters start without it, as most users' do (where it is installed beside pytest,
-    every test has it anyway). Only a test marked `installed_plugins` or `threads_plugin`
-    has its interpreters load the plugins installed beside pytest (pytest-cov, xdist,
-    pytest-randomly): the others' tiny suites need none, and loading them is about a
-    quarter of each interpreter's start-up, thousands of times a run."""
+    every test has it anyway). Only a test marked `installed_plugins` has its interpreters
+    load the plugins installed beside pytest (pytest-cov, xdist, pytest-randomly): the
+    others' tiny suites need none, and loading them is about a quarter of each
+    interpreter's start-up, thousands of times a run. A test marked `threads_plugin` alone
+    loads pytest-run-parallel by name (PYTEST_PLUGINS), as pytest loads an installed one,
+    and no other: a third of its interpreters' start-up."""
     changes: dict[str, str | None] = {}  # None: unset
     threads = item.get_closest_marker("threads_plugin") is not None
     if threads and RUN_PARALLEL_SITE:
         before = os.environ.get("PYTHONPATH")
         changes["PYTHONPATH"] = os.pathsep.join(filter(None, [RUN_PARALLEL_SITE, before]))
-    plugins = threads or item.get_closest_marker("installed_plugins") is not None
+    plugins = item.get_closest_marker("installed_plugins") is not None
     changes[AUTOLOAD_OFF] = None if plugins else "1"
+    changes[PLUGINS] = RUN_PARALLEL_PLUGIN if threads and not plugins else None
     saved = {name: os.environ.get(name) for name in changes}
     set_env(changes)
     try:
