@@ -4,10 +4,10 @@ where it is and where the CPU goes; under `--dist loadgroup`, the tests of a fil
 shares a module's or a class's fixture on one worker, every other test on any; with
 GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel), that folder
 on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs, loaded by name
-(PYTEST_PLUGINS); the plugins installed beside pytest loaded by the interpreters of the
-tests marked `installed_plugins` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD); always, a test not
-marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard), and
-gpuci's bytecode is written before the first test (compile_gpuci)."""
+(PYTEST_PLUGINS), with NumPy hidden; the plugins installed beside pytest loaded by the
+interpreters of the tests marked `installed_plugins` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD);
+always, a test not marked `slow` that used more than QUICK_CPU_S seconds of CPU fails
+(QuickLaneGuard), and gpuci's bytecode is written before the first test (compile_gpuci)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import functools
 import os
 import re
 import resource
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -32,6 +33,10 @@ CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a tes
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # tests/cli_runner.py's clean_env keeps it
 PLUGINS = "PYTEST_PLUGINS"  # and this: the plugins pytest loads by name
 RUN_PARALLEL_PLUGIN = "pytest_run_parallel.plugin"  # its pytest11 entry point's module
+NO_NUMPY = (
+    "raise ImportError('NumPy is hidden from the interpreters of the tests marked"
+    " threads_plugin (tests/conftest.py): pytest-run-parallel imports it where it can')\n"
+)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -45,12 +50,15 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     others' tiny suites need none, and loading them is about a quarter of each
     interpreter's start-up, thousands of times a run. A test marked `threads_plugin` alone
     loads pytest-run-parallel by name (PYTEST_PLUGINS), as pytest loads an installed one,
-    and no other: a third of its interpreters' start-up."""
+    and no other: a third of its interpreters' start-up; and there NumPy cannot be
+    imported (`hidden_numpy`), which pytest-run-parallel imports where it can (for its
+    `thread_comp` fixture's arrays), another third, and no suite of these tests uses."""
     changes: dict[str, str | None] = {}  # None: unset
     threads = item.get_closest_marker("threads_plugin") is not None
-    if threads and RUN_PARALLEL_SITE:
+    if threads:
         before = os.environ.get("PYTHONPATH")
-        changes["PYTHONPATH"] = os.pathsep.join(filter(None, [RUN_PARALLEL_SITE, before]))
+        ahead = [hidden_numpy(), RUN_PARALLEL_SITE, before]
+        changes["PYTHONPATH"] = os.pathsep.join(filter(None, ahead))
     plugins = item.get_closest_marker("installed_plugins") is not None
     changes[AUTOLOAD_OFF] = None if plugins else "1"
     changes[PLUGINS] = RUN_PARALLEL_PLUGIN if threads and not plugins else None
@@ -60,6 +68,20 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         set_env(saved)
+
+
+@functools.cache
+def hidden_numpy() -> str:
+    """A folder whose `numpy` package raises ImportError, to put ahead of the installed
+    one (written once per user, whole or not at all: xdist's workers share it)."""
+    folder = Path(tempfile.gettempdir()) / f"gpuci-tests-no-numpy-{os.getuid()}"
+    init = folder / "numpy" / "__init__.py"
+    init.parent.mkdir(parents=True, exist_ok=True)
+    if not init.exists() or init.read_text(encoding="utf-8") != NO_NUMPY:
+        part = init.with_name(f"__init__.{os.getpid()}.part")
+        part.write_text(NO_NUMPY, encoding="utf-8")
+        part.replace(init)
+    return str(folder)
 
 
 def set_env(values: dict[str, str | None]) -> None:

@@ -1,6 +1,7 @@
 """tests/conftest.py's choice of plugins for the interpreters a test starts: the plugins
 installed beside pytest load only in those of a test marked `installed_plugins`;
-pytest-run-parallel alone, by name, in those of a test marked `threads_plugin`; whichever
+pytest-run-parallel alone, by name, in those of a test marked `threads_plugin`, NumPy
+hidden; whichever
 environment the test hands gpuci (tests/cli_runner.py's clean_env keeps the choice while it
 drops pytest's other settings)."""
 
@@ -36,6 +37,11 @@ def test_a_threads_tests_interpreters_load_pytest_run_parallel_and_no_other() ->
     )
     assert "--parallel-threads" in shown.stdout, shown.stdout + shown.stderr
     assert "--numprocesses" not in shown.stdout and "--cov" not in shown.stdout
+    # nor NumPy, which pytest-run-parallel imports where it can (no suite here uses it)
+    numpy = subprocess.run(
+        [sys.executable, "-c", "import numpy"], env=env, capture_output=True, text=True, check=False
+    )
+    assert numpy.returncode == 1 and "NumPy is hidden" in numpy.stderr, numpy.stderr
 
 
 @pytest.mark.installed_plugins
