@@ -25,6 +25,7 @@ Test = TypeVar("Test", bound=Callable[..., object])
 # where `nox -s tests` installed pytest-run-parallel apart (tests/conftest.py)
 RUN_PARALLEL_SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+PLUGIN_CHOICE = (AUTOLOAD_OFF, "PYTEST_PLUGINS")  # tests/conftest.py's, per test
 
 
 def needs_run_parallel(test: Test) -> Test:
@@ -42,12 +43,12 @@ def needs_run_parallel(test: Test) -> Test:
 def clean_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) without what would change gpuci's run:
     a CI job's shard (CI_NODE_*), pytest's own settings, and the GPUs the caller sees. Kept:
-    whether the installed plugins load (AUTOLOAD_OFF), which tests/conftest.py sets for
-    each test as its marks say."""
+    which plugins load (AUTOLOAD_OFF, PYTEST_PLUGINS), which tests/conftest.py sets for each
+    test as its marks say."""
     env = {
         k: v
         for k, v in (os.environ if base is None else base).items()
-        if k == AUTOLOAD_OFF or not k.startswith(("CI_NODE", "PYTEST_"))
+        if k in PLUGIN_CHOICE or not k.startswith(("CI_NODE", "PYTEST_"))
     }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env

@@ -3,11 +3,11 @@ as it finishes, with its time, its CPU seconds and the time so far, so a long ru
 where it is and where the CPU goes; under `--dist loadgroup`, the tests of a file that
 shares a module's or a class's fixture on one worker, every other test on any; with
 GPUCI_RUN_PARALLEL_SITE (`nox -s tests`: where it installed pytest-run-parallel), that folder
-on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs; the plugins
-installed beside pytest loaded by the interpreters of the tests marked `installed_plugins`
-or `threads_plugin` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD); always, a test not
-marked `slow` that used more than QUICK_CPU_S seconds of CPU fails (QuickLaneGuard), and
-gpuci's bytecode is written before the first test (compile_gpuci)."""
+on the PYTHONPATH of the tests marked `threads_plugin`, and only theirs, loaded by name
+(PYTEST_PLUGINS), with NumPy hidden; the plugins installed beside pytest loaded by the
+interpreters of the tests marked `installed_plugins` only (PYTEST_DISABLE_PLUGIN_AUTOLOAD);
+always, a test not marked `slow` that used more than QUICK_CPU_S seconds of CPU fails
+(QuickLaneGuard), and gpuci's bytecode is written before the first test (compile_gpuci)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import functools
 import os
 import re
 import resource
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +31,12 @@ GPUCI_SOURCES = Path(__file__).parent.parent / "gpuci"
 QUICK_CPU_S = 2.0  # the most CPU a test not marked `slow` may use (QuickLaneGuard)
 CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a test used
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # tests/cli_runner.py's clean_env keeps it
+PLUGINS = "PYTEST_PLUGINS"  # and this: the plugins pytest loads by name
+RUN_PARALLEL_PLUGIN = "pytest_run_parallel.plugin"  # its pytest11 entry point's module
+NO_NUMPY = (
+    "raise ImportError('NumPy is hidden from the interpreters of the tests marked"
+    " threads_plugin (tests/conftest.py): pytest-run-parallel imports it where it can')\n"
+)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -38,23 +45,43 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     suites run the threads mode) runs with pytest-run-parallel where its interpreters find
     it: its fixtures, set up and torn down inside, start them too. Any other test's
     interpreters start without it, as most users' do (where it is installed beside pytest,
-    every test has it anyway). Only a test marked `installed_plugins` or `threads_plugin`
-    has its interpreters load the plugins installed beside pytest (pytest-cov, xdist,
-    pytest-randomly): the others' tiny suites need none, and loading them is about a
-    quarter of each interpreter's start-up, thousands of times a run."""
+    every test has it anyway). Only a test marked `installed_plugins` has its interpreters
+    load the plugins installed beside pytest (pytest-cov, xdist, pytest-randomly): the
+    others' tiny suites need none, and loading them is about a quarter of each
+    interpreter's start-up, thousands of times a run. A test marked `threads_plugin` alone
+    loads pytest-run-parallel by name (PYTEST_PLUGINS), as pytest loads an installed one,
+    and no other: a third of its interpreters' start-up; and there NumPy cannot be
+    imported (`hidden_numpy`), which pytest-run-parallel imports where it can (for its
+    `thread_comp` fixture's arrays), another third, and no suite of these tests uses."""
     changes: dict[str, str | None] = {}  # None: unset
     threads = item.get_closest_marker("threads_plugin") is not None
-    if threads and RUN_PARALLEL_SITE:
+    if threads:
         before = os.environ.get("PYTHONPATH")
-        changes["PYTHONPATH"] = os.pathsep.join(filter(None, [RUN_PARALLEL_SITE, before]))
-    plugins = threads or item.get_closest_marker("installed_plugins") is not None
+        ahead = [hidden_numpy(), RUN_PARALLEL_SITE, before]
+        changes["PYTHONPATH"] = os.pathsep.join(filter(None, ahead))
+    plugins = item.get_closest_marker("installed_plugins") is not None
     changes[AUTOLOAD_OFF] = None if plugins else "1"
+    changes[PLUGINS] = RUN_PARALLEL_PLUGIN if threads and not plugins else None
     saved = {name: os.environ.get(name) for name in changes}
     set_env(changes)
     try:
         yield
     finally:
         set_env(saved)
+
+
+@functools.cache
+def hidden_numpy() -> str:
+    """A folder whose `numpy` package raises ImportError, to put ahead of the installed
+    one (written once per user, whole or not at all: xdist's workers share it)."""
+    folder = Path(tempfile.gettempdir()) / f"gpuci-tests-no-numpy-{os.getuid()}"
+    init = folder / "numpy" / "__init__.py"
+    init.parent.mkdir(parents=True, exist_ok=True)
+    if not init.exists() or init.read_text(encoding="utf-8") != NO_NUMPY:
+        part = init.with_name(f"__init__.{os.getpid()}.part")
+        part.write_text(NO_NUMPY, encoding="utf-8")
+        part.replace(init)
+    return str(folder)
 
 
 def set_env(values: dict[str, str | None]) -> None:
@@ -118,13 +145,16 @@ class FileTimes:
     CPU they used, their interpreters' included (QuickLaneGuard's count: what a busy
     machine hardly changes), and the run's time so far. A file ends when every test it
     collected has reported, on whichever worker each ran (`--dist loadgroup` spreads most
-    files' tests over the workers), or when the run ends."""
+    files' tests over the workers), or when the run ends. At the end, when each worker
+    ran its last test: the run's tail, where one worker idles while the other still has
+    tests queued (xdist gives a worker its next tests before it is free)."""
 
     def __init__(self, reporter: pytest.TerminalReporter) -> None:
         self.reporter = reporter
         self.zero = time.monotonic()
         self.expected: Counter[str] = Counter()  # file: its tests, as collected
         self.done: dict[str, tuple[int, float, float]] = {}  # file: tests, seconds, CPU-s
+        self.last: dict[str, float] = {}  # xdist worker: when its latest test ended
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.expected.update(file_of(item.nodeid) for item in session.items)
@@ -143,19 +173,30 @@ class FileTimes:
         self.done[file] = (tests + ended, seconds + report.duration, cpu)
         if ended and tests + 1 >= self.expected.get(file, 0) > 0:
             self.flush(file)
+        worker = getattr(report, "node", None)  # xdist's controller sets it on each report
+        if ended and worker is not None:
+            self.last[str(worker.gateway.id)] = time.monotonic() - self.zero
 
     def pytest_sessionfinish(self) -> None:
         for file in list(self.done):
             self.flush(file)
+        if len(self.last) > 1:
+            ends = ", ".join(f"{name} {clock(at)}" for name, at in sorted(self.last.items()))
+            idle = max(self.last.values()) - min(self.last.values())
+            self.reporter.write_line(f"  workers' last tests ended: {ends} ({idle:.0f}s apart)")
 
     def flush(self, file: str) -> None:
         tests, seconds, cpu = self.done.pop(file)
         total = time.monotonic() - self.zero
         self.reporter.write("\n")  # the progress dots do not end their line
         self.reporter.write_line(
-            f"  {file}: {tests} tests in {seconds:.1f}s, {cpu:.1f} CPU-s"
-            f" ({int(total // 60)}m{total % 60:02.0f}s so far)"
+            f"  {file}: {tests} tests in {seconds:.1f}s, {cpu:.1f} CPU-s ({clock(total)} so far)"
         )
+
+
+def clock(seconds: float) -> str:
+    """`seconds` as minutes and seconds: 4m05s."""
+    return f"{int(seconds // 60)}m{seconds % 60:02.0f}s"
 
 
 def file_of(nodeid: str) -> str:

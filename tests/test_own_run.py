@@ -107,3 +107,6 @@ def test_a_file_sharing_a_fixture_runs_on_one_worker_the_others_anywhere_one_lin
         assert re.fullmatch(
             rf"  {file}: {tests} tests in \d+\.\ds, \d+\.\d CPU-s \(\dm\d\ds so far\)", lines[0]
         ), lines
+    # and when each worker ran its last test: how long one idled at the end
+    ends = r"  workers' last tests ended: gw0 \dm\d\ds, gw1 \dm\d\ds \(\d+s apart\)"
+    assert re.search(ends, proc.stdout), proc.stdout

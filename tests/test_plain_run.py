@@ -113,6 +113,20 @@ def test_the_suite_interpreter_is_the_users_command(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_an_out_folder_beside_the_suite_keeps_its_passes_passed(tmp_path: Path) -> None:
+    # `--out ../out`: every other interpreter's pytest cache lay under `suite/../out`, a
+    # path whose every key pytest refuses (it climbs): each ended with INTERNALERROR, and
+    # its tests, which plain pytest passes, failed the check
+    root = write_files(tmp_path / "suite", PASSING)
+    assert plain_pytest(root) == 0
+    proc = gpuci("check", ".", "--out", "../out", *CHECK, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: pass" in proc.stdout
+    run = json.loads((tmp_path / "out" / "parallel" / "run.json").read_text(encoding="utf-8"))
+    assert [t["outcome"] for t in run["tests"]] == ["passed", "passed"]
+
+
+@pytest.mark.slow
 def test_coverage_below_its_floor_fails_the_check_in_pytest_cov_words(tmp_path: Path) -> None:
     pytest.importorskip("pytest_cov")
     files = {

@@ -92,8 +92,10 @@ def private_cache(out: Path, stem: str) -> Path:
     writes the user's): `request.config.cache` works there, and writes nobody else's. It
     lies in OUT's state folder, not in the mode's: an interpreter started ahead for a mode
     that then never ran must not leave that mode's folder behind (a mode folder says the
-    mode ran, and is read as its results)."""
-    return (out.parent / STATE_DIR / CACHES / out.name / stem).absolute()
+    mode ran, and is read as its results). Absolute and without `..`: pytest refuses every
+    key of a cache directory whose path climbs (`--out ../out`: each interpreter ended
+    with INTERNALERROR, its tests read as failed)."""
+    return (out.parent / STATE_DIR / CACHES / out.name / stem).resolve()
 
 
 def without_private_cache(command: Sequence[str]) -> list[str]:
