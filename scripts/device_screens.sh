@@ -213,8 +213,8 @@ PY
         cd "$ROOT" ;;
     polluted-before)  # issue 52: examples/gpu_polluted by this gpuci, then by the gpuci in old/
         # (carried: the code before the evidence became kinds), each once, warm, one command
-        for who in now before; do
-            path="$PYTHONPATH"; [ "$who" = before ] && path="/tmp/site:$ROOT/old"
+        for who in ${POLLUTED_ORDER:-now before}; do  # before now: the other order
+            path="$PYTHONPATH"; [ "${who%%[0-9]}" = before ] && path="/tmp/site:$ROOT/old"
             PYTHONPATH="$path" GPU_POLLUTED_STATE="$WORK/state-$who" timed polluted-$who 290 \
                 python3 -m gpuci check examples/gpu_polluted --out "$WORK/p-$who" --timeout 120
             grep "^evidence\|^verdict" "$WORK/polluted-$who.log"
