@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import gpuci.evidence.kinds.culprit_search.culprits
+import gpuci.evidence.kinds.pairs
 import gpuci.evidence.kinds.poisoned_runs
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.claims import Standing
@@ -19,12 +19,12 @@ from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import failure_kind
 from gpuci.evidence.kinds.culprit_search.bisect import bisect, cascade
-from gpuci.evidence.kinds.culprit_search.culprits import Partnerable, _replay
-from gpuci.evidence.kinds.culprit_search.kind import CulpritSearch
-from gpuci.evidence.kinds.culprit_search.pairs import PARTNER_TRIES, search_pairs
+from gpuci.evidence.kinds.culprit_search.culprits import _replay
 from gpuci.evidence.kinds.kind import standing
+from gpuci.evidence.kinds.pairs import PairSearches
 from gpuci.evidence.kinds.poisoned_runs import run_poisoned
 from gpuci.evidence.notes import SAME_RUN_BOTH_WAYS, UNASKED
+from gpuci.evidence.pairs import PARTNER_TRIES, Partnerable, search_pairs
 from gpuci.evidence.poisoned import worth_poisoning
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
@@ -383,11 +383,15 @@ def _oom(test_id: str) -> TestResult:
 OOM = "OutOfMemoryError: out of device memory allocating 52 GiB"
 
 
-def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
+HOG_A, HOG_B = "test_hog_a.py::test_hold", "test_hog_b.py::test_hold"
+
+
+def _two_hogs(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # gpu_polluted's two 52 GiB hogs: each one's pair ran the same two files, twice
-    hog_a, hog_b = "test_hog_a.py::test_hold", "test_hog_b.py::test_hold"
+) -> tuple[Context, FakeHogs, dict[str, Classified]]:
+    """gpu_polluted's two 52 GiB hogs, each the other's concurrency victim: each one's pair
+    runs the same two files, and both fail in every run."""
+    hog_a, hog_b = HOG_A, HOG_B
 
     def hog(victim: str, other: str) -> _Task:
         return _Task(
@@ -416,7 +420,7 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
         for i, t in zip((hog_a, hog_b), tests, strict=True)
     }
     monkeypatch.setattr(
-        gpuci.evidence.kinds.culprit_search.culprits,
+        gpuci.evidence.kinds.pairs,
         "plan_searches",
         lambda *_: [hog(hog_a, hog_b), hog(hog_b, hog_a)],
     )
@@ -428,7 +432,15 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
         progress=io.StringIO(),
         ledger=Ledger(),
     )
-    found = gpuci.evidence.kinds.culprit_search.culprits.search_culprits(ctx, classified, {})
+    return ctx, prober, classified
+
+
+def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hog_a, hog_b = HOG_A, HOG_B
+    ctx, prober, classified = _two_hogs(monkeypatch)
+    found = gpuci.evidence.kinds.pairs.search_pairs_of(ctx, classified, {})
     assert found[hog_a].culprits == ("test_hog_b.py",)
     assert found[hog_b].culprits == (hog_a,)
     assert found[hog_b].search.startswith("pair: the partner of")
@@ -437,11 +449,25 @@ def test_a_hog_shown_as_the_other_hogs_partner_is_not_searched_again(
     # later round's): its file's isolated run, which the search took for its run without
     # hog_a, is that half; refused, it was searched all over again in the next round
     assert not found[hog_b].alone
-    assert standing(CulpritSearch(), found[hog_b]) is Standing.STANDS
+    assert standing(PairSearches(), found[hog_b]) is Standing.STANDS
+
+
+def test_a_victim_another_kind_searched_this_round_is_not_paired_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # hog_a was shown this round by the culprit search's pair runs (as an order-dependent
+    # victim's partner): the pairs kind asks its question no more, and hog_b's pair, which
+    # shows hog_a failing its way again, does not rename it
+    ctx, prober, classified = _two_hogs(monkeypatch)
+    searched = {HOG_A}
+    found = gpuci.evidence.kinds.pairs.search_pairs_of(ctx, classified, {}, searched=searched)
+    assert HOG_A not in found and found[HOG_B].culprits == ("test_hog_a.py",)
+    assert len(prober.runs) == 2  # hog_b's pair and its confirmation only
+    assert searched == {HOG_A, HOG_B}
 
 
 def test_an_out_of_memory_victim_is_paired_with_the_file_that_held_most_first() -> None:
-    from gpuci.evidence.kinds.culprit_search.pairs import pair_order
+    from gpuci.evidence.pairs import pair_order
 
     # the parallel screen's overlap put the small files first; the hog beside it held 52 GiB
     overlap = ["test_flaky.py", "test_cache.py", "test_blas.py", "test_hog_b.py"]
@@ -544,7 +570,7 @@ def test_a_victim_that_only_ran_the_device_out_of_memory_is_not_poisoned() -> No
 
 
 def test_first_pairs_start_ahead_once_per_pair_of_files_and_twice_per_search() -> None:
-    from gpuci.evidence.kinds.culprit_search.pairs import first_pair_requests
+    from gpuci.evidence.pairs import first_pair_requests
 
     # gpu_polluted: the two hogs pair with each other (one search answers both), and the
     # flaky test pairs with hog_a's file, which so needs its interpreters twice over

@@ -17,15 +17,11 @@ from cli_runner import gpuci, write_files
 from gpuci.evidence.claims import Standing
 from gpuci.evidence.classify import GROUP_WITH, GROUP_WITHOUT
 from gpuci.evidence.kinds.culprit_search.kind import CulpritSearch
-from gpuci.evidence.kinds.culprit_search.pairs import (
-    OTHER_SIDE_FAILED,
-    WITHOUT_VICTIM,
-    partner_note,
-)
 from gpuci.evidence.kinds.engine import KINDS
 from gpuci.evidence.kinds.groups import GroupRuns
 from gpuci.evidence.kinds.kind import REFUSED, claimed, refused, standing
-from gpuci.evidence.notes import UNASKED
+from gpuci.evidence.notes import OTHER_SIDE_FAILED, UNASKED
+from gpuci.evidence.pairs import WITHOUT_VICTIM, partner_note
 from gpuci.model import Outcome, Probe, TestEvidence
 
 KINDS_DIR = Path(__file__).resolve().parent.parent / "gpuci" / "evidence" / "kinds"
@@ -127,7 +123,6 @@ STARTERS = {
 IN_SEARCH = {
     "culprit_search/search.py": {"gpuci.run.proc.held", "prepare", "hold"},
     "culprit_search/bisect.py": {"gpuci.run.proc.held", "prepare_step"},
-    "culprit_search/pairs.py": {"prepare_together"},
 }
 
 

@@ -244,7 +244,7 @@ def test_a_partner_is_never_a_test_that_fails_in_its_own_files_order() -> None:
     # runs test_pool_limit.py whole, where test_large_workspace fails after the test that
     # caps the pool (its own file's order, as in the isolated screen): no contention
     from gpuci.evidence.classify import Classified
-    from gpuci.evidence.kinds.culprit_search.culprits import partnerable_tests
+    from gpuci.evidence.pairs import partnerable_tests
 
     def classified(test_id: str, category: Category, isolated: Outcome, *, inferred: bool = False):
         file = test_id.partition("::")[0]

@@ -34,12 +34,11 @@ KINDS = tuple(
 # the flow where its kind does: it may import what a kind may (the shared evidence and the
 # kinds' Protocol, never another kind) and its own modules listed before each.
 KIND_PACKAGES: dict[str, tuple[str, ...]] = {
-    # a search's record and step, pairs, the speculated levels, the halvings (by files first,
+    # a search's record and step, the speculated levels, the halvings (by files first,
     # checked where refuted, the bisection), the hints, the files collected (providers),
     # the searches of a round, their runs started ahead, and the kind the engine lists
     "evidence.kinds.culprit_search": (
         "search",
-        "pairs",
         "waves",
         "by_files",
         "checked",
@@ -115,8 +114,8 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "orders",
         "reproduce",
         "fingerprints",
-        "claims",
         "notes",
+        "claims",
         "classify",
         "latent",
         "admission",
@@ -128,6 +127,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "alone",
         "beside",
         "victims",
+        "pairs",
         "poisoned",
         "likely",
         "strict",
@@ -201,6 +201,9 @@ MAX_MODULE_LINES = 400
 LONGER_MODULES = {
     # the evidence's one runner: how it is built, the runs it starts, what a run did
     "evidence.probe": 500,
+    # a pair search, shared by the pairs kind and the culprit search (where a replay shows
+    # nothing): its runs, each confirmed, and which tests of the other side it may name
+    "evidence.pairs": 460,
     # the shared vocabulary: the types the stages hand each other (run.json's among them)
     "model": 420,
 }

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-import gpuci.evidence.kinds.culprit_search.culprits
+import gpuci.evidence.kinds.pairs
 from gpuci.evidence.admission import Admission
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
-from gpuci.evidence.kinds.culprit_search.pairs import search_pairs
 from gpuci.evidence.orders import interpreter_order
+from gpuci.evidence.pairs import search_pairs
 from gpuci.evidence.probe import ProbeRun
 from gpuci.evidence.reproduce import culprit_command, finding_commands
 from gpuci.evidence.results import ModeResults
@@ -198,7 +198,7 @@ def test_the_partner_and_evidence_json_keep_the_pairs_view(
         for t in parallel.run.tests
     }
     monkeypatch.setattr(
-        gpuci.evidence.kinds.culprit_search.culprits,
+        gpuci.evidence.kinds.pairs,
         "plan_searches",
         lambda *_: [hog(HOG_A, HOG_B), hog(HOG_B, HOG_A)],
     )
@@ -210,7 +210,7 @@ def test_the_partner_and_evidence_json_keep_the_pairs_view(
         progress=io.StringIO(),
         ledger=Ledger(),
     )
-    found = gpuci.evidence.kinds.culprit_search.culprits.search_culprits(ctx, classified, {})
+    found = gpuci.evidence.kinds.pairs.search_pairs_of(ctx, classified, {})
     # hog_b is hog_a's partner, shown by hog_a's pair runs: their view is its command's
     assert found[HOG_B].culprits == (HOG_A,)
     assert found[HOG_A].pair_gpu == found[HOG_B].pair_gpu == "0,1"

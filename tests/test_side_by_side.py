@@ -378,7 +378,7 @@ def test_victims_that_failed_alike_beside_each_other_are_not_searched_at_once() 
     first, hog_a, hog_b = victim("v1", "", "x"), victim("h2", oom, "h3"), victim("h3", oom, "h2")
     other = victim("v4", "AssertionError: limit leaked, the pool", "h2")
     assert _waves([first, hog_a, hog_b, other], 4) == [[first], [hog_a], [hog_b, other]]
-    groups, _ = _by_interpreter(
+    groups = _by_interpreter(
         [dataclasses.replace(hog_a, candidates=("a.py::t",)), hog_b]  # two interpreters
     )
     assert len(groups) == 1  # one group: its waves keep them apart

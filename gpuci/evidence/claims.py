@@ -23,7 +23,8 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe
+from gpuci.evidence.notes import OTHER_SIDE_FAILED, UNASKED
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe, TestEvidence
 
 REPEATS = 2  # runs of the failing half: the same command twice
 
@@ -72,6 +73,23 @@ def same_command(probes: Iterable[Probe], named: Sequence[str]) -> tuple[Probe, 
     named = tuple(named)
     shapes = {named[-PROBE_SHOWN:], named[:PROBE_SHOWN]}
     return tuple(p for p in probes if p.count == len(named) and p.shown in shapes)
+
+
+def named_outcomes(evidence: TestEvidence) -> tuple[Outcome, ...]:
+    """The victim's outcomes in the runs of the command that names its culprits; a pair run
+    in which only the other side failed its way shows the contention too."""
+    return tuple(
+        Outcome.FAILED if p.kind == OTHER_SIDE_FAILED else p.outcome
+        for p in same_command(evidence.probes, evidence.culprits)
+        if p.kind != UNASKED
+    )
+
+
+def alone_outcomes(evidence: TestEvidence) -> tuple[Outcome, ...]:
+    """The victim's runs with nothing before or beside it: its alone-runs, and the search's
+    (a partner's run without its victim, an alone-run repeated for its claim)."""
+    searched = (p.outcome for p in same_command(evidence.probes, ()) if p.kind != UNASKED)
+    return (*evidence.alone, *searched)
 
 
 def shown_twice(outcomes: Sequence[Outcome]) -> bool:

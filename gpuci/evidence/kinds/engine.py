@@ -1,20 +1,20 @@
 """Evidence: what gpuci runs after the main passes to tell a polluted test from a broken one.
 
-The engine is the ordered list of the kinds of evidence (`KINDS`, each a module of
-`gpuci.evidence.kinds` behind `gpuci.evidence.kinds.kind.Kind`), most telling first, so
-that a tight budget (`--evidence-budget`, one for the whole check) cuts what matters
-least. The kinds asked of the suspects go in rounds: the first alone-runs, the tests that
-failed alike everywhere and their groups' representatives, poisoned runs, culprit
-searches, where the later victims of one interpreter wait for its first victim's culprits
-and are answered together by group runs; those the group runs did not answer go round
-again. Then, once, compute-sanitizer on the roots, the thread-unsafe tests alone in
-threads and the remaining alone-runs. Before a kind concludes, the runs it and every later
-kind will make, as far as known, are declared to the one runner, which starts them ahead
-where a start-up is worth hiding; after it, a claim it made that its runs do not show both
-ways is not recorded (`gpuci.evidence.kinds.kind.refused`). These are the strict runs:
-nothing else runs on their GPUs, but passing alone-runs, which may run beside each other,
-and memcheck beside the searches. What the budget cuts is recorded per test, never
-silently classified.
+The engine is the ordered list of the kinds of evidence (`KINDS`, each a module or
+subpackage of `gpuci.evidence.kinds` behind `gpuci.evidence.kinds.kind.Kind`), most telling
+first, so that a tight budget (`--evidence-budget`, one for the whole check) cuts what
+matters least. The kinds asked of the suspects go in rounds: the first alone-runs, the tests
+that failed alike everywhere and their groups' representatives, poisoned runs, culprit
+searches and the concurrency victims' pairs, where the later victims of one interpreter wait
+for its first victim's culprits and are answered together by group runs; those the group
+runs did not answer go round again. Then, once, compute-sanitizer on the roots, the
+thread-unsafe tests alone in threads and the remaining alone-runs. Before a kind concludes,
+the runs it and every later kind will make, as far as known, are declared to the one runner,
+which starts them ahead where a start-up is worth hiding; after it, a claim it made that its
+runs do not show both ways is not recorded (`gpuci.evidence.kinds.kind.refused`). These are
+the strict runs: nothing else runs on their GPUs, but passing alone-runs, which may run
+beside each other, and memcheck beside the searches. What the budget cuts is recorded per
+test, never silently classified.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from gpuci.evidence.kinds.groups import GroupRuns, next_round, waiting_victims
 from gpuci.evidence.kinds.kind import Kind, Round, claimed, refused, screens_alone
 from gpuci.evidence.kinds.memcheck_roots import MemcheckRoots
 from gpuci.evidence.kinds.more_alone import MoreAlone
+from gpuci.evidence.kinds.pairs import PairSearches
 from gpuci.evidence.kinds.poisoned_runs import PoisonedRuns
 from gpuci.evidence.kinds.representatives import Representatives
 from gpuci.evidence.kinds.threads import Threaded
@@ -68,6 +69,7 @@ KINDS: tuple[Kind, ...] = (
     Representatives(),
     PoisonedRuns(),
     CulpritSearch(),
+    PairSearches(),
     GroupRuns(),
     MemcheckRoots(),
     Threaded(),

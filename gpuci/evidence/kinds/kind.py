@@ -57,6 +57,8 @@ class Round:
     # the searches' runs started ahead, by victim: the runs and their copies
     searches: dict[str, list[tuple[list[str], int]]] | None = None
     left: list[str] = field(default_factory=list)  # waiting victims no group run answered
+    # the tests a kind searched this round (a pair's partners too): not searched again
+    searched: set[str] = field(default_factory=set)
     offered: set[str] = field(default_factory=set)  # the kinds whose runs were declared once
     # after the rounds: the categories, the alone-runs still wanted, memcheck's answers
     rest: dict[str, int] | None = None

@@ -40,8 +40,6 @@ from gpuci.evidence.kinds.culprit_search.by_files import (
 from gpuci.evidence.kinds.culprit_search.checked import checked_halving
 from gpuci.evidence.kinds.culprit_search.search import (
     LOADED,
-    NOT_SEARCHED,
-    PHASE,
     SHOWN,
     Search,
     hold_step,
@@ -52,7 +50,8 @@ from gpuci.evidence.kinds.culprit_search.search import (
     run_step,
 )
 from gpuci.evidence.kinds.culprit_search.waves import Step
-from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.notes import NOT_REPRODUCED, NOT_SEARCHED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.pairs import PHASE
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, Category, Probe

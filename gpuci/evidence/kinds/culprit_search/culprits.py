@@ -10,7 +10,7 @@
   (`gpuci.evidence.kinds.culprit_search.collected`); else the same halving, keeping a half
   after which it passes.
 - concurrency: the victim started with each file that overlapped it
-  (`gpuci.evidence.kinds.culprit_search.pairs`); a test of that file that failed the
+  (`gpuci.evidence.pairs`); a test of that file that failed the
   victim's way beside it is its partner, and names it.
 
 Different interpreters' victims are searched side by side (their runs share the check's
@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
@@ -34,59 +33,15 @@ from gpuci.evidence.fingerprints import same_kind
 from gpuci.evidence.kinds.culprit_search.bisect import bisect, cascade
 from gpuci.evidence.kinds.culprit_search.collected import collected_first, withdraw_collected
 from gpuci.evidence.kinds.culprit_search.hinted import hint_tasks, hinted_first
-from gpuci.evidence.kinds.culprit_search.pairs import pair_order, partner_note, search_pairs
-from gpuci.evidence.kinds.culprit_search.search import LOADED, NOT_SEARCHED, Search
-from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.kinds.culprit_search.search import LOADED, Search
+from gpuci.evidence.notes import NOT_REPRODUCED, NOT_SEARCHED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.pairs import Partnerable, pair_victim, partner_note
 from gpuci.evidence.probe import Prober
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task, plan_searches
-from gpuci.model import NOT_PASSING, Category, Mode, Outcome, TestEvidence
+from gpuci.model import Category, Mode, TestEvidence
 from gpuci.run.proc.discover import file_of
-from gpuci.run.proc.reports import pool_limited
 from gpuci.run.sched.progress import say
-
-# a pair's partner must not fail on its own: these pass with nothing beside them
-PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Partnerable:
-    """The tests that may be a pair's partner, and those known to pass without the victim
-    (in their own file alone): a partner's claim needs both halves (`gpuci.evidence.claims`)."""
-
-    tests: frozenset[str]
-    passed_alone: frozenset[str]
-
-
-def partnerable_tests(classified: Mapping[str, Classified]) -> frozenset[str]:
-    """The tests that may be a pair's partner: none fails on its own, nor in its own file's
-    order (a pair runs the partner's whole file: an order-dependent test that failed in the
-    isolated screen, its file alone, fails there by itself, beside anything or nothing)."""
-    return frozenset(
-        t.id
-        for t in classified.values()
-        if t.category in PARTNERABLE
-        and not _fails_in_its_file_alone(t)
-        # out of memory under a limit its own process set: beside anything or nothing
-        and not any(pool_limited(r.message) for r in t.seen)
-    )
-
-
-def passed_in_its_file_alone(classified: Mapping[str, Classified]) -> frozenset[str]:
-    """The tests that passed in the isolated screen's real runs (their file alone, fresh):
-    a pair's partner among them is known to pass without the victim."""
-    return frozenset(
-        t.id
-        for t in classified.values()
-        if (r := t.results.get(Mode.ISOLATED)) is not None
-        and not r.inferred
-        and r.outcome is Outcome.PASSED
-    )
-
-
-def _fails_in_its_file_alone(test: Classified) -> bool:
-    result = test.results.get(Mode.ISOLATED)
-    return result is not None and not result.inferred and result.outcome in NOT_PASSING
 
 
 def search_culprits(
@@ -95,31 +50,37 @@ def search_culprits(
     found: Mapping[str, TestEvidence],
     *,
     only: Collection[str] | None = None,
+    searched: set[str] | None = None,
 ) -> dict[str, TestEvidence]:
-    """The culprits of every isolation regression (of those `only`, where given), added to
-    the evidence by test id; the tests the victim's failure points at (in the state
-    ledger, or in the suite's source) tried first (`gpuci.evidence.kinds.culprit_search.hinted`)."""
+    """The culprits of every order-dependent and depends-on-others victim (of those `only`,
+    where given), added to the evidence by test id; the tests the victim's failure points
+    at (in the state ledger, or in the suite's source) tried first
+    (`gpuci.evidence.kinds.culprit_search.hinted`). A concurrency victim's pairs are the
+    pairs kind's (`gpuci.evidence.kinds.pairs`). `searched` hears of every test searched
+    (a pair's partner too)."""
     prober, progress = ctx.prober, ctx.progress
     planned = plan_searches(ctx, classified, found)
-    tasks = hint_tasks(ctx, [t for t in planned if only is None or t.victim in only])
+    tasks = hint_tasks(
+        ctx,
+        [
+            t
+            for t in planned
+            if t.category is not Category.CONCURRENCY and (only is None or t.victim in only)
+        ],
+    )
     if not tasks:
         return dict(found)
     say(progress, f"culprits: searching for {len(tasks)} victim(s)")
-    partnerable = Partnerable(
-        tests=partnerable_tests(classified), passed_alone=passed_in_its_file_alone(classified)
-    )
+    partnerable = Partnerable.of(classified)
 
     slots = max(1, prober.admission.slots)
 
-    def search_in_waves(
-        group: Sequence[Task], width: int, *, one_by_one: bool = False
-    ) -> dict[str, Search]:
+    def search_in_waves(group: Sequence[Task], width: int) -> dict[str, Search]:
         """One interpreter's victims in order: the first alone, then `width` at a time, each
-        trying the culprits found in earlier waves first (a cascade); `one_by_one` (the
-        pairs): one victim at a time, so that one shown as a partner is not searched."""
+        trying the culprits found in earlier waves first (a cascade)."""
         roots: list[tuple[str, ...]] = []  # culprit sets found so far, in order
         searches: dict[str, Search] = {}
-        for wave in [[t] for t in group] if one_by_one else _waves(group, width):
+        for wave in _waves(group, width):
             # an earlier victim's pair runs may have shown it as a partner: done
             todo = [t for t in wave if t.victim not in searches]
             if prober.stopping() or not todo:
@@ -145,7 +106,7 @@ def search_culprits(
                         say(progress, f"  {partner}: culprits: {task.victim} ({note})")
         return searches
 
-    interpreters, pairs = _by_interpreter(sorted(tasks, key=lambda t: t.rank))
+    interpreters = _by_interpreter(sorted(tasks, key=lambda t: t.rank))
     # different interpreters' victims answer different questions: side by side
     with ThreadPoolExecutor(max_workers=min(slots, max(1, len(interpreters)))) as pool:
         done = list(pool.map(lambda group: search_in_waves(group, slots), interpreters))
@@ -154,10 +115,8 @@ def search_culprits(
         for victim, search in group.items():
             if victim not in searches or not searches[victim].probes:  # its own search first
                 searches[victim] = search
-    # pairs run with nothing beside them, one at a time; a victim shown as a partner is done
-    later = [t for t in pairs if t.victim not in searches]
-    for victim, search in search_in_waves(later, 1, one_by_one=True).items():
-        searches.setdefault(victim, search)
+    if searched is not None:
+        searched.update(searches)
     return _with_searches(found, searches, only)
 
 
@@ -184,23 +143,19 @@ def _with_searches(
     return merged
 
 
-def _by_interpreter(tasks: Sequence[Task]) -> tuple[list[list[Task]], list[Task]]:
+def _by_interpreter(tasks: Sequence[Task]) -> list[list[Task]]:
     """The replayed victims grouped by the interpreter they failed in (their candidates
     begin with its first test), in order, with the groups of two victims that may contend
-    joined; and the concurrency victims, paired."""
+    joined."""
     groups: dict[str, list[Task]] = {}
-    pairs: list[Task] = []
     for task in tasks:
-        if task.category is Category.CONCURRENCY:
-            pairs.append(task)
-            continue
         key = task.candidates[0] if task.candidates else ""
         joined = {k for k, g in groups.items() if any(_may_contend(task, t) for t in g)}
         merged = [t for k in groups if k in joined | {key} for t in groups[k]]
         for k in joined | {key}:
             groups.pop(k, None)
         groups[key] = [*merged, task]
-    return [sorted(g, key=lambda t: t.rank) for g in groups.values()], pairs
+    return [sorted(g, key=lambda t: t.rank) for g in groups.values()]
 
 
 def _may_contend(one: Task, other: Task) -> bool:
@@ -257,8 +212,6 @@ def _search(
     ctx: Context, task: Task, roots: list[tuple[str, ...]], partnerable: Partnerable
 ) -> Search:
     prober, results = ctx.prober, ctx.results
-    if task.category is Category.CONCURRENCY:
-        return _pairs(prober, results[Mode.PARALLEL], task, partnerable)
     if "::" not in task.victim:  # a file's import: only other files' imports come before it
         return collected_first(ctx, task, lambda: Search([], note=NOT_REPRODUCED))
     if task.category is Category.DEPENDS_ON_OTHERS and task.hinted:
@@ -355,17 +308,8 @@ def _paired_with_co_runners(
 
 
 def _pairs(prober: Prober, parallel: ModeResults, task: Task, partnerable: Partnerable) -> Search:
-    """The victim beside the files that ran with it
-    (`gpuci.evidence.kinds.culprit_search.pairs`)."""
-    found = search_pairs(
-        prober,
-        parallel,
-        victim=task.victim,
-        candidates=pair_order(task.candidates, task.kind, prober.admission.peaks),
-        kind=task.kind,
-        partnerable=partnerable.tests - {task.victim},
-        passed_alone=partnerable.passed_alone,
-    )
+    """The victim beside the files that ran with it (`gpuci.evidence.pairs`)."""
+    found = pair_victim(prober, parallel, task, partnerable)
     return Search(
         found.probes,
         culprits=found.culprits,

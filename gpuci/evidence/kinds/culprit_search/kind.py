@@ -1,7 +1,7 @@
 """Culprit searches, as the engine lists them: which earlier test makes an order-dependent
-victim fail, which one a test that depends on others needs, which co-running file a
-concurrency victim fails beside (`gpuci.evidence.kinds.culprit_search.culprits`: hints
-first, then a bisection; pairs for contention), and the claims they stand on."""
+victim fail, which one a test that depends on others needs
+(`gpuci.evidence.kinds.culprit_search.culprits`: hints first, then a bisection; the files
+that ran beside it where a replay shows nothing), and the claims they stand on."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
-from gpuci.evidence.claims import REPEATS, Claim, Standing, same_command
+from gpuci.evidence.claims import REPEATS, Claim, Standing, alone_outcomes, named_outcomes
 from gpuci.evidence.context import Context
 from gpuci.evidence.kinds.culprit_search.culprits import search_culprits
-from gpuci.evidence.kinds.culprit_search.pairs import OTHER_SIDE_FAILED
 from gpuci.evidence.kinds.culprit_search.prepared import (
     likely_searches,
     search_requests,
@@ -20,7 +19,7 @@ from gpuci.evidence.kinds.culprit_search.prepared import (
     withdraw_likely,
 )
 from gpuci.evidence.kinds.kind import Round, screens_alone, standing
-from gpuci.evidence.notes import PAIRED, UNASKED
+from gpuci.evidence.notes import PAIRED
 from gpuci.evidence.requests import Request
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe, TestEvidence
 
@@ -76,7 +75,9 @@ class CulpritSearch:
         if state.classified is None:
             return dict(found)
         withdraw_diagnosed(ctx, state.searches or {}, found)
-        searched = search_culprits(ctx, state.classified, found, only=state.now.keys())
+        searched = search_culprits(
+            ctx, state.classified, found, only=state.now.keys(), searched=state.searched
+        )
         earlier = screens_alone(ctx.results)
         return {
             i: self._repeated(ctx, e, found.get(i), earlier.get(i, ())) for i, e in searched.items()
@@ -121,33 +122,16 @@ class CulpritSearch:
 
     def claim(self, evidence: TestEvidence) -> Claim | None:
         """The runs of the one command its culprits were named on (the victim after, or
-        beside, exactly what it names: `_named`), against the victim without them (its
-        alone-runs; a partner's run without its victim: `_alone`). A victim that passes
+        beside, exactly what it names: `named_outcomes`), against the victim without them (its
+        alone-runs; a partner's run without its victim: `alone_outcomes`). A victim that passes
         with what it names depends on it: its runs alone are the failing half, those with
         it the other, where it passed (a failure there beside others may be the load's, as
         its search found)."""
-        named, alone = _named(evidence), _alone(evidence)
+        named, alone = named_outcomes(evidence), alone_outcomes(evidence)
         if _depends(evidence):
             passed = tuple(o for o in named if o is Outcome.PASSED)
             return Claim(victim=evidence.id, failing=alone, other=passed)
         return Claim(victim=evidence.id, failing=named, other=alone)
-
-
-def _named(evidence: TestEvidence) -> tuple[Outcome, ...]:
-    """The victim's outcomes in the runs of the command that names its culprits; a pair run
-    in which only the other side failed its way shows the contention too."""
-    return tuple(
-        Outcome.FAILED if p.kind == OTHER_SIDE_FAILED else p.outcome
-        for p in same_command(evidence.probes, evidence.culprits)
-        if p.kind != UNASKED
-    )
-
-
-def _alone(evidence: TestEvidence) -> tuple[Outcome, ...]:
-    """The victim's runs with nothing before or beside it: its alone-runs, and the search's
-    (a partner's run without its victim, an alone-run repeated for its claim)."""
-    searched = (p.outcome for p in same_command(evidence.probes, ()) if p.kind != UNASKED)
-    return (*evidence.alone, *searched)
 
 
 def _depends(evidence: TestEvidence) -> bool:
@@ -156,7 +140,7 @@ def _depends(evidence: TestEvidence) -> bool:
     pair's claim never is: a side that fails without the other fails by itself."""
     if evidence.search.startswith(PAIRED):
         return False
-    named, alone = _named(evidence), _alone(evidence)
+    named, alone = named_outcomes(evidence), alone_outcomes(evidence)
     if Outcome.PASSED not in named:
         return False
     failed = [o for o in alone if o in NOT_PASSING]

@@ -9,9 +9,8 @@ are worth hiding (`Prober.hides_start_ups`); those a search will not need, ended
   (`gpuci.evidence.kinds.culprit_search.collected`); where start-ups are expensive, every
   suspect's hinted runs, were it order-dependent. Ended where it passes alone
   (`withdraw_likely`).
-- After them (`search_requests`): the victims' hinted runs, a bisection's within its own
-  file and each contention's first pair; ended for a victim its poisoned runs diagnosed
-  (`withdraw_diagnosed`).
+- After them (`search_requests`): the victims' hinted runs and a bisection's within its
+  own file; ended for a victim its poisoned runs diagnosed (`withdraw_diagnosed`).
 """
 
 from __future__ import annotations
@@ -28,11 +27,10 @@ from gpuci.evidence.kinds.culprit_search.hinted import (
     hinted_runs,
     withdraw_hinted,
 )
-from gpuci.evidence.kinds.culprit_search.pairs import first_pair_requests, pair_order
 from gpuci.evidence.probe import withdraw_each
 from gpuci.evidence.requests import Request, added_up, requests_each
 from gpuci.evidence.victims import Task, diagnosed, plan_searches
-from gpuci.model import Category, Mode, Outcome, TestEvidence
+from gpuci.model import Category, Outcome, TestEvidence
 from gpuci.run.proc.discover import file_of
 
 Prepared = dict[str, list[tuple[list[str], int]]]  # by victim: the runs started, and copies
@@ -93,24 +91,12 @@ def search_requests(
     only: Collection[str],
 ) -> tuple[Prepared, list[Request]]:
     """The culprit searches of the victims (`only`) as classified after their alone-runs:
-    the hinted ones' runs, a bisection's within its own file, and each contention's first
-    pair, to start ahead while the poisoned runs go on (else, as the search began, a right
-    hint's first run would pay its start-up while the GPU idles). The runs asked for, by
-    victim, for `withdraw_diagnosed`."""
-    prober, results = ctx.prober, ctx.results
-    if not prober.hides_start_ups:
+    the hinted ones' runs and a bisection's within its own file, to start ahead while the
+    poisoned runs go on (else, as the search began, a right hint's first run would pay its
+    start-up while the GPU idles). The runs asked for, by victim, for `withdraw_diagnosed`."""
+    if not ctx.prober.hides_start_ups:
         return {}, []
     tasks = [t for t in plan_searches(ctx, classified, found) if t.victim in only]
-    parallel = results.get(Mode.PARALLEL)
-    requests: list[Request] = []
-    if parallel is not None:  # each contention's first pair: the likeliest contender
-        peaks = prober.admission.peaks
-        pairs = [
-            (t.victim, pair_order(t.candidates, t.kind, peaks), t.kind)
-            for t in tasks
-            if t.category is Category.CONCURRENCY
-        ]
-        requests += first_pair_requests(parallel, pairs)
     prepared: Prepared = {}
     for task in hint_tasks(ctx, tasks):
         if task.hinted:
@@ -118,7 +104,7 @@ def search_requests(
         elif task.category is Category.ORDER_DEPENDENT and _within_its_file(task):
             # every run of its bisection is of that file; one candidate: its run, confirmed
             prepared[task.victim] = [([task.victim], 2)]
-    return prepared, requests + requests_each(run for runs in prepared.values() for run in runs)
+    return prepared, requests_each(run for runs in prepared.values() for run in runs)
 
 
 def _within_its_file(task: Task) -> bool:

@@ -13,14 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuci.evidence.notes import NOT_REPRODUCED
+from gpuci.evidence.pairs import PHASE
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
 from gpuci.run.proc.held import Held
 from gpuci.steps import Steps
 
-PHASE = "culprits"  # the account's phase of every run of a culprit search
-NOT_SEARCHED = "not searched (budget)"
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
 COLLECTED = "collected"  # a probe with files collected, none of their tests run
 LOADED = "a run beside others"  # what a contradicted search's steps were

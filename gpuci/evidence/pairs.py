@@ -1,4 +1,7 @@
-"""Pairs: a concurrency suspect started beside each file that ran with it in the screens.
+"""Pairs: a suspect started beside each file that ran with it in the screens; the pair
+search the pairs kind makes of each concurrency victim (`gpuci.evidence.kinds.pairs`), and
+the culprit search of an order-dependent one whose replay showed nothing, or that ran the
+device out of memory with nothing before it pointed at.
 
 The victim runs alone in one interpreter and the partner file in another, both held at
 their first tests until both got there (`Prober.run_together`); then beside all of them
@@ -39,25 +42,82 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuci.evidence.claims import REPEATS, shown_twice
+from gpuci.evidence.classify import Classified
 from gpuci.evidence.fingerprints import failure_kind, same_kind
-from gpuci.evidence.kinds.culprit_search.search import NOT_SEARCHED, PHASE
-from gpuci.evidence.notes import NOT_REPRODUCED, PAIRED, SAME_RUN_BOTH_WAYS, UNASKED
+from gpuci.evidence.notes import (
+    NOT_REPRODUCED,
+    NOT_SEARCHED,
+    OTHER_SIDE_FAILED,
+    PAIRED,
+    SAME_RUN_BOTH_WAYS,
+    UNASKED,
+)
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
 from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
-from gpuci.model import NOT_PASSING, PROBE_SHOWN, Outcome, Probe, TestResult
+from gpuci.evidence.victims import Task
+from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Mode, Outcome, Probe, TestResult
 from gpuci.run.proc.discover import file_of
-from gpuci.run.proc.reports import out_of_device_memory
+from gpuci.run.proc.reports import out_of_device_memory, pool_limited
 from gpuci.run.sched.views import first_gpus_note
 
+PHASE = "culprits"  # the account's phase of a pair's runs, as of a culprit search's
 PARTNER_OF = "the partner of "  # a partner's search: `pair: the partner of <victim>: ...`
 PARTNER_TRIES = 2  # more runs of a confirmed pair, to see which partner test failed
 ASKS = 2  # a pair run that asked nothing (`notes.UNASKED`) runs once more, as it was
-# a pair run in which one side passed and the other failed its way: contention is
-# symmetric, so the run shows the finding for both (each one's claim's failing half)
-OTHER_SIDE_FAILED = "the other side failed its way"
 WITHOUT_VICTIM = "without the victim"  # a partner's run with the victim taken out
+
+
+# a pair's partner must not fail on its own: these pass with nothing beside them
+PARTNERABLE = frozenset({Category.PASSED, Category.ORDER_DEPENDENT, Category.CONCURRENCY})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Partnerable:
+    """The tests that may be a pair's partner, and those known to pass without the victim
+    (in their own file alone): a partner's claim needs both halves (`gpuci.evidence.claims`)."""
+
+    tests: frozenset[str]
+    passed_alone: frozenset[str]
+
+    @classmethod
+    def of(cls, classified: Mapping[str, Classified]) -> Partnerable:
+        """A round's, from its categories."""
+        return cls(
+            tests=partnerable_tests(classified), passed_alone=passed_in_its_file_alone(classified)
+        )
+
+
+def partnerable_tests(classified: Mapping[str, Classified]) -> frozenset[str]:
+    """The tests that may be a pair's partner: none fails on its own, nor in its own file's
+    order (a pair runs the partner's whole file: an order-dependent test that failed in the
+    isolated screen, its file alone, fails there by itself, beside anything or nothing)."""
+    return frozenset(
+        t.id
+        for t in classified.values()
+        if t.category in PARTNERABLE
+        and not _fails_in_its_file_alone(t)
+        # out of memory under a limit its own process set: beside anything or nothing
+        and not any(pool_limited(r.message) for r in t.seen)
+    )
+
+
+def passed_in_its_file_alone(classified: Mapping[str, Classified]) -> frozenset[str]:
+    """The tests that passed in the isolated screen's real runs (their file alone, fresh):
+    a pair's partner among them is known to pass without the victim."""
+    return frozenset(
+        t.id
+        for t in classified.values()
+        if (r := t.results.get(Mode.ISOLATED)) is not None
+        and not r.inferred
+        and r.outcome is Outcome.PASSED
+    )
+
+
+def _fails_in_its_file_alone(test: Classified) -> bool:
+    result = test.results.get(Mode.ISOLATED)
+    return result is not None and not result.inferred and result.outcome in NOT_PASSING
 
 
 def pair_order(candidates: Sequence[str], kind: str, peaks: Mapping[str, int]) -> list[str]:
@@ -333,6 +393,22 @@ def first_pair_requests(
             copies[key] = copies.get(key, 0) + 2
             requests.append(Request(ids=tuple(ids), side=True, side_gpu=gpu, copies=copies[key]))
     return requests
+
+
+def pair_victim(
+    prober: Prober, parallel: ModeResults, task: Task, partnerable: Partnerable
+) -> PairSearch:
+    """`task`'s victim beside the files of its candidates (`search_pairs`), the likeliest
+    contender first (`pair_order`)."""
+    return search_pairs(
+        prober,
+        parallel,
+        victim=task.victim,
+        candidates=pair_order(task.candidates, task.kind, prober.admission.peaks),
+        kind=task.kind,
+        partnerable=partnerable.tests - {task.victim},
+        passed_alone=partnerable.passed_alone,
+    )
 
 
 def partner_note(victim: str, runs: int) -> str:
