@@ -222,18 +222,6 @@ PY
                 examples/gpu_polluted/expected.json | tail -2
             python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print('phases', {k: (v['runs'], v['seconds']) for k, v in e.get('phases', {}).items()})" "$WORK/p-$who/evidence/evidence.json"
         done ;;
-    polluted-versus)  # examples/gpu_polluted by this gpuci, then by the fork server's (old/)
-        for who in fresh forked; do
-            path="$PYTHONPATH"; [ "$who" = forked ] && path="/tmp/site:$ROOT/old"
-            PYTHONPATH="$path" GPU_POLLUTED_STATE="$WORK/state-$who" timed polluted-$who 290 \
-                python3 -m gpuci check examples/gpu_polluted --out "$WORK/p-$who" --timeout 120
-            grep "^gpuci: evidence budget\|^evidence\|^verdict" "$WORK/polluted-$who.log"
-            python3 scripts/compare_expected.py "$WORK/p-$who/verdict.json" \
-                examples/gpu_polluted/expected.json | tail -4
-            python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print('phases', e.get('phases'))" "$WORK/p-$who/evidence/evidence.json"
-        done
-        cp "$WORK/polluted-fresh.log" "$OUT/polluted-fresh.log"
-        findings "$WORK/p-fresh/verdict.json" > "$OUT/polluted-fresh-findings.txt" ;;
     polluted)
         # POLLUTED_WARM: CuPy's kernel cache filled by one plain run first (a machine starts cold)
         [ -z "${POLLUTED_WARM:-}" ] || GPU_POLLUTED_STATE="$WORK/state-warm" timed polluted-warm 200 \
