@@ -129,8 +129,10 @@ def test_explain_writes_the_mode_jobs_durations_for_the_next_pipelines_jobs(
     # CI with one job per mode: the mode jobs' results meet in gpuci explain's OUT, which
     # writes the durations; the next pipeline's mode jobs take them with --durations
     root = write_suite(tmp_path / "suite")
+    # no alone-reruns of the planted failure: the files' times are what these show
+    once = ("--workers", "1", "--reruns", "0")
     for mode in ("parallel", "suite"):
-        proc = gpuci("run", ".", "--mode", mode, "--out", "out", "--workers", "1", cwd=root)
+        proc = gpuci("run", ".", "--mode", mode, "--out", "out", *once, cwd=root)
         assert proc.returncode == 1, proc.stderr
     assert parallel_order(root / "out") == ["test_many.py", "test_some.py", "test_slow.py"]
     # the durations are written whatever evidence is gathered: none here
@@ -142,7 +144,7 @@ def test_explain_writes_the_mode_jobs_durations_for_the_next_pipelines_jobs(
     # the parallel files' times, and the suite interpreter's in each file's tests
     assert all(set(times) == {"parallel", "suite"} for times in data["files"].values())
     written.write_text(json.dumps(unmistakable(data)), encoding="utf-8")
-    args = ("--mode", "parallel", "--out", "next", "--workers", "1")
+    args = ("--mode", "parallel", "--out", "next", *once)
     proc = gpuci("run", ".", *args, "--durations", "out/durations.json", cwd=root)
     assert proc.returncode == 1, proc.stderr
     assert parallel_order(root / "next")[0] == "test_slow.py"

@@ -162,19 +162,31 @@ def _check(root: Path, out: Path, **env: str) -> dict[str, Any]:
     }
 
 
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One check of every planted kind, the ledger on. No filler files: each culprit still
+    sits among harmless tests (its file's two, and every earlier kind's files), and a
+    per-test hint is one test of them whatever their number; the bisection's test below
+    keeps them."""
+    root = tmp_path_factory.mktemp("ledger")
+    return _check(_suite(root / "suite", list(PLANTED), fillers=False), root / "out")
+
+
+def victim_of(i: int, kind: str) -> str:
+    return f"tests/test_{i:02d}_c_{kind}_victim.py::test_reads"
+
+
 def test_each_planted_culprit_is_named_with_what_it_left_from_the_ledgers_hint(
-    tmp_path: Path,
+    every_kind: dict[str, Any],
 ) -> None:
     kinds = list(PLANTED)
-    # no filler files: each culprit still sits among harmless tests (its file's two, and
-    # every earlier kind's files), and a per-test hint is one test of them whatever their
-    # number; the bisection's test below keeps them
-    found = _check(_suite(tmp_path / "suite", kinds, fillers=False), tmp_path / "out")
+    found = every_kind
     searches = {t["id"]: t for t in found["evidence"]["tests"] if t.get("search")}
+    assert set(searches) == {victim_of(i, kind) for i, kind in enumerate(kinds)}  # no other
     roots = {r["victims"][0]: r for r in found["verdict"]["roots"]}
     for i, kind in enumerate(kinds):
         _, _, words, per_test = PLANTED[kind]
-        victim = f"tests/test_{i:02d}_c_{kind}_victim.py::test_reads"
+        victim = victim_of(i, kind)
         culprit = f"tests/test_{i:02d}_b_{kind}_culprit.py::test_leaves"
         if kind == "import":  # any of its tests imports it: the narrowing keeps the first
             culprit = culprit.replace("test_leaves", "test_before")
@@ -193,24 +205,28 @@ def test_each_planted_culprit_is_named_with_what_it_left_from_the_ledgers_hint(
     assert "left the umask at 0o077" in found["stdout"]
 
 
-def test_without_the_ledger_the_same_culprit_takes_a_bisection(tmp_path: Path) -> None:
+def test_without_the_ledger_the_same_culprit_takes_a_bisection(
+    tmp_path: Path, every_kind: dict[str, Any]
+) -> None:
+    # every_kind's first two, their files named alike there (the hint is one test of those
+    # before it whatever their number: there without the fillers that make a bisection long)
     kinds = ["cwd", "env"]
-    root = _suite(tmp_path / "suite", kinds)
-    off = _check(root, tmp_path / "off", GPUCI_STATE="off")
-    on = _check(root, tmp_path / "on")
+    assert list(PLANTED)[: len(kinds)] == kinds
+    off = _check(_suite(tmp_path / "suite", kinds), tmp_path / "off", GPUCI_STATE="off")
+    victims = [victim_of(i, kind) for i, kind in enumerate(kinds)]
     # without it, the env victim's failure (`assert 'debug' == 'prod'`) still quotes the
     # value its culprit's source writes (the source's hint); the folder left current names
     # nothing any source wrote: a bisection
-    off_how = {"cwd": "bisection:", "env": "source:"}
-    for found, how in ((off, off_how), (on, dict.fromkeys(kinds, "ledger:"))):
-        searches = {t["id"]: t for t in found["evidence"]["tests"] if t.get("search")}
-        assert len(searches) == 2
-        for i, kind in enumerate(kinds):
-            search = searches[f"tests/test_{i:02d}_c_{kind}_victim.py::test_reads"]
-            assert search["search"].startswith(how[kind]), search
+    off_searches = {t["id"]: t for t in off["evidence"]["tests"] if t.get("search")}
+    assert set(off_searches) == set(victims)
+    on_searches = {t["id"]: t for t in every_kind["evidence"]["tests"] if t.get("search")}
+    for victim, kind in zip(victims, kinds, strict=True):
+        off_how = {"cwd": "bisection:", "env": "source:"}[kind]
+        assert off_searches[victim]["search"].startswith(off_how), off_searches[victim]
+        assert on_searches[victim]["search"].startswith("ledger:"), on_searches[victim]
     # the bisection replays more than the hint: at least its halving over 9+ tests
     bisected = sum(len(t["probes"]) for t in off["evidence"]["tests"] if t.get("probes"))
-    hinted = sum(len(t["probes"]) for t in on["evidence"]["tests"] if t.get("probes"))
+    hinted = sum(len(on_searches[victim]["probes"]) for victim in victims)
     assert hinted == 4 < bisected
     assert "roots" in off["verdict"] and all("left" not in r for r in off["verdict"]["roots"])
 
