@@ -26,7 +26,7 @@ from gpuci.evidence.account import Account, Ended
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
 from gpuci.evidence.ahead import AHEAD_START_S, Ahead, ahead_limit, evidence_launch
 from gpuci.evidence.reproduce import serial_gpu
-from gpuci.evidence.requests import Request
+from gpuci.evidence.requests import Request, run_files
 from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.disk.side_outputs import seed_args
@@ -158,7 +158,7 @@ class Prober:
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY); the files in
         `collect` come first, collected (imported) with none of their tests run.
         """
-        files = _files(ids, collect)
+        files = run_files(ids, collect)
         need = self.admission.need(files)
         # its start-up hidden where it waits for its turn (or its caller offered it one)
         ahead = None
@@ -209,7 +209,7 @@ class Prober:
         held: Held | None = None,
         rendezvous: str | None = None,
     ) -> ProbeRun:
-        files = _files(ids, collect)
+        files = run_files(ids, collect)
         key = files[-1]  # the victim's file: its journal and log
         with self._lock:  # runs of one file at once each get a journal and log of their own
             lanes = self._lanes.setdefault(key, set())
@@ -277,7 +277,7 @@ class Prober:
         """The interpreter `run(ids, collect=collect)` would start, held after its collection
         (`run(..., held=)` takes it, `let_go` ends it): one of its files started ahead for a
         run the kinds declared (a hinted search's confirmation), else one started now."""
-        files = _files(ids, collect)
+        files = run_files(ids, collect)
         if self.ahead is not None:
             pooled = self.ahead.take(files, self.gpu)
             if pooled is not None:
@@ -300,7 +300,7 @@ class Prober:
         is paid while the runs before it go on (`gpuci.evidence.ahead`; `certain`: a run
         that comes whatever the others find, never ended to make room)."""
         if self.ahead is not None and not self.stopping() and not self.exhausted():
-            files = _files(ids, collect)
+            files = run_files(ids, collect)
             self.ahead.offer(ids, files, strict=strict, env=env, copies=copies, certain=certain)
 
     def start_ahead(self, requests: Iterable[Request]) -> None:
@@ -325,7 +325,7 @@ class Prober:
     ) -> None:
         """One interpreter `prepare`d for a run that will not come after all, ended."""
         if self.ahead is not None:
-            self.ahead.withdraw(ids, _files(ids, collect), strict=strict, env=None)
+            self.ahead.withdraw(ids, run_files(ids, collect), strict=strict, env=None)
 
     def let_go(self, held: Held, *, phase: str, label: str) -> None:
         """End an interpreter held ahead and not taken: a loser, killed, never counted."""
@@ -387,13 +387,13 @@ class Prober:
         each side: a pair's run and its confirmation)."""
         if self.ahead is not None and not self.stopping() and not self.exhausted():
             for ids, gpu in groups:
-                self.ahead.offer_seeing(ids, _files(ids, ()), gpu, copies=copies)
+                self.ahead.offer_seeing(ids, run_files(ids, ()), gpu, copies=copies)
 
     def _take_ahead(self, ids: Sequence[str], gpu: str | None) -> Held | None:
         """An interpreter started ahead for `ids` seeing `gpu`, taken (None where none)."""
         if self.ahead is None:
             return None
-        return self.ahead.take(_files(ids, ()), gpu)
+        return self.ahead.take(run_files(ids, ()), gpu)
 
 
 def start_prober(
@@ -469,12 +469,6 @@ def withdraw_each(prober: Prober, runs: Iterable[tuple[Sequence[str], int]]) -> 
     for ids, copies in runs:
         for _ in range(copies):
             prober.withdraw(ids, strict=True)
-
-
-def _files(ids: Sequence[str], collect: Sequence[str]) -> list[str]:
-    """A run's files, in the order pytest is handed them: `collect` first, then the files
-    of `ids` as they first appear (the last is the victim's: its journal and log)."""
-    return list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
 
 
 def _never_started(attempt: Attempt) -> bool:

@@ -34,17 +34,18 @@ class Request:
     side_gpu: str | None = None
 
 
+def run_files(ids: Sequence[str], collect: Sequence[str] = ()) -> list[str]:
+    """A run's files, in the order pytest is handed them: `collect` first, then the files
+    of `ids` as they first appear (the last is the victim's: its journal and log). One
+    interpreter, started ahead with them, serves any run of the same files."""
+    return list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
+
+
 def requests_each(runs: Iterable[tuple[Sequence[str], int]]) -> list[Request]:
     """The strict runs of `runs` (ids, copies) as requests: one interpreter serves any run
     of its files, so the copies of runs of the same files add up (two searches whose runs
     share a file each get theirs; else the second one's starts cold)."""
-    need: dict[tuple[str, ...], int] = {}
-    requests = []
-    for ids, copies in runs:
-        files = tuple(dict.fromkeys(file_of(i) for i in ids))
-        need[files] = need.get(files, 0) + copies
-        requests.append(Request(ids=tuple(ids), strict=True, copies=need[files]))
-    return requests
+    return added_up(*([Request(ids=tuple(ids), strict=True, copies=n)] for ids, n in runs))
 
 
 def added_up(*groups: Sequence[Request]) -> list[Request]:
@@ -58,8 +59,7 @@ def added_up(*groups: Sequence[Request]) -> list[Request]:
     for group in groups:
         most: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int] = {}
         for request in group:
-            files = tuple(dict.fromkeys([*request.collect, *(file_of(i) for i in request.ids)]))
-            key = (files, request.env)
+            key = (tuple(run_files(request.ids, request.collect)), request.env)
             copies = request.copies + carried.get(key, 0)
             most[key] = max(most.get(key, 0), copies)
             out.append(dataclasses.replace(request, copies=copies))

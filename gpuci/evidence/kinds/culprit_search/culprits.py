@@ -257,19 +257,11 @@ def _replay(
         paired = _paired_with_co_runners(prober, parallel, task, partnerable)
         if paired.culprits or SAME_RUN_BOTH_WAYS in paired.note:
             return paired
-        replay = (
-            hinted_first(prober, task, roots)
-            or cascade(prober, task, roots)
-            or bisect(prober, task)
-        )
+        replay = _replayed(prober, task, roots)
         replay.probes[:0] = paired.probes
         replay.note = f"{replay.note}; first {paired.note}"
         return replay
-    # what its failure points at first: it names this victim's own culprit, where a
-    # cascade guesses an earlier victim's
-    search = (
-        hinted_first(prober, task, roots) or cascade(prober, task, roots) or bisect(prober, task)
-    )
+    search = _replayed(prober, task, roots)
     # a replay that went both ways made it flaky: no pair can say otherwise; nor can one
     # where it ran out of memory under a pool limit (its process's own state)
     if (
@@ -281,6 +273,13 @@ def _replay(
     ):
         return _paired_instead(prober, parallel, task, search, partnerable)
     return search
+
+
+def _replayed(prober: Prober, task: Task, roots: list[tuple[str, ...]]) -> Search:
+    """The failing interpreter's tests replayed before the victim: what its failure points
+    at first (it names this victim's own culprit, where a cascade guesses an earlier
+    victim's), then the earlier victims' culprits, then the halving."""
+    return hinted_first(prober, task, roots) or cascade(prober, task, roots) or bisect(prober, task)
 
 
 def _paired_instead(
