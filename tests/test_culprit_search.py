@@ -366,6 +366,94 @@ def test_a_partner_failing_the_victims_way_shows_the_contention_and_is_named() -
     assert blind.culprits == () and blind.note.startswith("not reproduced")
 
 
+SCRATCH = "AssertionError: another interpreter holds /tmp/scratch.lock"
+
+
+@dataclass
+class FakeTakingTurns(FakePairProber):
+    """Two files that take one scratch file for their whole run: beside test_x.py, whichever
+    side asks second fails, the victim in one run and test_x.py's test in the next;
+    test_x.py's test fails without the victim too where `own` says so."""
+
+    own: bool = False
+
+    def answer(self, groups: Sequence[tuple[Sequence[str], str | None]]) -> list[FakeRun]:
+        partner = "test_x.py::test_a"
+        ids = [i for ids, _ in groups for i in ids]
+        if VICTIM not in ids:  # the partner's side without the victim
+            outcome = Outcome.FAILED if self.own else Outcome.PASSED
+            side = TestResult(id=partner, file="test_x.py", outcome=outcome, message=SCRATCH)
+            return [FakeSidedRun(outcome, results={partner: side})]
+        if partner not in ids:  # beside test_y.py: nothing contends
+            return [FakeSidedRun(Outcome.PASSED), FakeSidedRun(Outcome.PASSED)]
+        victim_first = len(self.runs) % 2 == 0  # it asks second, and fails, every other run
+        lost = TestResult(
+            id=partner,
+            file="test_x.py",
+            outcome=Outcome.PASSED if victim_first else Outcome.FAILED,
+            message="" if victim_first else SCRATCH,
+        )
+        return [
+            FakeSidedRun(Outcome.FAILED if victim_first else Outcome.PASSED),
+            FakeSidedRun(Outcome.PASSED, results={partner: lost}),
+        ]
+
+
+@pytest.mark.parametrize(
+    ("passed_alone", "own", "runs", "culprits"),
+    [
+        # its own file passed alone in the isolated screen: the pair's two runs say it
+        ({"test_x.py::test_a"}, False, 2, ("test_x.py",)),
+        # not known: the partner's side runs once without the victim, and passes
+        (set(), False, 3, ("test_x.py",)),
+        # the partner fails without the victim too: its failure shows nothing, and the victim
+        # failed beside test_x.py once: no pair stands
+        (set(), True, 3 + 2 + 2, ()),
+    ],
+)
+def test_a_contention_that_fails_each_side_in_turn_names_its_one_partner_file(
+    passed_alone: set[str], own: bool, runs: int, culprits: tuple[str, ...]
+) -> None:
+    # boltons' planted scratch file: beside test_ioutils.py the victim passed while the
+    # partner's test failed its way, then the victim failed; counting the victim's failures
+    # alone that pair showed nothing, every other file alone showed nothing, and all seven
+    # together failed twice: seven files named, six of them innocent
+    tests = (
+        TestResult(id="test_x.py::test_a", file="test_x.py", outcome=Outcome.PASSED),
+        TestResult(id="test_y.py::test_a", file="test_y.py", outcome=Outcome.PASSED),
+        TestResult(id=VICTIM, file="test_v.py", outcome=Outcome.FAILED, message=SCRATCH),
+    )
+    run = ModeRun(mode=Mode.PARALLEL, command=("gpuci",), rootdir="/x", workers=2, tests=tests)
+    parallel = ModeResults(run=run, parts=(run,), part_shards=(1,), total_shards=1)
+    contention = dataclasses.replace(
+        task(Category.CONCURRENCY), candidates=("test_x.py", "test_y.py")
+    )
+    prober = FakeTakingTurns(lambda _, n: Outcome.PASSED, own=own)
+    search = search_pairs(
+        prober,  # type: ignore[arg-type]
+        parallel,
+        victim=VICTIM,
+        candidates=contention.candidates,
+        kind=failure_kind(tests[2:]),
+        partnerable={"test_x.py::test_a"},
+        passed_alone=passed_alone,
+    )
+    assert search.culprits == culprits and search.partners == ()
+    assert len(prober.runs) == runs
+    if culprits:
+        assert "confirmed twice" in search.note and "only all" not in search.note
+        # the engine's gate reads the same runs: with test_x.py it failed (one side or
+        # the other), twice; alone it passed
+        evidence = TestEvidence(
+            id=VICTIM,
+            alone=(Outcome.PASSED, Outcome.PASSED),
+            culprits=search.culprits,
+            search=search.note,
+            probes=tuple(search.probes),
+        )
+        assert standing(PairSearches(), evidence) is Standing.STANDS
+
+
 @dataclass
 class FakeHogs(FakePairProber):
     """Two hogs that cannot both fit: in every pair run both fail the same way."""

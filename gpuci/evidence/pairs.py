@@ -18,8 +18,10 @@ slots' rotated views put each side on a different first device, where they never
 (two memory hogs' pair runs then never reproduce). The shared view is the
 search's `gpu`, so that the printed command runs every side with it too.
 
-A pair names its partner file only where it shows the finding twice in a row; a pair
-that showed it once, then not, ends the search: flaky. A pair run whose sides never all
+A pair names its partner file only where it shows the finding twice in a row (in one
+run the victim failing, in the next a partner test that passes without it: whichever asks
+second fails, so a scratch file two files take for their whole run fails each side in turn);
+a pair that showed it once, then not, ends the search: flaky. A pair run whose sides never all
 reached their first tests together, or whose victim never ran, asked nothing: it runs once
 more, as it was, and counts neither way. A partner test is named only where it failed
 the victim's way in two runs of one pair command and passes without the victim
@@ -207,6 +209,7 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
             if asked:
                 # the victim's and each other test's outcome: a partner's failing half
                 seen.append((outcome, {r.id: r.outcome for run in done[1:] for r in _results(run)}))
+                shown_by.append((outcome, partners))
                 return outcome in NOT_PASSING or bool(partners), partners
             apart += 1
             if cut():
@@ -225,8 +228,8 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
         prober.prepare_together(sides(beside), copies=2)
         if index + 1 < len(groups):
             prober.prepare_together(sides(groups[index + 1]))
-        first_run = len(search.probes)
         seen: list[tuple[Outcome, dict[str, Outcome]]] = []  # this pair command's asked runs
+        shown_by: list[tuple[Outcome, list[str]]] = []  # each: the victim's, partners failing
         shows, partners = pair_shows(beside)
         if not shows:
             continue
@@ -253,15 +256,13 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
                 break
             failed.update(more)
         twice = _twice(failed)
-        without = _standing_partners(
-            prober, sides(beside), twice, passed_alone if len(beside) == 1 else ()
-        )
+        alone = passed_alone if len(beside) == 1 else ()  # its own file was the other side
+        without = _standing_partners(prober, sides(beside), twice, alone)
         found = [t for t in twice if without.get(t) is Outcome.PASSED]
         search.killed += len(twice) - len(found)
-        asked = [p.outcome for p in search.probes[first_run:] if p.kind != UNASKED]
-        if not found and not shown_twice(asked):
+        if not found and not _shown_twice(prober, sides(beside), shown_by, without, alone):
             # its partners' failures were their own (they fail without the victim too),
-            # and the victim failed at most once: this pair shows nothing
+            # and the pair showed the contention at most once: this pair shows nothing
             continue
         search.culprits = tuple(beside)
         search.partners = tuple(found)
@@ -291,6 +292,33 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
         else "no file ran beside it"
     )
     return search
+
+
+def _shown_twice(
+    prober: Prober,
+    sides: Sequence[tuple[list[str], str | None]],
+    shown_by: Sequence[tuple[Outcome, list[str]]],
+    known: Mapping[str, Outcome],
+    passed_alone: Collection[str],
+) -> bool:
+    """Whether the pair command's runs showed the contention twice: in each, the victim
+    failed or a partner test failed its way that passes without the victim. Whichever side
+    asks second fails, so a contention may fail one side in one run and the other in the
+    next (two files taking one scratch file for their whole run): each run showed it, as the
+    claim reads the runs (`gpuci.evidence.claims.named_outcomes`). A partner test that failed
+    once needs its run without the victim too (`_standing_partners`), made only here."""
+    victims = [outcome for outcome, _ in shown_by]
+    once = sorted({t for _, partners in shown_by for t in partners} - known.keys())
+    if shown_twice(victims) or not once:
+        standing = {t for t, o in known.items() if o is Outcome.PASSED}
+    else:
+        without = _standing_partners(prober, sides, once, passed_alone)
+        standing = {t for t, o in {**known, **without}.items() if o is Outcome.PASSED}
+    showings = [
+        Outcome.FAILED if standing.intersection(partners) else outcome
+        for outcome, partners in shown_by
+    ]
+    return shown_twice(showings)
 
 
 def _twice(failed: Counter[str]) -> list[str]:
