@@ -1,11 +1,11 @@
 """Steps: a culprit search's runs against its bound, as evidence.json records them.
 
 A search over n candidates halves them in ceil(log2 n) levels of one counted run each, then
-confirms (`gpuci.evidence.kinds.culprit_search.bisect`); over tests of several files it
+confirms (`gpuci.evidence.search.bisect`); over tests of several files it
 halves the files first, then the tests of the one file kept: ceil(log2 files) + ceil(log2
-tests in that file) levels (`gpuci.evidence.kinds.culprit_search.by_files`). Its levels may
+tests in that file) levels (`gpuci.evidence.search.by_files`). Its levels may
 run in waves of speculated runs, whose losers are killed and never counted
-(`gpuci.evidence.kinds.culprit_search.waves`). The record says the bound, what the search
+(`gpuci.evidence.search.waves`). The record says the bound, what the search
 took, and what speculation cost, so that a benchmark can hold it to them. Shared like the
 model (which holds it in each test's evidence), and imports nothing.
 """
@@ -23,7 +23,7 @@ CONFIRMING = 3
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Steps:
-    """A culprit search's runs against its bound (`gpuci.evidence.kinds.culprit_search.bisect`)."""
+    """A culprit search's runs against its bound (`gpuci.evidence.search.bisect`)."""
 
     n: int  # the candidates the halving searched among
     bound: int  # ceil(log2 n) levels and their confirmations: the most runs it should take

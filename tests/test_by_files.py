@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import pytest
 from test_culprit_search import VICTIM, FakeProber
 
-from gpuci.evidence.kinds.culprit_search.bisect import REFUTED, bisect
-from gpuci.evidence.kinds.culprit_search.by_files import by_file, checked_bound
+from gpuci.evidence.search.bisect import REFUTED, bisect
+from gpuci.evidence.search.by_files import by_file, checked_bound
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Outcome
 from gpuci.run.proc.discover import file_of

@@ -18,7 +18,7 @@ from gpuci.evidence.claims import Standing
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import failure_kind
-from gpuci.evidence.kinds.culprit_search.bisect import bisect, cascade
+from gpuci.evidence.search.bisect import bisect, cascade
 from gpuci.evidence.kinds.culprit_search.culprits import _replay
 from gpuci.evidence.kinds.kind import standing
 from gpuci.evidence.kinds.pairs import PairSearches
@@ -81,7 +81,7 @@ class FakeProber:
         strict: bool = False,
         collect: Sequence[str] = (),
         cancel: object = None,
-        held: object = None,
+        handed: object = None,
     ) -> FakeRun:
         self.runs.append(list(ids))
         self.strict.append(strict)

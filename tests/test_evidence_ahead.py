@@ -24,6 +24,7 @@ from gpuci.evidence.admission import Admission
 from gpuci.evidence.ahead import Ahead
 from gpuci.evidence.early import first_alone_runs
 from gpuci.evidence.probe import Prober
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.model import Mode, ModeRun, Outcome, TestResult
 from gpuci.run.proc.discover import child_env
@@ -226,13 +227,14 @@ def test_runs_of_one_file_at_once_each_take_an_interpreter_started_ahead(prober:
 
 
 def test_a_search_step_held_ahead_takes_an_interpreter_its_kind_declared(prober: Prober) -> None:
-    """A search holds its next step's interpreter (`Prober.hold`) while its current runs go
-    on; where a kind declared that run and its interpreter waits already, that one is it,
-    not a second one started then (the hinted culprit's confirmation started cold)."""
+    """A search declares its next step's run as it goes, and the runner hands it that run's
+    interpreter (`Prober.hand`) while its current runs go on; where a kind declared that run
+    and its interpreter waits already, that one is it, not a second one started then (the
+    hinted culprit's confirmation started cold)."""
     prober.prepare(["test_b.py::test_b"], strict=True)
     ahead = started_ahead(prober, 1)
-    held = prober.hold(["test_b.py::test_b"], label="step")
-    prober.run(["test_b.py::test_b"], phase="culprits", label="b", strict=True, held=held)
+    handed = prober.hand(Request(ids=("test_b.py::test_b",), strict=True), label="step")
+    prober.run(["test_b.py::test_b"], phase="culprits", label="b", strict=True, handed=handed)
     assert ran_by(prober, "b") in ahead
     assert ahead_json(prober) == {"ahead": 1, "ahead_taken": 1}
 

@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from gpuci.evidence.kinds.culprit_search.kind import CulpritSearch
 from gpuci.evidence.kinds.engine import KINDS
 from gpuci.evidence.kinds.groups import GroupRuns
 from gpuci.evidence.kinds.kind import REFUSED, claimed, refused, standing
+from gpuci.evidence.kinds.provider_search.kind import ProviderSearch
 from gpuci.evidence.notes import OTHER_SIDE_FAILED, UNASKED
 from gpuci.evidence.pairs import WITHOUT_VICTIM, partner_note
 from gpuci.model import Outcome, Probe, TestEvidence
@@ -30,6 +32,7 @@ NOT_KINDS = {"__init__", "kind", "engine"}  # the Protocol and the engine beside
 VICTIM = "test_b_victim.py::test_victim"
 CULPRIT = "test_a_culprit.py::test_pollutes"
 P, F = Outcome.PASSED, Outcome.FAILED
+LONG_S = 60.0  # a wait that only a bug lets run out (the test then fails, it does not hang)
 
 
 def _kind_files() -> dict[str, list[Path]]:
@@ -116,18 +119,12 @@ STARTERS = {
 }
 
 
-# A culprit search's next level is known only once its current one answers: its steps hold
-# or prepare that level's interpreters through the runner as it goes (`Prober.hold`,
-# `Prober.prepare`, `Prober.prepare_together`), which admits and charges them, rather than
-# declaring them ahead; a step's `Held` interpreter is a type it is handed back.
-IN_SEARCH = {
-    "culprit_search/search.py": {"gpuci.run.proc.held", "prepare", "hold"},
-    "culprit_search/bisect.py": {"gpuci.run.proc.held", "prepare_step"},
-}
-
-
 def _kind_paths() -> list[Path]:
-    return [p for paths in _kind_files().values() for p in paths]
+    """Every kind's files, and the searches' shared by two kinds (`gpuci.evidence.search`),
+    which are the culprit and provider searches' steps: a search's next level is known
+    only once its current one answers, and it declares that level's runs as it goes."""
+    shared = sorted((KINDS_DIR.parent / "search").glob("*.py"))
+    return [*(p for paths in _kind_files().values() for p in paths), *shared]
 
 
 def test_no_kind_starts_an_interpreter_itself() -> None:
@@ -136,12 +133,12 @@ def test_no_kind_starts_an_interpreter_itself() -> None:
         modules = _imported(tree) | {
             a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
         }
-        starts = modules & STARTERS - IN_SEARCH.get(_in_kinds(path), set())
-        assert not starts, f"evidence/kinds/{_in_kinds(path)}: {starts}"
+        starts = modules & STARTERS
+        assert not starts, f"{_in_evidence(path)}: {starts}"
 
 
-def _in_kinds(path: Path) -> str:
-    return path.relative_to(KINDS_DIR).as_posix()
+def _in_evidence(path: Path) -> str:
+    return path.relative_to(KINDS_DIR.parent).as_posix()
 
 
 # the runner's ways to start an interpreter ahead: only the runner's `start_ahead`, from
@@ -158,11 +155,10 @@ def test_a_kind_declares_the_runs_it_wants_ahead_as_requests() -> None:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
         }
         names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-        allowed = IN_SEARCH.get(_in_kinds(path), set())
-        calls = called & AHEAD_CALLS - allowed
-        assert not calls, f"evidence/kinds/{_in_kinds(path)}: {calls}"
-        starts = {n for n in names if n.startswith("prepare")} - allowed
-        assert not starts, f"evidence/kinds/{_in_kinds(path)} imports {starts}"
+        calls = called & AHEAD_CALLS
+        assert not calls, f"{_in_evidence(path)}: {calls}"
+        starts = {n for n in names if n.startswith("prepare")}
+        assert not starts, f"{_in_evidence(path)} imports {starts}"
     for kind in KINDS:
         ahead = type(kind).ahead
         assert ahead.__annotations__["return"] == "list[Request]", kind.name
@@ -194,39 +190,49 @@ def _searched(alone: tuple[Outcome, ...], probes: tuple[Outcome, ...]) -> TestEv
     )
 
 
+CULPRITS, PROVIDERS = CulpritSearch(), ProviderSearch()
+
+
 @pytest.mark.parametrize(
-    ("alone", "probes", "expected"),
+    ("kind", "alone", "probes", "expected"),
     [
-        ((P,), (F, F), Standing.STANDS),  # fails after it twice, passes without it
-        ((P,), (F,), Standing.UNREPEATED),  # its failing run seen once: no claim
-        ((P,), (F, F, P), Standing.FLAKY),  # the same command went both ways
-        ((P, F), (F, F), Standing.FAILS_WITHOUT),  # fails without it too: no claim
-        ((), (F, F), Standing.UNASKED),  # never run without it: no claim
-        # one that fails alone depends on what it names: the search's runs with it pass
-        ((F, F), (F, P), Standing.STANDS),
-        ((F, F), (F,), Standing.FAILS_WITHOUT),  # fails with it and without: no claim
-        ((F,), (P, P), Standing.UNREPEATED),  # failed alone once: its provider not named
-        ((F, P), (P, P), Standing.FLAKY),  # alone, the same run went both ways
+        (CULPRITS, (P,), (F, F), Standing.STANDS),  # fails after it twice, passes without it
+        (CULPRITS, (P,), (F,), Standing.UNREPEATED),  # its failing run seen once: no claim
+        (CULPRITS, (P,), (F, F, P), Standing.FLAKY),  # the same command went both ways
+        (CULPRITS, (P, F), (F, F), Standing.FAILS_WITHOUT),  # fails without it too: no claim
+        (CULPRITS, (), (F, F), Standing.UNASKED),  # never run without it: no claim
+        (CULPRITS, (F, F), (F,), Standing.FAILS_WITHOUT),  # fails with it and without
+        (CULPRITS, (P, P), (F, F, P), Standing.FLAKY),  # it passes alone: after it, both ways
+        (CULPRITS, (P, P), (P, P), Standing.UNREPEATED),  # never failed after it: no claim
+        # a provider's halves are the culprit's reversed: alone it fails, with it it passes
+        (PROVIDERS, (F, F), (F, P), Standing.STANDS),
+        (PROVIDERS, (F,), (P, P), Standing.UNREPEATED),  # failed alone once: not named
+        (PROVIDERS, (F, P), (P, P), Standing.FLAKY),  # alone, the same run went both ways
+        (PROVIDERS, (F, F), (), Standing.UNASKED),  # never run with it
+        (PROVIDERS, (F, F), (F, F), Standing.UNASKED),  # never passed with it
         # with its provider it failed once beside others (the load's, as its search found)
         # and passed strictly: failing in every run alone, it depends on it
-        ((F, F), (P, F, P), Standing.STANDS),
-        ((P, P), (F, F, P), Standing.FLAKY),  # it passes alone: after it, both ways
+        (PROVIDERS, (F, F), (P, F, P), Standing.STANDS),
+        # the culprit's halves read as a provider's: it passes alone, no provider stands
+        (PROVIDERS, (P, P), (P, P), Standing.UNREPEATED),
     ],
 )
-def test_the_gate_records_a_culprit_search_claim_only_both_ways(
-    alone: tuple[Outcome, ...], probes: tuple[Outcome, ...], expected: Standing
+def test_the_gate_records_a_search_claim_only_both_ways(
+    kind: CulpritSearch | ProviderSearch,
+    alone: tuple[Outcome, ...],
+    probes: tuple[Outcome, ...],
+    expected: Standing,
 ) -> None:
-    search = CulpritSearch()
     after = {VICTIM: _searched(alone, probes)}
-    assert standing(search, after[VICTIM]) is expected
-    made = claimed(search, {}, after)
-    assert made == {VICTIM: search}
+    assert standing(kind, after[VICTIM]) is expected
+    made = claimed(kind, {}, after)
+    assert made == {VICTIM: kind}
     kept = refused(made, {}, after, {})[VICTIM]
     if expected is Standing.STANDS:
         assert kept == after[VICTIM]
     else:
         assert kept.culprits == ()
-        assert f"{REFUSED}: culprit search named {CULPRIT}: {expected.value}" in kept.search
+        assert f"{REFUSED}: {kind.name} named {CULPRIT}: {expected.value}" in kept.search
 
 
 def test_the_gate_counts_only_the_runs_of_the_command_a_claim_names() -> None:
@@ -403,7 +409,7 @@ def test_a_provider_is_named_only_once_its_victim_failed_without_it_twice(
     alone = [*victim["alone"], *(p["outcome"] for p in victim["probes"] if p["count"] == 0)]
     assert alone[:2] == ["failed", "passed"], victim
     assert not victim.get("culprits"), victim
-    assert f"{REFUSED}: culprit search named {CULPRIT}" in victim["search"], victim
+    assert f"{REFUSED}: provider search named {CULPRIT}" in victim["search"], victim
     verdict = json.loads((suite / "out" / "verdict.json").read_text())
     tests = {t["id"]: t for t in verdict["tests"]}
     assert tests[VICTIM]["category"] == "flaky", tests[VICTIM]
@@ -476,3 +482,72 @@ def test_requests_of_several_groups_add_up_per_interpreter() -> None:
     poisoned = [Request(ids=("test_d.py::test_large",), env=(("GPUCI_POISON", "1"),), copies=1)]
     summed = added_up(alone, search, poisoned)
     assert [r.copies for r in summed] == [2, 3, 2, 1]  # another environment: its own
+
+
+@dataclasses.dataclass
+class _Answering:
+    """A kind that answers `tests` with its `name` as their search, after waiting at
+    `meeting` for every kind that meets there (a kind concluding alone would wait in vain)."""
+
+    name: str
+    tests: tuple[str, ...]
+    beside: bool
+    meeting: threading.Barrier | None = None
+    phase: str = "culprits"
+    owns: frozenset[str] = frozenset({"search"})
+    in_rounds: bool = True
+
+    def ahead(self, ctx: object, state: object, found: object) -> list[object]:
+        return []
+
+    def conclude(
+        self, ctx: object, state: object, found: dict[str, TestEvidence]
+    ) -> dict[str, TestEvidence]:
+        if self.meeting is not None:
+            self.meeting.wait(timeout=LONG_S)
+        answered = dict(found)
+        for test_id in self.tests:
+            answered[test_id] = TestEvidence(id=test_id, search=self.name)
+        return answered
+
+    def claim(self, evidence: TestEvidence) -> None:
+        return None
+
+
+class _Declared:
+    def start_ahead(self, requests: object) -> None:
+        pass
+
+
+def test_a_kind_beside_the_one_before_it_concludes_with_it() -> None:
+    # the provider search goes beside the culprit search: both conclude at once from the
+    # same evidence, each answers its own tests, and where both answered one test (a
+    # partner's entry of one search, the victim's own search of the other) the later's stands
+    from gpuci.evidence.context import Context
+    from gpuci.evidence.kinds.engine import _each
+    from gpuci.evidence.kinds.kind import Round
+    from gpuci.state.left import Ledger
+
+    assert [type(k) for k in KINDS].index(ProviderSearch) == [type(k) for k in KINDS].index(
+        CulpritSearch
+    ) + 1
+    assert ProviderSearch.beside and not CulpritSearch.beside
+    meeting = threading.Barrier(2)
+    first = _Answering("first", ("test_a.py::test_a", "test_c.py::test_c"), False, meeting)
+    second = _Answering("second", ("test_b.py::test_b", "test_c.py::test_c"), True, meeting)
+    after = _Answering("after", ("test_d.py::test_d",), False)
+    ctx = Context(
+        prober=_Declared(),  # type: ignore[arg-type]
+        results={},
+        orders={},
+        progress=io.StringIO(),
+        ledger=Ledger(),
+    )
+    found = _each(ctx, [first, second, after], Round(wanted={}), {}, {})  # type: ignore[list-item]
+    assert {i: e.search for i, e in found.items()} == {
+        "test_a.py::test_a": "first",
+        "test_b.py::test_b": "second",
+        "test_c.py::test_c": "second",
+        "test_d.py::test_d": "after",
+    }
+    assert not meeting.broken

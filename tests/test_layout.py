@@ -34,22 +34,12 @@ KINDS = tuple(
 # the flow where its kind does: it may import what a kind may (the shared evidence and the
 # kinds' Protocol, never another kind) and its own modules listed before each.
 KIND_PACKAGES: dict[str, tuple[str, ...]] = {
-    # a search's record and step, the speculated levels, the halvings (by files first,
-    # checked where refuted, the bisection), the hints, the files collected (providers),
-    # the searches of a round, their runs started ahead, and the kind the engine lists
-    "evidence.kinds.culprit_search": (
-        "search",
-        "waves",
-        "by_files",
-        "checked",
-        "bisect",
-        "source_hints",
-        "hinted",
-        "collected",
-        "culprits",
-        "prepared",
-        "kind",
-    ),
+    # the searches of a round's order-dependent victims (replayed, paired where a replay
+    # shows nothing), their runs started ahead, and the kind the engine lists
+    "evidence.kinds.culprit_search": ("culprits", "prepared", "kind"),
+    # a depends-on-others victim with the suite's other files collected, its search, its
+    # runs started ahead, and the kind the engine lists
+    "evidence.kinds.provider_search": ("collected", "providers", "prepared", "kind"),
 }
 # The stages in the order data flows, each with its modules in their own one-way order.
 PACKAGES: dict[str, tuple[str, ...]] = {
@@ -136,6 +126,21 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "budget",
         "early",
         "mode_reruns",
+    ),
+    # what the culprit and provider searches share (a kind imports no other kind): a
+    # search's record and step, its claim's run repeated, the speculated levels, the
+    # halvings (by files first, checked where refuted, the bisection), the hints, and a
+    # round's searches in waves
+    "evidence.search": (
+        "step",
+        "repeat",
+        "waves",
+        "by_files",
+        "checked",
+        "bisect",
+        "source_hints",
+        "hinted",
+        "schedule",
     ),
     # the kinds of evidence, each built from the shared parts above, behind one Protocol
     # (kind), and the engine that lists them: a kind imports no other kind (`_allowed`), so
@@ -362,13 +367,16 @@ def test_a_kind_imports_no_other_kind() -> None:
     assert "evidence.kinds.kind" in _allowed("evidence.kinds.threads")
     assert "evidence.kinds.groups" not in _allowed("evidence.kinds.threads")  # listed before
     assert "evidence.kinds.culprit_search.kind" not in _allowed("evidence.kinds.threads")
-    bisect = "evidence.kinds.culprit_search.bisect"
-    assert {"evidence.kinds.kind", "evidence.kinds.culprit_search.search"} <= _allowed(bisect)
-    assert "evidence.kinds.culprit_search.culprits" not in _allowed(bisect)  # listed after
-    assert "evidence.kinds.groups" not in _allowed(bisect)
+    culprits = "evidence.kinds.culprit_search.culprits"
+    assert {"evidence.kinds.kind", "evidence.search.bisect"} <= _allowed(culprits)
+    assert "evidence.kinds.culprit_search.kind" not in _allowed(culprits)  # listed after
+    assert "evidence.kinds.groups" not in _allowed(culprits)
+    assert "evidence.kinds.provider_search.collected" not in _allowed(culprits)
+    # what both searches share is shared evidence: it may import no kind
+    assert not {m for m in _allowed("evidence.search.schedule") if m.startswith("evidence.kinds")}
     assert "evidence.kinds.culprit_search.kind" in _allowed("evidence.kinds.engine")
     # every kind is in the flow, a subpackage's modules each in their place
-    assert {"culprit_search", "groups", "threads"} <= set(KINDS)
+    assert {"culprit_search", "provider_search", "groups", "threads"} <= set(KINDS)
     assert "evidence.kinds.culprit_search.culprits" in _ordered()
 
 

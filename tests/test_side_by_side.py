@@ -17,13 +17,15 @@ from gpuci.evidence.admission import Admission
 from gpuci.evidence.alone import first_alone, more_alone, prioritize, run_alone
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
-from gpuci.evidence.kinds.culprit_search.bisect import REFUTED, bisect
-from gpuci.evidence.kinds.culprit_search.culprits import _by_interpreter, _search_once, _waves
+from gpuci.evidence.kinds.culprit_search.culprits import _replay
 from gpuci.evidence.kinds.poisoned_runs import run_poisoned
 from gpuci.evidence.likely import withdraw_unlikely
 from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.search.bisect import REFUTED, bisect
+from gpuci.evidence.search.schedule import _by_interpreter, _search_once, _waves
+from gpuci.evidence.search.step import Search
 from gpuci.evidence.victims import Task, plan_searches
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
 from gpuci.state.left import Ledger
@@ -133,7 +135,7 @@ class LoadedProber:
         env: object = None,
         collect: Sequence[str] = (),
         cancel: object = None,
-        held: object = None,
+        handed: object = None,
     ) -> LoadedRun:
         with self._lock:
             self.runs.append((list(ids), strict))
@@ -208,6 +210,16 @@ def _ctx(prober: object, progress: io.StringIO) -> Context:
     )
 
 
+def _replayed_once(prober: object, progress: io.StringIO, task: Task) -> Search:
+    """An order-dependent victim's search (its replay) once, redone strictly where a strict
+    run contradicted it."""
+
+    def replay(task: Task, roots: list[tuple[str, ...]]) -> Search:
+        return _replay(prober, None, task, roots, frozenset())  # type: ignore[arg-type]
+
+    return _search_once(_ctx(prober, progress), task, [], replay, "culprits")
+
+
 def test_a_victim_failing_by_the_load_in_every_wave_is_searched_again_strictly() -> None:
     # it fails whenever another run is beside it, and after its culprit: the waves keep
     # first halves down to the first candidate, the strict confirmation contradicts them,
@@ -217,14 +229,14 @@ def test_a_victim_failing_by_the_load_in_every_wave_is_searched_again_strictly()
         lambda ids, strict: Outcome.FAILED if culprit in ids or not strict else Outcome.PASSED
     )
     out = io.StringIO()
-    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
+    search = _replayed_once(prober, out, task())
     assert search.culprits == (culprit,) and "again, strictly" in out.getvalue()
     assert prober.runs[-1] == ([culprit, VICTIM], True)
     # one that failed beside others in the parallel screen runs one level at a time
     prober.runs.clear()
     prober.losers.clear()
     loadable = dataclasses.replace(task(), loadable=True)
-    search = _search_once(_ctx(prober, out), loadable, [], frozenset())  # type: ignore[arg-type]
+    search = _replayed_once(prober, out, loadable)
     assert search.culprits == (culprit,)
     assert [len(ids) - 1 for ids, _ in prober.runs[:2]] == [8, 4]  # no speculation
     assert not prober.losers
@@ -239,7 +251,7 @@ def test_a_failure_beside_others_that_a_strict_run_contradicts_is_searched_again
         lambda ids, strict: Outcome.FAILED if decoy in ids and not strict else Outcome.PASSED
     )
     out = io.StringIO()
-    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
+    search = _replayed_once(prober, out, task())
     assert search.culprits == () and search.note.startswith(NOT_REPRODUCED), search.note
     assert SAME_RUN_BOTH_WAYS not in search.note
     assert "again, strictly" in out.getvalue()
@@ -256,7 +268,7 @@ def test_a_flaky_victim_contradicting_its_loaded_search_is_flaky_not_searched_ag
         admission=Admission(slots=1),  # one run at a time: the alternation is in order
     )
     out = io.StringIO()
-    search = _search_once(_ctx(prober, out), task(), [], frozenset())  # type: ignore[arg-type]
+    search = _replayed_once(prober, out, task())
     assert search.culprits == () and SAME_RUN_BOTH_WAYS in search.note, search.note
     assert "then again" in search.note and not search.contradicted
     assert "again, strictly" not in out.getvalue()  # no redo

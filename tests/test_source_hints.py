@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.evidence.context import Context
-from gpuci.evidence.kinds.culprit_search.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
-from gpuci.evidence.kinds.culprit_search.source_hints import MAX_WRITERS, quoted_values, writers
 from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.search.hinted import LEDGER, SOURCE, hint_tasks, hinted_first
+from gpuci.evidence.search.source_hints import MAX_WRITERS, quoted_values, writers
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestResult
 from gpuci.state.left import Ledger
@@ -161,8 +161,8 @@ def test_the_ledger_is_read_first_and_concurrency_is_not_hinted(tmp_path: Path) 
 
 
 def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) -> None:
-    from gpuci.evidence.kinds.culprit_search.culprits import _search
-    from gpuci.evidence.kinds.culprit_search.search import COLLECTED
+    from gpuci.evidence.kinds.provider_search.providers import _search
+    from gpuci.evidence.search.step import COLLECTED
 
     root = suite(tmp_path)
     victim = "test_c.py::test_nests_by_name"
@@ -182,7 +182,7 @@ def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) 
     (hinted,) = hint_tasks(_ctx(None, results), [planned])
     provider = CANDIDATES[1]
     right = HidingStartUps(lambda ids, _: Outcome.PASSED if provider in ids else Outcome.FAILED)
-    search = _search(_ctx(right, results), hinted, [], frozenset())  # type: ignore[arg-type]
+    search = _search(_ctx(right, results), hinted)
     assert search.culprits == (provider,) and search.probes[0].kind == SOURCE
     assert len(right.runs) <= 3  # no run of the suite's files collected
     # the interpreters started ahead for its runs with the files collected (all of them,
@@ -190,7 +190,7 @@ def test_a_provider_hint_runs_before_the_suites_files_collected(tmp_path: Path) 
     assert right.withdrawn == [["test_a.py", "test_b.py", victim], ["test_a.py", victim]]
     # a wrong hint: then the files collected, as without one (its import is the provider)
     importing = Collecting(lambda ids, _: Outcome.PASSED if "test_b.py" in ids else Outcome.FAILED)
-    search = _search(_ctx(importing, results), hinted, [], frozenset())  # type: ignore[arg-type]
+    search = _search(_ctx(importing, results), hinted)
     assert [p.kind for p in search.probes[:2]] == [SOURCE, COLLECTED]
     assert search.culprits == ("test_b.py",)
 
@@ -226,8 +226,8 @@ class HidingStartUps(FakeProber):
         for request in requests:
             self.prepare(request.ids, copies=request.copies)
 
-    def hold(self, ids: Sequence[str], **_: Any) -> object:
-        return tuple(ids)  # stands for the interpreter held ahead
+    def hand(self, request: Request, **_: Any) -> object:
+        return request.ids  # stands for the interpreter handed to the search
 
     def let_go(self, held: object, **_: Any) -> None:
         pass
@@ -250,7 +250,7 @@ def test_hinted_runs_of_one_file_for_two_victims_add_up() -> None:
     """gpu_polluted: two victims of one file, each hinted at the same culprit before them:
     each search's run and confirmation take an interpreter of that file, four in all (with
     two, the second victim's runs started cold on the H100)."""
-    from gpuci.evidence.kinds.culprit_search.hinted import prepare_hinted
+    from gpuci.evidence.search.hinted import prepare_hinted
 
     culprit = "test_w.py::test_scatter"
 
@@ -276,8 +276,8 @@ def test_a_hint_at_several_tests_starts_the_narrowings_runs_too() -> None:
     """torch_polluted on an H200: the ledger pointed at 3 tests; the narrowing's first wave
     ran `[two of them, victim]` beside the three singles, and with only the hint's run and
     the singles started ahead, that run (the hint's files again) started cold: 15 s."""
-    from gpuci.evidence.kinds.culprit_search.hinted import hinted_runs
     from gpuci.evidence.requests import requests_each
+    from gpuci.evidence.search.hinted import hinted_runs
 
     hinted = ("test_a.py::test_mm", "test_b.py::test_caps", "test_d.py::test_small")
     task = Task(

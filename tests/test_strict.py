@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuci.evidence.classify import Classified
-from gpuci.evidence.kinds.culprit_search.culprits import SAME_RUN_BOTH_WAYS
+from gpuci.evidence.notes import SAME_RUN_BOTH_WAYS
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.strict import confirm_strictly
 from gpuci.model import Category, Mode, ModeRun, Outcome, Probe, TestEvidence, TestResult

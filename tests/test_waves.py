@@ -15,8 +15,9 @@ import pytest
 from cli_runner import fresh_interpreters, write_files
 
 from gpuci.evidence.admission import EXPENSIVE_START_S, Admission, evidence_slots
-from gpuci.evidence.kinds.culprit_search.bisect import bisect
-from gpuci.evidence.kinds.culprit_search.waves import Node, plan_wave, run_wave
+from gpuci.evidence.requests import Request
+from gpuci.evidence.search.bisect import bisect
+from gpuci.evidence.search.waves import Node, plan_wave, run_wave
 from gpuci.evidence.victims import Task
 from gpuci.model import Category, Outcome, Probe
 from gpuci.run.proc.launch import Launch
@@ -189,15 +190,15 @@ class Holding:
     def stopping(self) -> bool:
         return False
 
-    def hold(self, ids: Sequence[str], *, label: str, collect: Sequence[str] = ()) -> object:
-        self.held.append(list(ids))
-        return tuple(ids)  # stands for the interpreter: what it was started to run
+    def hand(self, request: Request, *, label: str) -> object:
+        self.held.append(list(request.ids))
+        return request.ids  # stands for the interpreter: what it was started to run
 
     def let_go(self, held: object, *, phase: str, label: str) -> None:
         self.let_go_of.append(held)
 
-    def run(self, ids: Sequence[str], *, held: object = None, **_: object) -> Answer:
-        self.runs.append((list(ids), held))
+    def run(self, ids: Sequence[str], *, handed: object = None, **_: object) -> Answer:
+        self.runs.append((list(ids), handed))
         return Answer(self.victim(ids))
 
     def settle(self, ran: Answer, *, used: bool) -> None:
@@ -220,3 +221,35 @@ def test_an_expensive_search_holds_each_last_candidates_confirmation_ahead() -> 
     assert search.steps is not None
     assert (search.steps.killed, search.steps.ahead) == (3, 4)
     assert search.steps.runs == len(prober.runs) <= search.steps.bound
+
+
+@dataclass
+class Declaring(Holding):
+    """A `Holding` prober that also says which runs a search declared ahead of their turn."""
+
+    declared: list[Request] = field(default_factory=list)
+
+    def start_ahead(self, requests: Sequence[Request]) -> None:
+        self.declared.extend(requests)
+
+
+def test_a_strict_search_declares_its_last_candidates_run_and_confirmation_as_it_knows_them() -> (
+    None
+):
+    # a strict search runs one level at a time (nothing held for a wave): where its halving
+    # inferred the last candidate, that candidate's run and its confirmation are declared
+    # to the runner as requests as soon as the halving knows them, before either runs
+    culprit, victim = CANDIDATES[3], "test_v.py::test_victim"
+    prober = Declaring(lambda ids: Outcome.FAILED if culprit in ids else Outcome.PASSED)
+    task = Task(
+        victim=victim,
+        category=Category.ORDER_DEPENDENT,
+        candidates=tuple(CANDIDATES[:4]),
+        rank=(0, 0),
+        strict=True,
+    )
+    search = bisect(prober, task)  # type: ignore[arg-type]
+    assert search.culprits == (culprit,)
+    assert prober.declared == [Request(ids=(culprit, victim), strict=True, copies=2)]
+    assert prober.held == []  # nothing handed over: its runs take what was declared
+    assert [ids for ids, _ in prober.runs[-2:]] == [[culprit, victim], [culprit, victim]]

@@ -73,7 +73,7 @@ class Estimate:
 
 def _collected_search_s(results: Mapping[Mode, ModeResults], test_id: str, start: float) -> float:
     """A file that could not be collected alone: one run with the files collected before
-    it in the suite, then their halving (`gpuci.evidence.kinds.culprit_search.collected`); 0
+    it in the suite, then their halving (`gpuci.evidence.kinds.provider_search.collected`); 0
     for a test."""
     files = collected_files(results, test_id) if "::" not in test_id else ()
     if not files:

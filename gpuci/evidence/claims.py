@@ -57,7 +57,7 @@ def judge(claim: Claim) -> Standing:
         return Standing.FLAKY
     if any(o in NOT_PASSING for o in other):
         return Standing.FAILS_WITHOUT
-    if len(failing) < REPEATS:
+    if not shown_twice(failing):  # a failing half that passed shows no finding either
         return Standing.UNREPEATED
     if not other:
         return Standing.UNASKED

@@ -11,7 +11,7 @@ after their collection (`gpuci.evidence.ahead`), in the order they will run:
 - where start-ups are expensive (PyTorch's), every suspect's second alone-run and its
   poisoned run.
 The later kinds declare theirs beside these (a likely failing suspect's depends-on-others
-search: `gpuci.evidence.kinds.culprit_search.prepared`). Once a suspect passed its first
+search: `gpuci.evidence.kinds.provider_search.prepared`). Once a suspect passed its first
 alone-run, what was started for it as a likely failure is ended (`withdraw_unlikely`:
 held, they would take the places of the confirmations after them, which would start cold).
 

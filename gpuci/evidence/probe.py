@@ -67,6 +67,15 @@ class ProbeRun:
             return ""
 
 
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """An interpreter the runner started for a run a search declared as it went (`Prober.hand`),
+    handed to the search: its run takes it (`Prober.run(handed=)`), or the search lets it go
+    (`Prober.let_go`)."""
+
+    held: Held
+
+
 @dataclass(slots=True)
 class Prober:
     """Starts evidence interpreters, up to the check's slots at once, within one budget."""
@@ -146,13 +155,13 @@ class Prober:
         strict: bool = False,
         collect: Sequence[str] = (),
         cancel: threading.Event | None = None,
-        held: Held | None = None,
+        handed: Handed | None = None,
     ) -> ProbeRun:
         """Run `ids` in one fresh interpreter with the serial GPUs, in the order given. A
         `strict` run has nothing beside it; any other may share the GPUs (its `beside` says
         whether it did). With `cancel` the run is speculated: killed once `cancel` is set,
-        and counted only once `settle` says its answer was used. `held`: its interpreter,
-        started ahead (`hold`).
+        and counted only once `settle` says its answer was used. `handed`: its interpreter,
+        started for it as its search declared it (`hand`).
 
         The order must be collection order within each file: pytest is handed the files in
         the order they first appear, and runs only `ids` of them (GPUCI_ONLY); the files in
@@ -160,6 +169,7 @@ class Prober:
         """
         files = run_files(ids, collect)
         need = self.admission.need(files)
+        held = handed.held if handed is not None else None
         # its start-up hidden where it waits for its turn (or its caller offered it one)
         ahead = None
         if self.ahead is not None and held is None and not wrapper:
@@ -273,17 +283,21 @@ class Prober:
             gpu=gpu,
         )
 
-    def hold(self, ids: Sequence[str], *, label: str, collect: Sequence[str] = ()) -> Held:
-        """The interpreter `run(ids, collect=collect)` would start, held after its collection
-        (`run(..., held=)` takes it, `let_go` ends it): one of its files started ahead for a
-        run the kinds declared (a hinted search's confirmation), else one started now."""
-        files = run_files(ids, collect)
-        if self.ahead is not None:
+    def hand(self, request: Request, *, label: str) -> Handed:
+        """The interpreter of a run a search declares as it goes (`request`: its next
+        level's, known once the current one answered), handed to it, held after its
+        collection until that run takes it (`run(handed=)`) or `let_go` ends it: one of its
+        files started ahead for a run the kinds declared (a hinted search's confirmation),
+        else one started now. It sees the serial GPUs, whatever its run's admission."""
+        files = run_files(request.ids, request.collect)
+        if self.ahead is not None and not request.env:
             pooled = self.ahead.take(files, self.gpu)
             if pooled is not None:
-                return pooled
-        launch = evidence_launch(self.rootdir, ids, files, gpu=self.gpu, label=label)
-        return self.interpreters.hold(launch)
+                return Handed(pooled)
+        launch = evidence_launch(
+            self.rootdir, request.ids, files, gpu=self.gpu, label=label, env=dict(request.env)
+        )
+        return Handed(self.interpreters.hold(launch))
 
     def prepare(
         self,
@@ -327,8 +341,10 @@ class Prober:
         if self.ahead is not None:
             self.ahead.withdraw(ids, run_files(ids, collect), strict=strict, env=None)
 
-    def let_go(self, held: Held, *, phase: str, label: str) -> None:
-        """End an interpreter held ahead and not taken: a loser, killed, never counted."""
+    def let_go(self, handed: Handed, *, phase: str, label: str) -> None:
+        """End an interpreter handed to a search and not taken: a loser, killed, never
+        counted."""
+        held = handed.held
         self.interpreters.supervisor.discard(held.proc)
         end_held(held)
         self.admission.lost(killed=True)

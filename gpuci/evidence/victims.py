@@ -12,6 +12,7 @@ from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import failure_kind
 from gpuci.evidence.notes import SAME_RUN_BOTH_WAYS
 from gpuci.evidence.orders import tests_before
+from gpuci.evidence.probe import withdraw_each
 from gpuci.model import (
     LATENT_ORDERS,
     NOT_PASSING,
@@ -24,6 +25,8 @@ from gpuci.model import (
 from gpuci.run.proc.reports import out_of_device_memory, pool_limited
 
 SEARCHED = (Category.ORDER_DEPENDENT, Category.DEPENDS_ON_OTHERS, Category.CONCURRENCY)
+# a search's runs started ahead, by victim: each run's ids, and how many of it
+Prepared = dict[str, list[tuple[list[str], int]]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,10 +77,18 @@ def diagnosed(evidence: TestEvidence | None) -> bool:
     )
 
 
+def withdraw_diagnosed(ctx: Context, prepared: Prepared, found: Mapping[str, TestEvidence]) -> None:
+    """The runs a search started ahead for a victim its poisoned runs diagnosed (it reads
+    memory it never wrote, or went both ways): it has no search, they are ended."""
+    for victim, runs in prepared.items():
+        if diagnosed(found.get(victim)):
+            withdraw_each(ctx.prober, runs)
+
+
 def _plan(ctx: Context, test: Classified, place: int) -> Task | None:
     """Where to search: the interpreter with the fewest tests before the victim; for a file
     that could not be collected alone, the files collected before it (no test runs before
-    pytest has imported every file: `gpuci.evidence.kinds.culprit_search.collected`)."""
+    pytest has imported every file: `gpuci.evidence.kinds.provider_search.collected`)."""
     results, orders = ctx.results, ctx.orders
     if "::" not in test.id:
         if test.category is not Category.DEPENDS_ON_OTHERS:
@@ -136,7 +147,7 @@ def _plan(ctx: Context, test: Classified, place: int) -> Task | None:
             )
     if best is None and test.category is Category.DEPENDS_ON_OTHERS:
         # no test ran before it where it passed: only the files pytest imported with it can
-        # have (`gpuci.evidence.kinds.culprit_search.collected`)
+        # have (`gpuci.evidence.kinds.provider_search.collected`)
         return Task(victim=test.id, category=test.category, candidates=(), rank=(1, place))
     return best
 

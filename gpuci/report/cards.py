@@ -18,7 +18,7 @@ SANITIZER_CHARS = 6_000  # of compute-sanitizer's first error block, in the HTML
 OUTCOME_VALUES = frozenset(o.value for o in Outcome)
 FINDING_ROW = frozenset(Category) - {Category.PASSED, Category.SKIPPED}
 # a search run's kind as the report's table says it (`Probe.kind`,
-# `gpuci.evidence.kinds.culprit_search.hinted`)
+# `gpuci.evidence.search.hinted`)
 PROBE_KINDS = {
     "cascade": "an earlier victim's culprits",
     "ledger": "what the state ledger points at",

@@ -5,16 +5,17 @@ subpackage of `gpuci.evidence.kinds` behind `gpuci.evidence.kinds.kind.Kind`), m
 first, so that a tight budget (`--evidence-budget`, one for the whole check) cuts what
 matters least. The kinds asked of the suspects go in rounds: the first alone-runs, the tests
 that failed alike everywhere and their groups' representatives, poisoned runs, culprit
-searches and the concurrency victims' pairs, where the later victims of one interpreter wait
-for its first victim's culprits and are answered together by group runs; those the group
-runs did not answer go round again. Then, once, compute-sanitizer on the roots, the
-thread-unsafe tests alone in threads and the remaining alone-runs. Before a kind concludes,
-the runs it and every later kind will make, as far as known, are declared to the one runner,
-which starts them ahead where a start-up is worth hiding; after it, a claim it made that its
-runs do not show both ways is not recorded (`gpuci.evidence.kinds.kind.refused`). These are
-the strict runs: nothing else runs on their GPUs, but passing alone-runs, which may run
-beside each other, and memcheck beside the searches. What the budget cuts is recorded per
-test, never silently classified.
+searches with the provider searches beside them (a kind may conclude `beside` the one
+before it: their runs share the slots), and the concurrency victims' pairs, where the later
+victims of one interpreter wait for its first victim's culprits and are answered together
+by group runs; those the group runs did not answer go round again. Then, once,
+compute-sanitizer on the roots, the thread-unsafe tests alone in threads and the remaining
+alone-runs. Before a kind concludes, the runs it and every later kind will make, as far as
+known, are declared to the one runner, which starts them ahead where a start-up is worth
+hiding; after it, a claim it made that its runs do not show both ways is not recorded
+(`gpuci.evidence.kinds.kind.refused`). These are the strict runs: nothing else runs on
+their GPUs, but passing alone-runs, which may run beside each other, and memcheck beside
+the searches. What the budget cuts is recorded per test, never silently classified.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
@@ -39,6 +41,7 @@ from gpuci.evidence.kinds.memcheck_roots import MemcheckRoots
 from gpuci.evidence.kinds.more_alone import MoreAlone
 from gpuci.evidence.kinds.pairs import PairSearches
 from gpuci.evidence.kinds.poisoned_runs import PoisonedRuns
+from gpuci.evidence.kinds.provider_search.kind import ProviderSearch
 from gpuci.evidence.kinds.representatives import Representatives
 from gpuci.evidence.kinds.threads import Threaded
 from gpuci.evidence.mode_reruns import say_strays
@@ -69,6 +72,7 @@ KINDS: tuple[Kind, ...] = (
     Representatives(),
     PoisonedRuns(),
     CulpritSearch(),
+    ProviderSearch(),  # beside the culprit search
     PairSearches(),
     GroupRuns(),
     MemcheckRoots(),
@@ -206,15 +210,44 @@ def _each(
     *,
     then: Sequence[Kind] = (),
 ) -> dict[str, TestEvidence]:
-    """`kinds` in their order: before each concludes, the runs it and every later one (and
-    those of `then`, asked later) will make are declared to the runner; after, the claims
-    its runs do not show both ways are refused, and those that stand kept in `claims`."""
-    for at, kind in enumerate(kinds):
+    """`kinds` in their order, a kind `beside` the one before it concluding with it: before
+    each concludes, the runs it and every later one (and those of `then`, asked later) will
+    make are declared to the runner; after, the claims its runs do not show both ways are
+    refused, and those that stand kept in `claims`."""
+    for at, together in _beside(kinds):
         # each kind counts the interpreters its own runs need: theirs add up per file
         declared = [later.ahead(ctx, state, found) for later in (*kinds[at:], *then)]
         ctx.prober.start_ahead(added_up(*declared))
-        concluded = kind.conclude(ctx, state, found)
-        made = claimed(kind, found, concluded)
+        made: dict[str, Kind] = {}
+        concluded = dict(found)
+        for kind, answered in zip(together, _conclude(ctx, together, state, found), strict=True):
+            made |= claimed(kind, found, answered)
+            # where two answered one test, the later's (a victim's own search over a
+            # partner's entry another search made)
+            concluded |= {i: e for i, e in answered.items() if e is not found.get(i)}
         found = refused(made, found, concluded, screens_alone(ctx.results))
         claims |= {i: k for i, k in made.items() if found[i].culprits}
     return found
+
+
+def _beside(kinds: Sequence[Kind]) -> list[tuple[int, list[Kind]]]:
+    """`kinds` in turns, each kind `beside` the one before it in that one's turn; each turn
+    with where it begins in `kinds`."""
+    turns: list[tuple[int, list[Kind]]] = []
+    for at, kind in enumerate(kinds):
+        if kind.beside and turns:
+            turns[-1][1].append(kind)
+        else:
+            turns.append((at, [kind]))
+    return turns
+
+
+def _conclude(
+    ctx: Context, kinds: Sequence[Kind], state: Round, found: dict[str, TestEvidence]
+) -> list[dict[str, TestEvidence]]:
+    """What each of `kinds` concluded from `found`, side by side where several."""
+    if len(kinds) == 1:
+        return [kinds[0].conclude(ctx, state, found)]
+    with ThreadPoolExecutor(max_workers=len(kinds), thread_name_prefix="gpuci-kind") as pool:
+        futures = [pool.submit(kind.conclude, ctx, state, found) for kind in kinds]
+        return [f.result() for f in futures]

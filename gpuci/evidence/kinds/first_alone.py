@@ -24,6 +24,7 @@ class FirstAlone:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = True
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         if state.plan is not None:

@@ -304,6 +304,7 @@ class GroupRuns:
     phase: ClassVar[str] = PHASE
     owns: ClassVar[frozenset[str]] = frozenset({"culprits", "search", "probes", "group"})
     in_rounds: ClassVar[bool] = True
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         return []  # which runs it makes turns on the first victim's culprits, found just before

@@ -8,11 +8,13 @@ worth hiding, admits them to the GPUs and holds the budget; no kind starts an in
 itself), what they cost (`phase`: the account's phase its runs are counted and timed
 under, evidence.json's `phases`; the check has one budget, and the kinds' order decides
 what a tight one cuts, so no kind needs a share of its own), what it concludes
-(`conclude`: the evidence with its answers) and which fields of a test's evidence it owns
-(`owns`). A kind whose answer
-names another test (a culprit, a provider, a partner) declares the runs each claim stands
-on (`claim`: the command that shows the finding, each run, and the same command without
-the test it names); the engine records no claim without both halves (`refused`).
+(`conclude`: the evidence with its answers), which fields of a test's evidence it owns
+(`owns`), and whether it concludes beside the kind listed before it (`beside`: two searches
+that ask different victims different questions share the slots, not a turn each). A kind
+whose answer names another test (a culprit, a provider, a partner) declares the runs each
+claim stands on (`claim`: the command that shows the finding, each run, and the same
+command without the test it names); the engine records no claim without both halves
+(`refused`).
 
 The parameters every kind needs (the runner, the screens' results, who ran before whom,
 where progress is told, the state ledger) are one frozen `gpuci.evidence.context.Context`;
@@ -34,6 +36,7 @@ from gpuci.evidence.context import Context
 from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.sanitizer import Sanitizing
+from gpuci.evidence.victims import Prepared
 from gpuci.model import Mode, Outcome, TestEvidence
 
 REFUSED = "not recorded"  # a search note's start where the engine refused its claim
@@ -54,8 +57,8 @@ class Round:
     # the suspect passed its first alone-run (`gpuci.evidence.likely.withdraw_unlikely`)
     unlikely: list[Callable[[str], None]] = field(default_factory=list)
     classified: Mapping[str, Classified] | None = None  # after this round's alone-runs
-    # the searches' runs started ahead, by victim: the runs and their copies
-    searches: dict[str, list[tuple[list[str], int]]] | None = None
+    # the searches' runs started ahead after the alone-runs, by kind, by victim
+    searches: dict[str, Prepared] = field(default_factory=dict)
     left: list[str] = field(default_factory=list)  # waiting victims no group run answered
     # the tests a kind searched this round (a pair's partners too): not searched again
     searched: set[str] = field(default_factory=set)
@@ -89,6 +92,9 @@ class Kind(Protocol):
     phase: ClassVar[str]  # the account's phase its runs count under: what they cost
     owns: ClassVar[frozenset[str]]  # the fields of TestEvidence it writes
     in_rounds: ClassVar[bool]  # asked of each round's suspects, else once after the rounds
+    # concludes beside the kind listed before it, their runs sharing the runner's slots:
+    # neither asks what the other answers (the culprit and the provider searches)
+    beside: ClassVar[bool]
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         """The runs this kind will make, as far as they are known now, as requests the

@@ -25,6 +25,7 @@ class MemcheckRoots:
     phase: ClassVar[str] = PHASE
     owns: ClassVar[frozenset[str]] = frozenset({"sanitizer"})
     in_rounds: ClassVar[bool] = False
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         # the roots known once a round's alone-runs ended, beside its searches

@@ -22,6 +22,7 @@ class MoreAlone:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut"})
     in_rounds: ClassVar[bool] = False
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         if state.rest is None or self.name in state.offered:

@@ -37,6 +37,7 @@ class PairSearches:
     phase: ClassVar[str] = PHASE
     owns: ClassVar[frozenset[str]] = frozenset({"culprits", "search", "probes", "pair_gpu"})
     in_rounds: ClassVar[bool] = True
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         parallel = ctx.results.get(Mode.PARALLEL)

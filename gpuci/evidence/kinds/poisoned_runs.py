@@ -30,6 +30,7 @@ class PoisonedRuns:
     phase: ClassVar[str] = "poisoned"
     owns: ClassVar[frozenset[str]] = frozenset({"poisoned", "search"})
     in_rounds: ClassVar[bool] = True
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         # again before each kind: those whose first alone-runs passed since start now

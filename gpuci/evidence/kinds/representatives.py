@@ -25,6 +25,7 @@ class Representatives:
     phase: ClassVar[str] = "alone"
     owns: ClassVar[frozenset[str]] = frozenset({"alone", "cut", "inferred_from"})
     in_rounds: ClassVar[bool] = True
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         return []  # asked for with the first alone-runs (`gpuci.evidence.likely`)

@@ -116,6 +116,7 @@ class Threaded:
     phase: ClassVar[str] = "threads"
     owns: ClassVar[frozenset[str]] = frozenset({"threaded", "probes"})
     in_rounds: ClassVar[bool] = False
+    beside: ClassVar[bool] = False
 
     def ahead(self, ctx: Context, state: Round, found: Mapping[str, TestEvidence]) -> list[Request]:
         # once the categories are known: as the searches begin, and again after the rounds

@@ -1,8 +1,8 @@
 """The checked halving: where an inferred halving was refuted
-(`gpuci.evidence.kinds.culprit_search.bisect`), each level's parts run, up to MAX_PARTS at
+(`gpuci.evidence.search.bisect`), each level's parts run, up to MAX_PARTS at
 once with slots to spare, keeping a part after which the victim shows its finding, or all of
 them where none alone does (the finding needs tests of several). Every step is recorded in
-the search (`gpuci.evidence.kinds.culprit_search.search`).
+the search (`gpuci.evidence.search.step`).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import itertools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuci.evidence.kinds.culprit_search.search import (
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.search.step import (
     Search,
     never_shown,
     probe_after,
     record,
     run_step,
 )
-from gpuci.evidence.probe import Prober
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING
 

@@ -1,9 +1,10 @@
-"""A culprit search's record and its one step: `[before..., victim]` run in a fresh
-interpreter (the files among `before` collected, none of their tests run), whether the
-victim shows its finding (fails; for depends-on-others, passes), recorded as a `Probe`. The
-halvings (`gpuci.evidence.kinds.culprit_search.bisect`,
-`gpuci.evidence.kinds.culprit_search.checked`) and the searches over collected files
-(`gpuci.evidence.kinds.culprit_search.collected`) are made of these steps.
+"""A search's record and its one step (a culprit's or a provider's): `[before..., victim]`
+run in a fresh interpreter (the files among `before` collected, none of their tests run),
+whether the victim shows its finding (fails; for depends-on-others, passes), recorded as a
+`Probe`; and the request that declares such a run to the runner before its turn
+(`step_request`). The halvings (`gpuci.evidence.search.bisect`,
+`gpuci.evidence.search.checked`) and the searches over collected files
+(`gpuci.evidence.kinds.provider_search.collected`) are made of these steps.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from dataclasses import dataclass, field
 
 from gpuci.evidence.notes import NOT_REPRODUCED
 from gpuci.evidence.pairs import PHASE
-from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.probe import Handed, Prober, ProbeRun
+from gpuci.evidence.requests import Request
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Outcome, Probe
-from gpuci.run.proc.held import Held
 from gpuci.steps import Steps
 
 SHOWN = {c: "passed" if c is Category.DEPENDS_ON_OTHERS else "failed" for c in Category}
@@ -83,11 +84,12 @@ def run_step(
     *,
     strict: bool = False,
     cancel: threading.Event | None = None,
-    held: Held | None = None,
+    handed: Handed | None = None,
 ) -> tuple[Probe, ProbeRun]:
     """One run of the search, not yet recorded (halves of a level run at once; a speculated
-    one with its `cancel`; one started ahead, `held`). A file among `before` is collected
-    (imported) with none of its tests run (`gpuci.evidence.kinds.culprit_search.collected`)."""
+    one with its `cancel`; one whose interpreter the runner `handed` it). A file among
+    `before` is collected (imported) with none of its tests run (a provider search's
+    collected files: `gpuci.evidence.kinds.provider_search.collected`)."""
     collect = [b for b in before if "::" not in b]
     kind = kind or (COLLECTED if collect else "")
     ran = prober.run(
@@ -98,26 +100,20 @@ def run_step(
         + (f"{len(collect)} file(s) {COLLECTED}" if collect else f"after {len(before)} test(s)"),
         strict=strict or task.strict,
         cancel=cancel,
-        held=held,
+        handed=handed,
     )
     outcome = ran.outcome(task.victim)
     probe = Probe(count=len(before), shown=tuple(before[-PROBE_SHOWN:]), outcome=outcome, kind=kind)
     return probe, ran
 
 
-def hold_step(prober: Prober, task: Task, candidate: str, label: str) -> Held:
-    """The interpreter of `[candidate, victim]` (`run_step`'s), started ahead and held."""
-    collect = [] if "::" in candidate else [candidate]
-    ids = [task.victim] if collect else [candidate, task.victim]
-    return prober.hold(ids, collect=collect, label=label)
-
-
-def prepare_step(prober: Prober, task: Task, before: Sequence[str], *, copies: int = 1) -> None:
-    """`run_step`'s interpreter of `[before..., victim]` started ahead (`copies` of it, for
-    as many runs: a run and its confirmation), where start-ups are worth hiding."""
+def step_request(task: Task, before: Sequence[str], *, copies: int = 1) -> Request:
+    """`run_step`'s run of `[before..., victim]`, declared to the runner ahead of it
+    (`copies` of it, for as many runs: a run and its confirmation); a file among `before`
+    collected, as `run_step` runs it."""
     collect = [b for b in before if "::" not in b]
     ids = [*(b for b in before if "::" in b), task.victim]
-    prober.prepare(ids, collect=collect, strict=True, copies=copies)
+    return Request(ids=tuple(ids), collect=tuple(collect), strict=True, copies=copies)
 
 
 def record(task: Task, search: Search, probe: Probe, ran: ProbeRun) -> bool:

@@ -7,7 +7,7 @@ order, and a replay of the tests before it would name one of that file's tests, 
 where the file comes later. (CuPy v14.2.0's
 `test_init.py::TestShowConfig::test_show_config_with_handles` passes only where a file that
 imports `cupy.cuda.nccl`, which preloads NCCL, was collected with it.) Where it passes so,
-the files are halved as the tests are (`gpuci.evidence.kinds.culprit_search.bisect`),
+the files are halved as the tests are (`gpuci.evidence.search.bisect`),
 keeping a part with which it passes, down to the smallest set; the answer is confirmed
 twice, fresh. One run, and no test of theirs, where it does not. Where start-ups are worth
 hiding the halving's first runs start while that run goes on (three start-ups one after
@@ -20,12 +20,12 @@ import dataclasses
 from collections.abc import Callable
 
 from gpuci.evidence.context import Context
-from gpuci.evidence.kinds.culprit_search.bisect import bisect
-from gpuci.evidence.kinds.culprit_search.search import Search, probe_after
-from gpuci.evidence.kinds.culprit_search.waves import plan_wave
 from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.orders import collected_files
 from gpuci.evidence.requests import Request
+from gpuci.evidence.search.bisect import bisect
+from gpuci.evidence.search.step import Search, probe_after
+from gpuci.evidence.search.waves import plan_wave
 from gpuci.evidence.victims import Task
 from gpuci.model import Category
 

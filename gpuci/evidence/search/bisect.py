@@ -3,16 +3,16 @@
 The tests before the victim where it failed are halved: a level runs the first half before
 the victim and keeps it where the victim shows the finding (fails; for depends-on-others,
 passes), else the second half, inferred: ceil(log2 n) runs, in waves of speculated levels
-where slots are idle (`gpuci.evidence.kinds.culprit_search.waves`: a wave's runs start
+where slots are idle (`gpuci.evidence.search.waves`: a wave's runs start
 together, the losers are killed and never counted). The last single candidate is run once
 where it was inferred, then confirmed; where a start-up is worth hiding, the last
 candidates' confirmations start ahead, held (a single candidate's run and its confirmation,
 prepared). Where the run of an inferred candidate refutes the inference (the finding needs
 tests of both halves, or the victim is flaky) the halving starts again checked
-(`gpuci.evidence.kinds.culprit_search.checked`). A culprit set found for an earlier victim
+(`gpuci.evidence.search.checked`). A culprit set found for an earlier victim
 of the same interpreter is tried first (a cascade). Each search states its runs against its
 bound (`Steps`, ceil(log2 n) + CONFIRMING) in evidence.json. Its steps are
-`gpuci.evidence.kinds.culprit_search.search`'s.
+`gpuci.evidence.search.step`'s.
 
 Every step is a fresh interpreter; steps may share the GPUs. The answer is confirmed by a
 second identical run, with nothing beside it where it shows a failure. Where that run goes
@@ -29,7 +29,10 @@ import math
 import threading
 from collections.abc import Sequence
 
-from gpuci.evidence.kinds.culprit_search.by_files import (
+from gpuci.evidence.notes import NOT_REPRODUCED, NOT_SEARCHED, SAME_RUN_BOTH_WAYS
+from gpuci.evidence.pairs import PHASE
+from gpuci.evidence.probe import Handed, Prober, ProbeRun
+from gpuci.evidence.search.by_files import (
     Files,
     FileStage,
     by_file,
@@ -37,25 +40,20 @@ from gpuci.evidence.kinds.culprit_search.by_files import (
     halve_files,
     searched_wave,
 )
-from gpuci.evidence.kinds.culprit_search.checked import checked_halving
-from gpuci.evidence.kinds.culprit_search.search import (
+from gpuci.evidence.search.checked import checked_halving
+from gpuci.evidence.search.step import (
     LOADED,
     SHOWN,
     Search,
-    hold_step,
     never_shown,
-    prepare_step,
     probe_after,
     record,
     run_step,
+    step_request,
 )
-from gpuci.evidence.kinds.culprit_search.waves import Step
-from gpuci.evidence.notes import NOT_REPRODUCED, NOT_SEARCHED, SAME_RUN_BOTH_WAYS
-from gpuci.evidence.pairs import PHASE
-from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.search.waves import Step
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, Category, Probe
-from gpuci.run.proc.held import Held
 from gpuci.steps import CONFIRMING, Steps
 
 CASCADE = "cascade"  # a probe that tried an earlier victim's culprits
@@ -94,7 +92,7 @@ def cascade(prober: Prober, task: Task, roots: Sequence[tuple[str, ...]]) -> Sea
 
 
 def _confirmed_again(
-    prober: Prober, task: Task, search: Search, current: list[str], held: Held | None = None
+    prober: Prober, task: Task, search: Search, current: list[str], handed: Handed | None = None
 ) -> bool:
     """The run that just showed the finding, once more (the command the report prints): a
     flaky victim would otherwise hand the search a culprit by chance (then the note says
@@ -108,7 +106,7 @@ def _confirmed_again(
     if prober.exhausted():
         search.note = cut
         return False
-    probe, ran = run_step(prober, task, current, strict=strict, held=held)
+    probe, ran = run_step(prober, task, current, strict=strict, handed=handed)
     if record(task, search, probe, ran):
         return True
     loaded = ran.beside and probe.outcome in NOT_PASSING  # a failure that does not count
@@ -143,12 +141,12 @@ def bisect(
 ) -> Search:
     """Halve the candidates, keeping a half that shows the finding; then confirm. Tests of
     several files are halved by files first, then inside the one kept
-    (`gpuci.evidence.kinds.culprit_search.by_files`). `shown`: a run of `search` ran exactly
+    (`gpuci.evidence.search.by_files`). `shown`: a run of `search` ran exactly
     the candidates and showed it (not run again). The search ends with its `steps`: its runs
     since it began against its bound."""
     search = search or Search([])
     tries = len(search.probes)
-    held: dict[str, Held] = {}  # confirmations started ahead, by candidate, until taken
+    held: dict[str, Handed] = {}  # confirmations started ahead, by candidate, until taken
     files = None if shown else by_file(task.candidates)
     stage: FileStage | None = None
     inner = task
@@ -210,7 +208,7 @@ def _halve(
     prober: Prober,
     task: Task,
     search: Search,
-    held: dict[str, Held],
+    held: dict[str, Handed],
     *,
     shown: bool,
     by: tuple[Task, Files, FileStage] | None = None,
@@ -238,11 +236,11 @@ def _halve(
                 f" down to {len(current)} of {len(task.candidates)} tests"
             )
             return
-
         if prober.hides_start_ups and speculates and not held and len(current) <= MAX_HELD:
+            # each confirmation, declared as this level knows it: its interpreter handed over
             label = f"culprits of {task.victim}: after 1 test(s)"
             for candidate in current:
-                held[candidate] = hold_step(prober, task, candidate, label)
+                held[candidate] = prober.hand(step_request(task, [candidate]), label=label)
             search.ahead += len(current)
         width = max(1, prober.admission.idle()) if speculates else 1
         wave = searched_wave(
@@ -263,8 +261,8 @@ def _halve(
             search.note = NOT_SEARCHED if not search.probes else "search cut by budget"
             return
         if prober.hides_start_ups and len(current) == 1 and current[0] not in held:
-            # this run, then its confirmation
-            prepare_step(prober, task, current, copies=2)
+            # this run, then its confirmation, declared as the halving knows them
+            prober.start_ahead([step_request(task, current, copies=2)])
         refuted = not probe_after(prober, task, search, current)
         confirmed = not refuted
     several = False
@@ -298,7 +296,7 @@ def _checked(
 ) -> tuple[list[str], bool] | None:
     """Where the run of the inferred last candidate refuted the halving: the checked one,
     over the files where files were halved first (bounded,
-    `gpuci.evidence.kinds.culprit_search.by_files`)."""
+    `gpuci.evidence.search.by_files`)."""
     if by is None:
         return checked_halving(prober, task, search, whole_shown=shown or search.whole)
     outer, files, stage = by

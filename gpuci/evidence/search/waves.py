@@ -1,4 +1,4 @@
-"""Waves: the levels of a culprit search speculated, so that interpreters started together
+"""Waves: the levels of a search speculated, so that interpreters started together
 decide several levels at once.
 
 A level runs the first half of its candidates before the victim: where the victim shows

@@ -1,12 +1,12 @@
-"""A culprit search by files, then tests: the tests before a victim halved file by file
+"""A search by files, then tests: the tests before a victim halved file by file
 first, then inside the one file kept.
 
 Among thousands of earlier tests a culprit sits in one file. The files are halved first: a
 level runs the whole files of its first half before the victim
-(`gpuci.evidence.kinds.culprit_search.waves`, in waves of speculated levels where slots are
+(`gpuci.evidence.search.waves`, in waves of speculated levels where slots are
 idle), keeping that half where the victim shows its finding, else the second half, inferred;
 ceil(log2 files) levels. The file kept is never run alone: the halving of its tests
-(`gpuci.evidence.kinds.culprit_search.bisect`) runs what that run would, ceil(log2 tests in
+(`gpuci.evidence.search.bisect`) runs what that run would, ceil(log2 tests in
 the file) levels, then its last candidate and the confirmations. Every step is a replay of
 whole files in the suite's order, the victim's own file cut at the victim: the interpreter
 imports only the files it needs.
@@ -28,7 +28,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpuci.evidence.kinds.culprit_search.search import (
+from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.search.step import (
     Search,
     never_shown,
     probe_after,
@@ -36,8 +37,7 @@ from gpuci.evidence.kinds.culprit_search.search import (
     run_step,
     shows,
 )
-from gpuci.evidence.kinds.culprit_search.waves import Step, Wave, run_wave, run_wave_with_whole
-from gpuci.evidence.probe import Prober, ProbeRun
+from gpuci.evidence.search.waves import Step, Wave, run_wave, run_wave_with_whole
 from gpuci.evidence.victims import Task
 from gpuci.model import Probe
 from gpuci.run.proc.discover import file_of

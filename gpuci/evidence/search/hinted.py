@@ -1,10 +1,10 @@
-"""Culprits a victim's failure points at, tried before a bisection.
+"""Culprits (and providers) a victim's failure points at, tried before a bisection.
 
 An order-dependent victim's failure (its message and the source line of its innermost frame)
 is read against what the tests before it left behind (`gpuci.state.hints`); where that
 points at none of them, and for a test that depends on others, the values its message quotes
 are looked for in the source of the tests before it
-(`gpuci.evidence.kinds.culprit_search.source_hints`); before those, for a test that depends
+(`gpuci.evidence.search.source_hints`); before those, for a test that depends
 on others, the earlier files that brought a module its failure names or the suite's code
 looks up in `sys.modules` (`gpuci.state.hints.module_providers`), collected where their
 import brought it. Where either points at some of them, the search runs those before the
@@ -22,13 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpuci.evidence.context import Context
-from gpuci.evidence.kinds.culprit_search.bisect import bisect, cascade
-from gpuci.evidence.kinds.culprit_search.search import Search, probe_after
-from gpuci.evidence.kinds.culprit_search.source_hints import writers
-from gpuci.evidence.kinds.culprit_search.waves import plan_wave
 from gpuci.evidence.probe import Prober, withdraw_each
 from gpuci.evidence.requests import Request, requests_each
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.search.bisect import bisect, cascade
+from gpuci.evidence.search.source_hints import writers
+from gpuci.evidence.search.step import Search, probe_after
+from gpuci.evidence.search.waves import plan_wave
 from gpuci.evidence.victims import Task
 from gpuci.model import LATENT_ORDERS, NOT_PASSING, Category, Mode
 from gpuci.run.proc.discover import file_of
@@ -79,7 +79,7 @@ def _with_hint(task: Task, results: Mapping[Mode, ModeResults], ledger: Ledger) 
 def _earlier_files(task: Task, results: Mapping[Mode, ModeResults]) -> list[str]:
     """The files a depends-on-others victim's providers may be in: those of the tests
     before it, then the suite's other files, which pytest imported before its first test
-    wherever they stood (`gpuci.evidence.kinds.culprit_search.collected`)."""
+    wherever they stood (`gpuci.evidence.kinds.provider_search.collected`)."""
     files = dict.fromkeys(file_of(c) for c in task.candidates if "::" in c)
     suite = results.get(Mode.SUITE)
     if suite is not None:
