@@ -208,7 +208,7 @@ LONGER_MODULES = {
     "evidence.probe": 500,
     # a pair search, shared by the pairs kind and the culprit search (where a replay shows
     # nothing): its runs, each confirmed, and which tests of the other side it may name
-    "evidence.pairs": 460,
+    "evidence.pairs": 500,
     # the shared vocabulary: the types the stages hand each other (run.json's among them)
     "model": 420,
 }
