@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,6 @@ from gpuci.evidence.claims import Standing
 from gpuci.evidence.classify import Classified
 from gpuci.evidence.context import Context
 from gpuci.evidence.fingerprints import failure_kind
-from gpuci.evidence.search.bisect import bisect, cascade
 from gpuci.evidence.kinds.culprit_search.culprits import _replay
 from gpuci.evidence.kinds.kind import standing
 from gpuci.evidence.kinds.pairs import PairSearches
@@ -26,7 +25,9 @@ from gpuci.evidence.kinds.poisoned_runs import run_poisoned
 from gpuci.evidence.notes import SAME_RUN_BOTH_WAYS, UNASKED
 from gpuci.evidence.pairs import PARTNER_TRIES, Partnerable, search_pairs
 from gpuci.evidence.poisoned import worth_poisoning
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
+from gpuci.evidence.search.bisect import bisect, cascade
 from gpuci.evidence.strict import SAME_PAIR, confirm_strictly
 from gpuci.evidence.victims import Task as _Task
 from gpuci.model import Category, Mode, ModeRun, Outcome, TestEvidence, TestResult
@@ -90,8 +91,8 @@ class FakeProber:
     def settle(self, ran: FakeRun, *, used: bool) -> None:
         pass
 
-    def start_ahead(self, requests: Sequence[object]) -> None:
-        assert not requests or self.hides_start_ups  # nothing asked where none is hidden
+    def start_ahead(self, requests: Iterable[Request]) -> None:
+        assert not list(requests) or self.hides_start_ups  # nothing asked where none is hidden
 
 
 def _ctx(prober: FakeProber) -> Context:
@@ -241,10 +242,13 @@ class FakePairProber(FakeProber):
         self.runs.append([i for ids, _ in groups for i in ids])
         return self.answer(groups), len(groups)
 
-    def prepare_together(
-        self, groups: Sequence[tuple[Sequence[str], str | None]], *, copies: int = 1
-    ) -> None:
-        self.prepared.append(([i for ids, _ in groups for i in ids], copies))
+    def start_ahead(self, requests: Iterable[Request]) -> None:
+        """A pair's sides, declared at once, kept as one entry (their tests, their copies)."""
+        requests = list(requests)
+        sides = [r for r in requests if r.side]
+        if sides:
+            self.prepared.append(([i for r in sides for i in r.ids], sides[0].copies))
+        super().start_ahead([r for r in requests if not r.side])
 
     def answer(self, groups: Sequence[tuple[Sequence[str], str | None]]) -> list[FakeRun]:
         """Each interpreter's run, the victim's first."""

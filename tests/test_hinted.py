@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from gpuci.evidence.search.hinted import LEDGER, hinted_first, prepare_hinted
 from gpuci.evidence.requests import Request
+from gpuci.evidence.search.hinted import LEDGER, hinted_first, prepare_hinted
 from gpuci.model import Category, Outcome
 from tests.test_culprit_search import CANDIDATES, FakeProber, task
 

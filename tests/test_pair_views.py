@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.pairs import search_pairs
 from gpuci.evidence.probe import ProbeRun
 from gpuci.evidence.reproduce import culprit_command, finding_commands
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task
 from gpuci.evidence_file import evidence_to_json, read_evidence
@@ -81,10 +82,8 @@ class TwoGpus:
     admission: Admission = field(default_factory=lambda: Admission(slots=4))
     prepared: list[list[str | None]] = field(default_factory=list)  # each offer's sides' views
 
-    def prepare_together(
-        self, groups: Sequence[tuple[Sequence[str], str | None]], *, copies: int = 1
-    ) -> None:
-        self.prepared.append([gpu for _, gpu in groups])
+    def start_ahead(self, requests: Iterable[Request]) -> None:
+        self.prepared.append([r.side_gpu for r in requests if r.side])
 
     def exhausted(self) -> bool:
         return False

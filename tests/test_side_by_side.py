@@ -7,7 +7,7 @@ import dataclasses
 import io
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -22,6 +22,7 @@ from gpuci.evidence.kinds.poisoned_runs import run_poisoned
 from gpuci.evidence.likely import withdraw_unlikely
 from gpuci.evidence.notes import NOT_REPRODUCED, SAME_RUN_BOTH_WAYS
 from gpuci.evidence.orders import interpreter_order
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.search.bisect import REFUTED, bisect
 from gpuci.evidence.search.schedule import _by_interpreter, _search_once, _waves
@@ -147,9 +148,9 @@ class LoadedProber:
 
     prepared: list[tuple[list[str], bool]] = field(default_factory=list)  # started ahead
 
-    def prepare(self, ids: Sequence[str], *, strict: bool = False, **_: object) -> None:
+    def start_ahead(self, requests: Iterable[Request]) -> None:
         with self._lock:
-            self.prepared.append((list(ids), strict))
+            self.prepared += [(list(r.ids), r.strict) for r in requests]
 
     withdrawn: list[list[str]] = field(default_factory=list)  # started ahead, given back
 

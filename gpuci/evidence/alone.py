@@ -35,7 +35,8 @@ from gpuci.evidence.fingerprints import (
     group_failures,
 )
 from gpuci.evidence.orders import first_in_interpreter, interpreter_order
-from gpuci.evidence.probe import Prober, prepare_next
+from gpuci.evidence.probe import Prober
+from gpuci.evidence.requests import Request, next_alone
 from gpuci.evidence.results import ModeResults
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Mode, Outcome, TestEvidence, TestResult
 from gpuci.run.proc.discover import file_of
@@ -139,13 +140,13 @@ def _alone_round(
                 cut.add(test_id)
                 continue
             if index + 1 < len(tests):  # the next one's start-up while this one runs
-                prepare_next(prober, tests[index + 1], test_id, strict=strict)
+                prober.start_ahead([next_alone(tests[index + 1], test_id, strict=strict)])
             ran = prober.run([test_id], phase="alone", label=f"alone: {test_id}", strict=strict)
             done[test_id] = ran.outcome(test_id)
             if ran.beside:
                 beside.add(test_id)
                 if done[test_id] in NOT_PASSING:  # its strict confirmation's start-up, now
-                    prober.prepare([test_id], strict=True)
+                    prober.start_ahead([Request(ids=(test_id,), strict=True)])
         return done
 
     def file_by_file(tests: list[str], *, strict: bool = False) -> dict[str, Outcome]:
@@ -298,7 +299,7 @@ def run_representatives(
     for index, group in enumerate(groups):
         if index + 1 < len(groups):  # the next group's first start-up while this one runs
             after, current = groups[index + 1].representatives[0], group.representatives[0]
-            prepare_next(prober, after, current, strict=True)
+            prober.start_ahead([next_alone(after, current, strict=True)])
         say(
             progress,
             f"evidence: {len(group.members)} tests failed the same way everywhere;"

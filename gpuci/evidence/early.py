@@ -21,6 +21,7 @@ from pathlib import Path
 from gpuci.evidence.alone import alone_runs_wanted, prioritize
 from gpuci.evidence.budget import fastest_start_up
 from gpuci.evidence.probe import Prober, start_prober
+from gpuci.evidence.requests import Request
 from gpuci.evidence.results import ModeResults, load_mode_results
 from gpuci.formats import EVIDENCE_DIR
 from gpuci.model import Mode
@@ -102,8 +103,8 @@ class EarlyEvidence:
         self.prober = prober
         # each suspect's first alone-run, in order, as many as start now: the isolated pass
         # may change the plan, and what waited for room would start in the evidence's
-        for test_id in first_alone_runs(results, wanted):
-            prober.prepare([test_id], strict=True)
+        firsts = first_alone_runs(results, wanted)
+        prober.start_ahead(Request(ids=(test_id,), strict=True) for test_id in firsts)
         if prober.ahead is not None:
             prober.ahead.drop_queued()
 
@@ -116,8 +117,9 @@ class EarlyEvidence:
             if prober.ahead is not None:  # those of the suspects' files now wait on, afresh
                 prober.ahead.early = prober.ahead.started
                 # the consistent failures' next one, at most, while the isolation suspects
-                # run: each starts the one after it (`prepare_next`), and idle they kept
-                # the room a strict confirmation needed, which then started cold
+                # run: each starts the one after it (`gpuci.evidence.requests.next_alone`),
+                # and idle they kept the room a strict confirmation needed, which then
+                # started cold
                 wanted = alone_runs_wanted(results, self.runs)
                 first = first_alone_runs(results, wanted, then=1)
                 prober.ahead.renew({file_of(i) for i in first})

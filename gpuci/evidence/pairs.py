@@ -56,7 +56,7 @@ from gpuci.evidence.notes import (
 )
 from gpuci.evidence.probe import Prober, ProbeRun
 from gpuci.evidence.reproduce import gpu_of
-from gpuci.evidence.requests import Request
+from gpuci.evidence.requests import Request, side_requests
 from gpuci.evidence.results import ModeResults
 from gpuci.evidence.victims import Task
 from gpuci.model import NOT_PASSING, PROBE_SHOWN, Category, Mode, Outcome, Probe, TestResult
@@ -225,9 +225,9 @@ def search_pairs(  # noqa: PLR0915 -- the pairs in turn, each confirmed, and the
             return search
         # the sides' start-ups while the runs before them go on: this pair's run and its
         # confirmation, and the next pair's run
-        prober.prepare_together(sides(beside), copies=2)
+        prober.start_ahead(side_requests(sides(beside), copies=2))
         if index + 1 < len(groups):
-            prober.prepare_together(sides(groups[index + 1]))
+            prober.start_ahead(side_requests(sides(groups[index + 1])))
         seen: list[tuple[Outcome, dict[str, Outcome]]] = []  # this pair command's asked runs
         shown_by: list[tuple[Outcome, list[str]]] = []  # each: the victim's, partners failing
         shows, partners = pair_shows(beside)

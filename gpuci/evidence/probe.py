@@ -31,7 +31,7 @@ from gpuci.model import ModeRun, Outcome, TestResult
 from gpuci.processes import Leftover, Stranger
 from gpuci.run.disk.side_outputs import seed_args
 from gpuci.run.proc.attempts import UNSTABLE_ID
-from gpuci.run.proc.discover import POISON_ENV, child_env, file_of
+from gpuci.run.proc.discover import POISON_ENV, child_env
 from gpuci.run.proc.endings import NO_START
 from gpuci.run.proc.gpumem import narrow_files, screen_peaks
 from gpuci.run.proc.held import Held, end_held
@@ -471,13 +471,6 @@ def start_prober(
             on=start_s >= AHEAD_START_S,
         ),
     )
-
-
-def prepare_next(prober: Prober, after: str, current: str, *, strict: bool) -> None:
-    """The start-up of the alone-run of `after` while `current`'s goes on: one of `after`'s
-    file's interpreters waits for `current` still where both are of one file, so one more."""
-    twice = file_of(after) == file_of(current)
-    prober.prepare([after], strict=strict, copies=2 if twice else 1)
 
 
 def withdraw_each(prober: Prober, runs: Iterable[tuple[Sequence[str], int]]) -> None:

@@ -41,6 +41,21 @@ def run_files(ids: Sequence[str], collect: Sequence[str] = ()) -> list[str]:
     return list(dict.fromkeys([*collect, *(file_of(i) for i in ids)]))
 
 
+def next_alone(after: str, current: str, *, strict: bool) -> Request:
+    """The alone-run of `after`, started while `current`'s goes on: where both are of one
+    file, one of its interpreters still waits for `current`, so one more."""
+    copies = 2 if file_of(after) == file_of(current) else 1
+    return Request(ids=(after,), strict=strict, copies=copies)
+
+
+def side_requests(
+    sides: Iterable[tuple[Sequence[str], str | None]], *, copies: int = 1
+) -> list[Request]:
+    """The sides of a later run together (a pair's: each side's tests and the GPUs it sees),
+    `copies` of each (a pair's run and its confirmation)."""
+    return [Request(ids=tuple(ids), side=True, side_gpu=gpu, copies=copies) for ids, gpu in sides]
+
+
 def requests_each(runs: Iterable[tuple[Sequence[str], int]]) -> list[Request]:
     """The strict runs of `runs` (ids, copies) as requests: one interpreter serves any run
     of its files, so the copies of runs of the same files add up (two searches whose runs
