@@ -11,6 +11,10 @@ import nox
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
+# uv creates the sessions' environments and installs into them where it is installed (CI
+# installs it beside nox: .ci/run), several times quicker than pip on a cold cache; pip and
+# virtualenv where it is not, so `nox` alone still works
+nox.options.default_venv_backend = "uv|virtualenv"
 
 ROOT = Path(__file__).parent
 GPU_OUT = "out/gpu"
@@ -34,6 +38,9 @@ TEST_DEPS = [
     # the release's build, as the tag pipeline's release:build runs it in the tests
     "hatchling>=1.27",
     "build>=1.2",
+    # tests/release_wheel.py builds the release with pip and gives a job's Python this pip:
+    # a uv-made environment has none of its own
+    "pip",
 ]
 
 
