@@ -95,8 +95,8 @@ class Held:
         """Whether its pytest ended its session by itself before holding (a hook's
         `pytest.exit` at collection): its journal and exit status are that run's, as a
         fresh start would end it again, so the screen reads them rather than starting one."""
-        events = JournalReader(Path(self.env["GPUCI_JOURNAL"]), offset=0).read()
-        return any(e.get("e") == "end" for e in events)
+        kinds = {e.get("e") for e in JournalReader(Path(self.env["GPUCI_JOURNAL"]), 0).read()}
+        return "end" in kinds and "held" not in kinds  # one that held ends only when released
 
     @property
     def cookie(self) -> str:
