@@ -15,6 +15,9 @@ nox.options.reuse_venv = "yes"
 # installs it beside nox: .ci/run), several times quicker than pip on a cold cache; pip and
 # virtualenv where it is not, so `nox` alone still works
 nox.options.default_venv_backend = "uv|virtualenv"
+# and compiles what it installs, as pip does: the tests' interpreters may write no bytecode
+# (PYTHONDONTWRITEBYTECODE), and every one of their thousands would compile pytest again
+os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
 ROOT = Path(__file__).parent
 GPU_OUT = "out/gpu"
