@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -64,6 +65,35 @@ def as_foreground_job(*command: str) -> list[str]:
         "os.execv(sys.argv[1], sys.argv[1:])"
     )
     return [sys.executable, "-c", reset, *command]
+
+
+# a sitecustomize.py: each subprocess a Python that loads it starts, one JSON line of its argv
+SPY = """
+import json, os, sys
+
+def _spy(event, args):
+    if event == "subprocess.Popen":
+        with open(os.environ["GPUCI_TEST_SPY"], "a", encoding="utf-8") as log:
+            log.write(json.dumps([str(arg) for arg in args[1]]) + "\\n")
+
+sys.addaudithook(_spy)
+"""
+
+
+def spied_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """This environment, with every Python in it logging the subprocesses it starts (an
+    audit hook), and that log (`started_commands`)."""
+    spy = write_files(tmp_path / "spy", {"sitecustomize.py": SPY})
+    log = tmp_path / "started.jsonl"
+    path = os.pathsep.join(p for p in (str(spy), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "GPUCI_TEST_SPY": str(log)}, log
+
+
+def started_commands(log: Path) -> list[list[str]]:
+    """The argv of every subprocess started under `spied_env`, in order."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
 
 
 def write_files(root: Path, files: Mapping[str, str]) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runner import clean_env, gpuci, write_files
+from tests.cli_runner import clean_env, gpuci, spied_env, started_commands, write_files
 
 # Two modes: another mode's results never turn the plain run's red green. No evidence:
 # what these show is the exit status and the words of plain pytest's run, which no
@@ -160,9 +160,16 @@ def test_pytest_exit_0_at_collection_stays_as_green_as_pytest(tmp_path: Path) ->
     )
     root = write_files(tmp_path, {**THREE_FILES, "conftest.py": conftest})
     assert plain_pytest(root) == 0
-    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root)
+    env, log = spied_env(tmp_path / "spied")
+    proc = gpuci("check", ".", "--out", "out", *MODES, cwd=root, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: pass" not in proc.stdout  # never a pass: nothing ran
+    # the plain run and each parallel file ended as pytest ends them, once: read as they
+    # ended, neither started again (nor a discovery of its own: the plain run collected)
+    started = [c for c in started_commands(log) if c[1:3] == ["-m", "pytest"]]
+    assert [c[3:] for c in started if "--junitxml" not in " ".join(c)] == [["."]], started
+    parallel = sorted(c[-1] for c in started if "--junitxml" in " ".join(c))
+    assert parallel == sorted(THREE_FILES), started
 
 
 # Every test skips, as a GPU suite does on a runner without CuPy: plain pytest exits 0.

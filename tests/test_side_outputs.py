@@ -11,9 +11,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from cli_runner import clean_env, gpuci, write_files
+from cli_runner import clean_env, gpuci, spied_env, started_commands, write_files
 
-from gpuci.run.disk.side_outputs import interpreter_args, plain_junit
+from gpuci.run.disk.side_outputs import (
+    _cov_loads_here,
+    _has_cov_entry_point,
+    interpreter_args,
+    plain_junit,
+)
 
 # its suites run with the plugins installed beside pytest (xdist, pytest-cov, pytest-randomly)
 pytestmark = pytest.mark.installed_plugins
@@ -152,12 +157,43 @@ def test_coverage_is_what_plain_pytest_measures(tmp_path: Path, where: str) -> N
     plain_dir = write_files(tmp_path / "plain", suite)
     ours = write_files(tmp_path / "ours", suite)
     assert plain(*args, "tests", cwd=plain_dir).returncode == 0
-    proc = gpuci("check", "tests", "--out", "out", *CHECK, "--", *args, cwd=ours)
+    env, log = spied_env(tmp_path)
+    proc = gpuci("check", "tests", "--out", "out", *CHECK, "--", *args, cwd=ours, env=env)
     assert proc.returncode == 1, proc.stderr  # test_c depends on test_a1
     assert (ours / "out" / "isolated" / "logs" / "tests" / "test_c.py.log").exists()
     expected = coverage_total(plain_dir)
     assert expected == "75.0"  # every file's tests together: 6 of 8 statements
     assert coverage_total(ours) == expected
+    # whether pytest-cov loads (--no-cov for the others) was answered in gpuci's own
+    # interpreter, the suite's: no interpreter was started to ask
+    commands = started_commands(log)
+    assert any("pytest" in c and "--no-cov" in c for c in commands), commands
+    assert not any("-c" in c and "importlib.metadata" in " ".join(c) for c in commands), commands
+
+
+@pytest.mark.parametrize(
+    ("autoload_off", "plugins", "named", "loads"),
+    [
+        ("", "", False, True),
+        ("1", "", False, False),
+        ("1", "", True, True),
+        ("1", "pytest_cov", False, True),
+    ],
+)
+def test_gpucis_own_interpreter_answers_as_a_fresh_one_would(
+    monkeypatch: pytest.MonkeyPatch, autoload_off: str, plugins: str, named: bool, loads: bool
+) -> None:
+    pytest.importorskip("pytest_cov")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", autoload_off)
+    monkeypatch.setenv("PYTEST_PLUGINS", plugins)
+    _cov_loads_here.cache_clear()
+    _has_cov_entry_point.cache_clear()
+    try:
+        assert _cov_loads_here(named=named) is loads
+        assert _has_cov_entry_point(sys.executable, named=named) is loads
+    finally:  # the answers of this test's environment are no one else's
+        _cov_loads_here.cache_clear()
+        _has_cov_entry_point.cache_clear()
 
 
 LASTFAILED = ".pytest_cache/v/cache/lastfailed"

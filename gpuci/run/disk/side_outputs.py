@@ -35,9 +35,11 @@ docs/pytest-options.md shows all of this as a table (tests/test_options_table.py
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -251,7 +253,29 @@ def _without_exitfirst(args: Sequence[str]) -> list[str]:
 def _has_pytest_cov(python: str, user_args: Sequence[str]) -> bool:
     """Whether pytest-cov loads in `python`'s pytest: its entry point is there and plugins
     load by themselves, or the arguments load it (`-p pytest_cov`)."""
-    return _has_cov_entry_point(python, named=any(COV_PLUGIN in arg for arg in user_args))
+    named = any(COV_PLUGIN in arg for arg in user_args)
+    if python == sys.executable:  # gpuci's own interpreter, in gpuci's own environment
+        return _cov_loads_here(named=named)
+    return _has_cov_entry_point(python, named=named)
+
+
+@functools.cache
+def _cov_loads_here(*, named: bool) -> bool:
+    """What `_has_cov_entry_point` asks a fresh interpreter, answered in this one, which is
+    that interpreter: the same executable, environment and site-packages; only the first
+    entry of sys.path differs (this process's script folder where `python -c` has the
+    working directory), so the distributions are looked up as that interpreter sees them."""
+    off = os.environ.get(AUTOLOAD_OFF) and not named
+    if off and COV_PLUGIN not in os.environ.get("PYTEST_PLUGINS", ""):
+        return False
+    # PYTHONSAFEPATH (3.11), which that interpreter inherits: no folder goes first there
+    safe = getattr(sys.flags, "safe_path", False)
+    path = sys.path if safe else [str(Path.cwd()), *sys.path[1:]]
+    return any(
+        entry.name == COV_PLUGIN and entry.group == "pytest11"
+        for dist in importlib.metadata.distributions(path=path)
+        for entry in dist.entry_points
+    )
 
 
 @functools.cache

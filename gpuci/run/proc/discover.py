@@ -168,7 +168,10 @@ def discovered(paths: Sequence[str], events: list[dict[str, object]]) -> Discove
         raise CollectionEnded(
             _session_ended(PYTEST_INTERNAL_ERROR, events, ""), PYTEST_INTERNAL_ERROR
         )
-    held = [e for e in events if e.get("e") == "held"]
+    # `collected` where pytest ended the session in its collection before holding
+    held = [e for e in events if e.get("e") == "held"] or [
+        e for e in events if e.get("e") == "collected"
+    ]
     return _build(paths, held[-1], events)
 
 

@@ -88,7 +88,15 @@ class Held:
         # each has a cache of its own (`Launch.cache`)
         ours = without_private_cache(self.command[: len(self.command) - len(self.targets)])
         asked = without_private_cache(command[: len(command) - len(targets)])
-        return self.proc.poll() is None and ours == asked and _same(self.env, env)
+        going = self.proc.poll() is None or self.ended_by_pytest()
+        return going and ours == asked and _same(self.env, env)
+
+    def ended_by_pytest(self) -> bool:
+        """Whether its pytest ended its session by itself before holding (a hook's
+        `pytest.exit` at collection): its journal and exit status are that run's, as a
+        fresh start would end it again, so the screen reads them rather than starting one."""
+        kinds = {e.get("e") for e in JournalReader(Path(self.env["GPUCI_JOURNAL"]), 0).read()}
+        return "end" in kinds and "held" not in kinds  # one that held ends only when released
 
     @property
     def cookie(self) -> str:
@@ -254,13 +262,23 @@ def held_collection(timeout: float) -> list[dict[str, Any]] | None:
         if any(e.get("e") == "held" for e in events):
             return events
         if held.proc.poll() is not None:
-            return None
+            events += reader.read()  # what it wrote last, before it ended
+            return events if _collected_and_passed(events) else None
         # what it prints meanwhile is read here (and logged once taken), so a full pipe
         # never stops it short of its collection
         if select.select([fd], [], [], POLL_S)[0]:
             data = os.read(fd, 1 << 16)
             held.output += data[: max(0, OUTPUT_BYTES - len(held.output))]
     return None
+
+
+def _collected_and_passed(events: list[dict[str, Any]]) -> bool:
+    """Whether an interpreter that ended before holding had collected and then ended as
+    pytest ends a run that passed (exit 0, a hook's `pytest.exit(returncode=0)`): its
+    collection is the discovery; any other end is for `discover_tests` to explain."""
+    ends = [e for e in events if e.get("e") == "end"]
+    collected = any(e.get("e") == "collected" for e in events)
+    return collected and bool(ends) and ends[-1].get("exitstatus") == 0
 
 
 def take_held(
