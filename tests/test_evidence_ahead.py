@@ -204,6 +204,8 @@ def test_copies_offered_for_as_many_runs_of_one_file_serve_each(prober: Prober) 
     assert set(b_pids) == set(ahead)  # the two started ahead, each taken by one run
 
 
+# four interpreters, started and run: about 1 CPU-s on an idle machine, 2.5 on a loaded one
+@pytest.mark.slow
 def test_runs_of_one_file_at_once_each_take_an_interpreter_started_ahead(prober: Prober) -> None:
     """A hinted search's wave ran its runs of the victim's file side by side, each in a lane
     of its own (its own journal, log and pytest cache): the interpreters started ahead
