@@ -10,8 +10,11 @@ imports `multiprocessing`: structlog names the process only where that module is
   import, its message quoting nothing a source writes.
 - a contention: the two largest files (processors/test_processors.py, test_stdlib.py,
   which a first check starts together) share a hard-coded scratch file, each taking it for
-  its whole run: where both run at once the second fails
-  (concurrency, each naming the other); one after the other, plain pytest's, both pass.
+  its whole run: where both run at once the second fails; one after the other, plain
+  pytest's, both pass. A pair run holds both sides at their first tests, but the victim's
+  side runs its one test and lets go at once, so whether the two holds meet is timing:
+  `concurrency` naming the other file where the pair showed it twice (one side or the
+  other failing), `flaky` where the same pair run went both ways (DESIGN's rule).
 
     python benchmarks/plant_structlog.py STRUCTLOG_SDIST_DIR   (then: gpuci check tests)
 """
