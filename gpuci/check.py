@@ -83,7 +83,7 @@ def run_check(options: Options, asked: AskedModes) -> tuple[int, Path, Path]:
         workers = _run_modes(opts, options, asked, isolating=early.start)
     except CollectionEnded as ended:  # plain pytest runs no test and ends red: no mode runs
         say(str(ended), level=QUIET)  # pytest's own words on why it ran nothing
-        write_verdict(options, verdict_path, ended=str(ended))
+        write_verdict(options, verdict_path, ended=str(ended), ended_code=ended.exit_code)
         code = ended.exit_code  # plain pytest's
     else:
         _write_durations(opts.out, earlier)  # before the evidence: a failing check has it too

@@ -64,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return handler(options)
     except GpuciError as exc:
         interrupted = _interrupted(exc)
-        error = "" if interrupted else terminal.paint("error:", "red", sys.stderr) + " "
+        # exit 0: pytest ended the session green by itself (a hook's pytest.exit), no error
+        plain = interrupted or exc.exit_code == 0
+        error = "" if plain else terminal.paint("error:", "red", sys.stderr) + " "
         line = f"gpuci: {error}{exc}"
         print(mask_secrets(line, known_secrets(os.environ, withheld)), file=sys.stderr)
         if interrupted:

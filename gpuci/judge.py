@@ -15,10 +15,10 @@ from gpuci.run.proc.endings import no_test_ran
 from gpuci.terminal import current
 
 
-def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
+def write_verdict(options: Options, path: Path, *, ended: str = "", ended_code: int = 1) -> int:
     """Diff OUT into `path` (`diff`, `check`, `explain`), print the summary; the verdict's
     exit code. `ended`: pytest's cause where its collection ended the session, and no mode
-    ran to diff (the verdict fails with it)."""
+    ran to diff (the verdict fails with it; warns where pytest exits 0, `ended_code`)."""
     from gpuci.report.summary import format_summary
     from gpuci.verdict.diff import diff_results, read_baseline
     from gpuci.verdict.diff import write_verdict as write_diffed
@@ -33,7 +33,7 @@ def write_verdict(options: Options, path: Path, *, ended: str = "") -> int:
     baseline = read_baseline(judge.baseline) if judge.baseline else None
     secrets = known_secrets(os.environ, options.secrets)
     verdict = (
-        ended_verdict(mask_secrets(ended, secrets))
+        ended_verdict(mask_secrets(ended, secrets), ended_code)
         if ended
         else diff_results(options.out_dir, baseline=baseline, policy=policy, secrets=secrets)
     )

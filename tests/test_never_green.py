@@ -172,6 +172,33 @@ def test_pytest_exit_0_at_collection_stays_as_green_as_pytest(tmp_path: Path) ->
     assert parallel == sorted(THREE_FILES), started
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("code", [0, 1])
+@pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "parallel")])
+def test_pytest_exit_before_collecting_exits_as_pytest_and_says_why(
+    tmp_path: Path, code: int, command: tuple[str, ...]
+) -> None:
+    # a conftest that stops the session at its start where it cannot run (no GPU here):
+    # plain pytest runs nothing and exits with the hook's code; gpuci said "pytest could
+    # not collect" and exited 3
+    conftest = (
+        "import pytest\n\ndef pytest_sessionstart(session):\n"
+        f"    pytest.exit('no GPU here', returncode={code})\n"
+    )
+    root = write_files(tmp_path, {**THREE_FILES, "conftest.py": conftest})
+    assert plain_pytest(root) == code
+    proc = gpuci(*command, ".", "--out", "out", cwd=root)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    why = f"pytest ended the session before collecting (plain pytest: exit {code}, no test run)"
+    assert f"{why}: pytest.exit: no GPU here" in proc.stderr
+    assert "could not collect" not in proc.stderr
+    assert code != 0 or "error" not in proc.stderr  # pytest's own green end is no error
+    if command[0] == "check":  # never a pass (nothing was checked), never red where pytest is green
+        verdict = json.loads((root / "out" / "verdict.json").read_text())
+        assert verdict["verdict"] == ("warn" if code == 0 else "fail"), verdict
+        assert verdict["reasons"] == [f"{why}: pytest.exit: no GPU here"]
+
+
 # Every test skips, as a GPU suite does on a runner without CuPy: plain pytest exits 0.
 ALL_SKIPPED = {
     "conftest.py": """

@@ -37,12 +37,14 @@ _CONFTEST_ERROR = re.compile(r"ImportError while loading conftest '([^']+)'")
 _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in function`
 # pytest's banner for what ended its session: `!!!!! KeyboardInterrupt !!!!!`
 _BANNER = re.compile(r"^!{3,} (.+?) !{3,}$")
+EXIT_BANNER = "_pytest.outcomes.Exit: "  # a hook's `pytest.exit(reason)`, in that banner
 
 
 class CollectionEnded(GpuciError):
-    """pytest ended the session during collection, red (INTERNALERROR, an interrupt): plain
-    pytest runs no test then, so gpuci runs none either, the check's verdict fails, and it
-    exits as plain pytest does (3, 2)."""
+    """pytest ended the session during collection (INTERNALERROR, an interrupt, a hook's
+    `pytest.exit` before collecting): plain pytest runs no test then, so gpuci runs none
+    either, and it exits as plain pytest does (3, 2, the hook's code); its verdict fails,
+    or warns where pytest exits 0 (nothing was checked)."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
@@ -200,10 +202,18 @@ def _session_ended(code: int, events: Sequence[Mapping[str, object]], output: st
             "pytest's collection ended with INTERNALERROR"
             f" (plain pytest: exit 3, no test run): {why}"
         )
+    banners = [m[1] for m in map(_BANNER.match, output.splitlines()) if m]
     if code == PYTEST_INTERRUPTED:
-        banners = [m[1] for m in map(_BANNER.match, output.splitlines()) if m]
         why = banners[-1] if banners else "see `pytest --collect-only`"
         return f"pytest's collection was interrupted (plain pytest: exit 2, no test run): {why}"
+    exits = [b.removeprefix(EXIT_BANNER) for b in banners if b.startswith(EXIT_BANNER)]
+    if exits and not any(e.get("e") == "collected" for e in events):
+        # a hook ended the session before its collection (`pytest.exit` in a conftest's
+        # pytest_sessionstart: a GPU suite on a runner without a GPU), with its own code
+        return (
+            f"pytest ended the session before collecting (plain pytest: exit {code},"
+            f" no test run): pytest.exit: {exits[-1]}"
+        )
     return ""
 
 
