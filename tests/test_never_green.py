@@ -174,17 +174,22 @@ def test_pytest_exit_0_at_collection_stays_as_green_as_pytest(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.parametrize("code", [0, 1])
-@pytest.mark.parametrize("command", [("check", *MODES), ("run", "--mode", "parallel")])
+@pytest.mark.parametrize(
+    ("hook", "command"),
+    [
+        ("pytest_sessionstart(session)", ("check", *MODES)),
+        ("pytest_sessionstart(session)", ("run", "--mode", "parallel")),
+        # before its session began, pytest prints no banner, only `Exit: no GPU here`
+        ("pytest_configure(config)", ("check", *MODES)),
+    ],
+)
 def test_pytest_exit_before_collecting_exits_as_pytest_and_says_why(
-    tmp_path: Path, code: int, command: tuple[str, ...]
+    tmp_path: Path, code: int, hook: str, command: tuple[str, ...]
 ) -> None:
     # a conftest that stops the session at its start where it cannot run (no GPU here):
     # plain pytest runs nothing and exits with the hook's code; gpuci said "pytest could
     # not collect" and exited 3
-    conftest = (
-        "import pytest\n\ndef pytest_sessionstart(session):\n"
-        f"    pytest.exit('no GPU here', returncode={code})\n"
-    )
+    conftest = f"import pytest\n\ndef {hook}:\n    pytest.exit('no GPU here', returncode={code})\n"
     root = write_files(tmp_path, {**THREE_FILES, "conftest.py": conftest})
     assert plain_pytest(root) == code
     proc = gpuci(*command, ".", "--out", "out", cwd=root)

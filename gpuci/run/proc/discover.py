@@ -38,6 +38,7 @@ _FRAME = re.compile(r"(\S+:\d+): in ")  # a traceback frame: `path:line: in func
 # pytest's banner for what ended its session: `!!!!! KeyboardInterrupt !!!!!`
 _BANNER = re.compile(r"^!{3,} (.+?) !{3,}$")
 EXIT_BANNER = "_pytest.outcomes.Exit: "  # a hook's `pytest.exit(reason)`, in that banner
+EXIT_LINE = "Exit: "  # the same, where it ended pytest before its session began
 
 
 class CollectionEnded(GpuciError):
@@ -207,9 +208,13 @@ def _session_ended(code: int, events: Sequence[Mapping[str, object]], output: st
         why = banners[-1] if banners else "see `pytest --collect-only`"
         return f"pytest's collection was interrupted (plain pytest: exit 2, no test run): {why}"
     exits = [b.removeprefix(EXIT_BANNER) for b in banners if b.startswith(EXIT_BANNER)]
+    # before its session began (pytest_configure), pytest says only `Exit: reason`
+    lines = output.splitlines()
+    exits += [line.removeprefix(EXIT_LINE) for line in lines if line.startswith(EXIT_LINE)]
     if exits and not any(e.get("e") == "collected" for e in events):
         # a hook ended the session before its collection (`pytest.exit` in a conftest's
-        # pytest_sessionstart: a GPU suite on a runner without a GPU), with its own code
+        # pytest_sessionstart or pytest_configure: a GPU suite on a runner without a GPU),
+        # with its own code
         return (
             f"pytest ended the session before collecting (plain pytest: exit {code},"
             f" no test run): pytest.exit: {exits[-1]}"
