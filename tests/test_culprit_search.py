@@ -514,7 +514,7 @@ def _two_hogs(
     monkeypatch.setattr(
         gpuci.evidence.kinds.pairs,
         "plan_searches",
-        lambda *_: [hog(hog_a, hog_b), hog(hog_b, hog_a)],
+        lambda *_, **__: [hog(hog_a, hog_b), hog(hog_b, hog_a)],
     )
     prober = FakeHogs(lambda _, n: Outcome.FAILED, admission=Admission(slots=4))
     ctx = Context(

@@ -199,7 +199,7 @@ def test_the_partner_and_evidence_json_keep_the_pairs_view(
     monkeypatch.setattr(
         gpuci.evidence.kinds.pairs,
         "plan_searches",
-        lambda *_: [hog(HOG_A, HOG_B), hog(HOG_B, HOG_A)],
+        lambda *_, **__: [hog(HOG_A, HOG_B), hog(HOG_B, HOG_A)],
     )
     results = {Mode.PARALLEL: parallel}
     ctx = Context(

@@ -3,7 +3,7 @@ before the victim, or the files that ran beside it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuci.evidence.beside import beside_suite_test, co_runners
@@ -53,9 +53,15 @@ class Task:
 
 
 def plan_searches(
-    ctx: Context, classified: Mapping[str, Classified], found: Mapping[str, TestEvidence]
+    ctx: Context,
+    classified: Mapping[str, Classified],
+    found: Mapping[str, TestEvidence],
+    *,
+    category: Category | None = None,
+    only: Collection[str] | None = None,
 ) -> list[Task]:
-    """Every victim's search, where it has one to search."""
+    """Every victim's search, where it has one to search: of one `category` (a kind's own
+    victims), of those `only`, where given."""
     # victims in the order they ran in one interpreter, so that an early victim's culprit
     # is found first and tried on the later ones (a cascade)
     reference = ctx.results.get(Mode.SUITE) or next(iter(ctx.results.values()))
@@ -66,7 +72,11 @@ def plan_searches(
             task = _plan(ctx, test, place.get(test.id, len(place)))
             if task is not None:
                 tasks.append(task)
-    return tasks
+    return [
+        t
+        for t in tasks
+        if (category is None or t.category is category) and (only is None or t.victim in only)
+    ]
 
 
 def diagnosed(evidence: TestEvidence | None) -> bool:

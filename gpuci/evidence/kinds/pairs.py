@@ -75,11 +75,7 @@ def _tasks(
     found: Mapping[str, TestEvidence],
     only: Collection[str] | None,
 ) -> list[Task]:
-    return [
-        t
-        for t in plan_searches(ctx, classified, found)
-        if t.category is Category.CONCURRENCY and (only is None or t.victim in only)
-    ]
+    return plan_searches(ctx, classified, found, category=Category.CONCURRENCY, only=only)
 
 
 def search_pairs_of(

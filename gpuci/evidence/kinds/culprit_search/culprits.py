@@ -50,15 +50,8 @@ def search_culprits(
     """The culprits of every order-dependent victim (of those `only`, where given), added
     to the evidence by test id. `searched` hears of every test searched (a pair's partner
     too)."""
-    planned = plan_searches(ctx, classified, found)
-    tasks = hint_tasks(
-        ctx,
-        [
-            t
-            for t in planned
-            if t.category is Category.ORDER_DEPENDENT and (only is None or t.victim in only)
-        ],
-    )
+    planned = plan_searches(ctx, classified, found, category=Category.ORDER_DEPENDENT, only=only)
+    tasks = hint_tasks(ctx, planned)
     if not tasks:
         return dict(found)
     partnerable = Partnerable.of(classified)

@@ -49,11 +49,7 @@ def search_requests(
     `withdraw_diagnosed`."""
     if not ctx.prober.hides_start_ups:
         return {}, []
-    tasks = [
-        t
-        for t in plan_searches(ctx, classified, found)
-        if t.victim in only and t.category is Category.ORDER_DEPENDENT
-    ]
+    tasks = plan_searches(ctx, classified, found, category=Category.ORDER_DEPENDENT, only=only)
     prepared: Prepared = {}
     for task in hint_tasks(ctx, tasks):
         if task.hinted:

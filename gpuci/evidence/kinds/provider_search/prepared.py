@@ -54,11 +54,8 @@ def _depends_on_others(
     gets neither its runs nor the collected ones (its search tries the hint first)."""
     failing = dict.fromkeys(plan.likely_failing, (Outcome.FAILED,))
     classified = classify_results(ctx.results, failing, ctx.orders)
-    tasks = [
-        t
-        for t in plan_searches(ctx, classified, found)
-        if t.victim in plan.likely_failing and t.category is Category.DEPENDS_ON_OTHERS
-    ]
+    depending = Category.DEPENDS_ON_OTHERS
+    tasks = plan_searches(ctx, classified, found, category=depending, only=plan.likely_failing)
     hinted = hint_tasks(ctx, tasks)
     return {t.victim: t for t in hinted if hinted_runs(t) or not t.hinted}
 
@@ -85,10 +82,7 @@ def search_requests(
     The runs asked for, by victim, for `withdraw_diagnosed`."""
     if not ctx.prober.hides_start_ups:
         return {}, []
-    tasks = [
-        t
-        for t in plan_searches(ctx, classified, found)
-        if t.victim in only and t.category is Category.DEPENDS_ON_OTHERS
-    ]
+    depending = Category.DEPENDS_ON_OTHERS
+    tasks = plan_searches(ctx, classified, found, category=depending, only=only)
     prepared: Prepared = {t.victim: hinted_runs(t) for t in hint_tasks(ctx, tasks) if t.hinted}
     return prepared, requests_each(run for runs in prepared.values() for run in runs)

@@ -43,15 +43,8 @@ def search_providers(
 ) -> dict[str, TestEvidence]:
     """The providers of every depends-on-others victim (of those `only`, where given),
     added to the evidence by test id. `searched` hears of every test searched."""
-    planned = plan_searches(ctx, classified, found)
-    tasks = hint_tasks(
-        ctx,
-        [
-            t
-            for t in planned
-            if t.category is Category.DEPENDS_ON_OTHERS and (only is None or t.victim in only)
-        ],
-    )
+    depending = Category.DEPENDS_ON_OTHERS
+    tasks = hint_tasks(ctx, plan_searches(ctx, classified, found, category=depending, only=only))
     if not tasks:
         return dict(found)
 
