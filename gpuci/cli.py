@@ -65,8 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpuciError as exc:
         interrupted = _interrupted(exc)
         # exit 0: pytest ended the session green by itself (a hook's pytest.exit), no error
-        plain = interrupted or exc.exit_code == 0
-        error = "" if plain else terminal.paint("error:", "red", sys.stderr) + " "
+        no_error = interrupted or exc.exit_code == 0
+        error = "" if no_error else terminal.paint("error:", "red", sys.stderr) + " "
         line = f"gpuci: {error}{exc}"
         print(mask_secrets(line, known_secrets(os.environ, withheld)), file=sys.stderr)
         if interrupted:
