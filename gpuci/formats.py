@@ -133,6 +133,7 @@ def mode_run_to_json(run: ModeRun) -> dict[str, Any]:
                 **({"inferred": True} if t.inferred else {}),
                 **({"cut": t.cut} if t.cut else {}),
                 **({"pytest": list(t.counted)} if t.counted else {}),
+                **({"inferred_from": list(t.inferred_from)} if t.inferred_from else {}),
             }
             for t in run.tests
         ],
@@ -199,6 +200,7 @@ def mode_run_from_json(data: dict[str, Any], source: Path) -> ModeRun:
                     inferred=bool(t.get("inferred", False)),
                     cut=str(t.get("cut", "")),
                     counted=tuple(str(w) for w in t.get("pytest", ())),
+                    inferred_from=tuple(str(i) for i in t.get("inferred_from", ())),
                 )
                 for t in data["tests"]
             ),

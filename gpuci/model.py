@@ -143,6 +143,9 @@ class TestResult:
     inferred: bool = False  # not run: concluded from another mode (a lazy isolated pass)
     cut: str = ""  # reruns the evidence budget left out
     counted: tuple[str, ...] = ()  # pytest's own words for it where not the outcome (xfailed)
+    # not rerun: it failed alike with these, its group's representatives, which failed alone
+    # the same way (`gpuci run`'s reruns of a storm)
+    inferred_from: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

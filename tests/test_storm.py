@@ -139,3 +139,32 @@ def test_the_evidence_costs_the_storm_one_run(stormed: tuple[Path, str, float]) 
     assert evidence["runs"] <= 12, evidence["phases"]
     isolated = read(out / "isolated" / "run.json")["files"]
     assert {f["file"] for f in isolated if not f.get("inferred")} == {"test_b_cold.py"}
+
+
+@pytest.mark.slow
+def test_gpuci_run_spends_one_alone_run_on_a_storm(tmp_path: Path) -> None:
+    # `gpuci run` (a CI job per mode) reruns its failures alone with the check's rule: a
+    # group that failed alike runs one representative; the rest are inferred from it and
+    # say so in run.json, and `gpuci diff` shows them failed, inferred. (Before: two
+    # alone-runs for each of the 20.) The order-dependent victim still runs alone twice.
+    suite = {**SUITE, "test_storm_a.py": STORM.replace("150", "10")}
+    suite["test_storm_b.py"] = suite["test_storm_a.py"]
+    for name, text in suite.items():
+        (tmp_path / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    proc = gpuci("run", ".", "--mode", "suite", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "20 tests failed the same way in suite; running one of them alone" in proc.stderr
+    tests = {t["id"]: t for t in read(tmp_path / "out" / "suite" / "run.json")["tests"]}
+    storm = [t for i, t in tests.items() if i.startswith("test_storm_")]
+    assert len(storm) == 20
+    ran = [t for t in storm if t["reruns"]]
+    assert [t["reruns"] for t in ran] == [["failed"]]
+    inferred = [t for t in storm if t.get("inferred_from")]
+    assert len(inferred) == 19
+    assert all(t["inferred_from"] == [ran[0]["id"]] for t in inferred)
+    assert tests[VICTIM]["reruns"] == ["passed", "passed"]
+    assert gpuci("diff", "out", cwd=tmp_path).returncode == 1
+    verdict = {t["id"]: t for t in read(tmp_path / "out" / "verdict.json")["tests"]}
+    assert {verdict[t["id"]]["category"] for t in storm} == {"failed"}
+    assert sum(1 for t in storm if verdict[t["id"]].get("inferred_from")) == 19
+    assert verdict[VICTIM]["category"] == "order-dependent"

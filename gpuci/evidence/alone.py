@@ -287,7 +287,11 @@ def first_alone(
 
 
 def run_representatives(
-    ctx: Context, groups: Sequence[FailureGroup], found: Mapping[str, TestEvidence]
+    ctx: Context,
+    groups: Sequence[FailureGroup],
+    found: Mapping[str, TestEvidence],
+    *,
+    where: str = "everywhere",  # the modes they failed alike in, said
 ) -> tuple[dict[str, TestEvidence], list[str]]:
     """Each group's representative alone once (a second where the first passes); the rest
     inferred from the one that failed alone the same way. The evidence, and the members
@@ -302,7 +306,7 @@ def run_representatives(
             prober.start_ahead([next_alone(after, current, strict=True)])
         say(
             progress,
-            f"evidence: {len(group.members)} tests failed the same way everywhere;"
+            f"evidence: {len(group.members)} tests failed the same way {where};"
             f" running one of them alone: {group.fingerprint}",
         )
         if prober.exhausted() or prober.stopping():

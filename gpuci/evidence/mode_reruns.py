@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from gpuci.evidence.alone import alone_runs_wanted, describe_cuts, run_alone
+from gpuci.evidence.alone import (
+    alone_runs_wanted,
+    describe_cuts,
+    prioritize,
+    run_alone,
+    run_representatives,
+)
 from gpuci.evidence.context import Context
 from gpuci.evidence.orders import interpreter_order
 from gpuci.evidence.probe import Prober, start_prober
@@ -66,7 +72,7 @@ def rerun_mode_suspects(
     )
     try:
         with supervisor.handling_signals():
-            found = describe_cuts(run_alone(ctx, wanted), wanted)
+            found = describe_cuts(_alone_or_by_group(ctx, wanted), wanted)
     finally:
         prober.close()
     say_strays(prober, progress, run.mode.value)
@@ -81,6 +87,26 @@ def rerun_mode_suspects(
     if interrupted:
         raise Interrupted(f"interrupted; what finished is in {out}")
     return run
+
+
+def _alone_or_by_group(ctx: Context, wanted: Mapping[str, int]) -> dict[str, TestEvidence]:
+    """The alone-reruns, with the check's rule for a storm: a group of tests that failed
+    alike runs one representative alone (a second where it passes); where it fails alone
+    the same way the rest are inferred from it, where not they run alone as any other."""
+    groups = prioritize(ctx.results, wanted).groups
+    where = f"in {'/'.join(m.value for m in ctx.results)}"
+    found, split = run_representatives(ctx, groups, {}, where=where) if groups else ({}, [])
+    grouped = {m for g in groups for m in g.members}
+    rest = {
+        i: max(0, n - len(found[i].alone) if i in found else n)
+        for i, n in wanted.items()
+        if i not in grouped or i in split
+    }
+    for test_id, again in run_alone(ctx, {i: n for i, n in rest.items() if n}).items():
+        earlier = found.get(test_id)
+        alone = (earlier.alone if earlier is not None else ()) + again.alone
+        found[test_id] = dataclasses.replace(again, alone=alone)
+    return found
 
 
 def _with_strays(file_run: FileRun, runner: Prober, mode: Mode) -> FileRun:
@@ -105,4 +131,6 @@ def _with_reruns(test: TestResult, found: Mapping[str, TestEvidence]) -> TestRes
     evidence = found.get(test.id)
     if evidence is None:
         return test
-    return dataclasses.replace(test, reruns=evidence.alone, cut=evidence.cut)
+    return dataclasses.replace(
+        test, reruns=evidence.alone, cut=evidence.cut, inferred_from=evidence.inferred_from
+    )

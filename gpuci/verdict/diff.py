@@ -157,7 +157,7 @@ def diff_results(  # -- each TestVerdict is built in one place, field by field
                 passes_alone=commands.passes_alone,
                 fingerprint=first_fingerprint(test.seen) if test.category in FINGERPRINTED else "",
                 cut=ev.cut if ev else next((t.cut for t in test.seen if t.cut), ""),
-                **(_evidence_fields(ev, category) if ev else {}),
+                **(_evidence_fields(ev, category) if ev else _run_fields(test.seen, category)),
                 strict=strict.strict,
                 found_in=latent,
             )
@@ -196,6 +196,13 @@ def _isolated_note(category: Category, outcomes: Mapping[Mode, Outcome]) -> tupl
     if category is Category.ORDER_DEPENDENT and outcomes.get(Mode.ISOLATED) is Outcome.FAILED:
         return (ISOLATED_NOTE,)
     return ()
+
+
+def _run_fields(seen: Sequence[TestResult], category: Category) -> dict[str, Any]:
+    """What a `gpuci run` job's own reruns add where no evidence ran: the representatives a
+    failure of a storm was inferred from."""
+    inferred = next((t.inferred_from for t in seen if t.inferred_from), ())
+    return {"inferred_from": inferred} if inferred and category is Category.FAILED else {}
 
 
 def _evidence_fields(found: TestEvidence, category: Category) -> dict[str, Any]:
