@@ -518,6 +518,32 @@ PY
             cp "$WORK/pace-$name-second.log" "$OUT/pace-$name-second.log"
         done
         cd "$ROOT" ;;
+    suite-cost)  # issue 54 item 1: what slows the suite interpreter on a GPU-bound section
+        # ($PACE_SECTION): plain pytest; pytest with gpuci's journal plugin (GPUCI_STATE test,
+        # file, off: the ledger's share); `gpuci run --mode suite` (the suite interpreter with
+        # nothing beside it); plain again; each one's wall and the ledger's own CPU cost
+        cd "$ROOT/cupy-tests" || exit 3
+        paths=(${PACE_SECTION:-tests/cupyx_tests/test_*.py})
+        timed cost-warm 300 python3 -m pytest -q -p no:cacheprovider -n 8 "${paths[@]}" -m "$MARK"
+        timed cost-plain-1 300 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
+        for level in test file off; do
+            rm -f "$WORK/j-$level.jsonl"
+            timed cost-journal-$level 300 env GPUCI_STATE=$level GPUCI_JOURNAL="$WORK/j-$level.jsonl" \
+                python3 -m pytest -q -p no:cacheprovider -p gpuci.pytest_plugin "${paths[@]}" -m "$MARK"
+            grep -h '"ledger-cost"' "$WORK/j-$level.jsonl"
+        done
+        timed cost-run-suite 300 python3 -m gpuci run "${paths[@]}" --mode suite --out "$WORK/o-cost" \
+            --timeout 120 -- -m "$MARK"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('run suite wall', r['wall_s'], r.get('pace'))" "$WORK/o-cost/run.json" 2>/dev/null || ls "$WORK/o-cost"
+        # plain pytest with CuPy's two longest files beside it, as the parallel screen runs them:
+        # what sharing the GPU (and the cores) costs a run with no gpuci in it
+        python3 -m pytest -q -p no:cacheprovider tests/cupyx_tests/test_cusparse.py -m "$MARK" > "$WORK/beside-1.log" 2>&1 &
+        python3 -m pytest -q -p no:cacheprovider tests/cupyx_tests/test_cusolver.py -m "$MARK" > "$WORK/beside-2.log" 2>&1 &
+        timed cost-plain-beside 300 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
+        wait
+        tail -1 "$WORK/beside-1.log" "$WORK/beside-2.log"
+        timed cost-plain-2 300 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
+        cd "$ROOT" ;;
     pace-cold)  # the subset's first check with CuPy's kernel cache empty: what a fresh
         # machine's first check pays (issue 54: 48 s against 18 s once on a fresh H200)
         nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader
