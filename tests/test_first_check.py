@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 from cli_runner import gpuci, write_files
 
+from gpuci.model import Mode
+from gpuci.run.proc.discover import Discovery
+from gpuci.run.sched.compiles import LOOPED_COMPILE_TESTS
 from gpuci.run.sched.learning import LearnedOrder, SuiteClock
+from gpuci.run.sched.plan_mode import file_weights
 from gpuci.run.sched.source_tests import SOURCE_BUDGET_S, SourceWeight, weigh_source, weigh_sources
 
 
@@ -262,3 +266,24 @@ def test_a_files_measured_time_replaces_its_weight() -> None:
     suite.observe([{"e": "start", "id": "many.py::t"}])
     assert order.seconds()["compiles.py"] == pytest.approx(0.5)
     assert order.choose(["compiles.py", "many.py"]) == "many.py"
+
+
+def test_the_plan_weighs_compiles_only_where_it_orders_untimed_files(tmp_path: Path) -> None:
+    root = write_files(tmp_path, COMPILES_AMONG_MORE_TESTS)
+    files = ("tests/test_a.py", "tests/test_include.py", "tests/test_mentions.py")
+    discovery = Discovery(rootdir=root, files=files)
+    counts = {"tests/test_a.py": 3, "tests/test_include.py": 2, "tests/test_mentions.py": 2}
+    looped = 2 * (LOOPED_COMPILE_TESTS - 1)  # its 2 tests compile in loops
+    weighed = counts | {"tests/test_include.py": 2 + looped}
+    assert file_weights(Mode.PARALLEL, discovery, counts, {}, sharded=False) == weighed
+    assert file_weights(Mode.THREADS, discovery, counts, {}, sharded=False) == weighed
+    # a new file among timed ones is estimated from its weight too
+    timed = {"tests/test_a.py": 1.0, "tests/test_mentions.py": 1.0}
+    assert file_weights(Mode.PARALLEL, discovery, counts, timed, sharded=False) == weighed
+    # every file timed: nothing to guess; a shard: its tests alone, so that every shard,
+    # whatever it read of the sources within its budget, plans alike; isolated and suite
+    # keep collection order
+    every = timed | {"tests/test_include.py": 9.0}
+    assert file_weights(Mode.PARALLEL, discovery, counts, every, sharded=False) == counts
+    assert file_weights(Mode.PARALLEL, discovery, counts, {}, sharded=True) == counts
+    assert file_weights(Mode.ISOLATED, discovery, counts, {}, sharded=False) == counts

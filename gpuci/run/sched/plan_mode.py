@@ -167,7 +167,7 @@ def plan_mode(  # -- each step needs the one before: files, order, slots, views,
     # parametrized tests count each: what a file's length goes by where no time is known;
     # one estimate per file, fitted on every file, for the shards, the order and the progress
     counts = {f: len(discovery.tests.get(f, ())) for f in files}
-    weights = _weights(mode, discovery, counts, durations, sharded=shard is not None)
+    weights = file_weights(mode, discovery, counts, durations, sharded=shard is not None)
     estimates = estimate_durations(files, durations, weights)
     if shard:
         files = shard_files(files, estimates, *shard)
@@ -234,7 +234,7 @@ def plan_mode(  # -- each step needs the one before: files, order, slots, views,
     return screen, with_startup
 
 
-def _weights(
+def file_weights(
     mode: Mode,
     discovery: Discovery,
     counts: dict[str, int],
