@@ -69,9 +69,11 @@ DECORATORS = {
 
 @pytest.mark.parametrize("call", CALLS.values(), ids=CALLS.keys())
 def test_a_test_that_compiles_weighs_more_and_more_in_a_loop(tmp_path: Path, call: str) -> None:
-    assert weighed(tmp_path, one_test(call)) == SourceWeight(tests=1, compiles=ONCE - 1)
+    once = SourceWeight(tests=1, compiles=ONCE - 1, compiling={"test_it": ONCE})
+    assert weighed(tmp_path, one_test(call)) == once
     looped = one_test(f"for arch in ARCHS:\n    {call}")
-    assert weighed(tmp_path, looped) == SourceWeight(tests=1, compiles=LOOPED - 1)
+    in_a_loop = SourceWeight(tests=1, compiles=LOOPED - 1, compiling={"test_it": LOOPED})
+    assert weighed(tmp_path, looped) == in_a_loop
 
 
 @pytest.mark.parametrize("decorator", DECORATORS.values(), ids=DECORATORS.keys())
@@ -110,7 +112,14 @@ def test_cupys_test_include_weighs_as_many_tests_as_its_loops_of_compiles(tmp_pa
                     monkeypatch.setattr(cupy.cuda.compiler, "x", lambda _: arch)
                     cupy.cuda.compiler.compile_using_nvrtc(_code_nvrtc, options=())
     """
-    assert weighed(tmp_path, source) == SourceWeight(tests=2, compiles=2 * (LOOPED - 1))
+    assert weighed(tmp_path, source) == SourceWeight(
+        tests=2,
+        compiles=2 * (LOOPED - 1),
+        compiling={
+            "TestIncludesCompileCUDA::test_nvcc": LOOPED,
+            "TestIncludesCompileCUDA::test_nvrtc": LOOPED,
+        },
+    )
 
 
 @pytest.mark.parametrize(
@@ -199,7 +208,41 @@ def test_each_parametrized_case_compiles(tmp_path: Path) -> None:
         def test_plain():
             pass
     """
-    assert weighed(tmp_path, source) == SourceWeight(tests=4, compiles=3 * (ONCE - 1))
+    assert weighed(tmp_path, source) == SourceWeight(
+        tests=4, compiles=3 * (ONCE - 1), compiling={"test_k": ONCE}
+    )
+
+
+def test_the_plan_weighs_each_collected_test_by_its_source(tmp_path: Path) -> None:
+    source = """
+        import pytest
+
+        @pytest.mark.parametrize("dtype", ["f", "d", "e"])
+        def test_k(dtype):
+            cupy.ElementwiseKernel("T x", "T y", "y = x", "copy")
+
+        class TestLoops:
+            def test_k(self):
+                for arch in ARCHS:
+                    compile_using_nvcc(CODE, arch=arch)
+
+        class TestPlain:
+            def test_k(self):
+                pass
+    """
+    weight = weighed(tmp_path, source)
+    assert weight.compiling == {"test_k": ONCE, "TestLoops::test_k": LOOPED}
+    # what pytest collected: 2 of test_k's 3 cases (the third deselected), TestLoops's
+    # test as a class decorator renamed its class (CuPy's testing.parameterize), and a
+    # test of the same name in a class that compiles nothing
+    ids = [
+        "test_x.py::test_k[f]",
+        "test_x.py::test_k[d]",
+        "test_x.py::TestLoops_param_0_{arch=80}::test_k",
+        "test_x.py::TestPlain::test_k",
+        "test_x.py",  # an id without a test's name weighs one
+    ]
+    assert weight.weigh_collected(ids) == 2 * ONCE + LOOPED + 1 + 1
 
 
 def test_a_compile_weighs_more_than_a_test_and_a_loop_of_them_more_still() -> None:

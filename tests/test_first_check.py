@@ -270,11 +270,21 @@ def test_a_files_measured_time_replaces_its_weight() -> None:
 
 def test_the_plan_weighs_compiles_only_where_it_orders_untimed_files(tmp_path: Path) -> None:
     root = write_files(tmp_path, COMPILES_AMONG_MORE_TESTS)
-    files = ("tests/test_a.py", "tests/test_include.py", "tests/test_mentions.py")
-    discovery = Discovery(rootdir=root, files=files)
-    counts = {"tests/test_a.py": 3, "tests/test_include.py": 2, "tests/test_mentions.py": 2}
-    looped = 2 * (LOOPED_COMPILE_TESTS - 1)  # its 2 tests compile in loops
-    weighed = counts | {"tests/test_include.py": 2 + looped}
+    tests = {
+        "tests/test_a.py": tuple(f"tests/test_a.py::test_it[{n}]" for n in (1, 2, 3)),
+        "tests/test_include.py": (
+            "tests/test_include.py::TestIncludes::test_nvcc",
+            "tests/test_include.py::TestIncludes::test_nvrtc",
+        ),
+        "tests/test_mentions.py": (
+            "tests/test_mentions.py::test_names",
+            "tests/test_mentions.py::test_other",
+        ),
+    }
+    discovery = Discovery(rootdir=root, files=tuple(tests), tests=tests)
+    counts = {f: len(ids) for f, ids in tests.items()}
+    # its 2 tests compile in loops
+    weighed = counts | {"tests/test_include.py": 2 * LOOPED_COMPILE_TESTS}
     assert file_weights(Mode.PARALLEL, discovery, counts, {}, sharded=False) == weighed
     assert file_weights(Mode.THREADS, discovery, counts, {}, sharded=False) == weighed
     # a new file among timed ones is estimated from its weight too

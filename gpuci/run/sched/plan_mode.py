@@ -42,7 +42,7 @@ from gpuci.run.sched.plan import (
 from gpuci.run.sched.progress import say as say_on
 from gpuci.run.sched.screens import Screen
 from gpuci.run.sched.session import RunOptions
-from gpuci.run.sched.source_tests import compiles_of
+from gpuci.run.sched.source_tests import weigh_collected
 from gpuci.run.sched.views import describe_views
 
 
@@ -242,15 +242,14 @@ def file_weights(
     *,
     sharded: bool,
 ) -> dict[str, int]:
-    """Each file's weight, in tests: its collected tests, plus what its kernel compiles
-    add where the order of its files goes by weight (parallel, threads) and some file has
-    no time yet (`gpuci.run.sched.source_tests.compiles_of`). Not a shard's: every shard
-    must plan alike, and what the source says within its read budget may differ between
-    machines."""
+    """Each file's weight, in tests: its collected tests (`counts`), each case of one that
+    compiles a kernel counted as many, where the order of its files goes by weight
+    (parallel, threads) and some file has no time yet
+    (`gpuci.run.sched.source_tests.weigh_collected`). Not a shard's: every shard must plan
+    alike, and what the source says within its read budget may differ between machines."""
     if sharded or mode not in (Mode.PARALLEL, Mode.THREADS) or durations.keys() >= counts.keys():
         return counts
-    compiles = compiles_of(discovery.rootdir, list(counts))
-    return {f: n + compiles.get(f, 0) for f, n in counts.items()}
+    return weigh_collected(discovery.rootdir, {f: discovery.tests.get(f, ()) for f in counts})
 
 
 def _side_by_side(

@@ -20,8 +20,8 @@ import ast
 import functools
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.run.sched.compiles import FunctionNode, ModuleCompiles
@@ -40,11 +40,29 @@ class SourceWeight:
 
     tests: int  # the test cases the source spells out (at least 1: pytest may find more)
     compiles: int = 0  # in tests: each case that compiles weighs COMPILE_TESTS, not 1
+    # each test that compiles, named as in pytest's ids after the file (`TestX::test_a`,
+    # `test_b`), and what one of its cases weighs
+    compiling: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def weight(self) -> int:
         """The file's likely length, in tests."""
         return self.tests + self.compiles
+
+    def weigh_collected(self, ids: Iterable[str]) -> int:
+        """The weight of the tests pytest collected (`ids`, of this file): each one, each
+        case of a test that compiles as much as its source says."""
+        by_name: dict[str, list[tuple[str | None, int]]] = {}
+        for qualified, worth in self.compiling.items():
+            source_class, _, name = qualified.rpartition("::")
+            by_name.setdefault(name, []).append((source_class or None, worth))
+        total = 0
+        for test_id in ids:
+            *outer, name = test_id.split("[", 1)[0].split("::")  # file, its classes, test
+            collected_class = outer[1] if len(outer) > 1 else None
+            found = by_name.get(name, ()) if outer else ()
+            total += next((w for c, w in found if _same_class(c, collected_class)), 1)
+        return total
 
 
 def weigh_source(path: Path) -> SourceWeight:
@@ -66,20 +84,24 @@ def _weigh(path: Path, mtime_ns: int, size: int) -> SourceWeight:
     names = _module_lists(tree.body)
     compiles = ModuleCompiles(source, _helpers(tree.body))
     tests = weight = 0
+    compiling: dict[str, int] = {}
     for node in tree.body:
         if isinstance(node, FunctionNode) and node.name.startswith(TEST_PREFIX):
-            cases = _factor(node.decorator_list, names)
-            tests += cases
-            weight += cases * compiles.test_worth(node)
+            cases, worth = _factor(node.decorator_list, names), compiles.test_worth(node)
+            tests, weight = tests + cases, weight + cases * worth
+            if worth > 1:
+                compiling[node.name] = worth
         elif isinstance(node, ast.ClassDef) and _is_test_class(node):
             per_class = _factor(node.decorator_list, names)
             methods = _helpers(node.body)
             for method in node.body:
                 if isinstance(method, FunctionNode) and method.name.startswith(TEST_PREFIX):
                     cases = per_class * _factor(method.decorator_list, names)
-                    tests += cases
-                    weight += cases * compiles.test_worth(method, methods)
-    return SourceWeight(tests=max(tests, 1), compiles=weight - tests)
+                    worth = compiles.test_worth(method, methods)
+                    tests, weight = tests + cases, weight + cases * worth
+                    if worth > 1:
+                        compiling[f"{node.name}::{method.name}"] = worth
+    return SourceWeight(tests=max(tests, 1), compiles=weight - tests, compiling=compiling)
 
 
 def weigh_sources(
@@ -93,11 +115,21 @@ def weigh_sources(
     }
 
 
-def compiles_of(rootdir: Path, files: Iterable[str]) -> dict[str, int]:
-    """What kernel compiles add to each of `files` (as pytest names them, relative to
-    `rootdir`), in tests: the plan's weight of a file is its collected tests plus this."""
-    weights = weigh_sources(rootdir / f for f in files)
-    return {path.relative_to(rootdir).as_posix(): w.compiles for path, w in weights.items()}
+def weigh_collected(rootdir: Path, tests: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """Each file's weight by what pytest collected (`tests`: each file's ids, as pytest
+    names the file, relative to `rootdir`): its tests, each case of one that compiles a
+    kernel weighing what its source says (`SourceWeight.weigh_collected`), the sources
+    read within SOURCE_BUDGET_S."""
+    weights = weigh_sources(rootdir / f for f in tests)
+    return {f: weights[rootdir / f].weigh_collected(ids) for f, ids in tests.items()}
+
+
+def _same_class(source: str | None, collected: str | None) -> bool:
+    """Whether a test's class in the source is its class in pytest's id: the same, or one
+    a class decorator made of it (CuPy's `testing.parameterize`: `TestX_param_0_...`)."""
+    if source is None or collected is None:
+        return source == collected
+    return collected == source or collected.startswith(f"{source}_")
 
 
 def _helpers(body: list[ast.stmt]) -> dict[str, FunctionNode]:
