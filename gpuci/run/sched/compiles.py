@@ -81,9 +81,9 @@ class ModuleCompiles:
     def test_worth(
         self, test: FunctionNode, methods: Mapping[str, FunctionNode] | None = None
     ) -> int:
-        """What one case of `test` weighs, in tests: 1, COMPILE_TESTS where its body (or
-        a module-level function or a method of `methods`, its class's, it calls) compiles a kernel,
-        LOOPED_COMPILE_TESTS where it does so in a loop."""
+        """What one case of `test` weighs, in tests: 1, COMPILE_TESTS where its body, or a
+        module-level function or a method of its class (`methods`) that it calls, compiles a
+        kernel, LOOPED_COMPILE_TESTS where it does so in a loop."""
         helpers = [*self._functions.values(), *(methods or {}).values()]
         reached = any(self._names(h) for h in helpers)
         if not reached and not self._names(test):
