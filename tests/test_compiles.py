@@ -161,8 +161,33 @@ def test_cupys_test_include_weighs_as_many_tests_as_its_loops_of_compiles(tmp_pa
             "def test_k():\n    while more():\n        cupy.RawKernel(CODE, 'k')\n",
             LOOPED,
         ),
+        # CuPy's testing.for_*: the body once per dtype (or order); other decorators do not
+        (
+            "@testing.for_all_dtypes()\n"
+            "def test_k(dtype):\n    cupy.ElementwiseKernel('T x', 'T y', 'y = x', 'k')\n",
+            LOOPED,
+        ),
+        (
+            "@cupy.testing.for_orders('CF')\ndef test_k(order):\n    cupy.RawKernel(CODE, 'k')\n",
+            LOOPED,
+        ),
+        (
+            "@testing.numpy_cupy_allclose()\n@pytest.mark.for_all\n"
+            "def test_k(xp):\n    cupy.RawKernel(CODE, 'k')\n",
+            ONCE,
+        ),
     ],
-    ids=["method", "method looping", "method in a loop", "module function", "for's iter", "while"],
+    ids=[
+        "method",
+        "method looping",
+        "method in a loop",
+        "module function",
+        "for's iter",
+        "while",
+        "for_all_dtypes",
+        "for_orders",
+        "other decorators",
+    ],
 )
 def test_one_level_deeper_and_what_a_loop_is(tmp_path: Path, source: str, worth: int) -> None:
     assert weighed(tmp_path, source).weight == worth

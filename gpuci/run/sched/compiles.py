@@ -8,9 +8,9 @@ body and one level deeper (a method of its class called as `self._x()`, a module
 function it calls, with that function's decorators), the calls of the known compile, JIT
 and build entry points, by the name the source calls them by (the module they were
 imported from is not looked up), and nvcc run as a subprocess. A test that compiles is
-worth COMPILE_TESTS tests; one that compiles in a loop (`for arch in ...`), or calls what
-compiles in one, LOOPED_COMPILE_TESTS. Like the count of tests, this is a guess that only
-orders files no time is known for.
+worth COMPILE_TESTS tests; one that compiles in a loop (`for arch in ...`, a comprehension,
+CuPy's `@testing.for_all_dtypes()`), or calls what compiles in one, LOOPED_COMPILE_TESTS.
+Like the count of tests, this is a guess that only orders files no time is known for.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class ModuleCompiles:
         # them is walked (most test files name none, and walking costs more than parsing)
         self._lines = _named_lines(source)
         self._inside: dict[int, bool | None] = {}
+        self._any_named: dict[tuple[int, ...], bool] = {}  # helpers: does one name any
 
     def test_worth(
         self, test: FunctionNode, methods: Mapping[str, FunctionNode] | None = None
@@ -84,11 +85,11 @@ class ModuleCompiles:
         """What one case of `test` weighs, in tests: 1, COMPILE_TESTS where its body, or a
         module-level function or a method of its class (`methods`) that it calls, compiles a
         kernel, LOOPED_COMPILE_TESTS where it does so in a loop."""
-        helpers = [*self._functions.values(), *(methods or {}).values()]
-        reached = any(self._names(h) for h in helpers)
+        reached = self._any_names(self._functions) or self._any_names(methods or {})
         if not reached and not self._names(test):
             return 1
         worth = 1
+        repeated = any(_repeats(d) for d in test.decorator_list)
         # where no function it may call names one, only what spans a named line can compile
         for called, looped in _calls(test.body, None if reached else self._names):
             if _compiles(called):
@@ -96,10 +97,17 @@ class ModuleCompiles:
             else:
                 inside = self._compiles_inside(_helper(called, self._functions, methods or {}))
             if inside is not None:
-                if looped or inside:
+                if looped or inside or repeated:
                     return LOOPED_COMPILE_TESTS
                 worth = COMPILE_TESTS
         return worth
+
+    def _any_names(self, helpers: Mapping[str, FunctionNode]) -> bool:
+        """Whether any of `helpers` names an entry point or a compiler (asked once)."""
+        key = tuple(id(h) for h in helpers.values())  # the nodes live as long as their tree
+        if key not in self._any_named:
+            self._any_named[key] = any(self._names(h) for h in helpers.values())
+        return self._any_named[key]
 
     def _names(self, node: ast.AST) -> bool:
         """Whether `node`'s lines (a function's decorators' too) name an entry point or a
@@ -133,6 +141,16 @@ class ModuleCompiles:
                     return True
                 found = False
         return found
+
+
+def _repeats(decorator: ast.expr) -> bool:
+    """Whether a test's decorator runs its body in a loop: CuPy's `testing.for_all_dtypes()`
+    and its kin (`for_dtypes`, `for_orders`, ...), once per dtype or order."""
+    name = _dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
+    if name is None:
+        return False
+    *outer, last = name.split(".")
+    return bool(outer) and outer[-1] == "testing" and last.startswith("for_")
 
 
 def _named_lines(source: bytes) -> list[int]:
