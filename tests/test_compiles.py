@@ -176,6 +176,46 @@ def test_cupys_test_include_weighs_as_many_tests_as_its_loops_of_compiles(tmp_pa
             "def test_k(xp):\n    cupy.RawKernel(CODE, 'k')\n",
             ONCE,
         ),
+        # what runs with each test: a fixture of the default scope its arguments name...
+        (
+            "@pytest.fixture\ndef module():\n    return cupy.RawModule(code=CODE)\n"
+            "def test_k(module):\n    module.get_function('k')\n",
+            ONCE,
+        ),
+        (
+            "@pytest.fixture()\ndef kernels():\n"
+            "    return [torch.compile(m) for m in MODELS]\n"
+            "def test_k(kernels):\n    pass\n",
+            LOOPED,
+        ),
+        (
+            "class TestK:\n"
+            "    @pytest.fixture(scope='function')\n"
+            "    def kernel(self):\n        return cuda.jit(f)\n"
+            "    def test_k(self, kernel):\n        pass\n",
+            ONCE,
+        ),
+        # ... but not one that runs once for many tests
+        (
+            "@pytest.fixture(scope='module')\ndef module():\n"
+            "    return cupy.RawModule(code=CODE)\n"
+            "def test_k(module):\n    pass\n",
+            1,
+        ),
+        # its class's setUp (unittest) or setup_method (pytest)
+        (
+            "class TestK(unittest.TestCase):\n"
+            "    def setUp(self):\n        self.k = cupy.RawKernel(CODE, 'k')\n"
+            "    def test_k(self):\n        pass\n",
+            ONCE,
+        ),
+        (
+            "class TestK:\n"
+            "    def setup_method(self):\n"
+            "        for arch in ARCHS:\n            compile_using_nvcc(CODE, arch=arch)\n"
+            "    def test_k(self):\n        pass\n",
+            LOOPED,
+        ),
     ],
     ids=[
         "method",
@@ -187,6 +227,12 @@ def test_cupys_test_include_weighs_as_many_tests_as_its_loops_of_compiles(tmp_pa
         "for_all_dtypes",
         "for_orders",
         "other decorators",
+        "fixture",
+        "fixture looping",
+        "fixture of a class",
+        "wider fixture",
+        "setUp",
+        "setup_method",
     ],
 )
 def test_one_level_deeper_and_what_a_loop_is(tmp_path: Path, source: str, worth: int) -> None:

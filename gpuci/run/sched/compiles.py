@@ -3,11 +3,12 @@
 A test that builds a kernel (nvcc, NVRTC, a JIT) can take seconds where its neighbours take
 milliseconds: CuPy's `test_include.py` holds 2 tests, each compiling CuPy's headers for
 every GPU architecture. Its number of tests calls it short, so a first check (nothing
-timed yet) would start it late and wait for it at the end. This reads, in a test's
-body and one level deeper (a method of its class called as `self._x()`, a module-level
-function it calls, with that function's decorators), the calls of the known compile, JIT
-and build entry points, by the name the source calls them by (the module they were
-imported from is not looked up), and nvcc run as a subprocess. A test that compiles is
+timed yet) would start it late and wait for it at the end. This reads, in a test's body
+and one level deeper (a method of its class called as `self._x()`, a module-level function
+it calls, with that function's decorators, and what runs again with each test: the
+function-scoped fixtures its arguments name, its class's setUp), the calls of the known
+compile, JIT and build entry points, by the name the source calls them by (the module they
+were imported from is not looked up), and nvcc run as a subprocess. A test that compiles is
 worth COMPILE_TESTS tests; one that compiles in a loop (`for arch in ...`, a comprehension,
 CuPy's `@testing.for_all_dtypes()`), or calls what compiles in one, LOOPED_COMPILE_TESTS.
 Like the count of tests, this is a guess that only orders files no time is known for.
@@ -64,6 +65,9 @@ SUBPROCESS_CALLS = frozenset({"run", "call", "check_call", "check_output", "Pope
 # the syntax tree decides)
 NAMED = re.compile(b"|".join(re.escape(name.encode()) for name in sorted(ENTRY_POINTS | COMPILERS)))
 
+# a test class's methods pytest (or unittest) runs before each of its tests
+SETUPS = ("setUp", "setup_method")
+
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -83,19 +87,27 @@ class ModuleCompiles:
         self, test: FunctionNode, methods: Mapping[str, FunctionNode] | None = None
     ) -> int:
         """What one case of `test` weighs, in tests: 1, COMPILE_TESTS where its body, or a
-        module-level function or a method of its class (`methods`) that it calls, compiles a
+        module-level function or a method of its class (`methods`) that it calls or that
+        runs with each test (a fixture of its arguments, its class's setUp), compiles a
         kernel, LOOPED_COMPILE_TESTS where it does so in a loop."""
-        reached = self._any_names(self._functions) or self._any_names(methods or {})
+        methods = methods or {}
+        reached = self._any_names(self._functions) or self._any_names(methods)
         if not reached and not self._names(test):
             return 1
         worth = 1
+        for helper in _run_with_each(test, self._functions, methods):
+            with_each = self._compiles_inside(helper)
+            if with_each:
+                return LOOPED_COMPILE_TESTS
+            if with_each is not None:
+                worth = COMPILE_TESTS
         repeated = any(_repeats(d) for d in test.decorator_list)
         # where no function it may call names one, only what spans a named line can compile
         for called, looped in _calls(test.body, None if reached else self._names):
             if _compiles(called):
                 inside: bool | None = False
             else:
-                inside = self._compiles_inside(_helper(called, self._functions, methods or {}))
+                inside = self._compiles_inside(_helper(called, self._functions, methods))
             if inside is not None:
                 if looped or inside or repeated:
                     return LOOPED_COMPILE_TESTS
@@ -141,6 +153,34 @@ class ModuleCompiles:
                     return True
                 found = False
         return found
+
+
+def _run_with_each(
+    test: FunctionNode,
+    functions: Mapping[str, FunctionNode],
+    methods: Mapping[str, FunctionNode],
+) -> Iterator[FunctionNode]:
+    """What pytest runs again for each test: the function-scoped fixtures its arguments
+    name (a fixture of a wider scope runs once for many tests, as a module-level kernel
+    does: not counted), and its class's own setUp or setup_method."""
+    for argument in (*test.args.posonlyargs, *test.args.args, *test.args.kwonlyargs):
+        fixture = methods.get(argument.arg) or functions.get(argument.arg)
+        if fixture is not None and _per_test_fixture(fixture):
+            yield fixture
+    yield from (methods[name] for name in SETUPS if name in methods)
+
+
+def _per_test_fixture(function: FunctionNode) -> bool:
+    """A `@pytest.fixture` (or `@fixture`) of the default scope, `function`."""
+    for decorator in function.decorator_list:
+        call = decorator if isinstance(decorator, ast.Call) else None
+        name = _dotted(call.func if call else decorator)
+        if name is not None and (name == "fixture" or name.endswith(".fixture")):
+            scope = (
+                next((k.value for k in call.keywords if k.arg == "scope"), None) if call else None
+            )
+            return scope is None or (isinstance(scope, ast.Constant) and scope.value == "function")
+    return False
 
 
 def _repeats(decorator: ast.expr) -> bool:
