@@ -195,6 +195,13 @@ def test_cupys_test_include_weighs_as_many_tests_as_its_loops_of_compiles(tmp_pa
             "    def test_k(self, kernel):\n        pass\n",
             ONCE,
         ),
+        # ... or that pytest uses for every test of its module (autouse)
+        (
+            "@pytest.fixture(autouse=True)\ndef build():\n"
+            "    cupy.ElementwiseKernel('T x', 'T y', 'y = x', 'k')\n"
+            "def test_k():\n    pass\n",
+            ONCE,
+        ),
         # ... but not one that runs once for many tests
         (
             "@pytest.fixture(scope='module')\ndef module():\n"
@@ -230,6 +237,7 @@ def test_cupys_test_include_weighs_as_many_tests_as_its_loops_of_compiles(tmp_pa
         "fixture",
         "fixture looping",
         "fixture of a class",
+        "autouse fixture",
         "wider fixture",
         "setUp",
         "setup_method",

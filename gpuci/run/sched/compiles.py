@@ -6,9 +6,9 @@ every GPU architecture. Its number of tests calls it short, so a first check (no
 timed yet) would start it late and wait for it at the end. This reads, in a test's body
 and one level deeper (a method of its class called as `self._x()`, a module-level function
 it calls, with that function's decorators, and what runs again with each test: the
-function-scoped fixtures its arguments name, its class's setUp), the calls of the known
-compile, JIT and build entry points, by the name the source calls them by (the module they
-were imported from is not looked up), and nvcc run as a subprocess. A test that compiles is
+function-scoped fixtures it takes or that are autouse, its class's setUp), the calls of the
+known compile, JIT and build entry points, by the name the source calls them by (the module
+they were imported from is not looked up), and nvcc run as a subprocess. A test that compiles is
 worth COMPILE_TESTS tests; one that compiles in a loop (`for arch in ...`, a comprehension,
 CuPy's `@testing.for_all_dtypes()`), or calls what compiles in one, LOOPED_COMPILE_TESTS.
 Like the count of tests, this is a guess that only orders files no time is known for.
@@ -161,26 +161,34 @@ def _run_with_each(
     methods: Mapping[str, FunctionNode],
 ) -> Iterator[FunctionNode]:
     """What pytest runs again for each test: the function-scoped fixtures its arguments
-    name (a fixture of a wider scope runs once for many tests, as a module-level kernel
-    does: not counted), and its class's own setUp or setup_method."""
-    for argument in (*test.args.posonlyargs, *test.args.args, *test.args.kwonlyargs):
-        fixture = methods.get(argument.arg) or functions.get(argument.arg)
-        if fixture is not None and _per_test_fixture(fixture):
-            yield fixture
+    name, or that are `autouse` (a fixture of a wider scope runs once for many tests, as
+    a module-level kernel does: not counted), and its class's own setUp or setup_method."""
+    arguments = {a.arg for a in (*test.args.posonlyargs, *test.args.args, *test.args.kwonlyargs)}
+    for name, function in (*functions.items(), *methods.items()):
+        keywords = _fixture_keywords(function)
+        if keywords is None or not _constant(keywords.get("scope"), "function"):
+            continue
+        if name in arguments or _constant(keywords.get("autouse"), True, absent=False):
+            yield function
     yield from (methods[name] for name in SETUPS if name in methods)
 
 
-def _per_test_fixture(function: FunctionNode) -> bool:
-    """A `@pytest.fixture` (or `@fixture`) of the default scope, `function`."""
+def _fixture_keywords(function: FunctionNode) -> dict[str, ast.expr] | None:
+    """The keywords of `function`'s `@pytest.fixture(...)` (or `@fixture`); None where it
+    is no fixture."""
     for decorator in function.decorator_list:
         call = decorator if isinstance(decorator, ast.Call) else None
         name = _dotted(call.func if call else decorator)
         if name is not None and (name == "fixture" or name.endswith(".fixture")):
-            scope = (
-                next((k.value for k in call.keywords if k.arg == "scope"), None) if call else None
-            )
-            return scope is None or (isinstance(scope, ast.Constant) and scope.value == "function")
-    return False
+            return {k.arg: k.value for k in call.keywords if k.arg} if call else {}
+    return None
+
+
+def _constant(node: ast.expr | None, value: object, *, absent: bool = True) -> bool:
+    """Whether `node` is the constant `value` (`absent` where there is no node)."""
+    if node is None:
+        return absent
+    return isinstance(node, ast.Constant) and node.value == value
 
 
 def _repeats(decorator: ast.expr) -> bool:
