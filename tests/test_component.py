@@ -332,6 +332,23 @@ include:
         {"gpuci-cupy-kernels", "gpuci-math-durations-$CI_COMMIT_REF_SLUG"},
         {"gpuci-cupy-kernels", "gpuci-model-durations-$CI_COMMIT_REF_SLUG"},
     ]
+    # each carries its files' times to the next pipeline, where the check is handed them
+    # (--durations), whatever happened to the check
+    for job in (math, model):
+        (durations,) = [c for c in job["cache"] if "-durations-" in c["key"]]
+        assert durations["paths"] == [".cache/gpuci/"]
+        assert durations["when"] == "always"
+        assert job["variables"]["GPUCI_DURATIONS"] == ".cache/gpuci/durations.json"
+    # and a branch's first pipeline starts from the default branch's: gitlab-ci-local's
+    # expansion drops `fallback_keys`, so the component's own jobs, its inputs put in as
+    # GitLab does
+    from ruamel.yaml import YAML  # check-jsonschema's YAML parser, as Project.config's
+
+    text = COMPONENT.read_text(encoding="utf-8").replace("$[[ inputs.job-prefix ]]", "gpuci-math")
+    _, jobs = YAML(typ="safe").load_all(text)
+    (durations,) = [c for c in jobs[".gpuci-math-base"]["cache"] if "-durations-" in c["key"]]
+    assert durations["key"] == "gpuci-math-durations-$CI_COMMIT_REF_SLUG"
+    assert durations["fallback_keys"] == ["gpuci-math-durations-$CI_DEFAULT_BRANCH"]
     # GitLab's conventions, each job: a newer pipeline may cancel it, a runner's failure
     # retries it (a failing suite does not), its timeout is an input
     assert (math["timeout"], model["timeout"]) == ("45m", "1h")

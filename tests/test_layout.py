@@ -85,6 +85,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "options",
         "views",
         "plan",
+        "compiles",
         "source_tests",
         "pace",
         "junit",

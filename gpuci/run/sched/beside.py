@@ -10,8 +10,9 @@ screen takes them (`gpuci.run.proc.held`):
   suite's), on the files pytest will collect in that order: the guess of what discovery
   will find (below), as its screen would hand them over;
 - the parallel screen's first files, one per file slot: the files an earlier run timed
-  longest (`--durations`, or the results in OUT), else the files with the most tests,
-  counted in their source (`gpuci.run.sched.source_tests`; ties in the order pytest will
+  longest (`--durations`, or the results in OUT), else the heaviest by their source: their
+  tests, each that compiles a kernel weighing as many (`gpuci.run.sched.source_tests`,
+  `gpuci.run.sched.compiles`; ties in the order pytest will
   collect them: PATHS that are files, then the test files under PATHS that are
   directories), each where its earlier peak in device memory fits its slot's first GPU
   beside the others (`admit_first`, the memory gate's rule). A guess that is not what the
@@ -51,7 +52,7 @@ from gpuci.run.sched.options import ModeOptions
 from gpuci.run.sched.plan import parse_gpus_per_slot, parse_workers, read_durations
 from gpuci.run.sched.plan_mode import history_of, mode_dir_of, pool_workers, run_options, shard_of
 from gpuci.run.sched.session import RunOptions
-from gpuci.run.sched.source_tests import source_counts
+from gpuci.run.sched.source_tests import weigh_sources
 from gpuci.run.sched.unit import SCREEN_NICE, mode_environ, mode_pytest_args
 from gpuci.run.sched.views import plain_gpus, screen_gpus, window_env
 
@@ -230,11 +231,12 @@ def _first_files(options: ModeOptions) -> tuple[Path, list[str]]:
     if durations:
         files = sorted(durations, key=lambda f: -durations[f])
     else:
-        # a first check: the most tests first, as the plan will order them once pytest
-        # has collected them (the source's count of them stands in until then)
-        counts = source_counts(_collection_order(options.paths))
-        by_count = sorted(counts, key=lambda p: -counts[p])  # stable: collection order
-        files = [_relative(p, rootdir) for p in by_count]
+        # a first check: the heaviest first (tests, a kernel compile counted as many), as
+        # the plan will order them once pytest has collected them (the source's count of
+        # the tests stands in until then)
+        weights = weigh_sources(_collection_order(options.paths))
+        by_weight = sorted(weights, key=lambda p: -weights[p].weight)  # stable: collection order
+        files = [_relative(p, rootdir) for p in by_weight]
     return rootdir, [f for f in files if f]
 
 

@@ -1,10 +1,12 @@
 """What the screens learn as they run: the suite interpreter's time in each file, for the
 order of the parallel (and threads) files that have not started yet.
 
-Where no earlier check timed the files, they start by their number of tests, and a file
-that compiles for 12 s in 2 tests starts last and ends the screens long after the suite
-(CuPy's `test_include.py`). The suite interpreter runs every file beside them from the
-screens' start, in its own order: a file it found long starts next.
+Where no earlier check timed the files, they start by their weight (their tests, a test
+that compiles a kernel counted as many: `gpuci.run.sched.compiles`), and a file long for a
+reason its source does not show starts late and ends the screens long after the suite.
+The suite interpreter runs every file beside them from the screens' start, in its own
+order: a file it found long starts next, and a file it ran through replaces its weight
+with its measured time.
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ class SuiteClock:
                 return None, 0.0
             return self._file, self._seconds.get(self._file, 0.0) + self._clock() - self._since
 
+    def left(self, file: str) -> bool:
+        """Whether it ran `file` and moved on: its seconds there are measured whole."""
+        with self._lock:
+            return file in self._left and file != self._file
+
     def took(self, test_id: str) -> float | None:
         """The seconds the suite interpreter took to pass `test_id`; None: not (yet) passed."""
         with self._lock:
@@ -120,10 +127,12 @@ class LearnedOrder:
         pace: PlainPace | None = None,
         suite_order: Sequence[str] = (),  # the suite interpreter's files, in its order
         peaks: Mapping[str, int] | None = None,  # MiB per file, an earlier check's
+        weights: Mapping[str, int] | None = None,  # `counts`, a kernel compile as many tests
     ) -> None:
         self._position = {f: i for i, f in enumerate(planned)}
         self._known = dict(durations)  # seconds, interpreter start-up included
         self._counts = counts
+        self._weights = weights or counts
         self._suite = suite
         self._pace = pace
         self._suite_order = tuple(suite_order)
@@ -153,21 +162,28 @@ class LearnedOrder:
         seen = {f: w for f in self._position if (w := self._suite.work(f, self._tests(f)))}
         if not known and not seen:
             return {}
+        weights = self._weights
         if known:
-            estimates = estimate_durations(list(self._position), known, self._counts)
+            estimates = estimate_durations(list(self._position), known, weights)
             startup, _ = fit_startup_and_rate(
-                [(self._counts[f], s) for f, s in known.items() if f in self._counts]
+                [(weights[f], s) for f, s in known.items() if f in weights]
             )
         else:
             # a first check's first seconds: the files the suite interpreter reached give
-            # each test's seconds there, which the others' numbers of tests scale
-            estimates = estimate_durations(list(self._position), seen, self._counts)
+            # each test's seconds there, which the others' weights (tests, a kernel
+            # compile as many) scale
+            estimates = estimate_durations(list(self._position), seen, weights)
             startup = 0.0
         found = {}
         for file in self._position:
             planned = estimates.get(file, 0.0)
             work = seen.get(file)
-            found[file] = planned if work is None else max(planned, startup + work)
+            if work is None or file in known:
+                found[file] = planned
+            elif self._suite.left(file):  # measured whole: it replaces the guess
+                found[file] = startup + work
+            else:  # what it took so far, scaled by the tests left: at least that
+                found[file] = max(planned, startup + work)
         return found
 
     def _beside_the_suite(self, ranked: Sequence[str], seconds: Mapping[str, float]) -> str:

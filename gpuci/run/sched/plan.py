@@ -107,21 +107,25 @@ def read_durations(path: Path, mode: Mode = Mode.PARALLEL) -> dict[str, float]:
 
 
 def estimate_durations(
-    files: Sequence[str], durations: Mapping[str, float], counts: Mapping[str, int]
+    files: Sequence[str], durations: Mapping[str, float], weights: Mapping[str, int]
 ) -> dict[str, float]:
     """Each file's seconds: its earlier duration, else a start-up plus a per-test rate fitted
-    on the files whose durations are known, times its number of tests (`counts`); with no
-    duration known, its number of tests, which orders but is not seconds."""
+    on the files whose durations are known, times its weight (`weights`: its number of
+    tests, where the plan reads them a kernel compile counted as many,
+    `gpuci.run.sched.compiles`); with no duration known, its weight, which orders but is
+    not seconds."""
     known = {f: durations[f] for f in files if f in durations}
     if not known:
-        return {f: float(counts[f]) for f in files if f in counts}
-    startup, rate = fit_startup_and_rate([(counts[f], d) for f, d in known.items() if f in counts])
-    # a file whose tests nobody counted (a caller without counts): the known files' mean
+        return {f: float(weights[f]) for f in files if f in weights}
+    startup, rate = fit_startup_and_rate(
+        [(weights[f], d) for f, d in known.items() if f in weights]
+    )
+    # a file whose tests nobody counted (a caller without weights): the known files' mean
     mean = sum(known.values()) / len(known)
     estimates = dict(known)
     for f in files:
         if f not in known:
-            estimates[f] = startup + rate * counts[f] if f in counts else mean
+            estimates[f] = startup + rate * weights[f] if f in weights else mean
     return estimates
 
 

@@ -42,6 +42,7 @@ from gpuci.run.sched.plan import (
 from gpuci.run.sched.progress import say as say_on
 from gpuci.run.sched.screens import Screen
 from gpuci.run.sched.session import RunOptions
+from gpuci.run.sched.source_tests import weigh_collected
 from gpuci.run.sched.views import describe_views
 
 
@@ -166,7 +167,8 @@ def plan_mode(  # -- each step needs the one before: files, order, slots, views,
     # parametrized tests count each: what a file's length goes by where no time is known;
     # one estimate per file, fitted on every file, for the shards, the order and the progress
     counts = {f: len(discovery.tests.get(f, ())) for f in files}
-    estimates = estimate_durations(files, durations, counts)
+    weights = file_weights(mode, discovery, counts, durations, sharded=shard is not None)
+    estimates = estimate_durations(files, durations, weights)
     if shard:
         files = shard_files(files, estimates, *shard)
     # the files asked for, in a latent order's order (reversed, shuffled), else as they are
@@ -222,8 +224,32 @@ def plan_mode(  # -- each step needs the one before: files, order, slots, views,
         planned = replace(planned, peaks={**planned.peaks, **screen_peaks(options.out)})
     # seconds only where some were measured (else numbers of tests): the progress's estimates
     seconds = {f: estimates[f] for f in files if f in estimates} if durations else {}
-    screen = Screen(discovery=discovery, schedule=schedule, options=planned, estimates=seconds)
+    screen = Screen(
+        discovery=discovery,
+        schedule=schedule,
+        options=planned,
+        estimates=seconds,
+        weights=weights,
+    )
     return screen, with_startup
+
+
+def file_weights(
+    mode: Mode,
+    discovery: Discovery,
+    counts: dict[str, int],
+    durations: dict[str, float],
+    *,
+    sharded: bool,
+) -> dict[str, int]:
+    """Each file's weight, in tests: its collected tests (`counts`), each case of one that
+    compiles a kernel counted as many, where the order of its files goes by weight
+    (parallel, threads) and some file has no time yet
+    (`gpuci.run.sched.source_tests.weigh_collected`). Not a shard's: every shard must plan
+    alike, and what the source says within its read budget may differ between machines."""
+    if sharded or mode not in (Mode.PARALLEL, Mode.THREADS) or durations.keys() >= counts.keys():
+        return counts
+    return weigh_collected(discovery.rootdir, {f: discovery.tests.get(f, ()) for f in counts})
 
 
 def _side_by_side(

@@ -44,6 +44,9 @@ class Screen:
     schedule: Schedule
     options: RunOptions
     estimates: Mapping[str, float] = field(default_factory=dict)  # seconds per file, if known
+    # tests per file, a kernel compile counted as many (`plan_mode`): what orders the files
+    # no time is known for
+    weights: Mapping[str, int] = field(default_factory=dict)
 
 
 Job = tuple[Mode, str]  # a screen's mode and one of its units (a file, or the suite)
@@ -166,6 +169,7 @@ def learned_orders(
                 screen.estimates,
                 counts,
                 clock,
+                weights=screen.weights,
                 pace=suite.options.pace,
                 suite_order=suite.discovery.files,
                 peaks=screen.options.peaks,
