@@ -544,6 +544,29 @@ PY
         tail -1 "$WORK/beside-1.log" "$WORK/beside-2.log"
         timed cost-plain-2 300 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
         cd "$ROOT" ;;
+    section-serial)  # issue 54 item 1: a GPU-bound section ($PACE_SECTION) checked with the
+        # screens beside the suite interpreter (default) and after it (--serial-modes), each a
+        # second check (the first one's durations in OUT), against plain pytest warm
+        cd "$ROOT/cupy-tests" || exit 3
+        paths=(${PACE_SECTION:-tests/cupyx_tests/test_*.py})
+        timed ser-warm 300 python3 -m pytest -q -p no:cacheprovider -n 8 "${paths[@]}" -m "$MARK"
+        timed ser-plain-1 300 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
+        for how in first default serial; do
+            extra=(); [ "$how" = serial ] && extra=(--serial-modes)
+            timed ser-$how 400 python3 -m gpuci check "${paths[@]}" --out "$WORK/o-ser" \
+                --timeout 120 "${extra[@]}" -- -m "$MARK"
+            grep -a "^plain run:\|^verdict\|^evidence:" "$WORK/ser-$how.log"
+            python3 -c "import json,sys; r=json.load(open(sys.argv[1])); v=json.load(open(sys.argv[2])); print('suite interpreter wall', r['wall_s'], 'modes', {m: d['wall_s'] for m, d in v['modes'].items()})" "$WORK/o-ser/suite/run.json" "$WORK/o-ser/verdict.json"
+        done
+        timed ser-plain-2 300 python3 -m pytest -q -p no:cacheprovider "${paths[@]}" -m "$MARK"
+        python3 - "$WORK/walls.txt" <<'PY'
+import re, sys
+walls = dict(re.findall(r"^(\S+): exit \d+, wall ([\d.]+) s", open(sys.argv[1]).read(), re.M))
+plain = (float(walls["ser-plain-1"]) + float(walls["ser-plain-2"])) / 2
+for how in ("first", "default", "serial"):
+    print(f"ser-{how}: {float(walls[f'ser-{how}']) / plain:.2f}x plain pytest (warm mean {plain:.1f} s)")
+PY
+        cd "$ROOT" ;;
     pace-cold)  # the subset's first check with CuPy's kernel cache empty: what a fresh
         # machine's first check pays (issue 54: 48 s against 18 s once on a fresh H200)
         nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader
