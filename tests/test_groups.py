@@ -121,8 +121,13 @@ def test_the_victims_of_one_culprit_take_one_group_pair_not_their_alone_runs(
     # one pair with the disagreeing victim in it, one more with only those that agreed,
     # and the run that shows them failing once more, the same command
     assert evidence["phases"]["groups"]["runs"] == 5, evidence["phases"]
-    # alone: the first victim and the disagreeing one twice each, the broken group's one
-    assert evidence["phases"]["alone"]["runs"] == 2 + 2 + 1, evidence["phases"]
+    # alone: the first victim once (it ran first, fresh, in its group's run without the
+    # culprit and passed: its second), the disagreeing one twice, the broken group's one
+    assert evidence["phases"]["alone"]["runs"] == 1 + 2 + 1, evidence["phases"]
+    first = found[GROUP[0]]
+    assert first["alone"] == ["passed"], first
+    without = [p for p in first["probes"] if p.get("kind") == "group without its culprits"]
+    assert without and without[0]["count"] == 0 and without[0]["outcome"] == "passed", first
 
 
 @pytest.mark.slow

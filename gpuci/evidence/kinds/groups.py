@@ -235,6 +235,19 @@ def _judged(
     return answered
 
 
+def _ran_alone_in_its_group(first: TestEvidence | None) -> bool:
+    """Whether the group's first victim, blamed by its group runs, passed first in their run
+    without the culprits: a fresh interpreter, nothing before it, its outcome decided before
+    the next test began. That is an alone-run that passed (one beside others answers
+    "passes"), so the one it still wanted at the end is not asked again."""
+    if first is None or not first.culprits or not first.group:
+        return False
+    return any(
+        p.kind == GROUP_WITHOUT and p.count == 0 and p.outcome is Outcome.PASSED
+        for p in first.probes
+    )
+
+
 def _run_half(
     prober: Prober,
     group: Waiting,
@@ -316,6 +329,9 @@ class GroupRuns:
         merged, left = run_groups(ctx, waiting, found)
         for answered in {m for w in waiting for m in w.members} - set(left):
             state.wanted[answered] = 0  # its group runs answered what its alone-runs would
+        for group in waiting:
+            if _ran_alone_in_its_group(merged.get(group.first)):
+                state.had[group.first] = state.had.get(group.first, 0) + 1
         state.left = left
         return merged
 
