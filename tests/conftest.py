@@ -29,6 +29,7 @@ _SITE = os.environ.get("GPUCI_RUN_PARALLEL_SITE", "")
 RUN_PARALLEL_SITE = str(Path(_SITE).resolve()) if _SITE else ""  # children run elsewhere
 GPUCI_SOURCES = Path(__file__).parent.parent / "gpuci"
 QUICK_CPU_S = 2.0  # the most CPU a test not marked `slow` may use (QuickLaneGuard)
+HEAVIEST = 15  # how many tests FileTimes lists at the end, those that used the most CPU
 CPU = "cpu_s"  # the user property (and JUnit property) of the CPU seconds a test used
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # tests/cli_runner.py's clean_env keeps it
 PLUGINS = "PYTEST_PLUGINS"  # and this: the plugins pytest loads by name
@@ -147,7 +148,8 @@ class FileTimes:
     collected has reported, on whichever worker each ran (`--dist loadgroup` spreads most
     files' tests over the workers), or when the run ends. At the end, when each worker
     ran its last test: the run's tail, where one worker idles while the other still has
-    tests queued (xdist gives a worker its next tests before it is free)."""
+    tests queued (xdist gives a worker its next tests before it is free); and the HEAVIEST
+    tests by CPU seconds, each with its own: where cutting pays (a file's sum hides them)."""
 
     def __init__(self, reporter: pytest.TerminalReporter) -> None:
         self.reporter = reporter
@@ -155,6 +157,7 @@ class FileTimes:
         self.expected: Counter[str] = Counter()  # file: its tests, as collected
         self.done: dict[str, tuple[int, float, float]] = {}  # file: tests, seconds, CPU-s
         self.last: dict[str, float] = {}  # xdist worker: when its latest test ended
+        self.heaviest: list[tuple[float, str]] = []  # (CPU-s, test id), every test's
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.expected.update(file_of(item.nodeid) for item in session.items)
@@ -169,7 +172,9 @@ class FileTimes:
         tests, seconds, cpu = self.done.get(file, (0, 0.0, 0.0))
         ended = report.when == "teardown"
         if ended:  # QuickLaneGuard records the test's CPU as it tears down
-            cpu += sum(float(value) for name, value in report.user_properties if name == CPU)
+            used = sum(float(value) for name, value in report.user_properties if name == CPU)
+            self.heaviest.append((used, report.nodeid))
+            cpu += used
         self.done[file] = (tests + ended, seconds + report.duration, cpu)
         if ended and tests + 1 >= self.expected.get(file, 0) > 0:
             self.flush(file)
@@ -184,6 +189,11 @@ class FileTimes:
             ends = ", ".join(f"{name} {clock(at)}" for name, at in sorted(self.last.items()))
             idle = max(self.last.values()) - min(self.last.values())
             self.reporter.write_line(f"  workers' last tests ended: {ends} ({idle:.0f}s apart)")
+        heaviest = sorted(self.heaviest, reverse=True)[:HEAVIEST]
+        if heaviest:
+            self.reporter.write_line(f"  the {len(heaviest)} tests that used the most CPU:")
+            for used, nodeid in heaviest:
+                self.reporter.write_line(f"  {used:6.1f} CPU-s {nodeid}")
 
     def flush(self, file: str) -> None:
         tests, seconds, cpu = self.done.pop(file)

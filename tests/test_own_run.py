@@ -62,6 +62,12 @@ OTHER = """
 """
 
 
+def ran_ids() -> set[str]:
+    """The ids of SHARED's and OTHER's tests."""
+    shared = {f"test_shared.py::{name}" for name in ("test_shares", "test_also_in_the_file")}
+    return shared | {f"test_other.py::test_other[{n}]" for n in range(6)}
+
+
 @pytest.mark.slow
 def test_a_file_sharing_a_fixture_runs_on_one_worker_the_others_anywhere_one_line_each(
     tmp_path: Path,
@@ -110,3 +116,10 @@ def test_a_file_sharing_a_fixture_runs_on_one_worker_the_others_anywhere_one_lin
     # and when each worker ran its last test: how long one idled at the end
     ends = r"  workers' last tests ended: gw0 \dm\d\ds, gw1 \dm\d\ds \(\d+s apart\)"
     assert re.search(ends, proc.stdout), proc.stdout
+    # and every test (9, fewer than the list's length) by the CPU it used, the most first
+    listed = proc.stdout.partition("  the 9 tests that used the most CPU:\n")[2].splitlines()[:9]
+    heaviest = [re.fullmatch(r" +(\d+\.\d) CPU-s (\S+)", line) for line in listed]
+    assert all(heaviest), proc.stdout
+    assert {m[2] for m in heaviest if m} == {*ran_ids(), "test_z.py::test_long"}, listed
+    used = [float(m[1]) for m in heaviest if m]
+    assert used == sorted(used, reverse=True), listed

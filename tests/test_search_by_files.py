@@ -75,10 +75,11 @@ PROVIDED = {
 }
 
 
-def _check(root: Path, files: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _check(root: Path, files: dict[str, str], *modes: str) -> tuple[dict[str, Any], dict[str, Any]]:
     suite = write_files(root / "suite", files)
     out = root / "out"
     args = ("check", ".", "--out", str(out), "--workers", "2", "--evidence-budget", "600")
+    args += ("--modes", ",".join(modes)) if modes else ()
     proc = gpuci(*args, cwd=suite, env=clean_env())
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     evidence = json.loads((out / "evidence" / "evidence.json").read_text(encoding="utf-8"))
@@ -92,7 +93,9 @@ def _test(document: dict[str, Any], test_id: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_a_culprit_among_twelve_files_is_found_by_files_then_tests(tmp_path: Path) -> None:
-    evidence, verdict = _check(tmp_path, _many_files())
+    # the suite screen alone: the victim fails there, after the polluter, and passes in its
+    # isolated run; the parallel screen's 13 interpreters would pass every test
+    evidence, verdict = _check(tmp_path, _many_files(), "suite")
     found = _test(evidence, VICTIM)
     steps = found["steps"]
     assert (steps["files"], steps["in_file"]) == (FILES, PER_FILE), found["search"]
