@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpuci.gitlab.publish import publish_comment
-from gpuci.run.disk.outdir import check_run_id, replace_earlier
+from gpuci.model import UsageError
+from gpuci.run.disk.outdir import check_run_id, prepare_out, replace_earlier
 from tests.cli_runner import as_foreground_job, clean_env, gpuci, write_files
 from tests.gitlab_server import FakeGitLab
 
@@ -411,3 +412,21 @@ def test_a_fresh_check_still_orders_its_files_by_the_replaced_checks_times(
     assert gpuci(*check, cwd=root).returncode == 0
     # the second check read the first one's times, moved aside: the longest file first
     assert first_in_parallel() == "test_long.py"
+
+
+def test_a_mode_folder_holding_only_what_gpuci_writes_is_gpucis(tmp_path: Path) -> None:
+    # an interpreter started ahead for a file that is gone ends at once and writes its
+    # JUnit part into the mode's folder before the mode starts: that folder is the check's
+    # own (it failed a second check now and then, "exists and is not a gpuci result
+    # directory"); one holding anything else is refused, and nothing in it is touched
+    mode = tmp_path / "out" / "parallel"
+    (mode / "junit").mkdir(parents=True)
+    (mode / "junit" / "tests-test_c.py-1.xml").write_text("<testsuites/>", encoding="utf-8")
+    prepare_out(mode)
+    assert [p.name for p in mode.iterdir()] == []
+    mine = tmp_path / "mine"
+    (mine / "junit").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(UsageError, match="exists and is not a gpuci result directory"):
+        prepare_out(mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["junit", "notes.txt"]

@@ -159,20 +159,24 @@ def check_run_id(out: Path) -> str | None:
     return run_id
 
 
+# what a mode's interpreters and its run write in its directory: a directory holding
+# nothing else is gpuci's, even without its run.json (an interpreter started ahead for a
+# file that is gone writes its JUnit part there at once, before the mode starts)
+MODE_FOLDERS = ("junit", "journal", "logs")
+MODE_FILES = ("run.json", "junit.xml")
+
+
 def prepare_out(out: Path, *, keep: bool = False) -> None:
     """Make the mode directory, replacing an earlier run of the same mode unless `keep`."""
     if out.exists() and not keep:
-        if (
-            any(out.iterdir())
-            and not (out / "run.json").exists()
-            and not (out / "journal").exists()
-        ):
+        foreign = [p.name for p in out.iterdir() if p.name not in (*MODE_FOLDERS, *MODE_FILES)]
+        if foreign and not (out / "run.json").exists() and not (out / "journal").exists():
             raise UsageError(
                 f"{out}: exists and is not a gpuci result directory; choose another --out"
             )
-        for name in ("junit", "journal", "logs"):
+        for name in MODE_FOLDERS:
             shutil.rmtree(out / name, ignore_errors=True)
-        for name in ("run.json", "junit.xml"):
+        for name in MODE_FILES:
             (out / name).unlink(missing_ok=True)
     try:
         out.mkdir(parents=True, exist_ok=True)

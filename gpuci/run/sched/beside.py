@@ -229,7 +229,11 @@ def _first_files(options: ModeOptions) -> tuple[Path, list[str]]:
         durations = read_durations(options.durations or history, Mode.PARALLEL)
     rootdir = _likely_rootdir(options)
     if durations:
-        files = sorted(durations, key=lambda f: -durations[f])
+        # an earlier run's file that is gone now has nothing to start (its interpreter would
+        # end at once, a usage error)
+        files = sorted(
+            (f for f in durations if (rootdir / f).exists()), key=lambda f: -durations[f]
+        )
     else:
         # a first check: the heaviest first (tests, a kernel compile counted as many), as
         # the plan will order them once pytest has collected them (the source's count of
