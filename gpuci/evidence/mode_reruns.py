@@ -98,11 +98,12 @@ def _alone_or_by_group(ctx: Context, wanted: Mapping[str, int]) -> dict[str, Tes
     found, split = run_representatives(ctx, groups, {}, where=where) if groups else ({}, [])
     grouped = {m for g in groups for m in g.members}
     rest = {
-        i: max(0, n - len(found[i].alone) if i in found else n)
+        i: n - len(found[i].alone) if i in found else n
         for i, n in wanted.items()
         if i not in grouped or i in split
     }
-    for test_id, again in run_alone(ctx, {i: n for i, n in rest.items() if n}).items():
+    rest = {i: n for i, n in rest.items() if n > 0}
+    for test_id, again in (run_alone(ctx, rest) if rest else {}).items():
         earlier = found.get(test_id)
         alone = (earlier.alone if earlier is not None else ()) + again.alone
         found[test_id] = dataclasses.replace(again, alone=alone)
