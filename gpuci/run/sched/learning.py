@@ -178,11 +178,11 @@ class LearnedOrder:
         for file in self._position:
             planned = estimates.get(file, 0.0)
             work = seen.get(file)
-            if work is None or file in known:
+            if work is None:
                 found[file] = planned
-            elif self._suite.left(file):  # measured whole: it replaces the guess
-                found[file] = startup + work
-            else:  # what it took so far, scaled by the tests left: at least that
+            elif file not in known and self._suite.left(file):
+                found[file] = startup + work  # measured whole: it replaces the guess
+            else:  # an earlier time, or what it took so far scaled by the tests left
                 found[file] = max(planned, startup + work)
         return found
 
