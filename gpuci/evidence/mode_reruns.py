@@ -12,8 +12,8 @@ from typing import TextIO
 from gpuci.evidence.alone import (
     alone_runs_wanted,
     describe_cuts,
+    more_alone,
     prioritize,
-    run_alone,
     run_representatives,
 )
 from gpuci.evidence.context import Context
@@ -102,12 +102,7 @@ def _alone_or_by_group(ctx: Context, wanted: Mapping[str, int]) -> dict[str, Tes
         for i, n in wanted.items()
         if i not in grouped or i in split
     }
-    rest = {i: n for i, n in rest.items() if n > 0}
-    for test_id, again in (run_alone(ctx, rest) if rest else {}).items():
-        earlier = found.get(test_id)
-        alone = (earlier.alone if earlier is not None else ()) + again.alone
-        found[test_id] = dataclasses.replace(again, alone=alone)
-    return found
+    return more_alone(ctx, {i: n for i, n in rest.items() if n > 0}, found)
 
 
 def _with_strays(file_run: FileRun, runner: Prober, mode: Mode) -> FileRun:
